@@ -1,0 +1,90 @@
+// The communicator: one rank's handle on a group of ranks, and the collectives it runs.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tpcomm/bootstrap.h"
+#include "tpcomm/status.h"
+#include "tpcomm/types.h"
+
+namespace tpcomm {
+
+/// Per-communicator settings. Zero / empty fields mean "take the environment parameter".
+struct Config {
+  /// Algorithm selection override, same syntax as TPCOMM_ALGO (e.g. "0-64K:oneshot_p2p,
+  /// 64K-inf:ring_nccl" or "^ring_nccl"). Empty: use TPCOMM_ALGO.
+  std::string algo;
+  /// Bound on every wait for a peer, in milliseconds. 0: use TPCOMM_TIMEOUT_MS.
+  int timeoutMs = 0;
+  /// Create an NCCL communicator under tpcomm for the ring_nccl path (GPU communicators only,
+  /// when built with NCCL). The environment's TPCOMM_NCCL=0 also turns it off.
+  bool useNccl = true;
+};
+
+/// One rank of a group. Collectives are stream-ordered for GPU communicators (they enqueue work
+/// on `stream` and return) and synchronous for host communicators (device == -1, stream must be
+/// null). Methods are not thread-safe for one object; distinct communicators may be used from
+/// distinct threads.
+class Communicator {
+ public:
+  /// Creates this process's rank of a communicator. Collective over `bootstrap`: every rank
+  /// calls it. `device` is the CUDA device this rank drives, or -1 for a host (CPU) rank whose
+  /// buffers live in host memory. The bootstrap must outlive the communicator.
+  static Status create(Bootstrap& bootstrap, int device, const Config& config,
+                       std::unique_ptr<Communicator>* out);
+
+  /// Creates one communicator per CUDA device in `devices`, all driven by this process (like
+  /// ncclCommInitAll; llama.cpp-style engines). Rank i drives devices[i].
+  static Status createGroup(const std::vector<int>& devices, const Config& config,
+                            std::vector<std::unique_ptr<Communicator>>* out);
+
+  /// Starts a group of collectives issued from one thread to several communicators of one
+  /// createGroup(); needed when the NCCL path may be chosen (NCCL's group semantics). Nestable.
+  static Status groupStart();
+  /// Ends the group started by groupStart().
+  static Status groupEnd();
+
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  /// recv[i] = op over ranks of send[i], i < count. send == recv is in place.
+  Status allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                   cudaStream_t stream);
+
+  /// recv[i] = op over ranks of send[rank * recvCount + i], i < recvCount. send holds
+  /// size() * recvCount elements.
+  Status reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype,
+                       ReduceOp op, cudaStream_t stream);
+
+  /// recv[r * sendCount + i] = send of rank r [i]. recv holds size() * sendCount elements.
+  Status allGather(const void* send, void* recv, size_t sendCount, DataType dtype,
+                   cudaStream_t stream);
+
+  /// Reports an asynchronous failure of an earlier collective (e.g. kTimeout when a peer did not
+  /// arrive, with its rank in the message). kOk when none happened.
+  Status checkError();
+
+  /// Tears the communicator down (collective). Later calls return kInvalidArgument.
+  Status destroy();
+
+  /// Name of the algorithm that ran the last collective ("staged_host", "oneshot_p2p", ...).
+  const char* lastAlgorithm() const;
+
+  /// This rank's index.
+  int rank() const;
+  /// Number of ranks.
+  int size() const;
+  /// CUDA device of this rank, or -1 for a host rank.
+  int device() const;
+
+  struct Impl;
+
+ private:
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tpcomm

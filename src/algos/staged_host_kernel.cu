@@ -1,0 +1,145 @@
+// staged_host_kernel.cu: GPU all-reduce through pinned host memory, for GPUs without P2P. One
+// kernel per call and no host thread: the GPU streams its data to host memory with SM stores and
+// reads its peers' data back with uncached loads. In NCCL's terms it is a one-shot all-reduce
+// over the SHM transport (each rank reads every peer's full input).
+//
+// Blocks [0, B) publish, blocks [B, 2B) reduce. The message is cut into chunks of chunkBytes,
+// chunk c lives in slot (seqBase + c) % S of every rank, and each chunk is split into B pieces:
+// publisher b copies piece b of its input into its slot, then releases ready[me][slot][b] = seq;
+// reducer b acquires ready[r][slot][b] >= seq for every r, reduces piece b in rank order 0..n-1
+// in fp32 (own data read from device memory), writes it, then releases
+// consumed[me][slot][b] = seq. Publisher b reuses a slot only after every rank's
+// consumed[r][slot][b] reached seq - S. Sequence numbers grow across calls, so no flag is ever
+// reset and a stale flag can never satisfy a wait. Peer data is read with ld.global.cv: the
+// slot was rewritten over PCIe since this GPU may last have cached it.
+#include <cuda_runtime.h>
+
+#include "algos/device_common.cuh"
+#include "algos/host_reduce.h"
+#include "algos/staged_host.h"
+#include "common/error.h"
+
+namespace tpcomm {
+namespace {
+
+using dev::Pack;
+using dev::PackOf;
+
+constexpr int kThreads = 512;
+
+template <typename T, int Op, bool kVec>
+__global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLaunch p) {
+  const bool publisher = blockIdx.x < static_cast<unsigned>(p.blocks);
+  const int b = publisher ? blockIdx.x : blockIdx.x - p.blocks;
+  const int me = p.rank, n = p.nRanks;
+  const size_t chunkElems = p.chunkBytes / sizeof(T);
+  const size_t chunks = (p.count + chunkElems - 1) / chunkElems;
+  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
+  constexpr int kEpp = PackOf<T>::kElems;
+  const T* src = static_cast<const T*>(p.send);
+  T* dst = static_cast<T*>(p.recv);
+  __shared__ bool ok;
+
+  for (size_t c = 0; c < chunks; ++c) {
+    const uint64_t seq = p.seqBase + c + 1;
+    const int slot = static_cast<int>((p.seqBase + c) % p.nSlots);
+    const size_t c0 = c * chunkElems;
+    const size_t len = p.count - c0 < chunkElems ? p.count - c0 : chunkElems;
+    size_t pb, pe;  // this block's piece of the chunk, in elements relative to c0
+    {
+      size_t units = (len + kEpp - 1) / kEpp, per = units / p.blocks, extra = units % p.blocks;
+      size_t ub = b * per + (static_cast<size_t>(b) < extra ? b : extra);
+      size_t ue = ub + per + (static_cast<size_t>(b) < extra ? 1 : 0);
+      pb = ub * kEpp < len ? ub * kEpp : len;
+      pe = ue * kEpp < len ? ue * kEpp : len;
+    }
+    auto slotOf = [&](int r) { return reinterpret_cast<T*>(p.slots + (static_cast<size_t>(r) * p.nSlots + slot) * p.chunkBytes); };
+    const size_t flagIdx = static_cast<size_t>(slot) * p.blocks + b;
+    const size_t perRank = static_cast<size_t>(p.nSlots) * p.blocks;
+
+    if (publisher) {
+      if (threadIdx.x == 0) {
+        ok = true;
+        if (seq > static_cast<uint64_t>(p.nSlots))
+          for (int r = 0; r < n && ok; ++r)
+            ok = dev::waitFlagAtLeast(p.consumed + r * perRank + flagIdx, seq - p.nSlots, deadline, p.errorWord, r);
+      }
+      __syncthreads();
+      if (!ok) return;
+      T* out = slotOf(me);
+      if (kVec) {
+        size_t vend = pb + (pe - pb) / kEpp * kEpp;
+        for (size_t i = pb + threadIdx.x * kEpp; i < vend; i += kThreads * kEpp)
+          *reinterpret_cast<Pack*>(out + i) = *reinterpret_cast<const Pack*>(src + c0 + i);
+        for (size_t i = vend + threadIdx.x; i < pe; i += kThreads) out[i] = src[c0 + i];
+      } else {
+        for (size_t i = pb + threadIdx.x; i < pe; i += kThreads) out[i] = src[c0 + i];
+      }
+      dev::blockReleaseFence();
+      if (threadIdx.x == 0) dev::storeReleaseSys(p.ready + me * perRank + flagIdx, seq);
+    } else {
+      if (threadIdx.x == 0) {
+        ok = true;
+        for (int r = 0; r < n && ok; ++r)
+          ok = dev::waitFlagAtLeast(p.ready + r * perRank + flagIdx, seq, deadline, p.errorWord, r);
+      }
+      __syncthreads();
+      if (!ok) return;
+      size_t vend = kVec ? pb + (pe - pb) / kEpp * kEpp : pb;
+      for (size_t i = pb + threadIdx.x * kEpp; i < vend; i += kThreads * kEpp) {
+        float acc[kEpp];
+        Pack first = me == 0 ? *reinterpret_cast<const Pack*>(src + c0 + i) : __ldcv(reinterpret_cast<const Pack*>(slotOf(0) + i));
+        PackOf<T>::toFloats(first, acc);
+        for (int r = 1; r < n; ++r) {
+          Pack v = r == me ? *reinterpret_cast<const Pack*>(src + c0 + i) : __ldcv(reinterpret_cast<const Pack*>(slotOf(r) + i));
+          PackOf<T>::template accumulate<Op>(acc, v);
+        }
+        *reinterpret_cast<Pack*>(dst + c0 + i) = PackOf<T>::fromFloats(acc);
+      }
+      for (size_t i = vend + threadIdx.x; i < pe; i += kThreads) {
+        auto load = [&](int r) {
+          return dev::Elem<T>::toFloat(r == me ? src[c0 + i] : dev::loadUncached(slotOf(r) + i));
+        };
+        float acc = load(0);
+        for (int r = 1; r < n; ++r) acc = dev::combine<Op>(acc, load(r));
+        dst[c0 + i] = dev::Elem<T>::fromFloat(acc);
+      }
+      dev::blockReleaseFence();
+      if (threadIdx.x == 0) dev::storeReleaseSys(p.consumed + me * perRank + flagIdx, seq);
+    }
+  }
+}
+
+template <typename T, int Op>
+cudaError_t launchTyped(const StagedDeviceLaunch& p, bool vec, cudaStream_t s) {
+  dim3 grid(2 * p.blocks), block(kThreads);
+  if (vec) stagedAllReduceKernel<T, Op, true><<<grid, block, 0, s>>>(p);
+  else stagedAllReduceKernel<T, Op, false><<<grid, block, 0, s>>>(p);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launchOp(const StagedDeviceLaunch& p, bool vec, cudaStream_t s) {
+  switch (p.op) {
+    case 0: return launchTyped<T, 0>(p, vec, s);
+    case 1: return launchTyped<T, 1>(p, vec, s);
+    default: return launchTyped<T, 2>(p, vec, s);
+  }
+}
+
+}  // namespace
+
+Status launchStagedDevice(const StagedDeviceLaunch& p, cudaStream_t stream) {
+  bool vec = (reinterpret_cast<uintptr_t>(p.send) % dev::kPackBytes) == 0 &&
+             (reinterpret_cast<uintptr_t>(p.recv) % dev::kPackBytes) == 0;
+  cudaError_t e;
+  switch (static_cast<DataType>(p.dtype)) {
+    case DataType::kF32: e = launchOp<float>(p, vec, stream); break;
+    case DataType::kF16: e = launchOp<__half>(p, vec, stream); break;
+    default: e = launchOp<__nv_bfloat16>(p, vec, stream); break;
+  }
+  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "staged_host kernel launch: %s", cudaGetErrorString(e));
+  return Status::kOk;
+}
+
+}  // namespace tpcomm

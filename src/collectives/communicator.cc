@@ -1,0 +1,419 @@
+// Communicator: validates calls, picks algorithms through the selector and runs them, falling
+// back to the next candidate on kNotSupported.
+#include "tpcomm/communicator.h"
+
+#include <cstdio>
+#include <thread>
+
+#ifdef TPCOMM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "collectives/algo_override.h"
+#include "collectives/comm_context.h"
+#include "collectives/registry.h"
+#include "collectives/selector.h"
+#include "common/error.h"
+#include "common/params.h"
+#include "topology/probe.h"
+#include "transports/cuda_p2p.h"
+#include "transports/host_staged.h"
+#include "transports/nccl_transport.h"
+
+namespace tpcomm {
+
+struct Communicator::Impl {
+  std::unique_ptr<Bootstrap> ownedBootstrap;  // createGroup's thread bootstraps
+  std::unique_ptr<CommContext> ctx;
+  std::vector<std::unique_ptr<Algorithm>> algos;
+  std::vector<Algorithm*> algoList;
+  AlgoOverride override;
+  std::string lastAlgorithm = "none";
+  std::unique_ptr<uint32_t> hostErrorWord;  // host ranks' async error word
+  bool destroyed = false;
+};
+
+namespace {
+
+#ifdef TPCOMM_HAVE_CUDA
+// Switches to `device` for the scope of a call and restores the caller's device.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (device < 0) return;
+    if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
+    if (prev_ != device) cudaSetDevice(device);
+    else prev_ = -1;
+  }
+  ~DeviceGuard() {
+    if (prev_ >= 0) cudaSetDevice(prev_);
+  }
+
+ private:
+  int prev_ = -1;
+};
+#else
+struct DeviceGuard {
+  explicit DeviceGuard(int) {}
+};
+#endif
+
+// Every rank agrees whether a transport came up; one rank's failure drops it everywhere so the
+// algorithm lists (and therefore selections) stay identical.
+Status agree(Bootstrap& bs, bool mine, bool* all) {
+  std::vector<int> v(bs.size());
+  int m = mine ? 1 : 0;
+  TPCOMM_TRY(bs.allGather(&m, v.data(), sizeof(int)));
+  *all = true;
+  for (int x : v) *all = *all && x;
+  return Status::kOk;
+}
+
+std::string initTable(const CommContext& c, const std::vector<Algorithm*>& algos, const AlgoOverride& ovr) {
+  std::string out;
+  char line[512];
+  const Topology& t = c.topo;
+  std::snprintf(line, sizeof(line), "communicator: %d ranks, %s\n", t.nRanks(), t.allHost() ? "host ranks" : "GPU ranks");
+  out += line;
+  for (int r = 0; r < t.nRanks(); ++r) {
+    const RankDevice& d = t.ranks[r];
+    std::snprintf(line, sizeof(line), "  rank %d: %s dev %d cc %d.%d bus %s numa %d host %d proc %d\n", r, d.name.c_str(),
+                  d.cudaDevice, d.ccMajor, d.ccMinor, d.busId.c_str(), d.numaNode, d.hostId, d.processId);
+    out += line;
+  }
+  out += "  links:";
+  for (int b = 0; b < t.nRanks(); ++b) {
+    std::snprintf(line, sizeof(line), " %8d", b);
+    out += line;
+  }
+  out += "\n";
+  for (int a = 0; a < t.nRanks(); ++a) {
+    std::snprintf(line, sizeof(line), "  %5d:", a);
+    out += line;
+    for (int b = 0; b < t.nRanks(); ++b) {
+      std::snprintf(line, sizeof(line), " %8s", linkKindName(t.links[a][b].kind));
+      out += line;
+    }
+    out += "\n";
+  }
+  auto transport = [&](const char* name, bool up, const std::string& why) {
+    std::snprintf(line, sizeof(line), "  transport %-12s %s%s\n", name, up ? "usable" : "not usable: ", up ? "" : why.c_str());
+    out += line;
+  };
+  transport("host_staged", c.hostStaged != nullptr, c.hostStagedWhyNot);
+  transport("cuda_p2p", c.p2p != nullptr, c.p2pWhyNot);
+  transport("nccl", c.nccl != nullptr, c.ncclWhyNot);
+  std::string mcWhy;
+  t.multicastUsable(&mcWhy);
+  transport("multicast", false, mcWhy.empty() ? "not built" : mcWhy);
+  out += "  all-reduce algorithm per size (bf16, eager):\n";
+  out += describeSelection(algos, t, ovr, DataType::kBF16, false);
+  return out;
+}
+
+bool validDtype(DataType d) { return dataTypeSize(d) != 0; }
+bool validOp(ReduceOp op) { return op == ReduceOp::kSum || op == ReduceOp::kMax || op == ReduceOp::kMin; }
+
+}  // namespace
+
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Communicator::~Communicator() {
+  if (impl_ && !impl_->destroyed) destroy();
+}
+
+Status Communicator::create(Bootstrap& bootstrap, int device, const Config& config, std::unique_ptr<Communicator>* out) {
+  clearError();
+  if (!out) return TPCOMM_INVALID("create: out is null");
+  out->reset();
+  if (device < -1) return TPCOMM_INVALID("create: device %d: expected a CUDA device index >= 0, or -1 for a host rank", device);
+  if (bootstrap.size() < 1 || bootstrap.rank() < 0 || bootstrap.rank() >= bootstrap.size())
+    return TPCOMM_INVALID("create: bootstrap rank %d / size %d out of range", bootstrap.rank(), bootstrap.size());
+  if (config.timeoutMs < 0) return TPCOMM_INVALID("create: config.timeoutMs %d: expected >= 0 (0: TPCOMM_TIMEOUT_MS)", config.timeoutMs);
+#ifdef TPCOMM_HAVE_CUDA
+  if (device >= 0) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return TPCOMM_ERROR(kCudaError, "create: device %d requested but CUDA reports: %s", device, cudaGetErrorString(e));
+    }
+    if (device >= count) return TPCOMM_INVALID("create: device %d: this process sees %d CUDA devices", device, count);
+  }
+#else
+  if (device >= 0) return TPCOMM_ERROR(kNotSupported, "create: device %d requested but tpcomm was built without CUDA", device);
+#endif
+  DeviceGuard guard(device);
+  auto impl = std::make_unique<Impl>();
+  impl->ctx = std::make_unique<CommContext>();
+  CommContext& c = *impl->ctx;
+  c.rank = bootstrap.rank();
+  c.nRanks = bootstrap.size();
+  c.device = device;
+  c.bootstrap = &bootstrap;
+  c.timeoutMs = config.timeoutMs > 0 ? config.timeoutMs : static_cast<int>(paramInt(ParamId::kTimeoutMs));
+
+  // A malformed override is rejected before any collective work, on every rank alike.
+  std::string algoText = config.algo.empty() ? paramString(ParamId::kAlgo) : config.algo;
+  Status ovrStatus = parseAlgoOverride(algoText, algorithmNames(), &impl->override);
+  bool ovrOk;
+  TPCOMM_TRY(agree(bootstrap, ovrStatus == Status::kOk, &ovrOk));
+  if (ovrStatus != Status::kOk) return ovrStatus;
+  if (!ovrOk) return TPCOMM_INVALID("create: another rank rejected its TPCOMM_ALGO / config.algo");
+
+  TPCOMM_TRY(probeTopology(bootstrap, device, &c.topo));
+
+  if (device >= 0) {
+#ifdef TPCOMM_HAVE_CUDA
+    void* word = nullptr;
+    cudaError_t e = cudaHostAlloc(&word, sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return TPCOMM_ERROR(kCudaError, "create: cudaHostAlloc of the error word: %s", cudaGetErrorString(e));
+    }
+    *static_cast<uint32_t*>(word) = 0;
+    c.asyncError.word = static_cast<uint32_t*>(word);
+    c.asyncError.deviceWord = static_cast<uint32_t*>(word);
+#endif
+  } else {
+    impl->hostErrorWord = std::make_unique<uint32_t>(0);
+    c.asyncError.word = impl->hostErrorWord.get();
+  }
+
+  // Transports. Each creation is collective; agree() keeps availability identical on all ranks.
+  {
+    HostStagedTransport::Geometry g;
+    g.chunkBytes = static_cast<size_t>(paramInt(ParamId::kStagedChunkBytes));
+    g.slots = static_cast<int>(paramInt(ParamId::kStagedSlots));
+    g.blocks = static_cast<int>(paramInt(ParamId::kStagedBlocks));
+    std::unique_ptr<HostStagedTransport> t;
+    Status s = c.topo.singleNode() ? HostStagedTransport::create(c, g, &t) : TPCOMM_ERROR(kNotSupported, "ranks span several nodes");
+    bool all;
+    TPCOMM_TRY(agree(bootstrap, s == Status::kOk, &all));
+    if (all) c.hostStaged = std::move(t);
+    else c.hostStagedWhyNot = s == Status::kOk ? "failed on another rank" : lastErrorMessage();
+  }
+  if (device >= 0) {
+    std::unique_ptr<CudaP2pTransport> t;
+    Status s = CudaP2pTransport::create(c, &t);
+    bool all;
+    TPCOMM_TRY(agree(bootstrap, s == Status::kOk, &all));
+    if (all) c.p2p = std::move(t);
+    else c.p2pWhyNot = s == Status::kOk ? "failed on another rank" : lastErrorMessage();
+
+    bool wantNccl = config.useNccl && paramInt(ParamId::kNccl) != 0;
+    std::unique_ptr<NcclTransport> nt;
+    s = wantNccl ? NcclTransport::create(c, &nt) : TPCOMM_ERROR(kNotSupported, "off (config.useNccl or TPCOMM_NCCL=0)");
+    TPCOMM_TRY(agree(bootstrap, s == Status::kOk, &all));
+    if (all) c.nccl = std::move(nt);
+    else c.ncclWhyNot = s == Status::kOk ? "failed on another rank" : lastErrorMessage();
+  } else {
+    c.p2pWhyNot = "host ranks";
+    c.ncclWhyNot = "host ranks";
+  }
+  clearError();
+
+  impl->algos = makeAlgorithms(&c);
+  impl->algoList = rawList(impl->algos);
+  if (c.rank == 0 && logEnabled(LogLevel::kInfo, kInit)) {
+    std::string table = initTable(c, impl->algoList, impl->override);
+    TPCOMM_INFO(kInit, "\n%s", table.c_str());
+  }
+  out->reset(new Communicator(std::move(impl)));
+  return Status::kOk;
+}
+
+Status Communicator::createGroup(const std::vector<int>& devices, const Config& config,
+                                 std::vector<std::unique_ptr<Communicator>>* out) {
+  clearError();
+  if (!out) return TPCOMM_INVALID("createGroup: out is null");
+  out->clear();
+  if (devices.empty()) return TPCOMM_INVALID("createGroup: devices is empty");
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (devices[i] < 0) return TPCOMM_INVALID("createGroup: devices[%zu] = %d: expected a CUDA device index >= 0", i, devices[i]);
+    for (size_t j = 0; j < i; ++j)
+      if (devices[j] == devices[i]) return TPCOMM_INVALID("createGroup: device %d appears twice", devices[i]);
+  }
+  const int n = static_cast<int>(devices.size());
+  auto group = ThreadGroup::create(n);
+  std::vector<std::unique_ptr<Communicator>> comms(n);
+  std::vector<Status> status(n, Status::kOk);
+  std::vector<std::string> messages(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      std::unique_ptr<Bootstrap> bs;
+      status[r] = makeThreadBootstrap(group, r, &bs);
+      if (status[r] == Status::kOk) status[r] = create(*bs, devices[r], config, &comms[r]);
+      if (status[r] == Status::kOk) comms[r]->impl_->ownedBootstrap = std::move(bs);
+      messages[r] = lastErrorMessage();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r)
+    if (status[r] != Status::kOk) return setError(status[r], __FILE__, __LINE__, "createGroup: rank %d (device %d): %s", r, devices[r], messages[r].c_str());
+  *out = std::move(comms);
+  return Status::kOk;
+}
+
+Status Communicator::groupStart() { return ncclGroupStartIfAny(); }
+Status Communicator::groupEnd() { return ncclGroupEndIfAny(); }
+
+namespace {
+
+Status runCollective(Communicator::Impl& impl, CollArgs& a, const char* what) {
+  CommContext& c = *impl.ctx;
+  a.nRanks = c.nRanks;
+  if (c.device >= 0) {
+#ifdef TPCOMM_HAVE_CUDA
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(a.stream, &cs);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return TPCOMM_INVALID("%s: stream is not a valid CUDA stream on device %d: %s", what, c.device, cudaGetErrorString(e));
+    }
+    a.capturing = cs == cudaStreamCaptureStatusActive;
+#endif
+  } else if (a.stream != nullptr) {
+    return TPCOMM_INVALID("%s: stream must be null on a host communicator (device -1): host collectives are synchronous", what);
+  }
+  std::vector<Candidate> cands = selectAlgorithms(impl.algoList, c.topo, AlgoQuery::of(a), impl.override);
+  if (cands.empty())
+    return TPCOMM_ERROR(kNotSupported, "%s: no algorithm supports %s of %zu bytes (%s%s) on this topology", what,
+                        collKindName(a.kind), a.bytes(), dataTypeName(a.dtype), a.capturing ? ", capturing" : "");
+  for (const Candidate& cand : cands) {
+    Status s = cand.algo->run(a);
+    if (s == Status::kNotSupported) continue;
+    impl.lastAlgorithm = cand.algo->name();
+    if (s == Status::kOk) TPCOMM_TRACE(kColl, "%s %zu bytes %s -> %s", what, a.bytes(), dataTypeName(a.dtype), cand.algo->name());
+    return s;
+  }
+  return TPCOMM_ERROR(kNotSupported, "%s: every candidate declined %zu bytes", what, a.bytes());
+}
+
+}  // namespace
+
+#define TPCOMM_API_ENTRY(what)                                                                    \
+  clearError();                                                                                  \
+  if (!impl_ || impl_->destroyed) return TPCOMM_INVALID("%s: the communicator was destroyed", what); \
+  TPCOMM_TRY(checkError());                                                                      \
+  DeviceGuard guard(impl_->ctx->device)
+
+static Status validateCall(const char* what, const void* send, const void* recv, size_t count, DataType dtype,
+                           ReduceOp op, int nRanks, bool perRank) {
+  if (!send) return TPCOMM_INVALID("%s: send is null", what);
+  if (!recv) return TPCOMM_INVALID("%s: recv is null", what);
+  if (count == 0) return TPCOMM_INVALID("%s: count is 0: expected at least one element", what);
+  if (!validDtype(dtype)) return TPCOMM_INVALID("%s: dtype %d is not a DataType (f32, f16, bf16)", what, static_cast<int>(dtype));
+  if (!validOp(op)) return TPCOMM_INVALID("%s: op %d is not a ReduceOp (sum, max, min)", what, static_cast<int>(op));
+  size_t es = dataTypeSize(dtype);
+  size_t limit = SIZE_MAX / es / (perRank ? static_cast<size_t>(nRanks) : 1);
+  if (count > limit) return TPCOMM_INVALID("%s: count %zu overflows the byte size of the buffers", what, count);
+  return Status::kOk;
+}
+
+Status Communicator::allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, cudaStream_t stream) {
+  TPCOMM_API_ENTRY("allReduce");
+  TPCOMM_TRY(validateCall("allReduce", send, recv, count, dtype, op, impl_->ctx->nRanks, false));
+  CollArgs a;
+  a.kind = CollKind::kAllReduce;
+  a.send = send;
+  a.recv = recv;
+  a.count = count;
+  a.dtype = dtype;
+  a.op = op;
+  a.stream = stream;
+  return runCollective(*impl_, a, "allReduce");
+}
+
+Status Communicator::reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op,
+                                   cudaStream_t stream) {
+  TPCOMM_API_ENTRY("reduceScatter");
+  TPCOMM_TRY(validateCall("reduceScatter", send, recv, recvCount, dtype, op, impl_->ctx->nRanks, true));
+  CollArgs a;
+  a.kind = CollKind::kReduceScatter;
+  a.send = send;
+  a.recv = recv;
+  a.count = recvCount;
+  a.dtype = dtype;
+  a.op = op;
+  a.stream = stream;
+  return runCollective(*impl_, a, "reduceScatter");
+}
+
+Status Communicator::allGather(const void* send, void* recv, size_t sendCount, DataType dtype, cudaStream_t stream) {
+  TPCOMM_API_ENTRY("allGather");
+  TPCOMM_TRY(validateCall("allGather", send, recv, sendCount, dtype, ReduceOp::kSum, impl_->ctx->nRanks, true));
+  CollArgs a;
+  a.kind = CollKind::kAllGather;
+  a.send = send;
+  a.recv = recv;
+  a.count = sendCount;
+  a.dtype = dtype;
+  a.stream = stream;
+  return runCollective(*impl_, a, "allGather");
+}
+
+Status Communicator::checkError() {
+  if (!impl_ || impl_->destroyed) return TPCOMM_INVALID("checkError: the communicator was destroyed");
+  const AsyncError& e = impl_->ctx->asyncError;
+  uint32_t w = e.word ? *e.word : 0;
+  if (w == 0) return Status::kOk;
+  Status s = static_cast<Status>(w & 0xffffu);
+  int peer = static_cast<int>(w >> 16) - 1;
+  if (s == Status::kTimeout)
+    return setError(s, __FILE__, __LINE__, "rank %d: a collective timed out after %d ms waiting for rank %d; the communicator is unusable",
+                    impl_->ctx->rank, impl_->ctx->timeoutMs, peer);
+  return setError(s, __FILE__, __LINE__, "rank %d: an earlier collective failed (peer %d)", impl_->ctx->rank, peer);
+}
+
+Status Communicator::destroy() {
+  clearError();
+  if (!impl_ || impl_->destroyed) return TPCOMM_INVALID("destroy: the communicator was already destroyed");
+  CommContext& c = *impl_->ctx;
+  Status result = Status::kOk;
+  {
+    DeviceGuard guard(c.device);
+#ifdef TPCOMM_HAVE_CUDA
+    // Kernels in flight read transport memory; every wait in them is bounded, so this returns.
+    // A createGroup communicator is destroyed by the one thread that drives all ranks, so it
+    // cannot wait for its peers at a barrier: it drains every device of the group instead.
+    if (c.device >= 0) {
+      for (const RankDevice& d : c.topo.ranks) {
+        bool drain = d.cudaDevice == c.device || (impl_->ownedBootstrap && d.processId == c.topo.ranks[c.rank].processId);
+        if (drain && (cudaSetDevice(d.cudaDevice) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)) cudaGetLastError();
+      }
+      cudaSetDevice(c.device);
+    }
+#endif
+    // No peer may still read our buffers when we free them.
+    if (c.nRanks > 1 && c.bootstrap && !impl_->ownedBootstrap) result = c.bootstrap->barrier();
+    impl_->algos.clear();
+    impl_->algoList.clear();
+    c.nccl.reset();
+    c.p2p.reset();
+    c.hostStaged.reset();
+#ifdef TPCOMM_HAVE_CUDA
+    if (c.device >= 0 && c.asyncError.word) cudaFreeHost(const_cast<uint32_t*>(c.asyncError.word));
+#endif
+    c.asyncError = AsyncError{};
+  }
+  impl_->destroyed = true;
+  return result;
+}
+
+const char* Communicator::lastAlgorithm() const { return impl_ ? impl_->lastAlgorithm.c_str() : "none"; }
+int Communicator::rank() const { return impl_ && impl_->ctx ? impl_->ctx->rank : -1; }
+int Communicator::size() const { return impl_ && impl_->ctx ? impl_->ctx->nRanks : 0; }
+int Communicator::device() const { return impl_ && impl_->ctx ? impl_->ctx->device : -1; }
+
+const char* collKindName(CollKind k) {
+  switch (k) {
+    case CollKind::kAllReduce: return "allReduce";
+    case CollKind::kReduceScatter: return "reduceScatter";
+    case CollKind::kAllGather: return "allGather";
+  }
+  return "invalid";
+}
+
+}  // namespace tpcomm

@@ -1,0 +1,53 @@
+#include "collectives/selector.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace tpcomm {
+
+std::vector<Candidate> selectAlgorithms(const std::vector<Algorithm*>& algos, const Topology& topo,
+                                        const AlgoQuery& q, const AlgoOverride& ovr) {
+  std::vector<Candidate> byCost;
+  for (Algorithm* a : algos) {
+    if (!a->available() || ovr.excludes(a->name())) continue;
+    std::string why;
+    if (!a->supports(topo, q, &why)) continue;
+    byCost.push_back({a, a->costUs(topo, q), false});
+  }
+  // stable: equal costs keep registry order, so the choice is deterministic on every rank.
+  std::stable_sort(byCost.begin(), byCost.end(),
+                   [](const Candidate& x, const Candidate& y) { return x.costUs < y.costUs; });
+  std::vector<Candidate> out;
+  for (const std::string& name : ovr.forcedFor(q.bytes)) {
+    for (Candidate& c : byCost)
+      if (!c.forced && name == c.algo->name()) {
+        c.forced = true;
+        out.push_back(c);
+      }
+  }
+  for (const Candidate& c : byCost)
+    if (!c.forced) out.push_back(c);
+  return out;
+}
+
+std::string describeSelection(const std::vector<Algorithm*>& algos, const Topology& topo,
+                              const AlgoOverride& ovr, DataType dtype, bool capturing) {
+  std::string out;
+  char line[256];
+  for (size_t bytes = 1024; bytes <= (1ull << 30); bytes *= 4) {
+    AlgoQuery q{CollKind::kAllReduce, dtype, ReduceOp::kSum, bytes, capturing};
+    std::vector<Candidate> c = selectAlgorithms(algos, topo, q, ovr);
+    const char* unit = bytes >= (1u << 30) ? "G" : bytes >= (1u << 20) ? "M" : "K";
+    size_t v = bytes >= (1u << 30) ? bytes >> 30 : bytes >= (1u << 20) ? bytes >> 20 : bytes >> 10;
+    if (c.empty()) {
+      std::snprintf(line, sizeof(line), "  %6zu%s  (no algorithm)\n", v, unit);
+    } else {
+      std::snprintf(line, sizeof(line), "  %6zu%s  %-14s %9.1f us%s   next: %s\n", v, unit, c[0].algo->name(),
+                    c[0].costUs, c[0].forced ? " (TPCOMM_ALGO)" : "", c.size() > 1 ? c[1].algo->name() : "-");
+    }
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace tpcomm

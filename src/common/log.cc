@@ -1,0 +1,101 @@
+#include "common/log.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "common/params.h"
+
+namespace tpcomm {
+namespace {
+
+std::atomic<int> gLevel{-1};
+std::atomic<unsigned> gSubsys{kAllSubsys};
+
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+unsigned subsysBit(const std::string& name) {
+  if (name == "INIT") return kInit;
+  if (name == "TOPO") return kTopo;
+  if (name == "TUNE") return kTune;
+  if (name == "COLL") return kColl;
+  if (name == "BOOT") return kBoot;
+  if (name == "ALL") return kAllSubsys;
+  return 0;
+}
+
+void configure() {
+  std::string level = upper(paramString(ParamId::kDebug));
+  int l = static_cast<int>(LogLevel::kWarn);
+  if (level == "NONE" || level == "0") l = static_cast<int>(LogLevel::kNone);
+  else if (level == "INFO") l = static_cast<int>(LogLevel::kInfo);
+  else if (level == "TRACE") l = static_cast<int>(LogLevel::kTrace);
+  std::string list = upper(paramString(ParamId::kDebugSubsys));
+  bool invert = !list.empty() && list[0] == '^';
+  if (invert) list.erase(0, 1);
+  unsigned mask = 0;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) mask |= subsysBit(item);
+  if (invert) mask = kAllSubsys & ~mask;
+  if (list.empty()) mask = kAllSubsys;
+  gSubsys.store(mask);
+  gLevel.store(l);
+}
+
+const char* levelName(LogLevel l) {
+  switch (l) {
+    case LogLevel::kWarn: return "WARN";
+    case LogLevel::kInfo: return "INFO";
+    case LogLevel::kTrace: return "TRACE";
+    default: return "";
+  }
+}
+
+const char* subsysName(unsigned s) {
+  switch (s) {
+    case kInit: return "INIT";
+    case kTopo: return "TOPO";
+    case kTune: return "TUNE";
+    case kColl: return "COLL";
+    case kBoot: return "BOOT";
+    default: return "ALL";
+  }
+}
+
+}  // namespace
+
+void reloadLogConfig() { configure(); }
+
+bool logEnabled(LogLevel level, unsigned subsys) {
+  if (gLevel.load(std::memory_order_relaxed) < 0) configure();
+  if (static_cast<int>(level) > gLevel.load(std::memory_order_relaxed)) return false;
+  // Warnings always print regardless of the subsystem filter.
+  return level == LogLevel::kWarn || (gSubsys.load(std::memory_order_relaxed) & subsys) != 0;
+}
+
+void logMessage(LogLevel level, unsigned subsys, const char* file, int line, const char* fmt, ...) {
+  char host[64] = "?";
+  gethostname(host, sizeof(host) - 1);
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  const char* base = std::strrchr(file, '/');
+  std::fprintf(stderr, "%s:%d:%ld tpcomm %s %s %s (%s:%d)\n", host, static_cast<int>(getpid()),
+               static_cast<long>(syscall(SYS_gettid)), levelName(level), subsysName(subsys), msg,
+               base ? base + 1 : file, line);
+}
+
+}  // namespace tpcomm

@@ -1,0 +1,52 @@
+// Every environment parameter of tpcomm, in one table: name (after the TPCOMM_ prefix), default,
+// help. Values are parsed by value, never by presence: TPCOMM_X=0 means off. Read once and
+// cached; tests may call reloadParams() after changing the environment.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tpcomm {
+
+// X(Id, "NAME", "default", "help")
+#define TPCOMM_PARAM_TABLE(X)                                                                    \
+  X(Debug, "DEBUG", "WARN", "log level: NONE, WARN, INFO, TRACE (like NCCL_DEBUG)")              \
+  X(DebugSubsys, "DEBUG_SUBSYS", "ALL", "comma list of INIT,TOPO,TUNE,COLL,BOOT,ALL; ^ excludes") \
+  X(Algo, "ALGO", "", "selection override: '0-64K:oneshot_p2p,64K-inf:twoshot_p2p' or '^ring_nccl'") \
+  X(TimeoutMs, "TIMEOUT_MS", "10000", "bound on every wait for a peer (ms)")                     \
+  X(Nccl, "NCCL", "1", "create an NCCL communicator for the ring_nccl path (0: never)")          \
+  X(Multicast, "MULTICAST", "1", "allow NVSwitch multicast where the device supports it (0: never)") \
+  X(StagedChunkBytes, "STAGED_CHUNK_BYTES", "1048576", "staged_host: bytes per pipeline slot per rank") \
+  X(StagedSlots, "STAGED_SLOTS", "4", "staged_host: pipeline slots per rank (>= 2)")             \
+  X(StagedBlocks, "STAGED_BLOCKS", "16", "staged_host: CUDA blocks per role (publish, reduce)")  \
+  X(HostThreads, "HOST_THREADS", "0", "reserved: host reduction threads per rank (0: the caller's thread)")
+
+enum class ParamId : int {
+#define TPCOMM_PARAM_ENUM(id, name, def, help) k##id,
+  TPCOMM_PARAM_TABLE(TPCOMM_PARAM_ENUM)
+#undef TPCOMM_PARAM_ENUM
+      kCount
+};
+
+struct ParamInfo {
+  const char* name;          // without the TPCOMM_ prefix
+  const char* defaultValue;  // as text
+  const char* help;
+  std::string value;         // in force (environment or default)
+  bool fromEnv;
+};
+
+/// The table with the values in force.
+const std::vector<ParamInfo>& params();
+/// Re-reads the environment (tests).
+void reloadParams();
+/// Text value of a parameter.
+const std::string& paramString(ParamId id);
+/// Integer value; a malformed value logs a warning once and yields the default.
+int64_t paramInt(ParamId id);
+
+/// Strict integer parse with optional K/M/G (binary) suffix; false on any junk.
+bool parseSize(const std::string& text, uint64_t* out);
+
+}  // namespace tpcomm

@@ -1,0 +1,239 @@
+#include "topology/topology.h"
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/params.h"
+
+namespace tpcomm {
+
+const char* linkKindName(LinkKind k) {
+  switch (k) {
+    case LinkKind::kNone: return "none";
+    case LinkKind::kPcie: return "pcie";
+    case LinkKind::kPcieP2p: return "pcie_p2p";
+    case LinkKind::kNvlink: return "nvlink";
+    case LinkKind::kNvswitch: return "nvswitch";
+    case LinkKind::kSelf: return "self";
+  }
+  return "invalid";
+}
+
+bool parseLinkKind(const std::string& s, LinkKind* out) {
+  for (LinkKind k : {LinkKind::kNone, LinkKind::kPcie, LinkKind::kPcieP2p, LinkKind::kNvlink,
+                     LinkKind::kNvswitch, LinkKind::kSelf}) {
+    if (s == linkKindName(k)) {
+      *out = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Topology::allHost() const {
+  for (const RankDevice& r : ranks)
+    if (r.cudaDevice >= 0) return false;
+  return true;
+}
+
+bool Topology::allGpu() const {
+  for (const RankDevice& r : ranks)
+    if (r.cudaDevice < 0) return false;
+  return !ranks.empty();
+}
+
+bool Topology::singleNode() const {
+  for (const RankDevice& r : ranks)
+    if (r.hostId != ranks[0].hostId) return false;
+  return true;
+}
+
+bool Topology::singleProcess() const {
+  for (const RankDevice& r : ranks)
+    if (r.hostId != ranks[0].hostId || r.processId != ranks[0].processId) return false;
+  return true;
+}
+
+LinkKind Topology::weakestLink() const {
+  LinkKind weakest = LinkKind::kSelf;
+  for (int a = 0; a < nRanks(); ++a)
+    for (int b = 0; b < nRanks(); ++b)
+      if (a != b && static_cast<int>(links[a][b].kind) < static_cast<int>(weakest)) weakest = links[a][b].kind;
+  return weakest;
+}
+
+bool Topology::allPairsP2p() const {
+  for (int a = 0; a < nRanks(); ++a)
+    for (int b = 0; b < nRanks(); ++b) {
+      if (a == b) continue;
+      const PeerLink& l = links[a][b];
+      bool p2pKind = l.kind == LinkKind::kPcieP2p || l.kind == LinkKind::kNvlink || l.kind == LinkKind::kNvswitch;
+      if (!p2pKind || !l.p2pVerified) return false;
+    }
+  return allGpu() && singleNode();
+}
+
+bool Topology::allPairsNvlink() const {
+  LinkKind w = weakestLink();
+  return allPairsP2p() && (w == LinkKind::kNvlink || w == LinkKind::kNvswitch || w == LinkKind::kSelf);
+}
+
+bool multicastDisabledByEnv(std::string* why) {
+  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
+  if (nvls && std::string(nvls) == "0") {
+    if (why) *why = "disabled by NCCL_NVLS_ENABLE=0";
+    return true;
+  }
+  if (paramString(ParamId::kMulticast) == "0") {
+    if (why) *why = "disabled by TPCOMM_MULTICAST=0";
+    return true;
+  }
+  return false;
+}
+
+bool Topology::multicastUsable(std::string* why) const {
+  std::string reason;
+  if (nRanks() < 3) {
+    reason = "needs more than two ranks on one NVSwitch";
+  } else if (!allGpu() || !singleNode()) {
+    reason = "needs GPU ranks on one node";
+  } else if (weakestLink() != LinkKind::kNvswitch) {
+    reason = "needs every pair linked through an NVSwitch";
+  } else {
+    for (const RankDevice& r : ranks)
+      if (!r.multicastSupported) reason = "device does not report CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED";
+  }
+  // The environment gate is checked live, not only from the probed flag: a fixture saying
+  // "allowed" must still stay closed under NCCL_NVLS_ENABLE=0 or TPCOMM_MULTICAST=0.
+  std::string envWhy;
+  if (reason.empty() && multicastDisabledByEnv(&envWhy)) reason = envWhy;
+  if (reason.empty() && !multicastAllowedByEnv) reason = multicastWhyNot.empty() ? "not allowed by the probe" : multicastWhyNot;
+  if (why) *why = reason;
+  return reason.empty();
+}
+
+Status Topology::validate() const {
+  int n = nRanks();
+  if (n <= 0) return TPCOMM_INVALID("topology: no ranks");
+  if (static_cast<int>(links.size()) != n) return TPCOMM_INVALID("topology: links has %zu rows, expected %d", links.size(), n);
+  for (int a = 0; a < n; ++a) {
+    if (static_cast<int>(links[a].size()) != n)
+      return TPCOMM_INVALID("topology: links[%d] has %zu entries, expected %d", a, links[a].size(), n);
+    if (links[a][a].kind != LinkKind::kSelf) return TPCOMM_INVALID("topology: links[%d][%d] must be 'self'", a, a);
+  }
+  return Status::kOk;
+}
+
+std::string Topology::toJson() const {
+  nlohmann::json j;
+  j["multicast_allowed_by_env"] = multicastAllowedByEnv;
+  j["multicast_why_not"] = multicastWhyNot;
+  for (const RankDevice& r : ranks) {
+    j["ranks"].push_back({{"cuda_device", r.cudaDevice}, {"name", r.name}, {"cc_major", r.ccMajor},
+                          {"cc_minor", r.ccMinor}, {"sm_count", r.smCount}, {"bus_id", r.busId},
+                          {"uuid", r.uuid}, {"numa_node", r.numaNode}, {"host_id", r.hostId},
+                          {"process_id", r.processId}, {"multicast_supported", r.multicastSupported}});
+  }
+  for (const auto& row : links) {
+    nlohmann::json jrow = nlohmann::json::array();
+    for (const PeerLink& l : row)
+      jrow.push_back({{"kind", linkKindName(l.kind)}, {"nvlinks", l.nvlinks},
+                      {"p2p_verified", l.p2pVerified}, {"atomics", l.atomics}, {"why", l.why}});
+    j["links"].push_back(jrow);
+  }
+  return j.dump(1);
+}
+
+Status Topology::fromJson(const std::string& text, Topology* out) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return TPCOMM_INVALID("topology JSON: not valid JSON");
+  if (!j.is_object() || !j.contains("ranks") || !j["ranks"].is_array() || !j.contains("links") || !j["links"].is_array())
+    return TPCOMM_INVALID("topology JSON: expected an object with arrays 'ranks' and 'links'");
+  Topology t;
+  // value() with a default never throws for missing keys, but throws on a type mismatch:
+  // catch that here so no exception leaves the library.
+  try {
+    t.multicastAllowedByEnv = j.value("multicast_allowed_by_env", false);
+    t.multicastWhyNot = j.value("multicast_why_not", std::string());
+    for (const auto& r : j["ranks"]) {
+      RankDevice d;
+      d.cudaDevice = r.value("cuda_device", -1);
+      d.name = r.value("name", std::string());
+      d.ccMajor = r.value("cc_major", 0);
+      d.ccMinor = r.value("cc_minor", 0);
+      d.smCount = r.value("sm_count", 0);
+      d.busId = r.value("bus_id", std::string());
+      d.uuid = r.value("uuid", std::string());
+      d.numaNode = r.value("numa_node", -1);
+      d.hostId = r.value("host_id", 0);
+      d.processId = r.value("process_id", 0);
+      d.multicastSupported = r.value("multicast_supported", false);
+      t.ranks.push_back(d);
+    }
+    for (const auto& row : j["links"]) {
+      if (!row.is_array()) return TPCOMM_INVALID("topology JSON: each 'links' row must be an array");
+      std::vector<PeerLink> links;
+      for (const auto& l : row) {
+        PeerLink p;
+        std::string kind = l.value("kind", std::string("none"));
+        if (!parseLinkKind(kind, &p.kind)) return TPCOMM_INVALID("topology JSON: unknown link kind '%s'", kind.c_str());
+        p.nvlinks = l.value("nvlinks", 0);
+        p.p2pVerified = l.value("p2p_verified", false);
+        p.atomics = l.value("atomics", false);
+        p.why = l.value("why", std::string());
+        links.push_back(p);
+      }
+      t.links.push_back(links);
+    }
+  } catch (const std::exception& e) {
+    return TPCOMM_INVALID("topology JSON: %s", e.what());
+  }
+  TPCOMM_TRY(t.validate());
+  *out = std::move(t);
+  return Status::kOk;
+}
+
+Topology Topology::uniform(int n, LinkKind kind, int nvlinks, bool sameProcess) {
+  Topology t;
+  for (int i = 0; i < n; ++i) {
+    RankDevice d;
+    d.cudaDevice = i;
+    d.name = "fixture GPU";
+    d.ccMajor = 9;
+    d.smCount = 132;
+    d.processId = sameProcess ? 0 : i;
+    t.ranks.push_back(d);
+  }
+  t.links.assign(n, std::vector<PeerLink>(n));
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b) {
+      PeerLink& l = t.links[a][b];
+      if (a == b) {
+        l.kind = LinkKind::kSelf;
+        continue;
+      }
+      l.kind = kind;
+      l.nvlinks = kind == LinkKind::kNvlink || kind == LinkKind::kNvswitch ? nvlinks : 0;
+      l.p2pVerified = kind == LinkKind::kPcieP2p || kind == LinkKind::kNvlink || kind == LinkKind::kNvswitch;
+      l.atomics = kind == LinkKind::kNvlink || kind == LinkKind::kNvswitch;
+      if (!l.p2pVerified) l.why = "no peer access";
+    }
+  return t;
+}
+
+Topology Topology::host(int n, bool sameProcess) {
+  Topology t = uniform(n, LinkKind::kNone, 0, sameProcess);
+  for (int i = 0; i < n; ++i) {
+    t.ranks[i].cudaDevice = -1;
+    t.ranks[i].name = "host";
+    t.ranks[i].ccMajor = 0;
+    t.ranks[i].smCount = 0;
+  }
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b)
+      if (a != b) t.links[a][b].why = "host ranks";
+  return t;
+}
+
+}  // namespace tpcomm

@@ -1,0 +1,215 @@
+#include "transports/host_staged.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#ifdef TPCOMM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "collectives/comm_context.h"
+#include "common/error.h"
+
+namespace tpcomm {
+
+namespace {
+constexpr int kMaxRanks = 64;
+constexpr uint64_t kMagic = 0x7470636f6d6d3031ull;  // "tpcomm01"
+constexpr size_t kAlign = 128;
+size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+}  // namespace
+
+struct HostStagedTransport::Header {
+  uint64_t magic;
+  alignas(64) std::atomic<uint32_t> arrived;
+  alignas(64) std::atomic<uint32_t> generation;
+  alignas(64) std::atomic<int32_t> refcount;
+  int32_t cudaRegistered;  // threads mode: rank 0 registered the segment with CUDA
+  struct Pointers {
+    const void* send;
+    void* recv;
+  } pointers[kMaxRanks];
+};
+
+Status HostStagedTransport::create(CommContext& ctx, const Geometry& g, std::unique_ptr<HostStagedTransport>* out) {
+  const Topology& topo = ctx.topo;
+  if (!topo.singleNode()) return TPCOMM_ERROR(kNotSupported, "host_staged: ranks span several nodes");
+  if (ctx.nRanks > kMaxRanks) return TPCOMM_ERROR(kNotSupported, "host_staged: %d ranks exceed %d", ctx.nRanks, kMaxRanks);
+  if (g.slots < 2 || g.blocks < 1 || g.chunkBytes < 4096 || g.chunkBytes % 4096)
+    return TPCOMM_INVALID("host_staged: geometry slots=%d (>= 2) blocks=%d (>= 1) chunkBytes=%zu (multiple of 4096)",
+                          g.slots, g.blocks, g.chunkBytes);
+  std::unique_ptr<HostStagedTransport> t(new HostStagedTransport());
+  t->geo_ = g;
+  t->rank_ = ctx.rank;
+  t->nRanks_ = ctx.nRanks;
+  t->timeoutMs_ = ctx.timeoutMs;
+  t->sameProcess_ = topo.singleProcess();
+  size_t flagsBytes = alignUp(sizeof(uint64_t) * 2 * ctx.nRanks * g.slots * g.blocks, kAlign);
+  t->flagsOffset_ = alignUp(sizeof(Header), 4096);
+  t->slotsOffset_ = alignUp(t->flagsOffset_ + flagsBytes, 4096);
+  t->resultOffset_ = t->slotsOffset_ + g.chunkBytes * g.slots * ctx.nRanks;
+  t->bytes_ = t->resultOffset_ + g.chunkBytes * g.slots;
+
+  // Rank 0 makes the segment and shares its address (threads) or name (processes). Everyone
+  // takes part in every exchange, failed or not, so no rank is left waiting.
+  struct Offer {
+    uint64_t address;
+    int32_t ok;
+    char name[52];
+  } mine{}, all[kMaxRanks];
+  if (ctx.rank == 0) {
+    if (t->sameProcess_) {
+      void* p = std::aligned_alloc(4096, alignUp(t->bytes_, 4096));
+      if (p) {
+        std::memset(p, 0, t->bytes_);
+        mine.address = reinterpret_cast<uint64_t>(p);
+        mine.ok = 1;
+      }
+    } else {
+      static std::atomic<unsigned> counter{0};
+      std::snprintf(mine.name, sizeof(mine.name), "/tpcomm-%d-%u-%08x", static_cast<int>(getpid()), counter++,
+                    static_cast<unsigned>(std::random_device{}()));
+      int fd = shm_open(mine.name, O_CREAT | O_EXCL | O_RDWR, 0600);
+      // posix_fallocate reserves the pages now: on a full /dev/shm it fails here with ENOSPC
+      // instead of a SIGBUS at first touch.
+      if (fd >= 0 && posix_fallocate(fd, 0, static_cast<off_t>(t->bytes_)) == 0) {
+        void* p = mmap(nullptr, t->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED) {
+          mine.address = reinterpret_cast<uint64_t>(p);
+          mine.ok = 1;
+        }
+      }
+      if (!mine.ok) {
+        int err = errno;
+        if (fd >= 0) shm_unlink(mine.name);
+        TPCOMM_WARN(kInit, "host_staged: shared memory %s of %zu bytes: %s", mine.name, t->bytes_, std::strerror(err));
+      }
+      if (fd >= 0) close(fd);
+    }
+    if (mine.ok) {
+      t->base_ = reinterpret_cast<char*>(mine.address);
+      Header* h = t->header();
+      h->magic = kMagic;
+      h->refcount.store(0);
+    }
+  }
+  TPCOMM_TRY(ctx.bootstrap->allGather(&mine, all, sizeof(Offer)));
+  if (!all[0].ok) return TPCOMM_ERROR(kSystemError, "host_staged: rank 0 could not create the %zu-byte shared segment", t->bytes_);
+  int ok = 1;
+  if (ctx.rank != 0) {
+    if (t->sameProcess_) {
+      t->base_ = reinterpret_cast<char*>(all[0].address);
+    } else {
+      int fd = shm_open(all[0].name, O_RDWR, 0600);
+      void* p = fd >= 0 ? mmap(nullptr, t->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+      if (fd >= 0) close(fd);
+      if (p == MAP_FAILED) {
+        ok = 0;
+        TPCOMM_WARN(kInit, "host_staged: rank %d cannot map %s: %s", ctx.rank, all[0].name, std::strerror(errno));
+      } else {
+        t->base_ = static_cast<char*>(p);
+      }
+    }
+  }
+  if (ok && t->header()->magic != kMagic) ok = 0;
+#ifdef TPCOMM_HAVE_CUDA
+  // Pin and map for the GPU. Threads of one process share one registration (Portable makes it
+  // valid in every device's context); each process registers its own mapping.
+  if (ok && ctx.device >= 0 && (!t->sameProcess_ || ctx.rank == 0)) {
+    cudaError_t e = cudaHostRegister(t->base_, t->bytes_, cudaHostRegisterPortable | cudaHostRegisterMapped);
+    if (e != cudaSuccess) {
+      TPCOMM_WARN(kInit, "host_staged: cudaHostRegister of %zu bytes failed: %s", t->bytes_, cudaGetErrorString(e));
+      cudaGetLastError();
+      ok = 0;
+    } else {
+      t->cudaRegistered_ = true;
+      t->header()->cudaRegistered = 1;
+    }
+  }
+#endif
+  if (ok) t->header()->refcount.fetch_add(1);
+  int oks[kMaxRanks];
+  Status s = ctx.bootstrap->allGather(&ok, oks, sizeof(int));
+  if (ctx.rank == 0 && !t->sameProcess_) shm_unlink(all[0].name);  // every rank has mapped (or failed)
+  TPCOMM_TRY(s);
+  for (int r = 0; r < ctx.nRanks; ++r)
+    if (!oks[r]) return TPCOMM_ERROR(kSystemError, "host_staged: rank %d could not map or register the shared segment", r);
+#ifdef TPCOMM_HAVE_CUDA
+  if (ctx.device >= 0) {
+    void* dptr = nullptr;
+    if (cudaHostGetDevicePointer(&dptr, t->base_, 0) != cudaSuccess || dptr != t->base_) {
+      cudaGetLastError();
+      return TPCOMM_ERROR(kNotSupported, "host_staged: mapped host memory has no identical device address (no UVA)");
+    }
+  }
+#endif
+  *out = std::move(t);
+  return Status::kOk;
+}
+
+HostStagedTransport::~HostStagedTransport() {
+  if (!base_) return;
+  Header* h = header();
+  bool last = h->refcount.fetch_sub(1) == 1;
+#ifdef TPCOMM_HAVE_CUDA
+  // Threads mode: the registration belongs to the process and goes with the memory.
+  bool unregister = sameProcess_ ? last && h->cudaRegistered : cudaRegistered_;
+  if (unregister && cudaHostUnregister(base_) != cudaSuccess) cudaGetLastError();
+#endif
+  if (sameProcess_) {
+    if (last) std::free(base_);
+  } else {
+    munmap(base_, bytes_);
+  }
+}
+
+char* HostStagedTransport::slot(int r, int s) const {
+  return base_ + slotsOffset_ + (static_cast<size_t>(r) * geo_.slots + s) * geo_.chunkBytes;
+}
+char* HostStagedTransport::result() const { return base_ + resultOffset_; }
+uint64_t* HostStagedTransport::readyFlags() const { return reinterpret_cast<uint64_t*>(base_ + flagsOffset_); }
+uint64_t* HostStagedTransport::consumedFlags() const {
+  return readyFlags() + static_cast<size_t>(nRanks_) * geo_.slots * geo_.blocks;
+}
+
+Status HostStagedTransport::barrier() {
+  Header* h = header();
+  uint32_t gen = h->generation.load(std::memory_order_acquire);
+  if (h->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(nRanks_)) {
+    h->arrived.store(0, std::memory_order_relaxed);
+    h->generation.fetch_add(1, std::memory_order_acq_rel);
+    return Status::kOk;
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs_);
+  for (uint64_t spin = 0; h->generation.load(std::memory_order_acquire) == gen; ++spin) {
+    if (spin < 2000) continue;
+    // More ranks than cores is common (tests, CI): yield so the rank we wait for can run.
+    std::this_thread::yield();
+    if ((spin & 255) == 0 && std::chrono::steady_clock::now() > deadline)
+      return TPCOMM_ERROR(kTimeout, "host_staged: rank %d waited %d ms at a barrier; %u of %d ranks arrived", rank_,
+                          timeoutMs_, h->arrived.load(), nRanks_);
+  }
+  return Status::kOk;
+}
+
+Status HostStagedTransport::exchangePointers(const void* send, void* recv, const void** sends, void** recvs) {
+  if (!sameProcess_) return TPCOMM_ERROR(kInternal, "host_staged: pointer exchange needs threads of one process");
+  Header* h = header();
+  h->pointers[rank_] = {send, recv};
+  TPCOMM_TRY(barrier());
+  for (int r = 0; r < nRanks_; ++r) {
+    sends[r] = h->pointers[r].send;
+    recvs[r] = h->pointers[r].recv;
+  }
+  return Status::kOk;
+}
+
+}  // namespace tpcomm

@@ -1,0 +1,84 @@
+// host_staged: ranks meet in host memory. Across processes of one node the segment is POSIX
+// shared memory (created 0600 under a unique name by rank 0, unlinked as soon as every rank has
+// mapped it); between threads of one process it is plain memory. GPU ranks register the segment
+// with CUDA (pinned, device-mapped) so kernels stream straight to and from it.
+//
+// Segment layout (every region 128-byte aligned):
+//   Header        barrier words, refcount, per-rank pointer table (threads mode)
+//   flags         ready[rank][slot][block], consumed[rank][slot][block] (u64 sequence numbers)
+//   slots         [rank][slot][chunkBytes] staging data
+//   result        [slots * chunkBytes] shared result area (host ranks across processes)
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tpcomm/status.h"
+
+namespace tpcomm {
+
+struct CommContext;
+
+class HostStagedTransport {
+ public:
+  struct Geometry {
+    size_t chunkBytes = 1 << 20;  ///< bytes per slot
+    int slots = 4;                ///< pipeline depth
+    int blocks = 16;              ///< GPU blocks per role; one flag per (rank, slot, block)
+  };
+
+  /// Collective over ctx.bootstrap. Requires all ranks on one node.
+  static Status create(CommContext& ctx, const Geometry& g, std::unique_ptr<HostStagedTransport>* out);
+  ~HostStagedTransport();
+
+  const Geometry& geometry() const { return geo_; }
+  bool sameProcess() const { return sameProcess_; }
+  int rank() const { return rank_; }
+  int nRanks() const { return nRanks_; }
+
+  /// Staging slot `slot` of rank `r` (host address; on GPU ranks also the device address:
+  /// with unified addressing a mapped host allocation has the same pointer on the device).
+  char* slot(int r, int slot) const;
+  /// All of rank r's slots as one contiguous buffer of slots * chunkBytes.
+  char* slots(int r) const { return slot(r, 0); }
+  size_t slotsBytes() const { return geo_.chunkBytes * geo_.slots; }
+  /// Shared result area of slots * chunkBytes bytes.
+  char* result() const;
+  /// Flag arrays for the GPU pipeline: index [(rank * slots + slot) * blocks + block].
+  uint64_t* readyFlags() const;
+  uint64_t* consumedFlags() const;
+
+  /// Host-side barrier over the segment (spin, then yield), bounded by timeoutMs.
+  Status barrier();
+  /// Threads mode only: publishes this rank's (send, recv) pointers for the current call and
+  /// returns every rank's. Includes a barrier.
+  Status exchangePointers(const void* send, void* recv, const void** sends, void** recvs);
+
+  /// Next sequence number base for a GPU pipeline of `chunks` chunks (same on every rank
+  /// because every rank runs the same calls in the same order).
+  uint64_t takeSequence(uint64_t chunks) {
+    uint64_t base = sequence_;
+    sequence_ += chunks;
+    return base;
+  }
+
+ private:
+  HostStagedTransport() = default;
+  struct Header;
+  Header* header() const { return reinterpret_cast<Header*>(base_); }
+
+  Geometry geo_;
+  int rank_ = 0, nRanks_ = 1, timeoutMs_ = 10000;
+  bool sameProcess_ = false;
+  bool cudaRegistered_ = false;
+  char* base_ = nullptr;
+  size_t bytes_ = 0;
+  size_t flagsOffset_ = 0, slotsOffset_ = 0, resultOffset_ = 0;
+  uint64_t sequence_ = 0;
+  unsigned barrierSense_ = 0;
+};
+
+}  // namespace tpcomm

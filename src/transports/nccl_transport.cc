@@ -1,0 +1,105 @@
+#include "transports/nccl_transport.h"
+
+#include <cstring>
+#include <vector>
+
+#include "collectives/comm_context.h"
+#include "common/error.h"
+
+#ifdef TPCOMM_HAVE_NCCL
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#endif
+
+namespace tpcomm {
+
+#ifdef TPCOMM_HAVE_NCCL
+namespace {
+
+ncclDataType_t toNccl(DataType t) {
+  switch (t) {
+    case DataType::kF32: return ncclFloat32;
+    case DataType::kF16: return ncclFloat16;
+    default: return ncclBfloat16;
+  }
+}
+
+ncclRedOp_t toNccl(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kMax: return ncclMax;
+    default: return ncclMin;
+  }
+}
+
+class NcclTransportImpl : public NcclTransport {
+ public:
+  explicit NcclTransportImpl(ncclComm_t c) : comm_(c) {}
+  ~NcclTransportImpl() override {
+    if (comm_) ncclCommDestroy(comm_);
+  }
+  void* handle() const override { return comm_; }
+  Status run(const CollArgs& a) override {
+    ncclResult_t r;
+    switch (a.kind) {
+      case CollKind::kAllReduce:
+        r = ncclAllReduce(a.send, a.recv, a.count, toNccl(a.dtype), toNccl(a.op), comm_, a.stream);
+        break;
+      case CollKind::kReduceScatter:
+        r = ncclReduceScatter(a.send, a.recv, a.count, toNccl(a.dtype), toNccl(a.op), comm_, a.stream);
+        break;
+      default:
+        r = ncclAllGather(a.send, a.recv, a.count, toNccl(a.dtype), comm_, a.stream);
+        break;
+    }
+    if (r != ncclSuccess) return TPCOMM_ERROR(kRemoteError, "NCCL %s: %s", collKindName(a.kind), ncclGetErrorString(r));
+    return Status::kOk;
+  }
+
+ private:
+  ncclComm_t comm_;
+};
+
+}  // namespace
+
+Status NcclTransport::create(CommContext& ctx, std::unique_ptr<NcclTransport>* out) {
+  if (ctx.device < 0) return TPCOMM_ERROR(kNotSupported, "nccl: host ranks");
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  int ok = 1;
+  if (ctx.rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) ok = 0;
+  struct Offer {
+    int ok;
+    ncclUniqueId id;
+  } mine{ok, id};
+  std::vector<Offer> all(ctx.nRanks);
+  TPCOMM_TRY(ctx.bootstrap->allGather(&mine, all.data(), sizeof(Offer)));
+  if (!all[0].ok) return TPCOMM_ERROR(kNotSupported, "nccl: ncclGetUniqueId failed on rank 0");
+  ncclComm_t comm = nullptr;
+  ncclResult_t r = ncclCommInitRank(&comm, ctx.nRanks, all[0].id, ctx.rank);
+  if (r != ncclSuccess) return TPCOMM_ERROR(kNotSupported, "nccl: ncclCommInitRank: %s", ncclGetErrorString(r));
+  out->reset(new NcclTransportImpl(comm));
+  return Status::kOk;
+}
+
+Status ncclGroupStartIfAny() {
+  ncclResult_t r = ncclGroupStart();
+  return r == ncclSuccess ? Status::kOk : TPCOMM_ERROR(kRemoteError, "ncclGroupStart: %s", ncclGetErrorString(r));
+}
+
+Status ncclGroupEndIfAny() {
+  ncclResult_t r = ncclGroupEnd();
+  return r == ncclSuccess ? Status::kOk : TPCOMM_ERROR(kRemoteError, "ncclGroupEnd: %s", ncclGetErrorString(r));
+}
+
+#else
+
+Status NcclTransport::create(CommContext&, std::unique_ptr<NcclTransport>*) {
+  return TPCOMM_ERROR(kNotSupported, "nccl: tpcomm was built without NCCL (TPCOMM_WITH_NCCL)");
+}
+Status ncclGroupStartIfAny() { return Status::kOk; }
+Status ncclGroupEndIfAny() { return Status::kOk; }
+
+#endif
+
+}  // namespace tpcomm
