@@ -1,0 +1,40 @@
+// engine.h: the three forward passes speculative decoding needs, as one interface implemented by
+// the CPU reference (cpu_model) and the GPU decoder (gpu_model). The decoding loop (speculative.h)
+// is written once against it. Every rank of a tensor-parallel group runs the same calls with the
+// same tokens, in the same order; the results (greedy tokens) are identical on all ranks.
+//
+// Cache convention. Target KV slot p holds token t_p at rotary position p. MTP KV slot s holds
+// the pair (h_s, t_{s+1}) -- the target's final hidden state at position s and the next token --
+// at rotary position s+1, and its output predicts t_{s+2}. "Rollback" is only a length: slots
+// past the committed length are stale and overwritten before they are ever attended to, since
+// every pass attends to slots 0..(its own slot) only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace qwen {
+
+class DecoderEngine {
+ public:
+  virtual ~DecoderEngine() = default;
+  /// Target forward over tokens[0..n) at positions pos..pos+n-1 (writing those KV slots);
+  /// next[i] = greedy next token after position pos+i. Keeps the n final hidden states
+  /// (after the final RMSNorm) for mtpFromTarget.
+  virtual bool target(const int32_t* tokens, int n, int pos, int32_t* next, std::string* error) = 0;
+  /// MTP forward over n pairs (hidden row i of the last target() call, tokens[i]) at MTP slots
+  /// slot..slot+n-1; *draft = greedy token predicted by the last pair. Keeps the last output
+  /// hidden for mtpChain.
+  virtual bool mtpFromTarget(const int32_t* tokens, int n, int slot, int32_t* draft, std::string* error) = 0;
+  /// One chained MTP step: (the last MTP output hidden, token) at MTP slot `slot`.
+  virtual bool mtpChain(int32_t token, int slot, int32_t* draft, std::string* error) = 0;
+  /// True when the model has an MTP head.
+  virtual bool hasMtp() const = 0;
+  virtual int vocabSize() const = 0;
+  /// KV cache capacity in positions (target and MTP alike).
+  virtual int ctxSize() const = 0;
+  /// Largest n target() accepts in one call.
+  virtual int maxTokensPerCall() const = 0;
+};
+
+}  // namespace qwen

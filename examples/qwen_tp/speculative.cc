@@ -1,0 +1,141 @@
+// speculative.cc: the decoding loop, acceptance simulation and metrics text.
+#include "speculative.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "synth.h"
+
+namespace qwen {
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool fail(std::string* error, const std::string& msg) {
+  if (error) *error = msg;
+  return false;
+}
+
+}  // namespace
+
+int32_t simulateDraft(int32_t draft, int32_t reference, double a, uint64_t seed, int64_t position, int vocab) {
+  (void)draft;
+  uint64_t h = splitmix64(seed ^ splitmix64(static_cast<uint64_t>(position) + 0x51ed));
+  double u = static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
+  if (u < a) return reference;
+  int32_t off = 1 + static_cast<int32_t>(splitmix64(h) % static_cast<uint64_t>(vocab - 1));
+  return (reference + off) % vocab;  // never the reference
+}
+
+bool generate(DecoderEngine& e, const std::vector<int32_t>& prompt, const GenerateOptions& opt, std::vector<int32_t>* out,
+              GenerateStats* st, std::string* error) {
+  *st = GenerateStats();
+  out->clear();
+  const int P = static_cast<int>(prompt.size());
+  const int N = opt.draftNMax;
+  st->promptTokens = P;
+  st->simulated = N > 0 && opt.simAcceptance >= 0;
+  if (P == 0) return fail(error, "the prompt is empty");
+  if (opt.nPredict <= 0) return fail(error, "--n-predict must be > 0");
+  if (N > 0 && !e.hasMtp()) return fail(error, "--spec-type draft-mtp: the model has no MTP head");
+  if (N < 0 || N + 1 > e.maxTokensPerCall()) return fail(error, "--spec-draft-n-max " + std::to_string(N) + " out of range");
+  if (st->simulated && (!opt.reference || opt.simAcceptance > 1))
+    return fail(error, "--sim-acceptance needs a value in [0, 1] and a reference continuation");
+  if (P + opt.nPredict + N + 1 > e.ctxSize())
+    return fail(error, "--ctx-size " + std::to_string(e.ctxSize()) + " is too small for " + std::to_string(P) + " prompt + " +
+                           std::to_string(opt.nPredict) + " generated + " + std::to_string(N + 1) + " verify tokens");
+  if (P > e.maxTokensPerCall())
+    return fail(error, "prompt of " + std::to_string(P) + " tokens exceeds the engine's " + std::to_string(e.maxTokensPerCall()));
+
+  // tokens[i] = t_i: the prompt, then everything generated. t_n is the last committed token;
+  // it is not in the target's KV cache yet.
+  std::vector<int32_t> tokens = prompt, next(static_cast<size_t>(std::max(P, N + 1)));
+  double t0 = now();
+  if (!e.target(prompt.data(), P, 0, next.data(), error)) return false;
+  tokens.push_back(next[P - 1]);
+  int32_t draft = 0;
+  if (N > 0 && !e.mtpFromTarget(tokens.data() + 1, P, 0, &draft, error)) return false;  // pairs (h_s, t_{s+1})
+  double t1 = now();
+  st->prefillSeconds = t1 - t0;
+
+  const int target = P + opt.nPredict;  // stop once tokens.size() reaches this
+  std::vector<int32_t> batch(static_cast<size_t>(N + 1));
+  while (static_cast<int>(tokens.size()) < target) {
+    const int n = static_cast<int>(tokens.size()) - 1;
+    const int room = target - static_cast<int>(tokens.size());  // tokens still wanted
+    const int nd = std::min(N, room - 1);
+    ++st->rounds;
+    if (nd <= 0) {  // plain greedy step (or the last token of a speculative run)
+      if (!e.target(&tokens[n], 1, n, next.data(), error)) return false;
+      tokens.push_back(next[0]);
+      continue;
+    }
+    batch[0] = tokens[n];
+    for (int i = 1; i <= nd; ++i) {
+      const int64_t outIndex = n + i - P;  // index of this position in the generated output
+      int32_t d = draft;
+      if (st->simulated && outIndex < static_cast<int64_t>(opt.reference->size()))
+        d = simulateDraft(draft, (*opt.reference)[outIndex], opt.simAcceptance, opt.seed, outIndex, e.vocabSize());
+      batch[i] = d;
+      if (i < nd && !e.mtpChain(d, n + i - 1, &draft, error)) return false;
+    }
+    if (!e.target(batch.data(), nd + 1, n, next.data(), error)) return false;
+    int k = 0;
+    while (k < nd && batch[k + 1] == next[k]) ++k;
+    st->drafted += nd;
+    st->accepted += k;
+    for (int i = 1; i <= k; ++i) tokens.push_back(batch[i]);
+    tokens.push_back(next[k]);
+    // KV rollback is implicit: the target holds slots 0..n+k, the MTP is brought to the same
+    // length by running it over the accepted pairs (h_{n+i}, t_{n+1+i}), i = 0..k.
+    if (!e.mtpFromTarget(&tokens[n + 1], k + 1, n, &draft, error)) return false;
+  }
+  st->decodeSeconds = now() - t1;
+  out->assign(tokens.begin() + P, tokens.begin() + target);
+  st->generated = static_cast<int>(out->size());
+  return true;
+}
+
+std::string formatTimings(const GenerateStats& s) {
+  char buf[1024];
+  int gen = std::max(0, s.generated - 1);  // the first token comes from the prefill
+  int n = std::snprintf(buf, sizeof(buf),
+                        "prompt eval time = %10.2f ms / %5d tokens (%8.2f ms per token, %8.2f tokens per second)\n"
+                        "       eval time = %10.2f ms / %5d tokens (%8.2f ms per token, %8.2f tokens per second)\n",
+                        s.prefillSeconds * 1e3, s.promptTokens, s.promptTokens ? s.prefillSeconds * 1e3 / s.promptTokens : 0,
+                        s.prefillSeconds > 0 ? s.promptTokens / s.prefillSeconds : 0, s.decodeSeconds * 1e3, gen,
+                        gen ? s.decodeSeconds * 1e3 / gen : 0, s.decodeSeconds > 0 ? gen / s.decodeSeconds : 0);
+  std::string r(buf, static_cast<size_t>(n));
+  if (s.drafted > 0 || s.simulated) {
+    std::snprintf(buf, sizeof(buf), "draft acceptance%s = %.5f (%lld accepted / %lld generated), mean accepted length = %.3f\n",
+                  s.simulated ? " (simulated acceptance)" : "", s.acceptance(), static_cast<long long>(s.accepted),
+                  static_cast<long long>(s.drafted), s.meanAcceptedLength());
+    r += buf;
+  }
+  return r;
+}
+
+std::string formatPrometheus(const GenerateStats& s, int ctxSize) {
+  std::string r;
+  auto metric = [&](const char* name, const char* type, const char* help, double v) {
+    char buf[512];
+    std::snprintf(buf, sizeof(buf), "# HELP llamacpp:%s %s\n# TYPE llamacpp:%s %s\nllamacpp:%s %.9g\n", name, help, name, type, name, v);
+    r += buf;
+  };
+  const char* sim = s.simulated ? " (simulated acceptance)" : "";
+  metric("prompt_tokens_total", "counter", "Number of prompt tokens processed.", s.promptTokens);
+  metric("prompt_seconds_total", "counter", "Prompt process time", s.prefillSeconds);
+  metric("tokens_predicted_total", "counter", "Number of generation tokens processed.", s.generated);
+  metric("tokens_predicted_seconds", "counter", "Predict process time", s.decodeSeconds);
+  metric("spec_decode_num_accepted_tokens_total", "counter",
+         (std::string("Accepted draft tokens") + sim + ".").c_str(), static_cast<double>(s.accepted));
+  metric("spec_decode_num_draft_tokens_total", "counter", (std::string("Draft tokens verified") + sim + ".").c_str(),
+         static_cast<double>(s.drafted));
+  metric("n_tokens_max", "counter", "Largest observed n_tokens (context size in use).", std::min(ctxSize, s.promptTokens + s.generated));
+  return r;
+}
+
+}  // namespace qwen

@@ -1,0 +1,135 @@
+// Tests of examples/qwen_tp config parsing: presets, a real Qwen3 config.json, malformed input
+// (each error must name the field), and the tensor-parallel split.
+#include <gtest/gtest.h>
+
+#include "config.h"
+
+namespace qwen {
+namespace {
+
+const char* kQwen3_8B = R"({
+  "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+  "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 12288,
+  "max_position_embeddings": 40960, "max_window_layers": 36, "model_type": "qwen3",
+  "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
+  "use_sliding_window": false, "vocab_size": 151936})";
+
+TEST(QwenConfig, ParsesHuggingFaceQwen3Config) {
+  ModelConfig c;
+  std::string err;
+  ASSERT_TRUE(parseConfigJson(kQwen3_8B, "config.json", &c, &err)) << err;
+  EXPECT_EQ(c.vocabSize, 151936);
+  EXPECT_EQ(c.hiddenSize, 4096);
+  EXPECT_EQ(c.intermediateSize, 12288);
+  EXPECT_EQ(c.numLayers, 36);
+  EXPECT_EQ(c.numHeads, 32);
+  EXPECT_EQ(c.numKvHeads, 8);
+  EXPECT_EQ(c.headDim, 128);
+  EXPECT_FLOAT_EQ(c.rmsNormEps, 1e-6f);
+  EXPECT_FLOAT_EQ(c.ropeTheta, 1e6f);
+  EXPECT_FALSE(c.tieWordEmbeddings);
+  EXPECT_EQ(c.mtpLayers, 0);  // dense Qwen3 has no MTP head
+  ModelConfig p;
+  ASSERT_TRUE(presetConfig("qwen3-8b", &p, &err)) << err;
+  EXPECT_EQ(p.hiddenSize, c.hiddenSize);
+  EXPECT_EQ(p.intermediateSize, c.intermediateSize);
+  EXPECT_EQ(p.numLayers, c.numLayers);
+  EXPECT_EQ(p.mtpLayers, 1);
+}
+
+TEST(QwenConfig, HeadDimDefaultsToHiddenOverHeadsOnlyWhenAbsent) {
+  ModelConfig c;
+  std::string err;
+  ASSERT_TRUE(parseConfigJson(R"({"vocab_size":8,"hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,
+      "num_attention_heads":4})", "c", &c, &err)) << err;
+  EXPECT_EQ(c.headDim, 16);
+  EXPECT_EQ(c.numKvHeads, 4);
+  ASSERT_TRUE(parseConfigJson(R"({"vocab_size":8,"hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,
+      "num_attention_heads":4,"head_dim":32,"mtp_num_hidden_layers":1})", "c", &c, &err)) << err;
+  EXPECT_EQ(c.headDim, 32);
+  EXPECT_EQ(c.mtpLayers, 1);
+}
+
+struct BadConfig { std::string json; const char* mustMention; };
+
+TEST(QwenConfig, MalformedConfigsNameTheProblem) {
+  const std::string base = R"("vocab_size":8,"hidden_size":64,"intermediate_size":8,"num_hidden_layers":1)";
+  const BadConfig rows[] = {
+      {"{", "not valid JSON"},
+      {"[1,2]", "JSON object"},
+      {R"({"hidden_size":64})", "vocab_size"},
+      {"{" + base + "}", "num_attention_heads"},
+      {R"({"vocab_size":"8","hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4})", "vocab_size"},
+      {R"({"vocab_size":8,"hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":6,"num_key_value_heads":4})", "num_key_value_heads"},
+      {R"({"vocab_size":8,"hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"head_dim":15})", "head_dim"},
+      {R"({"vocab_size":8,"hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"rms_norm_eps":"x"})", "rms_norm_eps"},
+      {R"({"vocab_size":8,"hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"tie_word_embeddings":1})", "tie_word_embeddings"},
+      {R"({"vocab_size":8,"hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"rope_scaling":{"type":"yarn"}})", "rope_scaling"},
+      {R"({"vocab_size":8,"hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"attention_bias":true})", "attention_bias"},
+      {R"({"vocab_size":-8,"hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4})", "vocab_size"},
+      {R"({"vocab_size":8,"hidden_size":64,"intermediate_size":8,"num_hidden_layers":0,"num_attention_heads":4})", "num_hidden_layers"},
+      {R"({"vocab_size":8,"hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4,"mtp_num_hidden_layers":2})", "mtp_num_hidden_layers"},
+  };
+  int i = 0;
+  for (const BadConfig& r : rows) {
+    ModelConfig c;
+    c.vocabSize = 12345;
+    std::string err;
+    EXPECT_FALSE(parseConfigJson(r.json, "cfg.json", &c, &err)) << "row " << i;
+    EXPECT_NE(err.find(r.mustMention), std::string::npos) << "row " << i << ": " << err;
+    EXPECT_NE(err.find("cfg.json"), std::string::npos) << "row " << i << ": " << err;
+    EXPECT_EQ(c.vocabSize, 12345) << "output written on failure, row " << i;
+    ++i;
+  }
+}
+
+TEST(QwenConfig, MissingFileIsAnError) {
+  ModelConfig c;
+  std::string err;
+  EXPECT_FALSE(loadConfigFile("/nonexistent/config.json", &c, &err));
+  EXPECT_NE(err.find("/nonexistent/config.json"), std::string::npos);
+}
+
+TEST(QwenConfig, PresetsAreValidAndSplitForTheirTpSizes) {
+  std::string err;
+  for (const std::string& n : presetNames()) {
+    ModelConfig c;
+    ASSERT_TRUE(presetConfig(n, &c, &err)) << err;
+    EXPECT_TRUE(validateConfig(c, &err)) << n << ": " << err;
+    EXPECT_EQ(c.mtpLayers, 1) << n;
+    const int maxTp = n == "tiny" ? 4 : 8;
+    for (int tp = 1; tp <= maxTp; tp *= 2)
+      for (int r = 0; r < tp; ++r) {
+        TpShape s;
+        ASSERT_TRUE(makeTpShape(c, tp, r, &s, &err)) << n << " tp " << tp << ": " << err;
+        EXPECT_EQ(s.heads * tp, c.numHeads);
+        EXPECT_EQ(s.kvHeads * tp, c.numKvHeads);
+        EXPECT_EQ(s.inter * tp, c.intermediateSize);
+        EXPECT_EQ(s.vocab * tp, c.vocabSize);
+        EXPECT_EQ(s.headBegin(), r * c.numHeads / tp);
+        EXPECT_EQ(s.heads % s.kvHeads, 0);  // GQA groups stay on one rank
+      }
+  }
+  ModelConfig c;
+  EXPECT_FALSE(presetConfig("qwen3-999b", &c, &err));
+  EXPECT_NE(err.find("qwen3-999b"), std::string::npos);
+  EXPECT_NE(err.find("qwen3-32b"), std::string::npos);
+}
+
+TEST(QwenConfig, TpSplitRejectsIndivisibleShapes) {
+  ModelConfig c;
+  std::string err;
+  ASSERT_TRUE(presetConfig("tiny", &c, &err));
+  TpShape s;
+  EXPECT_FALSE(makeTpShape(c, 8, 0, &s, &err));  // 4 kv heads over 8 ranks
+  EXPECT_NE(err.find("num_key_value_heads"), std::string::npos) << err;
+  EXPECT_FALSE(makeTpShape(c, 3, 0, &s, &err));
+  EXPECT_FALSE(makeTpShape(c, 2, 2, &s, &err));
+  EXPECT_FALSE(makeTpShape(c, 0, 0, &s, &err));
+}
+
+}  // namespace
+}  // namespace qwen
