@@ -1,0 +1,170 @@
+// allreduce_perf: tpcomm's all-reduce benchmark, in nccl-tests' all_reduce_perf format (flags,
+// header, table, footer), with tpcomm and NCCL timed by the same code on the same buffers.
+//
+// This file decides the mode and starts the controllers (bench_controller.cc does the work):
+//   mpirun -np N (N > 1): one rank per process, MPI bootstrap, device = node-local rank;
+//   -g N: one thread drives N GPUs (Communicator::createGroup / ncclCommInitAll);
+//   -t N: N threads, one rank each (GPU t, or host ranks), thread bootstrap.
+// Without GPUs (or with --host) every rank is a host rank (device -1) over host memory.
+// Multicast stays off unless asked for: NCCL_NVLS_ENABLE is set to 0 when it is unset.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_args.h"
+#include "bench_controller.h"
+#include "tpcomm/bootstrap.h"
+#include "tpcomm/status.h"
+
+#ifdef TPCOMM_BENCH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+#ifdef TPCOMM_BENCH_MPI
+#include <mpi.h>
+
+#include "tpcomm/mpi_bootstrap.h"
+#endif
+
+namespace {
+
+int visibleGpus() {
+#ifdef TPCOMM_BENCH_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+#else
+  return 0;
+#endif
+}
+
+bool launchedByMpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+int usageError(const std::string& msg) {
+  std::fprintf(stderr, "allreduce_perf: %s\n", msg.c_str());
+  return 2;
+}
+
+// Threads mode: one controller per thread over a shared thread bootstrap.
+int runThreads(tpcomm_bench::RunInfo& info, const std::vector<std::vector<int>>& devicesPerThread) {
+  const int n = static_cast<int>(devicesPerThread.size());
+  auto group = tpcomm::ThreadGroup::create(n);
+  std::vector<int> status(n, 0);
+  std::vector<std::thread> threads;
+  int firstRank = 0;
+  for (int t = 0; t < n; ++t) {
+    threads.emplace_back([&, t, firstRank] {
+      std::unique_ptr<tpcomm::Bootstrap> bs;
+      tpcomm::Status s = tpcomm::makeThreadBootstrap(group, t, &bs);
+      if (s != tpcomm::Status::kOk) {
+        std::fprintf(stderr, "allreduce_perf: thread bootstrap: %s\n", tpcomm::lastErrorMessage());
+        status[t] = 1;
+        return;
+      }
+      status[t] = tpcomm_bench::runController(info, bs.get(), firstRank, devicesPerThread[t]);
+    });
+    firstRank += static_cast<int>(devicesPerThread[t].size());
+  }
+  for (auto& th : threads) th.join();
+  for (int s : status)
+    if (s) return 1;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tpcomm_bench::Args args;
+  std::string error;
+  if (!tpcomm_bench::parseArgs(argc, argv, &args, &error)) return usageError(error);
+  if (args.help) {
+    std::printf("%s", tpcomm_bench::usage(argv[0]).c_str());
+    return 0;
+  }
+  tpcomm_bench::RunInfo info;
+  info.args = &args;
+  info.argv.assign(argv, argv + argc);
+  if (!std::getenv("NCCL_NVLS_ENABLE")) {
+    setenv("NCCL_NVLS_ENABLE", "0", 0);
+    info.notes += "# NCCL_NVLS_ENABLE was unset: set to 0 (no NVSwitch multicast; export NCCL_NVLS_ENABLE=1 to allow)\n";
+  }
+
+  int nProcs = 1, proc = 0, localRank = 0;
+#ifdef TPCOMM_BENCH_MPI
+  const bool mpi = launchedByMpi();
+  if (mpi) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_size(MPI_COMM_WORLD, &nProcs);
+    MPI_Comm_rank(MPI_COMM_WORLD, &proc);
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+    MPI_Comm_rank(local, &localRank);
+    MPI_Comm_free(&local);
+  }
+#else
+  (void)proc;
+  (void)localRank;
+  if (launchedByMpi()) std::fprintf(stderr, "allreduce_perf: launched by mpirun but built without MPI: each process runs alone\n");
+#endif
+  const int gpus = args.hostRanks ? 0 : visibleGpus();
+  info.gpu = gpus > 0;
+  int rc = 0;
+
+  if (nProcs > 1) {
+#ifdef TPCOMM_BENCH_MPI
+    if (args.nGpus > 1 || args.nThreads > 1) {
+      rc = usageError("under mpirun with more than one process, use one rank per process (-g 1 -t 1)");
+    } else if (info.gpu && localRank >= gpus) {
+      rc = usageError("process " + std::to_string(proc) + " is local rank " + std::to_string(localRank) + " but only " +
+                      std::to_string(gpus) + " GPUs are visible (use --host for host ranks)");
+    } else {
+      std::unique_ptr<tpcomm::Bootstrap> bs;
+      if (tpcomm::makeMpiBootstrap(MPI_COMM_WORLD, &bs) != tpcomm::Status::kOk) {
+        rc = usageError(std::string("MPI bootstrap: ") + tpcomm::lastErrorMessage());
+      } else {
+        info.nRanks = nProcs;
+        info.mode = "mpirun, " + std::to_string(nProcs) + " processes, one rank each";
+        rc = tpcomm_bench::runController(info, bs.get(), proc, {info.gpu ? localRank : -1});
+      }
+    }
+    if (rc) MPI_Abort(MPI_COMM_WORLD, rc);
+#endif
+  } else if (args.nGpus > 1) {
+    if (!info.gpu) {
+      rc = usageError("-g " + std::to_string(args.nGpus) + " needs GPUs (none visible" +
+                      std::string(args.hostRanks ? ", --host given" : "") + "); use -t N for host ranks");
+    } else if (args.nGpus > gpus) {
+      rc = usageError("-g " + std::to_string(args.nGpus) + " but only " + std::to_string(gpus) + " GPUs are visible");
+    } else {
+      std::vector<int> devs;
+      for (int i = 0; i < args.nGpus; ++i) devs.push_back(i);
+      info.nRanks = args.nGpus;
+      info.mode = "one process, one thread driving " + std::to_string(args.nGpus) + " GPUs";
+      rc = runThreads(info, {devs});
+    }
+  } else {
+    if (info.gpu && args.nThreads > gpus) {
+      rc = usageError("-t " + std::to_string(args.nThreads) + " but only " + std::to_string(gpus) +
+                      " GPUs are visible (use --host for host ranks)");
+    } else {
+      std::vector<std::vector<int>> devs;
+      for (int t = 0; t < args.nThreads; ++t) devs.push_back({info.gpu ? t : -1});
+      info.nRanks = args.nThreads;
+      info.mode = "one process, " + std::to_string(args.nThreads) + " thread(s), one rank each";
+      rc = runThreads(info, devs);
+    }
+  }
+
+#ifdef TPCOMM_BENCH_MPI
+  if (mpi) MPI_Finalize();
+#endif
+  return rc;
+}

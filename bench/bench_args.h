@@ -1,0 +1,48 @@
+// bench_args: command line of allreduce_perf. The flags and their defaults are nccl-tests'
+// all_reduce_perf ones (-b -e -f -i -n -w -c -d -o -G -g -t), so a command line written for
+// nccl-tests runs unchanged; tpcomm's extras are -A (which implementation), -R (repeats),
+// --json and --host.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "tpcomm/types.h"
+
+namespace tpcomm_bench {
+
+struct Args {
+  size_t minBytes = 32u << 20;  // -b
+  size_t maxBytes = 32u << 20;  // -e
+  size_t stepFactor = 1;        // -f (> 1: multiply)
+  size_t stepBytes = 1u << 20;  // -i (used when stepFactor <= 1)
+  int iters = 20;               // -n
+  int warmup = 5;               // -w
+  int check = 1;                // -c
+  int graphLaunches = 0;        // -G: capture `iters` collectives in a graph, replay G times
+  int nGpus = 1;                // -g: GPUs driven by one thread of this process
+  int nThreads = 1;             // -t: threads of this process, one rank each
+  int repeats = 5;              // -R: timed batches per size; the median is reported
+  tpcomm::DataType dtype = tpcomm::DataType::kF32;  // -d
+  tpcomm::ReduceOp op = tpcomm::ReduceOp::kSum;     // -o
+  std::vector<std::string> algos;  // -A, repeatable: "auto", "nccl", or a TPCOMM_ALGO string
+  std::string jsonPath;            // --json
+  bool hostRanks = false;          // --host: host-memory ranks even where GPUs exist
+  bool help = false;
+};
+
+/// Parses argv. On a malformed command line returns false with `error` set.
+bool parseArgs(int argc, char** argv, Args* out, std::string* error);
+
+/// The --help text.
+std::string usage(const char* prog);
+
+/// Byte count with an optional K/M/G suffix (binary, as nccl-tests): "8", "64K", "1G".
+bool parseBytes(const std::string& text, size_t* out);
+
+/// nccl-tests' names for the table: "float", "half", "bfloat16"; "sum", "max", "min".
+const char* ncclTestsTypeName(tpcomm::DataType t);
+const char* ncclTestsOpName(tpcomm::ReduceOp op);
+
+}  // namespace tpcomm_bench

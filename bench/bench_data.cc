@@ -1,0 +1,126 @@
+// bench_data: verifiable integer-valued inputs and the bitwise result check (see bench_data.h).
+#include "bench_data.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace tpcomm_bench {
+namespace {
+
+// Amplitude of the inputs: |sum over ranks| <= nRanks * a <= 256 keeps every partial sum exact
+// in bfloat16 (8 significant bits); at least 1 so max/min still see distinct values.
+int amplitude(int nRanks) { return std::max(1, std::min(5, 256 / std::max(1, nRanks))); }
+
+uint64_t mix(uint64_t x) {  // splitmix64 finalizer
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+inline int valueWithAmp(size_t i, int rank, int amp) {
+  uint64_t h = mix(static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(rank + 1) * 0xd1b54a32d192ed03ull);
+  return static_cast<int>(h % static_cast<uint64_t>(2 * amp + 1)) - amp;
+}
+
+inline uint32_t floatBits(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof(u));
+  return u;
+}
+
+}  // namespace
+
+uint16_t floatToBf16Bits(float v) {
+  uint32_t u = floatBits(v);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                     // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+
+uint16_t floatToHalfBits(float v) {
+  uint32_t u = floatBits(v);
+  uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  uint32_t absu = u & 0x7fffffffu;
+  if (absu > 0x7f800000u) return sign | 0x7e00;            // NaN
+  if (absu >= 0x477ff000u) return sign | 0x7c00;           // rounds to >= 65520: inf
+  if (absu < 0x38800000u) {                                // below 2^-14: subnormal or zero
+    if (absu < 0x33000000u) return sign;                   // below half of the smallest subnormal
+    // value = mant24 * 2^(e - 150) = q * 2^-24  =>  q = mant24 >> (126 - e), rounded.
+    uint32_t mant = (absu & 0x7fffffu) | 0x800000u;
+    int shift = 126 - static_cast<int>(absu >> 23);  // 14 .. 24
+    uint32_t rest = mant & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1);
+    uint32_t q = mant >> shift;
+    if (rest > half || (rest == half && (q & 1u))) ++q;
+    return sign | static_cast<uint16_t>(q);
+  }
+  uint32_t exp = (absu >> 23) - 112;  // rebias 127 -> 15
+  uint32_t mant = absu & 0x7fffffu;
+  uint32_t q = (exp << 10) | (mant >> 13);
+  uint32_t rest = mant & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (q & 1u))) ++q;  // carry into the exponent is right
+  return sign | static_cast<uint16_t>(q);
+}
+
+int inputValue(size_t i, int rank, int nRanks) { return valueWithAmp(i, rank, amplitude(nRanks)); }
+
+void fillInput(void* dst, size_t count, tpcomm::DataType dtype, int rank, int nRanks) {
+  const int amp = amplitude(nRanks);
+  switch (dtype) {
+    case tpcomm::DataType::kF32: {
+      float* p = static_cast<float*>(dst);
+      for (size_t i = 0; i < count; ++i) p[i] = static_cast<float>(valueWithAmp(i, rank, amp));
+      break;
+    }
+    case tpcomm::DataType::kF16: {
+      uint16_t* p = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < count; ++i) p[i] = floatToHalfBits(static_cast<float>(valueWithAmp(i, rank, amp)));
+      break;
+    }
+    case tpcomm::DataType::kBF16: {
+      uint16_t* p = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < count; ++i) p[i] = floatToBf16Bits(static_cast<float>(valueWithAmp(i, rank, amp)));
+      break;
+    }
+  }
+}
+
+int64_t countWrong(const void* got, size_t count, tpcomm::DataType dtype, tpcomm::ReduceOp op, int nRanks) {
+  const int amp = amplitude(nRanks);
+  // Small integers: every result is one of a few hundred values, so bit patterns are tabulated.
+  const int lo = -amp * nRanks, hi = amp * nRanks;
+  std::vector<uint32_t> bits(static_cast<size_t>(hi - lo + 1));
+  for (int v = lo; v <= hi; ++v) {
+    float f = static_cast<float>(v);
+    uint32_t b = dtype == tpcomm::DataType::kF32 ? floatBits(f)
+                 : dtype == tpcomm::DataType::kF16 ? floatToHalfBits(f)
+                                                   : floatToBf16Bits(f);
+    bits[static_cast<size_t>(v - lo)] = b;
+  }
+  int64_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    int acc = valueWithAmp(i, 0, amp);
+    for (int r = 1; r < nRanks; ++r) {
+      int x = valueWithAmp(i, r, amp);
+      if (op == tpcomm::ReduceOp::kSum) acc += x;
+      else if (op == tpcomm::ReduceOp::kMax) acc = std::max(acc, x);
+      else acc = std::min(acc, x);
+    }
+    uint32_t want = bits[static_cast<size_t>(acc - lo)];
+    uint32_t have;
+    if (dtype == tpcomm::DataType::kF32) {
+      std::memcpy(&have, static_cast<const char*>(got) + i * 4, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, static_cast<const char*>(got) + i * 2, 2);
+      have = h;
+    }
+    wrong += have != want;
+  }
+  return wrong;
+}
+
+}  // namespace tpcomm_bench

@@ -1,0 +1,88 @@
+// bench_data_test: proves allreduce_perf's check can fail. The exact answer built from
+// fillInput() passes; one changed element, a poisoned output and an answer for the wrong rank
+// count are each caught; the half/bfloat16 encoders give the IEEE bit patterns. Exit 0 on pass.
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "bench_data.h"
+
+using tpcomm::DataType;
+using tpcomm::ReduceOp;
+using namespace tpcomm_bench;
+
+static int failures = 0;
+#define EXPECT(cond)                                                 \
+  do {                                                               \
+    if (!(cond)) {                                                   \
+      std::fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                    \
+    }                                                                \
+  } while (0)
+
+// Reduces every rank's fillInput() output in float, as a correct all-reduce would.
+static std::vector<float> reference(size_t count, ReduceOp op, int n) {
+  std::vector<float> acc(count), x(count);
+  for (int r = 0; r < n; ++r) {
+    fillInput(x.data(), count, DataType::kF32, r, n);
+    for (size_t i = 0; i < count; ++i) {
+      if (r == 0) acc[i] = x[i];
+      else if (op == ReduceOp::kSum) acc[i] += x[i];
+      else if (op == ReduceOp::kMax) acc[i] = acc[i] > x[i] ? acc[i] : x[i];
+      else acc[i] = acc[i] < x[i] ? acc[i] : x[i];
+    }
+  }
+  return acc;
+}
+
+static std::vector<char> encode(const std::vector<float>& v, DataType t) {
+  std::vector<char> out(v.size() * tpcomm::dataTypeSize(t));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t == DataType::kF32) {
+      std::memcpy(&out[i * 4], &v[i], 4);
+    } else {
+      uint16_t b = t == DataType::kF16 ? floatToHalfBits(v[i]) : floatToBf16Bits(v[i]);
+      std::memcpy(&out[i * 2], &b, 2);
+    }
+  }
+  return out;
+}
+
+int main() {
+  EXPECT(floatToHalfBits(1.0f) == 0x3c00);
+  EXPECT(floatToHalfBits(-2.0f) == 0xc000);
+  EXPECT(floatToHalfBits(0.0f) == 0x0000);
+  EXPECT(floatToHalfBits(65504.0f) == 0x7bff);
+  EXPECT(floatToHalfBits(1e6f) == 0x7c00);
+  EXPECT(floatToHalfBits(5.960464477539063e-08f) == 0x0001);  // smallest subnormal
+  EXPECT(floatToBf16Bits(1.0f) == 0x3f80);
+  EXPECT(floatToBf16Bits(-3.0f) == 0xc040);
+  EXPECT(floatToBf16Bits(257.0f) == 0x4380);  // 257 rounds to even (256) in bfloat16
+
+  const size_t count = 1037;  // odd, not a multiple of any vector width
+  for (DataType t : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
+      for (int n : {1, 2, 3, 8, 64}) {
+        std::vector<char> good = encode(reference(count, op, n), t);
+        EXPECT(countWrong(good.data(), count, t, op, n) == 0);
+        std::vector<char> bad = good;
+        bad[5 * tpcomm::dataTypeSize(t)] ^= 0x01;  // one bit of element 5
+        EXPECT(countWrong(bad.data(), count, t, op, n) == 1);
+        std::vector<char> poisoned(good.size(), static_cast<char>(kPoisonByte));
+        EXPECT(countWrong(poisoned.data(), count, t, op, n) == static_cast<int64_t>(count));
+      }
+      // The answer for 2 ranks is not the answer for 3.
+      std::vector<char> two = encode(reference(count, op, 2), t);
+      EXPECT(countWrong(two.data(), count, t, op, 3) > 0);
+    }
+  }
+  // Ranks get different inputs (a rank-independent fill would hide swapped buffers).
+  std::vector<float> a(count), b(count);
+  fillInput(a.data(), count, DataType::kF32, 0, 4);
+  fillInput(b.data(), count, DataType::kF32, 1, 4);
+  EXPECT(std::memcmp(a.data(), b.data(), count * 4) != 0);
+
+  if (failures) std::fprintf(stderr, "bench_data_test: %d failures\n", failures);
+  else std::printf("bench_data_test: all checks passed\n");
+  return failures ? 1 : 0;
+}
