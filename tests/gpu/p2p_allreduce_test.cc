@@ -1,0 +1,344 @@
+// GPU all-reduce tests, one process driving every local GPU (Communicator::createGroup). Every
+// algorithm x dtype x op x size x in/out of place x eager/CUDA-graph replay: integer-valued
+// inputs compared bitwise with the host reference (fp32 accumulation in rank order), outputs
+// poisoned (all-ones bytes = NaN) before each run, every rank's output bitwise equal. Then
+// random inputs against fp64 (tolerances in gpu_allreduce_util.h), 10,000 back-to-back calls with
+// rotating buffers, and a peer that never arrives (kTimeout, no GPU left spinning).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+
+#include "gpu_allreduce_util.h"
+
+namespace tpcomm_test {
+namespace {
+
+using tpcomm::Communicator;
+using tpcomm::Config;
+using tpcomm::Status;
+
+constexpr DataType kTypes[] = {DataType::kF32, DataType::kF16, DataType::kBF16};
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin};
+const char* const kAlgos[] = {"lamport_p2p", "oneshot_p2p", "twoshot_p2p", "ring_nccl", "auto"};
+
+// One communicator group per forced algorithm, created once for the whole program.
+struct Group {
+  std::vector<int> devices;
+  std::vector<std::unique_ptr<Communicator>> comms;
+  std::vector<cudaStream_t> streams;
+  int n() const { return static_cast<int>(devices.size()); }
+};
+
+std::vector<int> allDevices() {
+  std::vector<int> d;
+  for (int i = 0; i < gpuCount(); ++i) d.push_back(i);
+  return d;
+}
+
+Group* groupFor(const std::string& algo, int timeoutMs = 0) {
+  static std::map<std::string, std::unique_ptr<Group>> groups;
+  std::string key = algo + "/" + std::to_string(timeoutMs);
+  auto it = groups.find(key);
+  if (it != groups.end()) return it->second.get();
+  auto g = std::make_unique<Group>();
+  g->devices = allDevices();
+  Config cfg;
+  cfg.algo = algo == "auto" ? "" : algo;
+  cfg.timeoutMs = timeoutMs;
+  Status s = Communicator::createGroup(g->devices, cfg, &g->comms);
+  if (s != Status::kOk) {
+    ADD_FAILURE() << "createGroup(" << algo << "): " << tpcomm::lastErrorMessage();
+    return nullptr;
+  }
+  for (int d : g->devices) {
+    cudaSetDevice(d);
+    cudaStream_t st;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    g->streams.push_back(st);
+  }
+  return (groups[key] = std::move(g)).get();
+}
+
+bool needGpus(int n) {
+  if (gpuCount() >= n) return true;
+  return false;
+}
+
+struct DeviceBuffers {
+  std::vector<void*> in, out;
+  size_t bytes = 0;
+  ~DeviceBuffers() {
+    for (void* p : in) cudaFree(p);
+    for (void* p : out) cudaFree(p);
+  }
+};
+
+// Whether `algo` is expected to run (not fall back) for this call.
+bool expectRuns(const std::string& algo, size_t bytes) {
+  if (algo == "lamport_p2p") return bytes % 16 == 0 && bytes <= (1u << 20);
+  if (algo == "oneshot_p2p") return bytes <= (2u << 20);
+  return algo != "auto";
+}
+
+struct Case {
+  std::string algo;
+  DataType dtype;
+  ReduceOp op;
+  size_t count;
+  bool inPlace;
+  bool graph;
+};
+
+std::string describe(const Case& c) {
+  return c.algo + " " + name(c.dtype) + " " + name(c.op) + " count=" + std::to_string(c.count) +
+         (c.inPlace ? " in-place" : " out-of-place") + (c.graph ? " graph" : " eager");
+}
+
+void runCase(const Case& c) {
+  SCOPED_TRACE(describe(c));
+  Group* g = groupFor(c.algo);
+  ASSERT_NE(g, nullptr);
+  const int n = g->n();
+  const size_t es = tpcomm::dataTypeSize(c.dtype), bytes = c.count * es;
+  const uint64_t salt = c.count % 5;
+  std::vector<std::vector<uint8_t>> inputs;
+  for (int r = 0; r < n; ++r)
+    inputs.push_back(makeHost(c.dtype, c.count, [&](size_t i) { return intInput(r, i, salt); }));
+  const std::vector<uint8_t> ref = reference(inputs, c.dtype, c.op, c.count);
+
+  DeviceBuffers buf;
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaSetDevice(g->devices[r]));
+    void *in = nullptr, *out = nullptr;
+    CUDA_OK(cudaMalloc(&in, bytes));
+    buf.in.push_back(in);
+    if (!c.inPlace) CUDA_OK(cudaMalloc(&out, bytes));
+    buf.out.push_back(c.inPlace ? in : out);
+  }
+  auto prepare = [&] {
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaSetDevice(g->devices[r]));
+      if (!c.inPlace) CUDA_OK(cudaMemset(buf.out[r], 0xff, bytes));
+      CUDA_OK(cudaMemcpy(buf.in[r], inputs[r].data(), bytes, cudaMemcpyHostToDevice));
+    }
+  };
+  auto issue = [&] {
+    ASSERT_EQ(Communicator::groupStart(), Status::kOk);
+    for (int r = 0; r < n; ++r)
+      ASSERT_EQ(g->comms[r]->allReduce(buf.in[r], buf.out[r], c.count, c.dtype, c.op, g->streams[r]), Status::kOk)
+          << tpcomm::lastErrorMessage();
+    ASSERT_EQ(Communicator::groupEnd(), Status::kOk);
+  };
+  auto verify = [&](int round) {
+    std::vector<uint8_t> first;
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaSetDevice(g->devices[r]));
+      CUDA_OK(cudaStreamSynchronize(g->streams[r]));
+      ASSERT_EQ(g->comms[r]->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
+      std::vector<uint8_t> out(bytes);
+      CUDA_OK(cudaMemcpy(out.data(), buf.out[r], bytes, cudaMemcpyDeviceToHost));
+      long long bad = firstMismatch(out, ref, es);
+      ASSERT_EQ(bad, -1) << "rank " << r << " round " << round << " element " << bad << ": got "
+                         << tpcomm::loadAsFloat(out.data(), bad, c.dtype) << " expected "
+                         << tpcomm::loadAsFloat(ref.data(), bad, c.dtype);
+      if (r == 0) first = out;
+      else ASSERT_EQ(first, out) << "rank " << r << " differs from rank 0";
+    }
+  };
+
+  if (!c.graph) {
+    prepare();
+    issue();
+    verify(0);
+  } else {
+    std::vector<cudaGraph_t> graphs(n);
+    std::vector<cudaGraphExec_t> execs(n);
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaSetDevice(g->devices[r]));
+      CUDA_OK(cudaStreamBeginCapture(g->streams[r], cudaStreamCaptureModeRelaxed));
+    }
+    issue();
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaSetDevice(g->devices[r]));
+      CUDA_OK(cudaStreamEndCapture(g->streams[r], &graphs[r]));
+      CUDA_OK(cudaGraphInstantiate(&execs[r], graphs[r], 0));
+    }
+    for (int round = 0; round < 3; ++round) {  // replays continue the device-side epochs
+      prepare();
+      for (int r = 0; r < n; ++r) {
+        CUDA_OK(cudaSetDevice(g->devices[r]));
+        CUDA_OK(cudaGraphLaunch(execs[r], g->streams[r]));
+      }
+      verify(round);
+      if (testing::Test::HasFatalFailure()) break;
+    }
+    for (int r = 0; r < n; ++r) {
+      cudaGraphExecDestroy(execs[r]);
+      cudaGraphDestroy(graphs[r]);
+    }
+  }
+  if (expectRuns(c.algo, bytes)) EXPECT_STREQ(g->comms[0]->lastAlgorithm(), c.algo.c_str());
+}
+
+class AllReduceMatrix : public testing::TestWithParam<std::tuple<const char*, DataType, ReduceOp, size_t, bool, bool>> {};
+
+TEST_P(AllReduceMatrix, BitExact) {
+  if (!needGpus(2)) GTEST_SKIP() << "needs 2 GPUs, found " << gpuCount();
+  auto [algo, dtype, op, count, inPlace, graph] = GetParam();
+  runCase({algo, dtype, op, count, inPlace, graph});
+}
+
+// Sizes: one element, odd counts, 16-byte tails, 4 KB .. 8 MB.
+INSTANTIATE_TEST_SUITE_P(Small, AllReduceMatrix,
+                         testing::Combine(testing::ValuesIn(kAlgos), testing::ValuesIn(kTypes), testing::ValuesIn(kOps),
+                                          testing::Values<size_t>(1, 7, 8, 33, 1000, 1024, 4099, 65536, 262147,
+                                                                  (1u << 20) + 8, (4u << 20) + 3),
+                                          testing::Bool(), testing::Bool()));
+
+// Large messages (sum; 64 MB and 256 MB of bf16, 256 MB of f32) on the bandwidth algorithms.
+INSTANTIATE_TEST_SUITE_P(Large, AllReduceMatrix,
+                         testing::Combine(testing::Values("twoshot_p2p", "ring_nccl", "auto"),
+                                          testing::Values(DataType::kBF16, DataType::kF32),
+                                          testing::Values(ReduceOp::kSum),
+                                          testing::Values<size_t>((32u << 20) + 5, 64u << 20),
+                                          testing::Values(false, true), testing::Values(false)));
+
+TEST(AllReduceRandom, MatchesFp64WithinTolerance) {
+  if (!needGpus(2)) GTEST_SKIP() << "needs 2 GPUs, found " << gpuCount();
+  const size_t count = 100003;
+  for (const char* algo : kAlgos)
+    for (DataType dtype : kTypes) {
+      SCOPED_TRACE(std::string(algo) + " " + name(dtype));
+      Group* g = groupFor(algo);
+      ASSERT_NE(g, nullptr);
+      const int n = g->n();
+      const size_t bytes = count * tpcomm::dataTypeSize(dtype);
+      std::mt19937 rng(1234);
+      std::uniform_real_distribution<float> dist(-1.f, 1.f);
+      std::vector<double> ref(count, 0.0);
+      DeviceBuffers buf;
+      for (int r = 0; r < n; ++r) {
+        auto h = makeHost(dtype, count, [&](size_t) { return dist(rng); });
+        for (size_t i = 0; i < count; ++i) ref[i] += tpcomm::loadAsFloat(h.data(), i, dtype);
+        CUDA_OK(cudaSetDevice(g->devices[r]));
+        void *in, *out;
+        CUDA_OK(cudaMalloc(&in, bytes));
+        CUDA_OK(cudaMalloc(&out, bytes));
+        CUDA_OK(cudaMemcpy(in, h.data(), bytes, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemset(out, 0xff, bytes));
+        buf.in.push_back(in);
+        buf.out.push_back(out);
+      }
+      ASSERT_EQ(Communicator::groupStart(), Status::kOk);
+      for (int r = 0; r < n; ++r)
+        ASSERT_EQ(g->comms[r]->allReduce(buf.in[r], buf.out[r], count, dtype, ReduceOp::kSum, g->streams[r]), Status::kOk);
+      ASSERT_EQ(Communicator::groupEnd(), Status::kOk);
+      std::vector<uint8_t> first;
+      for (int r = 0; r < n; ++r) {
+        CUDA_OK(cudaSetDevice(g->devices[r]));
+        CUDA_OK(cudaStreamSynchronize(g->streams[r]));
+        std::vector<uint8_t> out(bytes);
+        CUDA_OK(cudaMemcpy(out.data(), buf.out[r], bytes, cudaMemcpyDeviceToHost));
+        EXPECT_LE(worstRelError(out, ref, dtype), tolerance(dtype));
+        if (r == 0) first = out;
+        else EXPECT_EQ(first, out) << "rank " << r << " differs bitwise from rank 0";
+      }
+    }
+}
+
+// 10,000 back-to-back small all-reduces, inputs rotating over 8 buffers of different contents and
+// every output kept: a stale flag, epoch or buffer shows up as a wrong element.
+TEST(AllReduceStress, TenThousandBackToBack) {
+  if (!needGpus(2)) GTEST_SKIP() << "needs 2 GPUs, found " << gpuCount();
+  const size_t count = 4096;  // 8 KB of bf16: a decode-step all-reduce
+  const int iters = 10000, rotate = 8;
+  const DataType dtype = DataType::kBF16;
+  const size_t bytes = count * 2;
+  for (const char* algo : {"lamport_p2p", "oneshot_p2p", "twoshot_p2p"}) {
+    SCOPED_TRACE(algo);
+    Group* g = groupFor(algo);
+    ASSERT_NE(g, nullptr);
+    const int n = g->n();
+    std::vector<std::vector<uint8_t>> expected(rotate);
+    DeviceBuffers buf;  // in: rotate buffers per rank; out: one slab per rank
+    std::vector<std::vector<void*>> ins(n);
+    for (int k = 0; k < rotate; ++k) {
+      std::vector<std::vector<uint8_t>> inputs;
+      for (int r = 0; r < n; ++r) inputs.push_back(makeHost(dtype, count, [&](size_t i) { return intInput(r, i, k); }));
+      expected[k] = reference(inputs, dtype, ReduceOp::kSum, count);
+      for (int r = 0; r < n; ++r) {
+        CUDA_OK(cudaSetDevice(g->devices[r]));
+        void* p;
+        CUDA_OK(cudaMalloc(&p, bytes));
+        CUDA_OK(cudaMemcpy(p, inputs[r].data(), bytes, cudaMemcpyHostToDevice));
+        ins[r].push_back(p);
+        buf.in.push_back(p);
+      }
+    }
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaSetDevice(g->devices[r]));
+      void* p;
+      CUDA_OK(cudaMalloc(&p, bytes * iters));
+      CUDA_OK(cudaMemset(p, 0xff, bytes * iters));
+      buf.out.push_back(p);
+    }
+    for (int it = 0; it < iters; ++it) {
+      ASSERT_EQ(Communicator::groupStart(), Status::kOk);
+      for (int r = 0; r < n; ++r)
+        ASSERT_EQ(g->comms[r]->allReduce(ins[r][it % rotate], static_cast<char*>(buf.out[r]) + it * bytes, count, dtype,
+                                         ReduceOp::kSum, g->streams[r]),
+                  Status::kOk);
+      ASSERT_EQ(Communicator::groupEnd(), Status::kOk);
+    }
+    size_t wrong = 0;
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaSetDevice(g->devices[r]));
+      CUDA_OK(cudaStreamSynchronize(g->streams[r]));
+      ASSERT_EQ(g->comms[r]->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
+      std::vector<uint8_t> out(bytes * iters);
+      CUDA_OK(cudaMemcpy(out.data(), buf.out[r], out.size(), cudaMemcpyDeviceToHost));
+      for (int it = 0; it < iters; ++it)
+        if (std::memcmp(out.data() + it * bytes, expected[it % rotate].data(), bytes) != 0) ++wrong;
+    }
+    EXPECT_EQ(wrong, 0u) << "calls with a wrong element";
+  }
+}
+
+// One rank never arrives: the other's kernel gives up after TPCOMM_TIMEOUT_MS, checkError()
+// names the missing rank, and nothing is left spinning (the stream drains).
+TEST(AllReduceTimeout, MissingPeerReportsTimeout) {
+  if (!needGpus(2)) GTEST_SKIP() << "needs 2 GPUs, found " << gpuCount();
+  for (const char* algo : {"lamport_p2p", "oneshot_p2p", "twoshot_p2p"}) {
+    SCOPED_TRACE(algo);
+    std::vector<std::unique_ptr<Communicator>> comms;
+    Config cfg;
+    cfg.algo = algo;
+    cfg.timeoutMs = 500;
+    std::vector<int> devices = allDevices();
+    ASSERT_EQ(Communicator::createGroup(devices, cfg, &comms), Status::kOk) << tpcomm::lastErrorMessage();
+    CUDA_OK(cudaSetDevice(devices[0]));
+    void* p;
+    CUDA_OK(cudaMalloc(&p, 1 << 16));
+    CUDA_OK(cudaMemset(p, 0, 1 << 16));
+    cudaStream_t st;
+    CUDA_OK(cudaStreamCreate(&st));
+    auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(comms[0]->allReduce(p, p, 4096, DataType::kF32, ReduceOp::kSum, st), Status::kOk);
+    CUDA_OK(cudaStreamSynchronize(st));
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(comms[0]->checkError(), Status::kTimeout);
+    EXPECT_NE(std::string(tpcomm::lastErrorMessage()).find("rank 1"), std::string::npos) << tpcomm::lastErrorMessage();
+    EXPECT_GE(secs, 0.4);
+    EXPECT_LT(secs, 3.0);
+    // The next call reports the same error instead of running.
+    EXPECT_EQ(comms[0]->allReduce(p, p, 4096, DataType::kF32, ReduceOp::kSum, st), Status::kTimeout);
+    cudaStreamDestroy(st);
+    cudaFree(p);
+    for (auto& c : comms) c->destroy();
+  }
+}
+
+}  // namespace
+}  // namespace tpcomm_test

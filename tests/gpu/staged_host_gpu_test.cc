@@ -1,0 +1,199 @@
+// GPU all-reduce through host memory (staged_host) over every local GPU, driven by one process
+// (Communicator::createGroup). Table: algorithm x dtype x op x size x in/out of place. Inputs are
+// integers whose exact sums are known, outputs are poisoned (0xFF bytes: NaN) before each run,
+// every element of every rank is compared bitwise with the host reference, and all ranks must
+// hold identical bits. Plus the bounded-wait guarantee: when one rank skips a call, the others'
+// kernels give up after TPCOMM_TIMEOUT_MS and checkError() reports kTimeout.
+// To test another algorithm with the same table, add its name to kAlgorithms (the call is
+// forced through Config::algo; a run that falls back to another algorithm fails the test).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "unit/test_util.h"
+
+namespace tpcomm {
+namespace {
+
+#define CUDA_OK(expr)                                                                          \
+  do {                                                                                         \
+    cudaError_t e_ = (expr);                                                                   \
+    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);                     \
+  } while (0)
+
+const char* const kAlgorithms[] = {"staged_host"};
+const DataType kDtypes[] = {DataType::kF32, DataType::kF16, DataType::kBF16};
+const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin};
+const size_t kSizes[] = {1, 7, 1023, 4096, (1u << 20) + 3, 16u << 20};  // elements
+
+int deviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+// One process driving every local GPU: a communicator, a stream and two buffers per rank.
+class GpuGroup {
+ public:
+  void create(const Config& cfg, size_t maxBytes) {
+    int n = deviceCount();
+    std::vector<int> devices;
+    for (int d = 0; d < n; ++d) devices.push_back(d);
+    ASSERT_EQ(Communicator::createGroup(devices, cfg, &comms), Status::kOk) << lastErrorMessage();
+    ASSERT_EQ(static_cast<int>(comms.size()), n);
+    streams.resize(n);
+    send.resize(n);
+    recv.resize(n);
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaSetDevice(r));
+      CUDA_OK(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
+      CUDA_OK(cudaMalloc(&send[r], maxBytes));
+      CUDA_OK(cudaMalloc(&recv[r], maxBytes));
+    }
+  }
+  ~GpuGroup() {
+    for (auto& c : comms)
+      if (c) c->destroy();
+    for (size_t r = 0; r < streams.size(); ++r) {
+      cudaSetDevice(static_cast<int>(r));
+      if (streams[r]) cudaStreamDestroy(streams[r]);
+      if (send[r]) cudaFree(send[r]);
+      if (recv[r]) cudaFree(recv[r]);
+    }
+  }
+  int size() const { return static_cast<int>(comms.size()); }
+
+  std::vector<std::unique_ptr<Communicator>> comms;
+  std::vector<cudaStream_t> streams;
+  std::vector<void*> send, recv;
+};
+
+class StagedHostGpu : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    int n = deviceCount();
+    if (n < 2) GTEST_SKIP() << "needs at least 2 CUDA devices, found " << n;
+  }
+};
+
+TEST_P(StagedHostGpu, AllReduceBitExactOnEveryRank) {
+  const char* algo = GetParam();
+  Config cfg;
+  cfg.algo = algo;
+  cfg.useNccl = false;
+  GpuGroup g;
+  const size_t maxCount = kSizes[sizeof(kSizes) / sizeof(kSizes[0]) - 1];
+  g.create(cfg, maxCount * 4);
+  if (HasFatalFailure()) return;
+  const int n = g.size();
+  std::vector<std::vector<char>> inputs(n), outputs(n);
+  std::vector<char> expected;
+
+  for (DataType dt : kDtypes)
+    for (size_t count : kSizes) {
+      const size_t bytes = count * dataTypeSize(dt);
+      for (int r = 0; r < n; ++r) {
+        inputs[r] = test::makeBuffer(count, dt);
+        test::fillInput(inputs[r].data(), count, dt, r);
+        outputs[r].resize(bytes);
+      }
+      for (ReduceOp op : kOps) {
+        expected = test::makeBuffer(count, dt);
+        for (size_t i = 0; i < count; ++i) storeFromFloat(expected.data(), i, dt, static_cast<float>(test::expectedValue(n, i, op)));
+        for (bool inPlace : {false, true}) {
+          std::string what = std::string(algo) + " " + dataTypeName(dt) + " " + reduceOpName(op) + " count " +
+                             std::to_string(count) + (inPlace ? " in place" : " out of place");
+          SCOPED_TRACE(what);
+          for (int r = 0; r < n; ++r) {
+            CUDA_OK(cudaSetDevice(r));
+            CUDA_OK(cudaMemcpy(g.send[r], inputs[r].data(), bytes, cudaMemcpyHostToDevice));
+            if (inPlace) CUDA_OK(cudaMemcpy(g.recv[r], inputs[r].data(), bytes, cudaMemcpyHostToDevice));
+            else CUDA_OK(cudaMemset(g.recv[r], 0xFF, bytes));  // poison: NaN in every dtype
+          }
+          // Every rank enqueues before any waits: the kernels meet through host memory.
+          for (int r = 0; r < n; ++r) {
+            const void* src = inPlace ? g.recv[r] : g.send[r];
+            ASSERT_EQ(g.comms[r]->allReduce(src, g.recv[r], count, dt, op, g.streams[r]), Status::kOk)
+                << "rank " << r << ": " << lastErrorMessage();
+          }
+          for (int r = 0; r < n; ++r) {
+            CUDA_OK(cudaSetDevice(r));
+            CUDA_OK(cudaStreamSynchronize(g.streams[r]));
+            ASSERT_EQ(g.comms[r]->checkError(), Status::kOk) << "rank " << r << ": " << lastErrorMessage();
+            EXPECT_STREQ(g.comms[r]->lastAlgorithm(), algo) << "rank " << r << " fell back";
+            CUDA_OK(cudaMemcpy(outputs[r].data(), g.recv[r], bytes, cudaMemcpyDeviceToHost));
+          }
+          for (int r = 0; r < n; ++r) {
+            if (std::memcmp(outputs[r].data(), expected.data(), bytes) != 0) {
+              std::string first;
+              size_t bad = test::countWrong(outputs[r].data(), count, dt,
+                                            [&](size_t i) { return test::expectedValue(n, i, op); }, &first);
+              ADD_FAILURE() << "rank " << r << ": " << bad << " of " << count << " elements wrong, first " << first;
+            }
+            EXPECT_EQ(std::memcmp(outputs[r].data(), outputs[0].data(), bytes), 0) << "rank " << r << " differs from rank 0";
+            if (!inPlace) {  // the send buffer is read-only
+              std::vector<char> back(bytes);
+              CUDA_OK(cudaSetDevice(r));
+              CUDA_OK(cudaMemcpy(back.data(), g.send[r], bytes, cudaMemcpyDeviceToHost));
+              EXPECT_EQ(std::memcmp(back.data(), inputs[r].data(), bytes), 0) << "rank " << r << ": send modified";
+            }
+          }
+          if (HasFailure()) return;  // one failing case says enough; the rest would repeat it
+        }
+      }
+    }
+}
+
+TEST_P(StagedHostGpu, SkippedPeerYieldsTimeoutWithinTheBound) {
+  const char* algo = GetParam();
+  constexpr int kBoundMs = 500;
+  test::ScopedEnv timeout("TPCOMM_TIMEOUT_MS", "500");
+  Config cfg;
+  cfg.algo = algo;
+  cfg.useNccl = false;
+  GpuGroup g;
+  const size_t count = 1 << 20;
+  g.create(cfg, count * 4);
+  if (HasFatalFailure()) return;
+  const int n = g.size();
+  // Warm up with every rank (loads the kernels, proves the group works).
+  for (int r = 0; r < n; ++r)
+    ASSERT_EQ(g.comms[r]->allReduce(g.send[r], g.recv[r], count, DataType::kF32, ReduceOp::kSum, g.streams[r]), Status::kOk)
+        << lastErrorMessage();
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamSynchronize(g.streams[r]));
+    ASSERT_EQ(g.comms[r]->checkError(), Status::kOk) << lastErrorMessage();
+  }
+  // The last rank skips the next call.
+  auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < n - 1; ++r)
+    ASSERT_EQ(g.comms[r]->allReduce(g.send[r], g.recv[r], count, DataType::kF32, ReduceOp::kSum, g.streams[r]), Status::kOk)
+        << lastErrorMessage();
+  for (int r = 0; r < n - 1; ++r) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamSynchronize(g.streams[r]));  // returns: the kernel's waits are bounded
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(g.comms[r]->checkError(), Status::kTimeout) << "rank " << r << ": " << lastErrorMessage();
+    std::string msg = lastErrorMessage();
+    EXPECT_NE(msg.find("rank"), std::string::npos) << msg;
+    EXPECT_GE(ms, 0.9 * kBoundMs) << "rank " << r << " gave up before the bound";
+    EXPECT_LE(ms, 2.0 * kBoundMs) << "rank " << r << " took " << ms << " ms for a " << kBoundMs << " ms bound";
+  }
+  // A communicator that timed out refuses further calls with the same status.
+  EXPECT_EQ(g.comms[0]->allReduce(g.send[0], g.recv[0], count, DataType::kF32, ReduceOp::kSum, g.streams[0]),
+            Status::kTimeout);
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, StagedHostGpu, ::testing::ValuesIn(kAlgorithms),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+
+}  // namespace
+}  // namespace tpcomm

@@ -1,0 +1,180 @@
+// Bad input through the public API returns kInvalidArgument with a message naming the argument,
+// never a crash, an exception or a hang; the communicator stays usable afterwards. Misuse after
+// destroy() is caught too. To cover another bad call, add a row to the table in BadCalls.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "unit/test_util.h"
+
+namespace tpcomm {
+namespace {
+
+void expectInvalid(Status s, const std::string& mustMention, const std::string& what) {
+  EXPECT_EQ(s, Status::kInvalidArgument) << what << ": got " << statusName(s);
+  std::string msg = lastErrorMessage();
+  EXPECT_NE(msg.find(mustMention), std::string::npos) << what << ": message does not name '" << mustMention << "': " << msg;
+}
+
+struct BadCall {
+  const char* what;
+  const char* mustMention;
+  std::function<Status(Communicator&)> call;
+};
+
+TEST(BadInput, BadCallsAreRejectedAndTheCommunicatorStaysUsable) {
+  // Two ranks so the per-rank overflow (count * nRanks * elemSize) differs from the plain one.
+  const int n = 2;
+  test::runHostRanks(n, Config{}, [&](int me, Communicator& comm) {
+    std::vector<float> a(64, 1.0f), b(64 * n, 0.0f);
+    float* send = a.data();
+    float* recv = b.data();
+    const DataType f32 = DataType::kF32;
+    const ReduceOp sum = ReduceOp::kSum;
+    const DataType badType = static_cast<DataType>(7);
+    const ReduceOp badOp = static_cast<ReduceOp>(9);
+    // Largest count whose all-reduce byte size fits, and one whose per-rank total does not.
+    const size_t overflowAll = SIZE_MAX / 4 + 1;
+    const size_t overflowPerRank = SIZE_MAX / 4 / n + 1;
+    cudaStream_t bogusStream = reinterpret_cast<cudaStream_t>(uintptr_t{0x10});
+    const BadCall calls[] = {
+        {"allReduce null send", "send", [&](Communicator& c) { return c.allReduce(nullptr, recv, 4, f32, sum, nullptr); }},
+        {"allReduce null recv", "recv", [&](Communicator& c) { return c.allReduce(send, nullptr, 4, f32, sum, nullptr); }},
+        {"allReduce zero count", "count", [&](Communicator& c) { return c.allReduce(send, recv, 0, f32, sum, nullptr); }},
+        {"allReduce overflowing count", "count", [&](Communicator& c) { return c.allReduce(send, recv, overflowAll, f32, sum, nullptr); }},
+        {"allReduce overflowing f16 count", "count",
+         [&](Communicator& c) { return c.allReduce(send, recv, SIZE_MAX / 2 + 1, DataType::kF16, sum, nullptr); }},
+        {"allReduce SIZE_MAX count", "count", [&](Communicator& c) { return c.allReduce(send, recv, SIZE_MAX, f32, sum, nullptr); }},
+        {"allReduce unknown dtype", "dtype", [&](Communicator& c) { return c.allReduce(send, recv, 4, badType, sum, nullptr); }},
+        {"allReduce negative dtype", "dtype",
+         [&](Communicator& c) { return c.allReduce(send, recv, 4, static_cast<DataType>(-1), sum, nullptr); }},
+        {"allReduce unknown op", "op", [&](Communicator& c) { return c.allReduce(send, recv, 4, f32, badOp, nullptr); }},
+        {"allReduce stream on a host comm", "stream", [&](Communicator& c) { return c.allReduce(send, recv, 4, f32, sum, bogusStream); }},
+        {"reduceScatter null send", "send", [&](Communicator& c) { return c.reduceScatter(nullptr, recv, 4, f32, sum, nullptr); }},
+        {"reduceScatter null recv", "recv", [&](Communicator& c) { return c.reduceScatter(send, nullptr, 4, f32, sum, nullptr); }},
+        {"reduceScatter zero count", "count", [&](Communicator& c) { return c.reduceScatter(send, recv, 0, f32, sum, nullptr); }},
+        {"reduceScatter count * ranks overflows", "count",
+         [&](Communicator& c) { return c.reduceScatter(send, recv, overflowPerRank, f32, sum, nullptr); }},
+        {"reduceScatter unknown dtype", "dtype", [&](Communicator& c) { return c.reduceScatter(send, recv, 4, badType, sum, nullptr); }},
+        {"reduceScatter unknown op", "op", [&](Communicator& c) { return c.reduceScatter(send, recv, 4, f32, badOp, nullptr); }},
+        {"reduceScatter stream on a host comm", "stream",
+         [&](Communicator& c) { return c.reduceScatter(send, recv, 4, f32, sum, bogusStream); }},
+        {"allGather null send", "send", [&](Communicator& c) { return c.allGather(nullptr, recv, 4, f32, nullptr); }},
+        {"allGather null recv", "recv", [&](Communicator& c) { return c.allGather(send, nullptr, 4, f32, nullptr); }},
+        {"allGather zero count", "count", [&](Communicator& c) { return c.allGather(send, recv, 0, f32, nullptr); }},
+        {"allGather count * ranks overflows", "count",
+         [&](Communicator& c) { return c.allGather(send, recv, overflowPerRank, f32, nullptr); }},
+        {"allGather unknown dtype", "dtype", [&](Communicator& c) { return c.allGather(send, recv, 4, badType, nullptr); }},
+        {"allGather stream on a host comm", "stream", [&](Communicator& c) { return c.allGather(send, recv, 4, f32, bogusStream); }},
+    };
+    for (const BadCall& bc : calls) expectInvalid(bc.call(comm), bc.mustMention, std::string(bc.what) + " (rank " + std::to_string(me) + ")");
+
+    // Still usable, and success clears the message.
+    ASSERT_EQ(comm.allReduce(send, recv, 64, f32, sum, nullptr), Status::kOk) << lastErrorMessage();
+    EXPECT_STREQ(lastErrorMessage(), "");
+    for (int i = 0; i < 64; ++i) ASSERT_EQ(recv[i], static_cast<float>(n));
+    EXPECT_EQ(comm.checkError(), Status::kOk);
+  });
+}
+
+TEST(BadInput, MisuseAfterDestroy) {
+  auto group = ThreadGroup::create(1);
+  std::unique_ptr<Bootstrap> bs;
+  ASSERT_EQ(makeThreadBootstrap(group, 0, &bs), Status::kOk);
+  std::unique_ptr<Communicator> comm;
+  ASSERT_EQ(Communicator::create(*bs, -1, Config{}, &comm), Status::kOk) << lastErrorMessage();
+  float x[4] = {1, 2, 3, 4}, y[4];
+  ASSERT_EQ(comm->allReduce(x, y, 4, DataType::kF32, ReduceOp::kSum, nullptr), Status::kOk);
+  ASSERT_EQ(comm->destroy(), Status::kOk) << lastErrorMessage();
+  expectInvalid(comm->allReduce(x, y, 4, DataType::kF32, ReduceOp::kSum, nullptr), "destroyed", "allReduce after destroy");
+  expectInvalid(comm->reduceScatter(x, y, 4, DataType::kF32, ReduceOp::kSum, nullptr), "destroyed", "reduceScatter after destroy");
+  expectInvalid(comm->allGather(x, y, 4, DataType::kF32, nullptr), "destroyed", "allGather after destroy");
+  expectInvalid(comm->checkError(), "destroyed", "checkError after destroy");
+  expectInvalid(comm->destroy(), "destroy", "destroy twice");
+  EXPECT_NE(comm->lastAlgorithm(), nullptr);
+  comm.reset();  // the destructor after destroy() is fine
+}
+
+TEST(BadInput, CreateArguments) {
+  auto group = ThreadGroup::create(1);
+  std::unique_ptr<Bootstrap> bs;
+  ASSERT_EQ(makeThreadBootstrap(group, 0, &bs), Status::kOk);
+  std::unique_ptr<Communicator> comm;
+  expectInvalid(Communicator::create(*bs, -2, Config{}, &comm), "device -2", "create with device -2");
+  EXPECT_EQ(comm, nullptr);
+  expectInvalid(Communicator::create(*bs, -1, Config{}, nullptr), "out", "create with out null");
+  Config negativeTimeout;
+  negativeTimeout.timeoutMs = -1;
+  expectInvalid(Communicator::create(*bs, -1, negativeTimeout, &comm), "timeoutMs", "create with timeoutMs -1");
+  Config badAlgo;
+  badAlgo.algo = "0-64K:nosuch";
+  expectInvalid(Communicator::create(*bs, -1, badAlgo, &comm), "nosuch", "create with a bad config.algo");
+  EXPECT_EQ(comm, nullptr);
+  {
+    test::ScopedEnv env("TPCOMM_ALGO", "64K-0:staged_host");
+    expectInvalid(Communicator::create(*bs, -1, Config{}, &comm), "64K-0", "create with a bad TPCOMM_ALGO");
+  }
+  // The same bootstrap still creates a communicator once the arguments are right.
+  ASSERT_EQ(Communicator::create(*bs, -1, Config{}, &comm), Status::kOk) << lastErrorMessage();
+  EXPECT_EQ(comm->destroy(), Status::kOk);
+}
+
+TEST(BadInput, OneRankWithABadOverrideFailsEveryRank) {
+  auto group = ThreadGroup::create(2);
+  std::vector<Status> status(2);
+  std::vector<std::string> messages(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      std::unique_ptr<Bootstrap> bs;
+      ASSERT_EQ(makeThreadBootstrap(group, r, &bs), Status::kOk);
+      Config cfg;
+      if (r == 1) cfg.algo = "abc";
+      std::unique_ptr<Communicator> comm;
+      status[r] = Communicator::create(*bs, -1, cfg, &comm);
+      messages[r] = lastErrorMessage();
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(status[0], Status::kInvalidArgument) << messages[0];
+  EXPECT_NE(messages[0].find("another rank"), std::string::npos) << messages[0];
+  EXPECT_EQ(status[1], Status::kInvalidArgument) << messages[1];
+  EXPECT_NE(messages[1].find("abc"), std::string::npos) << messages[1];
+}
+
+TEST(BadInput, CreateGroupArguments) {
+  std::vector<std::unique_ptr<Communicator>> comms;
+  expectInvalid(Communicator::createGroup({}, Config{}, &comms), "devices", "createGroup with no devices");
+  expectInvalid(Communicator::createGroup({0, 0}, Config{}, &comms), "device 0 appears twice", "createGroup with a duplicate");
+  expectInvalid(Communicator::createGroup({1, 2, 1}, Config{}, &comms), "device 1 appears twice", "createGroup with a duplicate");
+  expectInvalid(Communicator::createGroup({0, -1}, Config{}, &comms), "devices[1] = -1", "createGroup with a negative device");
+  expectInvalid(Communicator::createGroup({0}, Config{}, nullptr), "out", "createGroup with out null");
+  EXPECT_TRUE(comms.empty());
+}
+
+TEST(BadInput, BootstrapArguments) {
+  EXPECT_EQ(ThreadGroup::create(0), nullptr);
+  EXPECT_EQ(ThreadGroup::create(-3), nullptr);
+  std::unique_ptr<Bootstrap> bs;
+  expectInvalid(makeThreadBootstrap(nullptr, 0, &bs), "group", "makeThreadBootstrap with a null group");
+  auto group = ThreadGroup::create(2);
+  expectInvalid(makeThreadBootstrap(group, 2, &bs), "rank 2", "makeThreadBootstrap with rank 2 of 2");
+  expectInvalid(makeThreadBootstrap(group, -1, &bs), "rank -1", "makeThreadBootstrap with rank -1");
+  expectInvalid(makeThreadBootstrap(group, 0, nullptr), "out", "makeThreadBootstrap with out null");
+}
+
+TEST(BadInput, NamesOfEnums) {
+  EXPECT_STREQ(dataTypeName(static_cast<DataType>(7)), "invalid");
+  EXPECT_STREQ(reduceOpName(static_cast<ReduceOp>(7)), "invalid");
+  EXPECT_EQ(dataTypeSize(static_cast<DataType>(7)), 0u);
+  EXPECT_EQ(dataTypeSize(DataType::kF32), 4u);
+  EXPECT_EQ(dataTypeSize(DataType::kF16), 2u);
+  EXPECT_EQ(dataTypeSize(DataType::kBF16), 2u);
+  for (int s = 0; s <= static_cast<int>(Status::kInternal); ++s) EXPECT_STRNE(statusName(static_cast<Status>(s)), "");
+  EXPECT_NE(statusName(static_cast<Status>(99)), nullptr);
+}
+
+}  // namespace
+}  // namespace tpcomm

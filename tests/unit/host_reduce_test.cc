@@ -1,0 +1,260 @@
+// Host reductions and 16-bit conversions (algos/host_reduce.h). Conversions are checked against
+// known bit patterns (round-to-nearest-even, subnormals, inf, NaN, signed zero); reductions are
+// bit-exact on integer-valued inputs for f32/f16/bf16 x sum/max/min, out of place and in place.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "algos/host_reduce.h"
+#include "unit/test_util.h"
+
+namespace tpcomm {
+namespace {
+
+float fromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint32_t toBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+struct ConvRow {
+  uint32_t floatBits;  // input (f32 bits)
+  uint16_t halfBits;   // expected 16-bit result
+  const char* what;
+};
+
+const ConvRow kToF16[] = {
+    {0x00000000, 0x0000, "+0"},
+    {0x80000000, 0x8000, "-0"},
+    {0x3f800000, 0x3c00, "1"},
+    {0xc0000000, 0xc000, "-2"},
+    {0x3dcccccd, 0x2e66, "0.1 rounds down"},
+    {0x477fe000, 0x7bff, "65504, the largest finite"},
+    {0x477fefff, 0x7bff, "just below the 65520 tie"},
+    {0x477ff000, 0x7c00, "65520 ties to even: inf"},
+    {0x7f7fffff, 0x7c00, "FLT_MAX overflows to inf"},
+    {0x7f800000, 0x7c00, "+inf"},
+    {0xff800000, 0xfc00, "-inf"},
+    {0x7fc00000, 0x7e00, "quiet NaN"},
+    {0x7f800001, 0x7e00, "signalling NaN becomes quiet"},
+    {0xffc00000, 0xfe00, "negative NaN keeps its sign"},
+    {0x3f801000, 0x3c00, "1 + 2^-11: tie to even (down)"},
+    {0x3f803000, 0x3c02, "1 + 3*2^-11: tie to even (up)"},
+    {0x3f801001, 0x3c01, "just above a tie"},
+    {0x38800000, 0x0400, "2^-14, the smallest normal"},
+    {0x33800000, 0x0001, "2^-24, the smallest subnormal"},
+    {0x33000000, 0x0000, "2^-25: tie to even gives 0"},
+    {0x33000001, 0x0001, "just above 2^-25 rounds up"},
+    {0x33c00000, 0x0002, "3*2^-25: tie to even (up)"},
+    {0xb3800000, 0x8001, "-2^-24"},
+    {0x387fc000, 0x03ff, "1023*2^-24, the largest subnormal"},
+    {0x387fe000, 0x0400, "1023.5*2^-24 ties up into the normals"},
+    {0x00000001, 0x0000, "f32 subnormal underflows to 0"},
+    {0x42f60000, 0x57b0, "123"},
+    {0xc3000000, 0xd800, "-128"},
+};
+
+const ConvRow kToBf16[] = {
+    {0x00000000, 0x0000, "+0"},
+    {0x80000000, 0x8000, "-0"},
+    {0x3f800000, 0x3f80, "1"},
+    {0xc0000000, 0xc000, "-2"},
+    {0x3f808000, 0x3f80, "1 + 2^-8: tie to even (down)"},
+    {0x3f818000, 0x3f82, "1 + 3*2^-8: tie to even (up)"},
+    {0x3f808001, 0x3f81, "just above a tie"},
+    {0x3f807fff, 0x3f80, "just below a tie"},
+    {0x7f7fffff, 0x7f80, "FLT_MAX rounds to inf"},
+    {0x7f800000, 0x7f80, "+inf"},
+    {0xff800000, 0xff80, "-inf"},
+    {0x7fc00000, 0x7fc0, "quiet NaN"},
+    {0x7f800001, 0x7fc0, "signalling NaN with low payload stays NaN"},
+    {0xffc00000, 0xffc0, "negative NaN"},
+    {0x00010000, 0x0001, "subnormal, exact"},
+    {0x00008000, 0x0000, "subnormal tie to even (down)"},
+    {0x00018000, 0x0002, "subnormal tie to even (up)"},
+    {0x007fffff, 0x0080, "largest f32 subnormal rounds into the normals"},
+    {0x42f60000, 0x42f6, "123"},
+    {0xc3000000, 0xc300, "-128"},
+};
+
+TEST(Conversion, FloatToF16RoundsToNearestEven) {
+  for (const ConvRow& row : kToF16) {
+    SCOPED_TRACE(row.what);
+    EXPECT_EQ(floatToF16(fromBits(row.floatBits)), row.halfBits) << std::hex << "f32 0x" << row.floatBits;
+  }
+}
+
+TEST(Conversion, FloatToBf16RoundsToNearestEven) {
+  for (const ConvRow& row : kToBf16) {
+    SCOPED_TRACE(row.what);
+    EXPECT_EQ(floatToBf16(fromBits(row.floatBits)), row.halfBits) << std::hex << "f32 0x" << row.floatBits;
+  }
+}
+
+struct WidenRow {
+  uint16_t halfBits;
+  uint32_t floatBits;
+  const char* what;
+};
+
+TEST(Conversion, F16ToFloatIsExact) {
+  const WidenRow rows[] = {
+      {0x0000, 0x00000000, "+0"},       {0x8000, 0x80000000, "-0"},
+      {0x3c00, 0x3f800000, "1"},        {0x7bff, 0x477fe000, "65504"},
+      {0xfbff, 0xc77fe000, "-65504"},   {0x0001, 0x33800000, "2^-24"},
+      {0x8001, 0xb3800000, "-2^-24"},   {0x03ff, 0x387fc000, "largest subnormal"},
+      {0x0400, 0x38800000, "2^-14"},    {0x7c00, 0x7f800000, "+inf"},
+      {0xfc00, 0xff800000, "-inf"},     {0x0200, 0x38000000, "2^-15 (subnormal)"},
+  };
+  for (const WidenRow& row : rows) {
+    SCOPED_TRACE(row.what);
+    EXPECT_EQ(toBits(f16ToFloat(row.halfBits)), row.floatBits) << std::hex << "f16 0x" << row.halfBits;
+  }
+  EXPECT_TRUE(std::isnan(f16ToFloat(0x7e00)));
+  EXPECT_TRUE(std::isnan(f16ToFloat(0x7c01)));
+  EXPECT_TRUE(std::isnan(f16ToFloat(0xfe00)));
+}
+
+TEST(Conversion, Bf16ToFloatIsExact) {
+  const WidenRow rows[] = {
+      {0x0000, 0x00000000, "+0"}, {0x8000, 0x80000000, "-0"}, {0x3f80, 0x3f800000, "1"},
+      {0x0001, 0x00010000, "subnormal"}, {0x7f80, 0x7f800000, "+inf"}, {0xff80, 0xff800000, "-inf"},
+      {0x7fc0, 0x7fc00000, "NaN"},
+  };
+  for (const WidenRow& row : rows) {
+    SCOPED_TRACE(row.what);
+    EXPECT_EQ(toBits(bf16ToFloat(row.halfBits)), row.floatBits) << std::hex << "bf16 0x" << row.halfBits;
+  }
+}
+
+TEST(Conversion, EveryF16RoundTripsThroughFloat) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    float f = f16ToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      uint16_t back = floatToF16(f);
+      EXPECT_EQ(back & 0x7c00, 0x7c00) << std::hex << h;
+      EXPECT_NE(back & 0x03ff, 0) << std::hex << h;
+      continue;
+    }
+    ASSERT_EQ(floatToF16(f), h) << std::hex << "f16 0x" << h;
+  }
+}
+
+TEST(Conversion, EveryBf16RoundTripsThroughFloat) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    float f = bf16ToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(bf16ToFloat(floatToBf16(f)))) << std::hex << h;
+      continue;
+    }
+    ASSERT_EQ(floatToBf16(f), h) << std::hex << "bf16 0x" << h;
+  }
+}
+
+TEST(Conversion, LoadAndStoreAsFloat) {
+  for (DataType dt : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+    SCOPED_TRACE(dataTypeName(dt));
+    std::vector<char> buf(8 * dataTypeSize(dt));
+    for (int i = 0; i < 8; ++i) storeFromFloat(buf.data(), i, dt, static_cast<float>(i * 3 - 10));
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(loadAsFloat(buf.data(), i, dt), static_cast<float>(i * 3 - 10));
+  }
+}
+
+// --- reductions ---
+
+TEST(HostReduce, BitExactOnIntegerInputs) {
+  const size_t counts[] = {1, 2, 3, 7, 255, 256, 257, 1000, 4099};
+  for (DataType dt : {DataType::kF32, DataType::kF16, DataType::kBF16})
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin})
+      for (int n = 1; n <= 8; ++n)
+        for (size_t count : counts)
+          for (bool inPlace : {false, true}) {
+            SCOPED_TRACE(std::string(dataTypeName(dt)) + " " + reduceOpName(op) + " ranks " + std::to_string(n) +
+                         " count " + std::to_string(count) + (inPlace ? " in place" : " out of place"));
+            std::vector<std::vector<char>> in(n);
+            std::vector<const void*> srcs(n);
+            for (int r = 0; r < n; ++r) {
+              in[r] = test::makeBuffer(count, dt);
+              test::fillInput(in[r].data(), count, dt, r);
+              srcs[r] = in[r].data();
+            }
+            std::vector<char> out = test::makeBuffer(count, dt);
+            // In place: dst aliases rank 0's input (the first one read).
+            void* dst = inPlace ? in[0].data() : out.data();
+            hostReduce(dst, srcs.data(), n, count, dt, op);
+            std::string first;
+            size_t wrong = test::countWrong(dst, count, dt, [&](size_t i) { return test::expectedValue(n, i, op); }, &first);
+            EXPECT_EQ(wrong, 0u) << first;
+            // Inputs other than the aliased one are untouched.
+            for (int r = inPlace ? 1 : 0; r < n; ++r)
+              EXPECT_EQ(test::countWrong(in[r].data(), count, dt, [&](size_t i) { return test::inputValue(r, i); }, nullptr), 0u)
+                  << "input of rank " << r << " was modified";
+          }
+}
+
+TEST(HostReduce, AliasingTheLastSourceWorks) {
+  const int n = 4;
+  const size_t count = 1030;
+  std::vector<std::vector<char>> in(n);
+  std::vector<const void*> srcs(n);
+  for (int r = 0; r < n; ++r) {
+    in[r] = test::makeBuffer(count, DataType::kF32);
+    test::fillInput(in[r].data(), count, DataType::kF32, r);
+    srcs[r] = in[r].data();
+  }
+  hostReduce(in[n - 1].data(), srcs.data(), n, count, DataType::kF32, ReduceOp::kSum);
+  std::string first;
+  EXPECT_EQ(test::countWrong(in[n - 1].data(), count, DataType::kF32,
+                             [&](size_t i) { return test::expectedValue(n, i, ReduceOp::kSum); }, &first),
+            0u)
+      << first;
+}
+
+TEST(HostReduce, SixteenBitSumsAccumulateInFp32) {
+  // big + 1 + 1 where big + 1 is a tie that rounds back to big in 16 bits: accumulating in 16
+  // bits would give big, accumulating in fp32 and rounding once gives big + 2 (representable).
+  struct Row {
+    DataType dt;
+    float big;
+  };
+  for (const Row& row : {Row{DataType::kF16, 2048.0f}, Row{DataType::kBF16, 256.0f}}) {
+    SCOPED_TRACE(dataTypeName(row.dt));
+    const float vals[3] = {row.big, 1.0f, 1.0f};
+    uint16_t in[3];
+    const void* srcs[3];
+    for (int r = 0; r < 3; ++r) {
+      storeFromFloat(&in[r], 0, row.dt, vals[r]);
+      srcs[r] = &in[r];
+    }
+    uint16_t out = 0;
+    hostReduce(&out, srcs, 3, 1, row.dt, ReduceOp::kSum);
+    EXPECT_EQ(loadAsFloat(&out, 0, row.dt), row.big + 2.0f);
+  }
+}
+
+TEST(HostReduce, MaxMinWithSignedZeroAndInfinity) {
+  const float a[3] = {-0.0f, -std::numeric_limits<float>::infinity(), 5.0f};
+  const float b[3] = {0.0f, 3.0f, std::numeric_limits<float>::infinity()};
+  const void* srcs[2] = {a, b};
+  float mx[3], mn[3];
+  hostReduce(mx, srcs, 2, 3, DataType::kF32, ReduceOp::kMax);
+  hostReduce(mn, srcs, 2, 3, DataType::kF32, ReduceOp::kMin);
+  EXPECT_EQ(mx[1], 3.0f);
+  EXPECT_EQ(mn[1], -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(mx[2], std::numeric_limits<float>::infinity());
+  EXPECT_EQ(mn[2], 5.0f);
+  EXPECT_EQ(mx[0], 0.0f);  // value-equal; the sign of zero is not specified
+}
+
+}  // namespace
+}  // namespace tpcomm

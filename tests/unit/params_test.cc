@@ -1,0 +1,209 @@
+// Environment parameters (common/params.h) and the multicast gate (Topology::multicastUsable).
+// Params are parsed by value, never by presence (TPCOMM_X=0 means off); a malformed integer
+// falls back to the default. The multicast gate must stay closed under NCCL_NVLS_ENABLE=0 or
+// TPCOMM_MULTICAST=0 even when the fixture says the hardware and the probe allow it: this is
+// the safety test DESIGN.md asks for (multicast can take a shared machine's GPUs down).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "common/params.h"
+#include "topology/topology.h"
+#include "unit/test_util.h"
+
+namespace tpcomm {
+namespace {
+
+using test::ScopedEnv;
+
+struct SizeRow {
+  const char* text;
+  bool ok;
+  uint64_t value;
+};
+
+const SizeRow kSizes[] = {
+    {"0", true, 0},
+    {"1", true, 1},
+    {"4096", true, 4096},
+    {"64K", true, 65536},
+    {"64k", true, 65536},
+    {"64KB", true, 65536},
+    {"2M", true, 2u << 20},
+    {"1G", true, 1u << 30},
+    {" 7 ", true, 7},
+    {"18446744073709551615", true, UINT64_MAX},
+    {"18446744073709551616", false, 0},  // one past 64 bits
+    {"17179869184G", false, 0},          // 2^34 G overflows
+    {"", false, 0},
+    {" ", false, 0},
+    {"-1", false, 0},
+    {"+1", false, 0},
+    {"abc", false, 0},
+    {"12x", false, 0},
+    {"10Q", false, 0},
+    {"1.5", false, 0},
+    {"1 K", false, 0},
+    {"K", false, 0},
+    {"0x10", false, 0},
+    {"1KK", false, 0},
+    {"1B", false, 0},  // B only after a unit
+};
+
+TEST(Params, ParseSize) {
+  for (const SizeRow& row : kSizes) {
+    SCOPED_TRACE(std::string("'") + row.text + "'");
+    uint64_t v = 12345;
+    EXPECT_EQ(parseSize(row.text, &v), row.ok);
+    if (row.ok) EXPECT_EQ(v, row.value);
+  }
+}
+
+TEST(Params, TableHasEveryParamWithHelp) {
+  const auto& table = params();
+  ASSERT_EQ(table.size(), static_cast<size_t>(ParamId::kCount));
+  for (const ParamInfo& p : table) {
+    EXPECT_NE(std::string(p.name), "");
+    EXPECT_NE(std::string(p.help), "") << p.name;
+    EXPECT_EQ(std::string(p.name).find("TPCOMM_"), std::string::npos) << "names omit the prefix: " << p.name;
+  }
+}
+
+struct IntRow {
+  ParamId id;
+  const char* env;
+  const char* value;  // nullptr: unset
+  int64_t want;
+};
+
+// Defaults come from the table itself, so a retuned default does not break these rows.
+int64_t defaultOf(ParamId id) {
+  uint64_t v = 0;
+  EXPECT_TRUE(parseSize(params()[static_cast<int>(id)].defaultValue, &v));
+  return static_cast<int64_t>(v);
+}
+
+TEST(Params, IntegersParseByValueAndFallBackToTheDefault) {
+  const IntRow rows[] = {
+      {ParamId::kNccl, "TPCOMM_NCCL", "0", 0},  // =0 means off: by value, not presence
+      {ParamId::kNccl, "TPCOMM_NCCL", "1", 1},
+      {ParamId::kNccl, "TPCOMM_NCCL", nullptr, defaultOf(ParamId::kNccl)},
+      {ParamId::kMulticast, "TPCOMM_MULTICAST", "0", 0},
+      {ParamId::kTimeoutMs, "TPCOMM_TIMEOUT_MS", "300", 300},
+      {ParamId::kTimeoutMs, "TPCOMM_TIMEOUT_MS", "abc", defaultOf(ParamId::kTimeoutMs)},
+      {ParamId::kTimeoutMs, "TPCOMM_TIMEOUT_MS", "12x", defaultOf(ParamId::kTimeoutMs)},
+      {ParamId::kTimeoutMs, "TPCOMM_TIMEOUT_MS", "-5", defaultOf(ParamId::kTimeoutMs)},
+      {ParamId::kTimeoutMs, "TPCOMM_TIMEOUT_MS", "", defaultOf(ParamId::kTimeoutMs)},
+      {ParamId::kTimeoutMs, "TPCOMM_TIMEOUT_MS", "99999999999999999999", defaultOf(ParamId::kTimeoutMs)},
+      {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "64K", 65536},
+      {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "1M", 1 << 20},
+      {ParamId::kStagedSlots, "TPCOMM_STAGED_SLOTS", "2", 2},
+      {ParamId::kStagedSlots, "TPCOMM_STAGED_SLOTS", "two", defaultOf(ParamId::kStagedSlots)},
+  };
+  for (const IntRow& row : rows) {
+    SCOPED_TRACE(std::string(row.env) + "=" + (row.value ? std::string("'") + row.value + "'" : "(unset)"));
+    ScopedEnv env(row.env, row.value);
+    EXPECT_EQ(paramInt(row.id), row.want);
+    const ParamInfo& p = params()[static_cast<int>(row.id)];
+    EXPECT_EQ(p.fromEnv, row.value != nullptr);
+    EXPECT_EQ(paramString(row.id), row.value ? row.value : p.defaultValue);
+  }
+}
+
+TEST(Params, ReloadSeesChangesAndRestores) {
+  std::string before = paramString(ParamId::kAlgo);
+  {
+    ScopedEnv env("TPCOMM_ALGO", "^ring_nccl");
+    EXPECT_EQ(paramString(ParamId::kAlgo), "^ring_nccl");
+  }
+  EXPECT_EQ(paramString(ParamId::kAlgo), before);
+}
+
+// --- the multicast gate ---
+
+// 8 GPUs on one NVSwitch whose devices report multicast support and whose probe allowed it.
+Topology multicastCapable(int n) {
+  Topology t = Topology::uniform(n, LinkKind::kNvswitch, 18);
+  for (RankDevice& r : t.ranks) r.multicastSupported = true;
+  t.multicastAllowedByEnv = true;
+  return t;
+}
+
+TEST(MulticastGate, ClosedByNcclNvlsEnable0) {
+  ScopedEnv nvls("NCCL_NVLS_ENABLE", "0");
+  std::string why;
+  EXPECT_TRUE(multicastDisabledByEnv(&why));
+  EXPECT_NE(why.find("NCCL_NVLS_ENABLE=0"), std::string::npos) << why;
+  Topology t = multicastCapable(8);
+  why.clear();
+  EXPECT_FALSE(t.multicastUsable(&why));
+  EXPECT_NE(why.find("NCCL_NVLS_ENABLE=0"), std::string::npos) << why;
+  // The same through JSON (a fixture file saying "allowed").
+  Topology rt;
+  ASSERT_EQ(Topology::fromJson(t.toJson(), &rt), Status::kOk) << lastErrorMessage();
+  EXPECT_TRUE(rt.multicastAllowedByEnv);
+  EXPECT_FALSE(rt.multicastUsable(nullptr));
+}
+
+TEST(MulticastGate, ClosedByTpcommMulticast0) {
+  ScopedEnv mc("TPCOMM_MULTICAST", "0");
+  std::string why;
+  EXPECT_TRUE(multicastDisabledByEnv(&why));
+  Topology t = multicastCapable(8);
+  EXPECT_FALSE(t.multicastUsable(&why));
+  EXPECT_FALSE(why.empty());
+  EXPECT_NE(why.find("=0"), std::string::npos) << why;
+}
+
+TEST(MulticastGate, ClosedWhenBothSwitchesAreOff) {
+  ScopedEnv nvls("NCCL_NVLS_ENABLE", "0");
+  ScopedEnv mc("TPCOMM_MULTICAST", "0");
+  EXPECT_FALSE(multicastCapable(8).multicastUsable(nullptr));
+  EXPECT_FALSE(multicastCapable(4).multicastUsable(nullptr));
+}
+
+TEST(MulticastGate, TpcommMulticastIsReadByValue) {
+  // TPCOMM_MULTICAST=1 does not close the gate: only the value 0 does. (NCCL_NVLS_ENABLE is
+  // whatever the machine has; on the shared GPU machines it is 0 and must stay so.)
+  ScopedEnv mc("TPCOMM_MULTICAST", "1");
+  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
+  bool nvlsOff = nvls && std::string(nvls) == "0";
+  EXPECT_EQ(multicastDisabledByEnv(nullptr), nvlsOff);
+  EXPECT_EQ(multicastCapable(8).multicastUsable(nullptr), !nvlsOff);
+}
+
+TEST(MulticastGate, NeedsMoreThanTwoRanksAndEveryPrecondition) {
+  // Each of these is closed for a hardware reason, whatever the environment says.
+  EXPECT_FALSE(multicastCapable(1).multicastUsable(nullptr));
+  EXPECT_FALSE(multicastCapable(2).multicastUsable(nullptr));
+  std::string why;
+  EXPECT_FALSE(multicastCapable(2).multicastUsable(&why));
+  EXPECT_NE(why.find("more than two"), std::string::npos) << why;
+
+  Topology noSupport = multicastCapable(8);
+  noSupport.ranks[5].multicastSupported = false;
+  EXPECT_FALSE(noSupport.multicastUsable(nullptr));
+
+  Topology probeSaidNo = multicastCapable(8);
+  probeSaidNo.multicastAllowedByEnv = false;
+  EXPECT_FALSE(probeSaidNo.multicastUsable(nullptr));
+
+  Topology mesh = multicastCapable(8);
+  for (int a = 0; a < 8; ++a)
+    for (int b = 0; b < 8; ++b)
+      if (a != b) mesh.links[a][b].kind = LinkKind::kNvlink;
+  EXPECT_FALSE(mesh.multicastUsable(nullptr));
+
+  Topology twoNodes = multicastCapable(8);
+  twoNodes.ranks[7].hostId = 1;
+  EXPECT_FALSE(twoNodes.multicastUsable(nullptr));
+
+  Topology host = Topology::host(8, true);
+  host.multicastAllowedByEnv = true;
+  EXPECT_FALSE(host.multicastUsable(nullptr));
+}
+
+}  // namespace
+}  // namespace tpcomm

@@ -1,0 +1,267 @@
+// Selector decisions (collectives/selector.h) on fixture topologies, with the selection-only
+// registry list (makeAlgorithms(nullptr)). A row states only what must hold however many
+// algorithms the registry gains: which algorithm must (not) be a candidate, which must come
+// first, which must precede which. On top of the rows, invariants checked on every decision:
+//   - every candidate supports the call and is listed once; non-forced candidates are in cost
+//     order; the selection is deterministic;
+//   - no *_p2p candidate unless every pair has verified P2P;
+//   - no *_multicast candidate unless Topology::multicastUsable();
+//   - no candidate other than staged_host for host ranks, and staged_host never when capturing
+//     on GPUs (its sequence numbers are host-side).
+// To test a new decision, add a row to kRows.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "collectives/algo_override.h"
+#include "collectives/registry.h"
+#include "collectives/selector.h"
+#include "topology/topology.h"
+#include "unit/test_util.h"
+
+namespace tpcomm {
+namespace {
+
+Topology fixture(const std::string& file) {
+  std::ifstream f(std::string(TPCOMM_TEST_FIXTURE_DIR) + "/" + file);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  Topology t;
+  Status s = Topology::fromJson(ss.str(), &t);
+  EXPECT_EQ(s, Status::kOk) << file << ": " << lastErrorMessage();
+  return t;
+}
+
+struct Row {
+  const char* name;
+  std::function<Topology()> topo;
+  CollKind kind;
+  size_t bytes;
+  bool capturing;
+  const char* algo;                       // TPCOMM_ALGO override text
+  const char* first;                      // must be candidate 0 (nullptr: any)
+  std::vector<const char*> present;       // must be candidates
+  std::vector<const char*> absent;        // must not be candidates
+  std::vector<std::pair<const char*, const char*>> before;  // a precedes b (both present)
+  bool firstForced;                       // candidate 0 was forced by the override
+};
+
+constexpr size_t K = 1024, M = 1024 * 1024;
+constexpr CollKind AR = CollKind::kAllReduce, RS = CollKind::kReduceScatter, AG = CollKind::kAllGather;
+
+std::function<Topology()> file(const char* f) {
+  return [f] { return fixture(f); };
+}
+std::function<Topology()> hostRanks(int n, bool sameProcess) {
+  return [=] { return Topology::host(n, sameProcess); };
+}
+std::function<Topology()> gpus(int n, LinkKind k, int lanes = 0) {
+  return [=] { return Topology::uniform(n, k, lanes); };
+}
+
+const std::vector<Row>& rows() {
+  static const std::vector<Row> kRows = {
+      // Host ranks: only the host path exists, whatever the size or collective.
+      {"host 2 threads AR 1K", hostRanks(2, true), AR, 1 * K, false, "", "staged_host", {}, {"ring_nccl"}, {}, false},
+      {"host 8 threads AR 64M", hostRanks(8, true), AR, 64 * M, false, "", "staged_host", {}, {"ring_nccl"}, {}, false},
+      {"host 4 procs RS 1M", hostRanks(4, false), RS, 1 * M, false, "", "staged_host", {}, {"ring_nccl"}, {}, false},
+      {"host 4 procs AG 4", hostRanks(4, false), AG, 4, false, "", "staged_host", {}, {"ring_nccl"}, {}, false},
+      {"host 2 excluded staged_host", hostRanks(2, true), AR, 1 * K, false, "^staged_host", nullptr, {}, {"staged_host", "ring_nccl"}, {}, false},
+      {"host 2 forced ring_nccl", hostRanks(2, true), AR, 1 * K, false, "ring_nccl", "staged_host", {}, {"ring_nccl"}, {}, false},
+
+      // 2x PCIe without P2P (the field report's dual RTX 5090): host staging and NCCL.
+      {"pcie no-p2p AR 8K", file("pcie2_no_p2p.json"), AR, 8 * K, false, "", nullptr, {"staged_host", "ring_nccl"}, {}, {}, false},
+      {"pcie no-p2p AR 64M", file("pcie2_no_p2p.json"), AR, 64 * M, false, "", nullptr, {"staged_host", "ring_nccl"}, {}, {}, false},
+      {"pcie no-p2p AR capturing", file("pcie2_no_p2p.json"), AR, 8 * K, true, "", nullptr, {"ring_nccl"}, {"staged_host"}, {}, false},
+      {"pcie no-p2p RS", file("pcie2_no_p2p.json"), RS, 1 * M, false, "", nullptr, {"ring_nccl"}, {"staged_host"}, {}, false},
+      {"pcie no-p2p forced staged_host", file("pcie2_no_p2p.json"), AR, 64 * M, false, "staged_host", "staged_host", {"ring_nccl"}, {}, {}, true},
+      {"pcie no-p2p forced ring_nccl", file("pcie2_no_p2p.json"), AR, 64 * M, false, "ring_nccl", "ring_nccl", {"staged_host"}, {}, {}, true},
+
+      // 2x PCIe with P2P.
+      {"pcie p2p AR 8K", file("pcie2_p2p.json"), AR, 8 * K, false, "", nullptr, {"staged_host", "ring_nccl"}, {}, {}, false},
+      {"pcie p2p AR capturing", file("pcie2_p2p.json"), AR, 8 * K, true, "", nullptr, {"ring_nccl"}, {"staged_host"}, {}, false},
+
+      // 2x NVLink: at large sizes NCCL over NVLink beats staging through host memory.
+      {"nvlink2 AR 64M", file("nvlink2.json"), AR, 64 * M, false, "", nullptr, {"ring_nccl", "staged_host"}, {}, {{"ring_nccl", "staged_host"}}, false},
+      {"nvlink2 AR 1K capturing", file("nvlink2.json"), AR, 1 * K, true, "", nullptr, {"ring_nccl"}, {"staged_host"}, {}, false},
+      {"nvlink2 excluded ring_nccl", file("nvlink2.json"), AR, 64 * M, false, "^ring_nccl", nullptr, {"staged_host"}, {"ring_nccl"}, {}, false},
+      {"nvlink2 range forces small", file("nvlink2.json"), AR, 4 * K, false, "0-64K:staged_host", "staged_host", {"ring_nccl"}, {}, {}, true},
+      {"nvlink2 range leaves large", file("nvlink2.json"), AR, 64 * M, false, "0-64K:staged_host", nullptr, {"ring_nccl", "staged_host"}, {}, {{"ring_nccl", "staged_host"}}, false},
+      {"nvlink2 forced list order", file("nvlink2.json"), AR, 64 * M, false, "staged_host|ring_nccl", "staged_host", {}, {}, {{"staged_host", "ring_nccl"}}, true},
+
+      // 8x NVLink mesh.
+      {"nvlink8 mesh AR 64M", file("nvlink8_mesh.json"), AR, 64 * M, false, "", nullptr, {"ring_nccl", "staged_host"}, {}, {{"ring_nccl", "staged_host"}}, false},
+      {"nvlink8 mesh AG 1M", file("nvlink8_mesh.json"), AG, 1 * M, false, "", nullptr, {"ring_nccl"}, {"staged_host"}, {}, false},
+
+      // 8x NVSwitch with and without multicast (the invariants check *_multicast gating).
+      {"nvswitch8 mc AR 64M", file("nvswitch8_multicast.json"), AR, 64 * M, false, "", nullptr, {"ring_nccl", "staged_host"}, {}, {{"ring_nccl", "staged_host"}}, false},
+      {"nvswitch8 mc AR 8K capturing", file("nvswitch8_multicast.json"), AR, 8 * K, true, "", nullptr, {"ring_nccl"}, {"staged_host"}, {}, false},
+      {"nvswitch8 no-mc AR 64M", file("nvswitch8_no_multicast.json"), AR, 64 * M, false, "", nullptr, {"ring_nccl", "staged_host"}, {}, {{"ring_nccl", "staged_host"}}, false},
+      {"nvswitch8 no-mc RS 1M", file("nvswitch8_no_multicast.json"), RS, 1 * M, false, "", nullptr, {"ring_nccl"}, {"staged_host"}, {}, false},
+
+      // Topologies no path supports.
+      {"two nodes, host ranks", [] { Topology t = Topology::host(2, false); t.ranks[1].hostId = 1; return t; }, AR, 1 * K,
+       false, "", nullptr, {}, {"staged_host"}, {}, false},
+      {"mixed host and GPU ranks", [] { Topology t = Topology::uniform(2, LinkKind::kPcie); t.ranks[1].cudaDevice = -1; return t; },
+       AR, 1 * K, false, "", nullptr, {}, {"staged_host", "ring_nccl"}, {}, false},
+  };
+  return kRows;
+}
+
+bool endsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+int indexOf(const std::vector<Candidate>& c, const std::string& name) {
+  for (size_t i = 0; i < c.size(); ++i)
+    if (name == c[i].algo->name()) return static_cast<int>(i);
+  return -1;
+}
+
+std::string describe(const std::vector<Candidate>& c) {
+  std::string s = "[";
+  for (const Candidate& x : c) s += std::string(s.size() > 1 ? ", " : "") + x.algo->name() + (x.forced ? "*" : "");
+  return s + "]";
+}
+
+// The invariants every decision must satisfy, whatever the registry holds.
+void checkInvariants(const std::vector<Candidate>& c, const Topology& topo, const AlgoQuery& q) {
+  std::set<std::string> seen;
+  for (size_t i = 0; i < c.size(); ++i) {
+    std::string name = c[i].algo->name();
+    EXPECT_TRUE(seen.insert(name).second) << name << " listed twice";
+    std::string why;
+    EXPECT_TRUE(c[i].algo->supports(topo, q, &why)) << name << " is a candidate but does not support the call: " << why;
+    if (endsWith(name, "_p2p")) EXPECT_TRUE(topo.allPairsP2p()) << name << " chosen without verified P2P on every pair";
+    if (endsWith(name, "_multicast")) EXPECT_TRUE(topo.multicastUsable(nullptr)) << name << " chosen with the multicast gate closed";
+    if (topo.allHost()) EXPECT_EQ(name, "staged_host") << "host ranks have only the host path";
+    if (topo.allGpu() && q.capturing) EXPECT_NE(name, "staged_host") << "staged_host is not graph-capturable";
+  }
+  // Forced candidates first, then the rest in cost order.
+  bool unforced = false;
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (!c[i].forced) unforced = true;
+    else EXPECT_FALSE(unforced) << "forced candidate " << c[i].algo->name() << " after an unforced one";
+  }
+  for (size_t i = 1; i < c.size(); ++i)
+    if (!c[i - 1].forced && !c[i].forced)
+      EXPECT_LE(c[i - 1].costUs, c[i].costUs) << c[i - 1].algo->name() << " before the cheaper " << c[i].algo->name();
+  for (const Candidate& x : c) EXPECT_GE(x.costUs, 0.0) << x.algo->name();
+}
+
+TEST(Selector, Decisions) {
+  auto algos = makeAlgorithms(nullptr);
+  std::vector<Algorithm*> list = rawList(algos);
+  std::vector<std::string> known = algorithmNames();
+  ASSERT_EQ(list.size(), known.size());
+  for (const Row& row : rows()) {
+    SCOPED_TRACE(std::string(row.name) + (row.algo[0] ? std::string(" TPCOMM_ALGO=") + row.algo : ""));
+    Topology topo = row.topo();
+    ASSERT_EQ(topo.validate(), Status::kOk) << lastErrorMessage();
+    AlgoOverride ovr;
+    ASSERT_EQ(parseAlgoOverride(row.algo, known, &ovr), Status::kOk) << lastErrorMessage();
+    AlgoQuery q{row.kind, DataType::kBF16, ReduceOp::kSum, row.bytes, row.capturing};
+    std::vector<Candidate> c = selectAlgorithms(list, topo, q, ovr);
+    SCOPED_TRACE("candidates " + describe(c));
+    checkInvariants(c, topo, q);
+    if (row.first) {
+      ASSERT_FALSE(c.empty());
+      EXPECT_STREQ(c[0].algo->name(), row.first);
+      EXPECT_EQ(c[0].forced, row.firstForced);
+    } else if (!c.empty()) {
+      EXPECT_EQ(c[0].forced, row.firstForced);
+    }
+    for (const char* p : row.present) EXPECT_GE(indexOf(c, p), 0) << p << " missing";
+    for (const char* a : row.absent) EXPECT_EQ(indexOf(c, a), -1) << a << " must not be a candidate";
+    for (const auto& ab : row.before) {
+      int a = indexOf(c, ab.first), b = indexOf(c, ab.second);
+      ASSERT_GE(a, 0) << ab.first;
+      ASSERT_GE(b, 0) << ab.second;
+      EXPECT_LT(a, b) << ab.first << " must precede " << ab.second;
+    }
+    // Pure: the same question gives the same answer.
+    std::vector<Candidate> again = selectAlgorithms(list, topo, q, ovr);
+    EXPECT_EQ(describe(again), describe(c));
+  }
+}
+
+TEST(Selector, InvariantsOverEverySizeDtypeAndFixture) {
+  auto algos = makeAlgorithms(nullptr);
+  std::vector<Algorithm*> list = rawList(algos);
+  const char* files[] = {"pcie2_no_p2p.json", "pcie2_p2p.json", "nvlink2.json", "nvlink8_mesh.json",
+                         "nvswitch8_multicast.json", "nvswitch8_no_multicast.json"};
+  std::vector<Topology> topos;
+  for (const char* f : files) topos.push_back(fixture(f));
+  for (int n : {1, 2, 3, 8}) topos.push_back(Topology::host(n, n % 2 == 0));
+  for (const Topology& topo : topos)
+    for (CollKind kind : {AR, RS, AG})
+      for (DataType dt : {DataType::kF32, DataType::kF16, DataType::kBF16})
+        for (bool capturing : {false, true})
+          for (size_t bytes = 1; bytes <= (1ull << 32); bytes *= 8) {
+            AlgoQuery q{kind, dt, ReduceOp::kSum, bytes, capturing};
+            std::vector<Candidate> c = selectAlgorithms(list, topo, q, AlgoOverride{});
+            SCOPED_TRACE(std::to_string(topo.nRanks()) + " ranks weakest " + linkKindName(topo.weakestLink()) + " " +
+                         collKindName(kind) + " " + std::to_string(bytes) + " bytes " + describe(c));
+            checkInvariants(c, topo, q);
+            // Something must always be able to run an eager all-reduce on one node.
+            if (kind == AR && !(topo.allGpu() && capturing)) EXPECT_FALSE(c.empty());
+          }
+}
+
+TEST(Selector, MulticastCandidatesStayOffUnderTheSafetySwitches) {
+  // Whatever multicast algorithms the registry gains, none may be chosen on a multicast-capable
+  // 8x NVSwitch fixture while NCCL_NVLS_ENABLE=0 or TPCOMM_MULTICAST=0.
+  auto algos = makeAlgorithms(nullptr);
+  std::vector<Algorithm*> list = rawList(algos);
+  Topology topo = fixture("nvswitch8_multicast.json");
+  ASSERT_TRUE(topo.multicastAllowedByEnv);
+  for (const char* var : {"NCCL_NVLS_ENABLE", "TPCOMM_MULTICAST"}) {
+    test::ScopedEnv off(var, "0");
+    ASSERT_FALSE(topo.multicastUsable(nullptr)) << var;
+    for (size_t bytes = 1024; bytes <= (1ull << 30); bytes *= 4)
+      for (bool capturing : {false, true}) {
+        AlgoQuery q{AR, DataType::kBF16, ReduceOp::kSum, bytes, capturing};
+        for (const Candidate& c : selectAlgorithms(list, topo, q, AlgoOverride{}))
+          EXPECT_FALSE(endsWith(c.algo->name(), "_multicast")) << var << "=0 but " << c.algo->name() << " chosen at " << bytes;
+      }
+  }
+}
+
+TEST(Selector, RegistryListsEveryAlgorithmOnceAndSelectionOnlyListsCannotRun) {
+  std::vector<std::string> names = algorithmNames();
+  ASSERT_FALSE(names.empty());
+  std::set<std::string> unique(names.begin(), names.end());
+  EXPECT_EQ(unique.size(), names.size());
+  EXPECT_TRUE(unique.count("staged_host"));
+  for (const std::string& n : names) {
+    EXPECT_NE(n.find('_'), std::string::npos) << n << ": names are <schedule>_<transport>";
+  }
+  auto algos = makeAlgorithms(nullptr);
+  for (const auto& a : algos) {
+    EXPECT_TRUE(a->available()) << a->name();
+    CollArgs args;
+    EXPECT_EQ(a->run(args), Status::kInternal) << a->name() << ": a selection-only algorithm must not run";
+  }
+}
+
+TEST(Selector, DescribeSelectionHasOneLinePerBucket) {
+  auto algos = makeAlgorithms(nullptr);
+  std::string table = describeSelection(rawList(algos), fixture("nvlink2.json"), AlgoOverride{}, DataType::kBF16, false);
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 11);  // 1K, 4K, ..., 1G
+  EXPECT_NE(table.find("1K"), std::string::npos) << table;
+  EXPECT_NE(table.find("1G"), std::string::npos) << table;
+  AlgoOverride ovr;
+  ASSERT_EQ(parseAlgoOverride("staged_host", algorithmNames(), &ovr), Status::kOk);
+  table = describeSelection(rawList(algos), fixture("nvlink2.json"), ovr, DataType::kBF16, false);
+  EXPECT_NE(table.find("(TPCOMM_ALGO)"), std::string::npos) << table;
+}
+
+}  // namespace
+}  // namespace tpcomm
