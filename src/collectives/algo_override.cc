@@ -17,6 +17,8 @@ std::string trim(const std::string& s) {
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {
+  // An empty string is one empty item (so "^" and "0-64K:" reach the empty-name check).
+  if (s.empty()) return {""};
   std::vector<std::string> out;
   std::stringstream ss(s);
   std::string item;
