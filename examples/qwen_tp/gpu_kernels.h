@@ -1,0 +1,60 @@
+// gpu_kernels.h: the decoder's own CUDA kernels (everything but the GEMMs, which are cuBLAS).
+// Activations are bf16 except the residual stream and logits (fp32); every reduction runs in
+// fp32. Kernels read the step's start position from device memory (`pos`), so one captured CUDA
+// graph serves every step of a shape.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace qwen {
+namespace gpu {
+
+/// dst[r * cols + c] = bf16(synthValue(seed, id, (rowOff + r) * fullCols + colOff + c)).
+void initSynthetic(__nv_bfloat16* dst, int64_t rows, int64_t cols, int64_t fullCols, int64_t rowOff, int64_t colOff,
+                   uint64_t seed, uint32_t id, float scale, float offset, cudaStream_t s);
+
+/// Vocab-parallel embedding: x[t] = E[tok - vocabBegin] (fp32) when this rank owns the token,
+/// else 0; the caller all-reduces x. tokens are global ids.
+void embed(const int32_t* tokens, int n, const __nv_bfloat16* E, int vocabBegin, int vocabLocal, int H, float* x,
+           cudaStream_t s);
+
+/// If `add` is non-null: x += add (bf16). Then out = bf16(rmsnorm(x) * w). One block per row.
+void addRmsNorm(float* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int n, int H, float eps,
+                __nv_bfloat16* out, cudaStream_t s);
+/// out[t, :] = bf16(rmsnorm(in[t, :]) * w) with in bf16 and an output row stride.
+void rmsNormBf16(const __nv_bfloat16* in, int ldIn, const __nv_bfloat16* w, int n, int H, float eps,
+                 __nv_bfloat16* out, int ldOut, cudaStream_t s);
+/// Same with fp32 input.
+void rmsNormF32(const float* in, const __nv_bfloat16* w, int n, int H, float eps, __nv_bfloat16* out, int ldOut,
+                cudaStream_t s);
+
+/// qkv [n, (hq + 2 hk) * D] -> per-head RMSNorm on q and k, rotate-half rotary at position
+/// (*pos + ropeOffset + t); q -> q [n, hq * D]; k, v -> cache slots *pos + t ([ctx, hk, D]).
+void qkNormRopeStore(const __nv_bfloat16* qkv, int n, int hq, int hk, int D, const __nv_bfloat16* qNorm,
+                     const __nv_bfloat16* kNorm, float eps, float theta, const int32_t* pos, int ropeOffset,
+                     __nv_bfloat16* q, __nv_bfloat16* kCache, __nv_bfloat16* vCache, cudaStream_t s);
+
+/// Causal GQA attention of n queries (slots *pos + t) over the bf16 cache, flash-decoding style:
+/// the sequence is cut into `splits` chunks of `chunk` slots, each block one (query, head,
+/// chunk) with an online softmax; a second kernel merges the chunks. part* are scratch of
+/// n * hq * splits * (D + 2) floats.
+void attention(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache, const int32_t* pos,
+               int n, int hq, int hk, int D, int splits, int chunk, float* part, __nv_bfloat16* out, cudaStream_t s);
+
+/// act[t, i] = silu(gu[t, i]) * gu[t, I + i] (gate columns first, then up).
+void swiglu(const __nv_bfloat16* gu, int n, int I, __nv_bfloat16* act, cudaStream_t s);
+
+/// Per row of logits [n, V]: (max, vocabBegin + argmax, lowest index on ties) into
+/// table[(t * tp + rank) * 2 + {0, 1}]; the rest of the table is zeroed by this call.
+void localArgmax(const float* logits, int n, int V, int vocabBegin, int tp, int rank, float* table, cudaStream_t s);
+/// After the table is sum-all-reduced: tokens[t] = index of the best (value, lowest rank).
+void pickArgmax(const float* table, int n, int tp, int32_t* tokens, cudaStream_t s);
+
+/// dst[i] = src[i] (bf16 rows copy helper for the MTP's hidden input).
+void copyRowsBf16(const __nv_bfloat16* src, int ldSrc, __nv_bfloat16* dst, int ldDst, int n, int cols, cudaStream_t s);
+
+}  // namespace gpu
+}  // namespace qwen

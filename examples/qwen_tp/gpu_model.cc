@@ -1,0 +1,329 @@
+// gpu_model.cc: weights (synthetic on the GPU or sliced from a checkpoint), the forward passes
+// as stream-ordered enqueues, CUDA-graph capture and replay, and the tpcomm all-reduces.
+#include "gpu_model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "gpu_kernels.h"
+#include "safetensors.h"
+#include "tpcomm/communicator.h"
+#include "weights.h"
+
+namespace qwen {
+namespace {
+
+bool cudaOk(cudaError_t e, const char* what, std::string* error) {
+  if (e == cudaSuccess) return true;
+  if (error) *error = std::string(what) + ": " + cudaGetErrorString(e);
+  return false;
+}
+#define QWEN_CUDA(call) \
+  do {                  \
+    if (!cudaOk((call), #call, error)) return false; \
+  } while (0)
+
+const TensorSpec* findSpec(const std::vector<TensorSpec>& specs, const std::string& name) {
+  for (const TensorSpec& s : specs)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+}  // namespace
+
+GpuModel::GpuModel(const ModelConfig& cfg, const TpShape& shape, int device, tpcomm::Communicator* comm)
+    : cfg_(cfg), shape_(shape), device_(device), comm_(comm) {}
+
+GpuModel::~GpuModel() {
+  cudaSetDevice(device_);
+  for (auto& g : graphs_) cudaGraphExecDestroy(g.second);
+  if (cublas_) cublasDestroy(cublas_);
+  for (void* p : allocations_) cudaFree(p);
+  if (hTokens_) cudaFreeHost(hTokens_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+bool GpuModel::alloc(void** p, size_t bytes, std::string* error) {
+  QWEN_CUDA(cudaMalloc(p, std::max<size_t>(bytes, 16)));
+  allocations_.push_back(*p);
+  allocBytes_ += bytes;
+  return true;
+}
+
+// Fills dst [rows, cols] with rows rowOff.. and columns colOff.. of tensor `name`.
+bool GpuModel::fill(__nv_bfloat16* dst, const std::string& name, int64_t rowOff, int64_t rows, int64_t colOff,
+                    int64_t cols, std::string* error) {
+  static thread_local std::vector<TensorSpec> specs;
+  specs = modelTensorSpecs(cfg_);
+  const TensorSpec* s = findSpec(specs, name);
+  if (!s) return *error = "internal: no tensor spec " + name, false;
+  const int64_t fullCols = s->shape.size() == 2 ? s->shape[1] : s->shape[0];
+  weightBytes_ += static_cast<size_t>(rows * cols) * 2;
+  if (!opt_.checkpoint) {
+    gpu::initSynthetic(dst, rows, cols, fullCols, rowOff, colOff, opt_.seed, s->id, s->synthScale, s->synthOffset, stream_);
+    return cudaOk(cudaGetLastError(), "initSynthetic", error);
+  }
+  const TensorView* v = nullptr;
+  if (!opt_.checkpoint->require(name, s->shape, &v, error)) return false;
+  std::vector<uint16_t> host(static_cast<size_t>(rows * cols));
+  const size_t es = stDtypeSize(v->dtype);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint8_t* e = v->data + ((rowOff + r) * fullCols + colOff + c) * es;
+      uint16_t b;
+      if (v->dtype == StDtype::kBF16) {
+        std::memcpy(&b, e, 2);
+      } else if (v->dtype == StDtype::kF16) {
+        std::memcpy(&b, e, 2);
+        b = floatToBf16(f16ToFloat(b));
+      } else {
+        float f;
+        std::memcpy(&f, e, 4);
+        b = floatToBf16(f);
+      }
+      host[static_cast<size_t>(r * cols + c)] = b;
+    }
+  QWEN_CUDA(cudaMemcpy(dst, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  return true;
+}
+
+bool GpuModel::loadLayer(const std::string& p, Layer* L, std::string* error) {
+  const int64_t H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads, I = shape_.inter;
+  auto a = [&](__nv_bfloat16** w, int64_t elems) { return alloc(reinterpret_cast<void**>(w), elems * 2, error); };
+  if (!a(&L->ln1, H) || !a(&L->ln2, H) || !a(&L->qn, D) || !a(&L->kn, D) || !a(&L->wqkv, qkvRows_ * H) ||
+      !a(&L->wo, H * hq * D) || !a(&L->wgu, 2 * I * H) || !a(&L->wd, H * I))
+    return false;
+  const size_t kv = static_cast<size_t>(opt_.ctxSize) * hk * D;
+  if (!a(&L->kCache, static_cast<int64_t>(kv)) || !a(&L->vCache, static_cast<int64_t>(kv))) return false;
+  QWEN_CUDA(cudaMemsetAsync(L->kCache, 0, kv * 2, stream_));
+  QWEN_CUDA(cudaMemsetAsync(L->vCache, 0, kv * 2, stream_));
+  return fill(L->ln1, p + "input_layernorm.weight", 0, 1, 0, H, error) &&
+         fill(L->ln2, p + "post_attention_layernorm.weight", 0, 1, 0, H, error) &&
+         fill(L->qn, p + "self_attn.q_norm.weight", 0, 1, 0, D, error) &&
+         fill(L->kn, p + "self_attn.k_norm.weight", 0, 1, 0, D, error) &&
+         fill(L->wqkv, p + "self_attn.q_proj.weight", shape_.headBegin() * D, hq * D, 0, H, error) &&
+         fill(L->wqkv + hq * D * H, p + "self_attn.k_proj.weight", shape_.kvHeadBegin() * D, hk * D, 0, H, error) &&
+         fill(L->wqkv + (hq + hk) * D * H, p + "self_attn.v_proj.weight", shape_.kvHeadBegin() * D, hk * D, 0, H, error) &&
+         fill(L->wo, p + "self_attn.o_proj.weight", 0, H, shape_.headBegin() * D, hq * D, error) &&
+         fill(L->wgu, p + "mlp.gate_proj.weight", shape_.interBegin(), I, 0, H, error) &&
+         fill(L->wgu + I * H, p + "mlp.up_proj.weight", shape_.interBegin(), I, 0, H, error) &&
+         fill(L->wd, p + "mlp.down_proj.weight", 0, H, shape_.interBegin(), I, error);
+}
+
+bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
+  opt_ = opt;
+  QWEN_CUDA(cudaSetDevice(device_));
+  QWEN_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) return *error = "cublasCreate failed", false;
+  cublasSetStream(cublas_, stream_);
+  const size_t wsBytes = 32u << 20;  // a fixed workspace: cuBLAS must not allocate inside capture
+  if (!alloc(&cublasWorkspace_, wsBytes, error)) return false;
+  cublasSetWorkspace(cublas_, cublasWorkspace_, wsBytes);
+  const int64_t H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads, I = shape_.inter,
+                Vl = shape_.vocab, T = std::max(opt_.maxTokensPerCall, kGraphMaxTokens);
+  qkvRows_ = static_cast<int>((hq + 2 * hk) * D);
+  chunk_ = std::max(256, (opt_.ctxSize + 31) / 32);
+  splits_ = (opt_.ctxSize + chunk_ - 1) / chunk_;
+  auto a = [&](auto** w, int64_t bytes) { return alloc(reinterpret_cast<void**>(w), static_cast<size_t>(bytes), error); };
+  if (!a(&embed_, Vl * H * 2) || !a(&finalNorm_, H * 2)) return false;
+  if (!fill(embed_, "model.embed_tokens.weight", shape_.vocabBegin(), Vl, 0, H, error)) return false;
+  if (!fill(finalNorm_, "model.norm.weight", 0, 1, 0, H, error)) return false;
+  if (cfg_.tieWordEmbeddings) {
+    lmHead_ = embed_;
+  } else if (!a(&lmHead_, Vl * H * 2) || !fill(lmHead_, "lm_head.weight", shape_.vocabBegin(), Vl, 0, H, error)) {
+    return false;
+  }
+  layers_.resize(cfg_.numLayers);
+  for (int l = 0; l < cfg_.numLayers; ++l)
+    if (!loadLayer("model.layers." + std::to_string(l) + ".", &layers_[l], error)) return false;
+  if (hasMtp()) {
+    if (!a(&mtpNormE_, H * 2) || !a(&mtpNormH_, H * 2) || !a(&mtpFc_, H * 2 * H * 2) || !a(&mtpNorm_, H * 2)) return false;
+    if (!fill(mtpNormE_, "mtp.pre_fc_norm_embedding.weight", 0, 1, 0, H, error) ||
+        !fill(mtpNormH_, "mtp.pre_fc_norm_hidden.weight", 0, 1, 0, H, error) ||
+        !fill(mtpFc_, "mtp.fc.weight", 0, H, 0, 2 * H, error) || !fill(mtpNorm_, "mtp.norm.weight", 0, 1, 0, H, error) ||
+        !loadLayer("mtp.layers.0.", &mtpLayer_, error))
+      return false;
+  }
+  if (!a(&x_, T * H * 4) || !a(&logits_, T * Vl * 4) || !a(&table_, T * shape_.tp * 2 * 4) ||
+      !a(&attnPart_, T * hq * splits_ * (D + 2) * 4) || !a(&hn_, T * H * 2) || !a(&qkv_, T * qkvRows_ * 2) ||
+      !a(&q_, T * hq * D * 2) || !a(&att_, T * hq * D * 2) || !a(&proj_, T * H * 2) || !a(&gu_, T * 2 * I * 2) ||
+      !a(&act_, T * I * 2) || !a(&hidden_, T * H * 2) || !a(&mtpOut_, T * H * 2) || !a(&mtpHidden_, H * 2) ||
+      !a(&cat_, T * 2 * H * 2) || !a(&dTokens_, T * 4) || !a(&dPos_, 4) || !a(&dOut_, T * 4))
+    return false;
+  QWEN_CUDA(cudaMallocHost(reinterpret_cast<void**>(&hTokens_), static_cast<size_t>(2 * T + 1) * 4));
+  hOut_ = hTokens_ + T;
+  hPos_ = hOut_ + T;
+  QWEN_CUDA(cudaStreamSynchronize(stream_));
+  return true;
+}
+
+void GpuModel::gemm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32) {
+  // Row-major Y[n, out] = X[n, in] W[out, in]^T, i.e. column-major Y^T = W^T(op T) X^T.
+  const float alpha = 1.f, beta = 0.f;
+  cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, W, CUDA_R_16BF, in, X, CUDA_R_16BF, in, &beta, Y,
+               yF32 ? CUDA_R_32F : CUDA_R_16BF, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+bool GpuModel::allReduce(void* buf, size_t count, bool f32, std::string* error) {
+  if (shape_.tp == 1 || skipAllReduce_) return true;
+  tpcomm::Status s = comm_->allReduce(buf, buf, count, f32 ? tpcomm::DataType::kF32 : tpcomm::DataType::kBF16,
+                                      tpcomm::ReduceOp::kSum, stream_);
+  if (s == tpcomm::Status::kOk) return true;
+  if (error) *error = std::string("tpcomm allReduce: ") + tpcomm::statusName(s) + ": " + tpcomm::lastErrorMessage();
+  return false;
+}
+
+std::string GpuModel::lastAlgorithm() const { return comm_ ? comm_->lastAlgorithm() : ""; }
+
+// Attention block then MLP block of one layer, starting from hn_ = norm1(x_); ends with
+// x_ += mlp and normOut = nextNorm(x_) (the next layer's input norm, or the final norm).
+bool GpuModel::enqueueLayer(const Layer& L, int n, int ropeOffset, const __nv_bfloat16* nextNorm, __nv_bfloat16* normOut,
+                            std::string* error) {
+  const int H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads, I = shape_.inter;
+  gemm(L.wqkv, qkvRows_, H, hn_, n, qkv_, false);
+  gpu::qkNormRopeStore(qkv_, n, hq, hk, D, L.qn, L.kn, cfg_.rmsNormEps, cfg_.ropeTheta, dPos_, ropeOffset, q_, L.kCache,
+                       L.vCache, stream_);
+  gpu::attention(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, splits_, chunk_, attnPart_, att_, stream_);
+  gemm(L.wo, H, hq * D, att_, n, proj_, false);
+  if (!allReduce(proj_, static_cast<size_t>(n) * H, false, error)) return false;
+  gpu::addRmsNorm(x_, proj_, L.ln2, n, H, cfg_.rmsNormEps, hn_, stream_);  // residual add + norm, fused
+  gemm(L.wgu, 2 * I, H, hn_, n, gu_, false);
+  gpu::swiglu(gu_, n, I, act_, stream_);
+  gemm(L.wd, H, I, act_, n, proj_, false);
+  if (!allReduce(proj_, static_cast<size_t>(n) * H, false, error)) return false;
+  gpu::addRmsNorm(x_, proj_, nextNorm, n, H, cfg_.rmsNormEps, normOut, stream_);
+  return true;
+}
+
+bool GpuModel::enqueueGreedy(const __nv_bfloat16* hidden, int n, std::string* error) {
+  gemm(lmHead_, shape_.vocab, cfg_.hiddenSize, hidden, n, logits_, true);
+  gpu::localArgmax(logits_, n, shape_.vocab, shape_.vocabBegin(), shape_.tp, shape_.rank, table_, stream_);
+  if (!allReduce(table_, static_cast<size_t>(n) * shape_.tp * 2, true, error)) return false;
+  gpu::pickArgmax(table_, n, shape_.tp, dOut_, stream_);
+  return true;
+}
+
+bool GpuModel::enqueue(Kind kind, int n, std::string* error) {
+  const int H = cfg_.hiddenSize;
+  const float eps = cfg_.rmsNormEps;
+  QWEN_CUDA(cudaMemcpyAsync(dTokens_, hTokens_, static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, stream_));
+  QWEN_CUDA(cudaMemcpyAsync(dPos_, hPos_, 4, cudaMemcpyHostToDevice, stream_));
+  gpu::embed(dTokens_, n, embed_, shape_.vocabBegin(), shape_.vocab, H, x_, stream_);
+  if (!allReduce(x_, static_cast<size_t>(n) * H, true, error)) return false;  // vocab-parallel embedding
+  if (kind == kTarget) {
+    gpu::addRmsNorm(x_, nullptr, layers_[0].ln1, n, H, eps, hn_, stream_);
+    for (int l = 0; l < cfg_.numLayers; ++l) {
+      const bool last = l + 1 == cfg_.numLayers;
+      if (!enqueueLayer(layers_[l], n, 0, last ? finalNorm_ : layers_[l + 1].ln1, last ? hidden_ : hn_, error)) return false;
+    }
+    if (!enqueueGreedy(hidden_, n, error)) return false;
+    QWEN_CUDA(cudaMemcpyAsync(hOut_, dOut_, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost, stream_));
+  } else {
+    // MTP: fc(concat(norm_e(embed(token)), norm_h(hidden))) -> one decoder layer -> mtp.norm.
+    const __nv_bfloat16* src = kind == kMtpFromTarget ? hidden_ : mtpHidden_;
+    gpu::rmsNormF32(x_, mtpNormE_, n, H, eps, cat_, 2 * H, stream_);
+    gpu::rmsNormBf16(src, H, mtpNormH_, n, H, eps, cat_ + H, 2 * H, stream_);
+    gemm(mtpFc_, H, 2 * H, cat_, n, x_, true);
+    gpu::addRmsNorm(x_, nullptr, mtpLayer_.ln1, n, H, eps, hn_, stream_);
+    if (!enqueueLayer(mtpLayer_, n, 1, mtpNorm_, mtpOut_, error)) return false;
+    const __nv_bfloat16* lastRow = mtpOut_ + static_cast<size_t>(n - 1) * H;
+    gpu::copyRowsBf16(lastRow, H, mtpHidden_, H, 1, H, stream_);
+    if (!enqueueGreedy(lastRow, 1, error)) return false;
+    QWEN_CUDA(cudaMemcpyAsync(hOut_, dOut_, 4, cudaMemcpyDeviceToHost, stream_));
+  }
+  return cudaOk(cudaGetLastError(), "kernel launch", error);
+}
+
+bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* out, std::string* error) {
+  QWEN_CUDA(cudaSetDevice(device_));
+  const int T = std::max(opt_.maxTokensPerCall, kGraphMaxTokens);
+  if (n <= 0 || n > T || pos < 0 || pos + n > opt_.ctxSize)
+    return *error = "positions [" + std::to_string(pos) + ", " + std::to_string(pos + n) + ") outside the KV cache of " +
+                    std::to_string(opt_.ctxSize) + " (or more than " + std::to_string(T) + " tokens per call)",
+           false;
+  for (int i = 0; i < n; ++i)
+    if (tokens[i] < 0 || tokens[i] >= cfg_.vocabSize) return *error = "token id " + std::to_string(tokens[i]) + " out of range", false;
+  std::memcpy(hTokens_, tokens, static_cast<size_t>(n) * 4);
+  *hPos_ = pos;
+  if (opt_.useGraphs && n <= kGraphMaxTokens) {
+    auto key = std::make_pair(static_cast<int>(kind), n);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      cudaGraph_t g;
+      QWEN_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      std::string captureError;
+      bool ok = enqueue(kind, n, &captureError);
+      cudaError_t e = cudaStreamEndCapture(stream_, &g);
+      if (!ok) return *error = "during graph capture: " + captureError, false;
+      QWEN_CUDA(e);
+      cudaGraphExec_t exec;
+      QWEN_CUDA(cudaGraphInstantiate(&exec, g, 0));
+      cudaGraphDestroy(g);
+      it = graphs_.emplace(key, exec).first;
+    }
+    QWEN_CUDA(cudaGraphLaunch(it->second, stream_));
+  } else if (!enqueue(kind, n, error)) {
+    return false;
+  }
+  QWEN_CUDA(cudaStreamSynchronize(stream_));
+  if (comm_) {
+    tpcomm::Status s = comm_->checkError();
+    if (s != tpcomm::Status::kOk) return *error = std::string("tpcomm: ") + tpcomm::lastErrorMessage(), false;
+  }
+  std::memcpy(out, hOut_, static_cast<size_t>(kind == kTarget ? n : 1) * 4);
+  return true;
+}
+
+bool GpuModel::target(const int32_t* tokens, int n, int pos, int32_t* next, std::string* error) {
+  lastTargetN_ = n;
+  return run(kTarget, tokens, n, pos, next, error);
+}
+
+bool GpuModel::mtpFromTarget(const int32_t* tokens, int n, int slot, int32_t* draft, std::string* error) {
+  if (!hasMtp()) return *error = cfg_.name + ": the model has no MTP head", false;
+  if (n > lastTargetN_) return *error = "mtpFromTarget: more rows than the last target() call produced", false;
+  return run(kMtpFromTarget, tokens, n, slot, draft, error);
+}
+
+bool GpuModel::mtpChain(int32_t token, int slot, int32_t* draft, std::string* error) {
+  if (!hasMtp()) return *error = cfg_.name + ": the model has no MTP head", false;
+  return run(kMtpChain, &token, 1, slot, draft, error);
+}
+
+void GpuModel::setSkipAllReduce(bool skip) {
+  if (skip == skipAllReduce_) return;
+  skipAllReduce_ = skip;
+  for (auto& g : graphs_) cudaGraphExecDestroy(g.second);
+  graphs_.clear();
+}
+
+bool GpuModel::timeTargetStep(int n, int pos, int iters, double* ms, std::string* error) {
+  std::vector<int32_t> toks(static_cast<size_t>(n), 0), out(static_cast<size_t>(n));
+  if (!target(toks.data(), n, pos, out.data(), error)) return false;  // captures the graph
+  cudaEvent_t a, b;
+  QWEN_CUDA(cudaEventCreate(&a));
+  QWEN_CUDA(cudaEventCreate(&b));
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    QWEN_CUDA(cudaEventRecord(a, stream_));
+    QWEN_CUDA(cudaGraphLaunch(graphs_.at({kTarget, n}), stream_));
+    QWEN_CUDA(cudaEventRecord(b, stream_));
+    QWEN_CUDA(cudaEventSynchronize(b));
+    float t;
+    QWEN_CUDA(cudaEventElapsedTime(&t, a, b));
+    times.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(times.begin(), times.end());
+  *ms = times[times.size() / 2];
+  return true;
+}
+
+bool GpuModel::lastLogits(int n, std::vector<float>* out, std::string* error) {
+  out->resize(static_cast<size_t>(n) * shape_.vocab);
+  QWEN_CUDA(cudaMemcpy(out->data(), logits_, out->size() * 4, cudaMemcpyDeviceToHost));
+  return true;
+}
+
+}  // namespace qwen

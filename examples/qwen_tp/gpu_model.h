@@ -1,0 +1,112 @@
+// gpu_model.h: one tensor-parallel rank of the Qwen3 (+ MTP) decoder on one GPU. bf16 weights
+// (Megatron shards, q/k/v and gate/up fused per rank), cuBLAS GEMMs with fp32 accumulation,
+// own kernels for the rest (gpu_kernels.h), a bf16 KV cache per layer and for the MTP layer,
+// and tpcomm all-reduces: embedding, after o_proj, after down_proj, and the argmax table.
+// Calls of up to kGraphMaxTokens tokens are captured once per shape as CUDA graphs (inputs and
+// outputs copied inside the graph through pinned buffers) and replayed.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "engine.h"
+
+namespace tpcomm {
+class Communicator;
+}
+
+namespace qwen {
+
+class SafetensorsModel;
+
+struct GpuModelOptions {
+  int ctxSize = 4096;
+  int maxTokensPerCall = 512;  ///< prefill chunk bound (prompt length)
+  uint64_t seed = 1;           ///< synthetic weights when `checkpoint` is null
+  const SafetensorsModel* checkpoint = nullptr;
+  bool useGraphs = true;
+};
+
+class GpuModel : public DecoderEngine {
+ public:
+  static constexpr int kGraphMaxTokens = 16;
+  GpuModel(const ModelConfig& cfg, const TpShape& shape, int device, tpcomm::Communicator* comm);
+  ~GpuModel() override;
+  /// Allocates, fills the weights, creates stream/cuBLAS. Must be called on every rank.
+  bool init(const GpuModelOptions& opt, std::string* error);
+
+  bool target(const int32_t* tokens, int n, int pos, int32_t* next, std::string* error) override;
+  bool mtpFromTarget(const int32_t* tokens, int n, int slot, int32_t* draft, std::string* error) override;
+  bool mtpChain(int32_t token, int slot, int32_t* draft, std::string* error) override;
+  bool hasMtp() const override { return cfg_.mtpLayers > 0; }
+  int vocabSize() const override { return cfg_.vocabSize; }
+  int ctxSize() const override { return opt_.ctxSize; }
+  int maxTokensPerCall() const override { return opt_.maxTokensPerCall; }
+
+  /// Replaces every all-reduce by nothing (numerically wrong; for measuring the all-reduce share
+  /// of a step). Drops the captured graphs.
+  void setSkipAllReduce(bool skip);
+  /// Median milliseconds of `iters` replays of the target step of n tokens at position pos.
+  bool timeTargetStep(int n, int pos, int iters, double* ms, std::string* error);
+  /// This rank's logits of the last target() call, [n, shape.vocab] (copied to the host).
+  bool lastLogits(int n, std::vector<float>* out, std::string* error);
+  /// Bytes of weights on this GPU, and of everything this model allocated.
+  size_t weightBytes() const { return weightBytes_; }
+  size_t allocatedBytes() const { return allocBytes_; }
+  /// Name of the algorithm tpcomm ran for the last all-reduce ("" with tp == 1).
+  std::string lastAlgorithm() const;
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  struct Layer {
+    __nv_bfloat16 *ln1, *ln2, *qn, *kn, *wqkv, *wo, *wgu, *wd;
+    __nv_bfloat16 *kCache, *vCache;
+  };
+  enum Kind { kTarget = 0, kMtpFromTarget = 1, kMtpChain = 2 };
+  bool alloc(void** p, size_t bytes, std::string* error);
+  bool fill(__nv_bfloat16* dst, const std::string& name, int64_t rowOff, int64_t rows, int64_t colOff, int64_t cols,
+            std::string* error);
+  bool loadLayer(const std::string& prefix, Layer* L, std::string* error);
+  // Enqueue one pass on stream_ (no sync); inputs in d_tokens_/d_pos_, output in d_out_.
+  bool enqueue(Kind kind, int n, std::string* error);
+  bool enqueueLayer(const Layer& L, int n, int ropeOffset, const __nv_bfloat16* nextNorm, __nv_bfloat16* normOut,
+                    std::string* error);
+  bool enqueueGreedy(const __nv_bfloat16* hidden, int n, std::string* error);
+  bool allReduce(void* buf, size_t count, bool f32, std::string* error);
+  void gemm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32);
+  bool run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* out, std::string* error);
+
+  ModelConfig cfg_;
+  TpShape shape_;
+  int device_;
+  tpcomm::Communicator* comm_;
+  GpuModelOptions opt_;
+  bool skipAllReduce_ = false;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  std::vector<void*> allocations_;
+  size_t weightBytes_ = 0, allocBytes_ = 0;
+  int qkvRows_ = 0, splits_ = 1, chunk_ = 256;
+  // weights
+  __nv_bfloat16 *embed_ = nullptr, *lmHead_ = nullptr, *finalNorm_ = nullptr;
+  std::vector<Layer> layers_;
+  Layer mtpLayer_{};
+  __nv_bfloat16 *mtpNormE_ = nullptr, *mtpNormH_ = nullptr, *mtpFc_ = nullptr, *mtpNorm_ = nullptr;
+  // activations
+  float *x_ = nullptr, *logits_ = nullptr, *table_ = nullptr, *attnPart_ = nullptr;
+  __nv_bfloat16 *hn_ = nullptr, *qkv_ = nullptr, *q_ = nullptr, *att_ = nullptr, *proj_ = nullptr, *gu_ = nullptr,
+                *act_ = nullptr, *hidden_ = nullptr, *mtpOut_ = nullptr, *mtpHidden_ = nullptr, *cat_ = nullptr;
+  int32_t *dTokens_ = nullptr, *dPos_ = nullptr, *dOut_ = nullptr;
+  int32_t *hTokens_ = nullptr, *hPos_ = nullptr, *hOut_ = nullptr;  // pinned
+  void* cublasWorkspace_ = nullptr;
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
+  int lastTargetN_ = 0;
+};
+
+}  // namespace qwen

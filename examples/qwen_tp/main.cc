@@ -1,0 +1,277 @@
+// main.cc: the qwen_tp command line (flags as llama.cpp's). One process for all GPUs
+// (createGroup, one thread per GPU) or, under mpirun, one process per GPU (MPI bootstrap).
+//   qwen_tp --model-preset qwen3-32b --tp 2 --prompt-tokens 512 --n-predict 256 \
+//           --spec-type draft-mtp --spec-draft-n-max 5 --sim-acceptance 0.485 --allreduce auto
+// With --sim-acceptance, a plain greedy run first makes the reference continuation (and is the
+// "MTP off" measurement); then the speculative run. Rank 0 prints llama.cpp-style timing lines
+// and writes Prometheus text to --metrics-file.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config.h"
+#include "gpu_model.h"
+#include "safetensors.h"
+#include "speculative.h"
+#include "tpcomm/tpcomm.h"
+#ifdef QWEN_TP_HAVE_MPI
+#include "tpcomm/mpi_bootstrap.h"
+#endif
+
+namespace qwen {
+namespace {
+
+struct Flags {
+  std::string preset = "tiny", modelDir, promptFile, promptList, allreduce = "auto", metricsFile = "qwen_tp_metrics.prom";
+  int promptTokens = 32, nPredict = 32, ctxSize = 0, tp = 1, draftNMax = 0;
+  double simAcceptance = -1;
+  uint64_t seed = 1;
+  bool mpi = false, noGraphs = false, profile = true;
+};
+
+void usage() {
+  std::printf(
+      "usage: qwen_tp [options]\n"
+      "  --model-preset NAME     tiny | qwen3-0.6b | qwen3-8b | qwen3-32b (synthetic weights, seeded)\n"
+      "  --model-dir DIR         Hugging Face directory (config.json + safetensors)\n"
+      "  --prompt-tokens N       synthetic prompt of N token ids (default 32)\n"
+      "  --prompt-ids a,b,c      prompt token ids;  --prompt-file F: whitespace-separated ids\n"
+      "  --n-predict N           tokens to generate (default 32)\n"
+      "  --ctx-size N            KV cache positions (default prompt + n-predict + 16)\n"
+      "  --tp N                  tensor-parallel ranks (GPUs 0..N-1 in one process; under --mpi: world size)\n"
+      "  --mpi                   one process per GPU (run under mpirun)\n"
+      "  --spec-type draft-mtp   MTP speculative decoding;  --spec-draft-n-max N: drafts per step\n"
+      "  --sim-acceptance A      drafts replaced by the reference token with probability A (simulated acceptance)\n"
+      "  --allreduce auto|nccl|staged_host   tpcomm algorithm choice (auto = tpcomm's selector)\n"
+      "  --metrics-file F        Prometheus text output (default qwen_tp_metrics.prom)\n"
+      "  --seed S  --no-graphs  --no-profile\n");
+}
+
+bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
+  std::string specType;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto val = [&](const char* name) -> const char* {
+      if (i + 1 >= argc) { *err = std::string(name) + " needs a value"; return nullptr; }
+      return argv[++i];
+    };
+    const char* v = nullptr;
+#define QWEN_FLAG(name, stmt) else if (a == name) { if (!(v = val(name))) return false; stmt; }
+    if (a == "-h" || a == "--help") { usage(); std::exit(0); }
+    else if (a == "--mpi") f->mpi = true;
+    else if (a == "--no-graphs") f->noGraphs = true;
+    else if (a == "--no-profile") f->profile = false;
+    QWEN_FLAG("--model-preset", f->preset = v)
+    QWEN_FLAG("--model-dir", f->modelDir = v)
+    QWEN_FLAG("--prompt-tokens", f->promptTokens = std::atoi(v))
+    QWEN_FLAG("--prompt-ids", f->promptList = v)
+    QWEN_FLAG("--prompt-file", f->promptFile = v)
+    QWEN_FLAG("--n-predict", f->nPredict = std::atoi(v))
+    QWEN_FLAG("--ctx-size", f->ctxSize = std::atoi(v))
+    QWEN_FLAG("--tp", f->tp = std::atoi(v))
+    QWEN_FLAG("--spec-type", specType = v)
+    QWEN_FLAG("--spec-draft-n-max", f->draftNMax = std::atoi(v))
+    QWEN_FLAG("--sim-acceptance", f->simAcceptance = std::atof(v))
+    QWEN_FLAG("--allreduce", f->allreduce = v)
+    QWEN_FLAG("--metrics-file", f->metricsFile = v)
+    QWEN_FLAG("--seed", f->seed = std::strtoull(v, nullptr, 10))
+    else { *err = "unknown flag " + a + " (--help lists them)"; return false; }
+#undef QWEN_FLAG
+  }
+  if (!specType.empty() && specType != "draft-mtp") return *err = "--spec-type: only draft-mtp is supported", false;
+  if (specType.empty()) f->draftNMax = 0;
+  else if (f->draftNMax <= 0) f->draftNMax = 3;
+  if (f->allreduce != "auto" && f->allreduce != "nccl" && f->allreduce != "staged_host")
+    return *err = "--allreduce must be auto, nccl or staged_host", false;
+  if (f->simAcceptance > 1) return *err = "--sim-acceptance must be in [0, 1]", false;
+  if (f->tp < 1) return *err = "--tp must be >= 1", false;
+  return true;
+}
+
+bool makePrompt(const Flags& f, int vocab, std::vector<int32_t>* p, std::string* err) {
+  std::string text = f.promptList;
+  for (char& c : text) if (c == ',') c = ' ';
+  if (!f.promptFile.empty()) {
+    std::ifstream in(f.promptFile);
+    if (!in) return *err = f.promptFile + ": cannot open", false;
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  std::istringstream is(text);
+  long long id;
+  while (is >> id) {
+    if (id < 0 || id >= vocab) return *err = "prompt token " + std::to_string(id) + " outside the vocabulary", false;
+    p->push_back(static_cast<int32_t>(id));
+  }
+  if (p->empty())
+    for (int i = 0; i < f.promptTokens; ++i) p->push_back(static_cast<int32_t>((i * 7919 + 13) % vocab));
+  return !p->empty() || (*err = "empty prompt", false);
+}
+
+struct Shared {
+  Flags flags;
+  ModelConfig cfg;
+  std::unique_ptr<SafetensorsModel> ckpt;
+  std::vector<int32_t> prompt;
+};
+
+// Everything one rank does; rank 0 reports.
+bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm, std::string* err) {
+  const Flags& f = sh.flags;
+  TpShape shape;
+  if (!makeTpShape(sh.cfg, f.tp, rank, &shape, err)) return false;
+  GpuModel model(sh.cfg, shape, device, comm);
+  GpuModelOptions o;
+  o.maxTokensPerCall = std::max<int>(static_cast<int>(sh.prompt.size()), f.draftNMax + 1);
+  o.ctxSize = f.ctxSize > 0 ? f.ctxSize : static_cast<int>(sh.prompt.size()) + f.nPredict + f.draftNMax + 16;
+  o.seed = f.seed;
+  o.checkpoint = sh.ckpt.get();
+  o.useGraphs = !f.noGraphs;
+  if (!model.init(o, err)) return false;
+  std::vector<int32_t> ref, out;
+  GenerateStats plain, spec;
+  GenerateOptions g;
+  g.nPredict = f.nPredict;
+  const bool needPlain = f.draftNMax == 0 || f.simAcceptance >= 0;
+  if (needPlain && !generate(model, sh.prompt, g, &ref, &plain, err)) return false;
+  if (f.draftNMax > 0) {
+    g.draftNMax = f.draftNMax;
+    g.simAcceptance = f.simAcceptance;
+    g.reference = f.simAcceptance >= 0 ? &ref : nullptr;
+    g.seed = f.seed;
+    if (!generate(model, sh.prompt, g, &out, &spec, err)) return false;
+    if (f.simAcceptance >= 0 && out != ref) return *err = "speculative output differs from plain greedy", false;
+  } else {
+    out = ref;
+  }
+  double stepMs = 0, stepNoArMs = 0, verifyMs = 0, verifyNoArMs = 0;
+  if (f.profile && !f.noGraphs) {  // share of a decode step spent in all-reduce: with vs without them
+    const int pos = static_cast<int>(sh.prompt.size());
+    const int nv = f.draftNMax + 1;
+    if (!model.timeTargetStep(1, pos, 50, &stepMs, err)) return false;
+    if (nv > 1 && nv <= GpuModel::kGraphMaxTokens && !model.timeTargetStep(nv, pos, 50, &verifyMs, err)) return false;
+    model.setSkipAllReduce(true);
+    if (!model.timeTargetStep(1, pos, 50, &stepNoArMs, err)) return false;
+    if (nv > 1 && nv <= GpuModel::kGraphMaxTokens && !model.timeTargetStep(nv, pos, 50, &verifyNoArMs, err)) return false;
+    model.setSkipAllReduce(false);
+  }
+  if (rank != 0) return true;
+  // Roofline: weight bytes / device copy bandwidth, measured now on this GPU.
+  double bw = 0;
+  {
+    void *a = nullptr, *b = nullptr;
+    const size_t bytes = 1u << 30;
+    if (cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess) {
+      cudaEvent_t e0, e1;
+      cudaEventCreate(&e0);
+      cudaEventCreate(&e1);
+      cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+      cudaEventRecord(e0);
+      for (int i = 0; i < 10; ++i) cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
+      cudaEventRecord(e1);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      bw = 2.0 * 10 * bytes / (ms * 1e-3);
+    }
+    cudaFree(a);
+    cudaFree(b);
+  }
+  size_t freeB = 0, totalB = 0;
+  cudaMemGetInfo(&freeB, &totalB);
+  std::printf("qwen_tp: model %s, TP=%d, allreduce %s (last algorithm: %s), prompt %zu, n-predict %d\n", sh.cfg.name.c_str(),
+              f.tp, f.allreduce.c_str(), model.lastAlgorithm().c_str(), sh.prompt.size(), f.nPredict);
+  if (needPlain) std::printf("--- plain greedy ---\n%s", formatTimings(plain).c_str());
+  if (f.draftNMax > 0)
+    std::printf("--- draft-mtp n-max %d ---\n%s", f.draftNMax, formatTimings(spec).c_str());
+  const double wb = static_cast<double>(model.weightBytes());
+  std::printf("weights/GPU %.2f GB; HBM copy %.0f GB/s; roofline %.3f ms/token; peak GPU memory rank 0: %.2f GB allocated by "
+              "the model, %.2f GB in use on the device\n",
+              wb / 1e9, bw / 1e9, bw > 0 ? wb / bw * 1e3 : 0, model.allocatedBytes() / 1e9, (totalB - freeB) / 1e9);
+  if (stepMs > 0)
+    std::printf("decode step %.3f ms (%.1f%% of roofline), without all-reduce %.3f ms -> all-reduce share %.1f%%\n", stepMs,
+                bw > 0 ? wb / bw * 1e3 / stepMs * 100 : 0, stepNoArMs, (stepMs - stepNoArMs) / stepMs * 100);
+  if (verifyMs > 0)
+    std::printf("verify step (%d tokens) %.3f ms, without all-reduce %.3f ms -> all-reduce share %.1f%%\n", f.draftNMax + 1,
+                verifyMs, verifyNoArMs, (verifyMs - verifyNoArMs) / verifyMs * 100);
+  std::printf("output:");
+  for (size_t i = 0; i < out.size() && i < 64; ++i) std::printf(" %d", out[i]);
+  std::printf("%s\n", out.size() > 64 ? " ..." : "");
+  std::ofstream m(f.metricsFile);
+  m << formatPrometheus(f.draftNMax > 0 ? spec : plain, o.ctxSize);
+  return true;
+}
+
+tpcomm::Config commConfig(const Flags& f) {
+  tpcomm::Config c;
+  if (f.allreduce == "nccl") c.algo = "ring_nccl";
+  else if (f.allreduce == "staged_host") c.algo = "staged_host";
+  return c;
+}
+
+}  // namespace
+}  // namespace qwen
+
+int main(int argc, char** argv) {
+  using namespace qwen;
+  Shared sh;
+  std::string err;
+  if (!parseFlags(argc, argv, &sh.flags, &err)) return std::fprintf(stderr, "qwen_tp: %s\n", err.c_str()), 2;
+  const Flags& f = sh.flags;
+  bool ok = f.modelDir.empty() ? presetConfig(f.preset, &sh.cfg, &err)
+                               : loadConfigFile(f.modelDir + "/config.json", &sh.cfg, &err) &&
+                                     SafetensorsModel::open(f.modelDir, &sh.ckpt, &err);
+  if (ok) ok = makePrompt(f, sh.cfg.vocabSize, &sh.prompt, &err);
+  if (!ok) return std::fprintf(stderr, "qwen_tp: %s\n", err.c_str()), 1;
+  if (f.mpi) {
+#ifdef QWEN_TP_HAVE_MPI
+    MPI_Init(&argc, &argv);
+    std::unique_ptr<tpcomm::Bootstrap> boot;
+    std::unique_ptr<tpcomm::Communicator> comm;
+    int ndev = 0;
+    cudaGetDeviceCount(&ndev);
+    tpcomm::Status s = tpcomm::makeMpiBootstrap(MPI_COMM_WORLD, &boot);
+    int rank = boot ? boot->rank() : 0;
+    if (s == tpcomm::Status::kOk && boot->size() != f.tp) {
+      err = "--tp " + std::to_string(f.tp) + " but mpirun started " + std::to_string(boot->size()) + " ranks";
+      ok = false;
+    }
+    if (ok && s == tpcomm::Status::kOk) s = tpcomm::Communicator::create(*boot, rank % std::max(ndev, 1), commConfig(f), &comm);
+    if (s != tpcomm::Status::kOk) ok = false, err = std::string("tpcomm: ") + tpcomm::lastErrorMessage();
+    if (ok) ok = runRank(sh, rank, rank % ndev, f.tp > 1 ? comm.get() : nullptr, &err);
+    if (!ok) std::fprintf(stderr, "qwen_tp rank %d: %s\n", rank, err.c_str());
+    if (comm) comm->destroy();
+    boot.reset();
+    MPI_Finalize();
+    return ok ? 0 : 1;
+#else
+    return std::fprintf(stderr, "qwen_tp: built without MPI\n"), 2;
+#endif
+  }
+  std::vector<int> devices;
+  for (int i = 0; i < f.tp; ++i) devices.push_back(i);
+  std::vector<std::unique_ptr<tpcomm::Communicator>> comms;
+  if (f.tp > 1) {
+    tpcomm::Status s = tpcomm::Communicator::createGroup(devices, commConfig(f), &comms);
+    if (s != tpcomm::Status::kOk) return std::fprintf(stderr, "qwen_tp: tpcomm createGroup: %s\n", tpcomm::lastErrorMessage()), 1;
+  }
+  std::vector<std::string> errors(f.tp);
+  std::vector<char> oks(f.tp, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < f.tp; ++r)
+    threads.emplace_back([&, r] { oks[r] = runRank(sh, r, devices[r], f.tp > 1 ? comms[r].get() : nullptr, &errors[r]); });
+  for (auto& t : threads) t.join();
+  int rc = 0;
+  for (int r = 0; r < f.tp; ++r)
+    if (!oks[r]) std::fprintf(stderr, "qwen_tp rank %d: %s\n", r, errors[r].c_str()), rc = 1;
+  for (auto& c : comms) c->destroy();
+  return rc;
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# run_h200x2.sh: builds qwen_tp and runs the issue-6 benchmark matrix on 2x H200 (qwen3-32b
+# shape, synthetic bf16 weights, TP=2, batch 1, 512-token prompt, 256 generated):
+# all-reduce path {auto, nccl, staged_host} x {MTP off, MTP n-max 5 at simulated acceptance
+# 0.3, 0.485, 0.7}, plus the GPU tests. Output: bench/results/qwen_tp_h200x2.raw.txt (raw log
+# to turn into bench/results/qwen_tp_h200x2.md).
+# Usage (repo root): examples/qwen_tp/run_h200x2.sh [build-dir]
+set -euo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
+BUILD=${1:-build-qwen}
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DTPCOMM_BUILD_TESTS=OFF -DQWEN_TP_BUILD_TESTS=ON \
+  -DTPCOMM_BUILD_BENCH=OFF -DTPCOMM_BUILD_TOOLS=OFF
+ninja -C "$BUILD" qwen_tp qwen_gpu_test qwen_config_test qwen_safetensors_test qwen_cpu_model_test qwen_speculative_test
+OUT=bench/results/qwen_tp_h200x2.raw.txt
+mkdir -p bench/results
+{
+  echo "# qwen_tp on $(hostname), $(date -u +%F)"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
+  nvcc --version | tail -1 || true
+  echo "## tests"
+  ctest --test-dir "$BUILD/examples/qwen_tp" --output-on-failure 2>&1 || true
+  BIN="$BUILD/examples/qwen_tp/qwen_tp"
+  COMMON="--model-preset qwen3-32b --tp 2 --prompt-tokens 512 --n-predict 256 --ctx-size 1024"
+  for ar in auto nccl staged_host; do
+    echo "## allreduce=$ar MTP off (one process, createGroup)"
+    "$BIN" $COMMON --allreduce $ar --metrics-file /tmp/qwen_$ar.off.prom
+    for a in 0.3 0.485 0.7; do
+      echo "## allreduce=$ar MTP n-max 5, simulated acceptance $a"
+      "$BIN" $COMMON --allreduce $ar --spec-type draft-mtp --spec-draft-n-max 5 --sim-acceptance $a \
+        --no-profile --metrics-file /tmp/qwen_$ar.$a.prom
+    done
+  done
+  echo "## mpirun, one process per GPU (auto, MTP off and 0.485)"
+  mpirun -np 2 --allow-run-as-root -x NCCL_NVLS_ENABLE -x TPCOMM_MULTICAST "$BIN" --mpi $COMMON --allreduce auto
+  mpirun -np 2 --allow-run-as-root -x NCCL_NVLS_ENABLE -x TPCOMM_MULTICAST "$BIN" --mpi $COMMON --allreduce auto \
+    --spec-type draft-mtp --spec-draft-n-max 5 --sim-acceptance 0.485 --no-profile
+  echo "## TP=1 reference"
+  "$BIN" --model-preset qwen3-32b --tp 1 --prompt-tokens 512 --n-predict 64 --ctx-size 1024
+} 2>&1 | tee "$OUT"
