@@ -3,7 +3,8 @@
 // integers whose exact sums are known, outputs are poisoned (0xFF bytes: NaN) before each run,
 // every element of every rank is compared bitwise with the host reference, and all ranks must
 // hold identical bits. Plus the bounded-wait guarantee: when one rank skips a call, the others'
-// kernels give up after TPCOMM_TIMEOUT_MS and checkError() reports kTimeout.
+// kernels give up after the communicator's timeout (Config::timeoutMs, else TPCOMM_TIMEOUT_MS)
+// and checkError() reports kTimeout.
 // To test another algorithm with the same table, add its name to kAlgorithms (the call is
 // forced through Config::algo; a run that falls back to another algorithm fails the test).
 #include <cuda_runtime_api.h>
@@ -19,10 +20,10 @@
 namespace tpcomm {
 namespace {
 
-#define CUDA_OK(expr)                                                                          \
-  do {                                                                                         \
-    cudaError_t e_ = (expr);                                                                   \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);                     \
+#define CUDA_OK(expr)                                                      \
+  do {                                                                     \
+    cudaError_t e_ = (expr);                                               \
+    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
   } while (0)
 
 const char* const kAlgorithms[] = {"staged_host"};
@@ -53,9 +54,12 @@ class GpuGroup {
     recv.resize(n);
     for (int r = 0; r < n; ++r) {
       CUDA_OK(cudaSetDevice(r));
-      CUDA_OK(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
+      CUDA_OK(cudaStreamCreate(&streams[r]));  // blocking: ordered after the set-up copies below
       CUDA_OK(cudaMalloc(&send[r], maxBytes));
       CUDA_OK(cudaMalloc(&recv[r], maxBytes));
+      CUDA_OK(cudaMemset(send[r], 0, maxBytes));
+      CUDA_OK(cudaMemset(recv[r], 0, maxBytes));
+      CUDA_OK(cudaDeviceSynchronize());
     }
   }
   ~GpuGroup() {
@@ -106,7 +110,8 @@ TEST_P(StagedHostGpu, AllReduceBitExactOnEveryRank) {
       }
       for (ReduceOp op : kOps) {
         expected = test::makeBuffer(count, dt);
-        for (size_t i = 0; i < count; ++i) storeFromFloat(expected.data(), i, dt, static_cast<float>(test::expectedValue(n, i, op)));
+        for (size_t i = 0; i < count; ++i)
+          storeFromFloat(expected.data(), i, dt, static_cast<float>(test::expectedValue(n, i, op)));
         for (bool inPlace : {false, true}) {
           std::string what = std::string(algo) + " " + dataTypeName(dt) + " " + reduceOpName(op) + " count " +
                              std::to_string(count) + (inPlace ? " in place" : " out of place");
@@ -114,8 +119,12 @@ TEST_P(StagedHostGpu, AllReduceBitExactOnEveryRank) {
           for (int r = 0; r < n; ++r) {
             CUDA_OK(cudaSetDevice(r));
             CUDA_OK(cudaMemcpy(g.send[r], inputs[r].data(), bytes, cudaMemcpyHostToDevice));
-            if (inPlace) CUDA_OK(cudaMemcpy(g.recv[r], inputs[r].data(), bytes, cudaMemcpyHostToDevice));
-            else CUDA_OK(cudaMemset(g.recv[r], 0xFF, bytes));  // poison: NaN in every dtype
+            if (inPlace)
+              CUDA_OK(cudaMemcpy(g.recv[r], inputs[r].data(), bytes, cudaMemcpyHostToDevice));
+            else
+              CUDA_OK(cudaMemset(g.recv[r], 0xFF, bytes));  // poison: NaN in every dtype
+            // Inputs and poison in place before any rank starts.
+            CUDA_OK(cudaDeviceSynchronize());
           }
           // Every rank enqueues before any waits: the kernels meet through host memory.
           for (int r = 0; r < n; ++r) {
@@ -133,11 +142,12 @@ TEST_P(StagedHostGpu, AllReduceBitExactOnEveryRank) {
           for (int r = 0; r < n; ++r) {
             if (std::memcmp(outputs[r].data(), expected.data(), bytes) != 0) {
               std::string first;
-              size_t bad = test::countWrong(outputs[r].data(), count, dt,
-                                            [&](size_t i) { return test::expectedValue(n, i, op); }, &first);
+              size_t bad = test::countWrong(
+                  outputs[r].data(), count, dt, [&](size_t i) { return test::expectedValue(n, i, op); }, &first);
               ADD_FAILURE() << "rank " << r << ": " << bad << " of " << count << " elements wrong, first " << first;
             }
-            EXPECT_EQ(std::memcmp(outputs[r].data(), outputs[0].data(), bytes), 0) << "rank " << r << " differs from rank 0";
+            EXPECT_EQ(std::memcmp(outputs[r].data(), outputs[0].data(), bytes), 0)
+                << "rank " << r << " differs from rank 0";
             if (!inPlace) {  // the send buffer is read-only
               std::vector<char> back(bytes);
               CUDA_OK(cudaSetDevice(r));
@@ -154,10 +164,12 @@ TEST_P(StagedHostGpu, AllReduceBitExactOnEveryRank) {
 TEST_P(StagedHostGpu, SkippedPeerYieldsTimeoutWithinTheBound) {
   const char* algo = GetParam();
   constexpr int kBoundMs = 500;
-  test::ScopedEnv timeout("TPCOMM_TIMEOUT_MS", "500");
+  // The communicator's bound (what its kernels use). Set through Config rather than
+  // TPCOMM_TIMEOUT_MS so set-up waits (topology probe, bootstrap) keep their usual bound.
   Config cfg;
   cfg.algo = algo;
   cfg.useNccl = false;
+  cfg.timeoutMs = kBoundMs;
   GpuGroup g;
   const size_t count = 1 << 20;
   g.create(cfg, count * 4);
@@ -165,7 +177,8 @@ TEST_P(StagedHostGpu, SkippedPeerYieldsTimeoutWithinTheBound) {
   const int n = g.size();
   // Warm up with every rank (loads the kernels, proves the group works).
   for (int r = 0; r < n; ++r)
-    ASSERT_EQ(g.comms[r]->allReduce(g.send[r], g.recv[r], count, DataType::kF32, ReduceOp::kSum, g.streams[r]), Status::kOk)
+    ASSERT_EQ(g.comms[r]->allReduce(g.send[r], g.recv[r], count, DataType::kF32, ReduceOp::kSum, g.streams[r]),
+              Status::kOk)
         << lastErrorMessage();
   for (int r = 0; r < n; ++r) {
     CUDA_OK(cudaSetDevice(r));
@@ -175,7 +188,8 @@ TEST_P(StagedHostGpu, SkippedPeerYieldsTimeoutWithinTheBound) {
   // The last rank skips the next call.
   auto t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < n - 1; ++r)
-    ASSERT_EQ(g.comms[r]->allReduce(g.send[r], g.recv[r], count, DataType::kF32, ReduceOp::kSum, g.streams[r]), Status::kOk)
+    ASSERT_EQ(g.comms[r]->allReduce(g.send[r], g.recv[r], count, DataType::kF32, ReduceOp::kSum, g.streams[r]),
+              Status::kOk)
         << lastErrorMessage();
   for (int r = 0; r < n - 1; ++r) {
     CUDA_OK(cudaSetDevice(r));

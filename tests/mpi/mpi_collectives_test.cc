@@ -57,7 +57,8 @@ class MpiCollectives : public ::testing::Test {
 };
 std::unique_ptr<Bootstrap> MpiCollectives::bootstrap_;
 
-std::string label(const char* kind, DataType dt, const char* op, size_t count, bool inPlace, const Geometry& g, int me) {
+std::string label(const char* kind, DataType dt, const char* op, size_t count, bool inPlace, const Geometry& g,
+                  int me) {
   return std::string(kind) + " " + dataTypeName(dt) + " " + op + " count " + std::to_string(count) +
          (inPlace ? " in place, " : " out of place, ") + g.name + ", rank " + std::to_string(me);
 }
@@ -79,10 +80,14 @@ TEST_F(MpiCollectives, AllReduce) {
             ASSERT_EQ(s, Status::kOk) << what << ": " << lastErrorMessage();
             EXPECT_STREQ(comm->lastAlgorithm(), "staged_host") << what;
             std::string first;
-            EXPECT_EQ(countWrong(recv.data(), count, dt, [&](size_t i) { return expectedValue(n, i, op); }, &first), 0u)
+            EXPECT_EQ(countWrong(
+                          recv.data(), count, dt, [&](size_t i) { return expectedValue(n, i, op); }, &first),
+                      0u)
                 << what << ": first " << first;
             if (!inPlace)
-              EXPECT_EQ(countWrong(send.data(), count, dt, [&](size_t i) { return inputValue(me, i); }, &first), 0u)
+              EXPECT_EQ(countWrong(
+                            send.data(), count, dt, [&](size_t i) { return inputValue(me, i); }, &first),
+                        0u)
                   << what << ": send modified, " << first;
           }
     EXPECT_EQ(comm->destroy(), Status::kOk) << lastErrorMessage();
@@ -106,10 +111,14 @@ TEST_F(MpiCollectives, ReduceScatter) {
             Status s = comm->reduceScatter(send.data(), out, count, dt, op, nullptr);
             ASSERT_EQ(s, Status::kOk) << what << ": " << lastErrorMessage();
             std::string first;
-            EXPECT_EQ(countWrong(out, count, dt, [&](size_t i) { return expectedValue(n, me * count + i, op); }, &first), 0u)
+            EXPECT_EQ(countWrong(
+                          out, count, dt, [&](size_t i) { return expectedValue(n, me * count + i, op); }, &first),
+                      0u)
                 << what << ": first " << first;
             if (!inPlace)
-              EXPECT_EQ(countWrong(send.data(), n * count, dt, [&](size_t i) { return inputValue(me, i); }, &first), 0u)
+              EXPECT_EQ(countWrong(
+                            send.data(), n * count, dt, [&](size_t i) { return inputValue(me, i); }, &first),
+                        0u)
                   << what << ": send modified, " << first;
           }
     EXPECT_EQ(comm->destroy(), Status::kOk) << lastErrorMessage();
@@ -132,8 +141,9 @@ TEST_F(MpiCollectives, AllGather) {
           Status s = comm->allGather(in, recv.data(), count, dt, nullptr);
           ASSERT_EQ(s, Status::kOk) << what << ": " << lastErrorMessage();
           std::string first;
-          EXPECT_EQ(countWrong(recv.data(), n * count, dt,
-                               [&](size_t j) { return inputValue(static_cast<int>(j / count), j % count); }, &first),
+          EXPECT_EQ(countWrong(
+                        recv.data(), n * count, dt,
+                        [&](size_t j) { return inputValue(static_cast<int>(j / count), j % count); }, &first),
                     0u)
               << what << ": first " << first;
         }
@@ -176,7 +186,9 @@ int main(int argc, char** argv) {
       int rank;
       explicit FailurePrinter(int r) : rank(r) {}
       void OnTestPartResult(const ::testing::TestPartResult& r) override {
-        if (r.failed()) std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank, r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
+        if (r.failed())
+          std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank, r.file_name() ? r.file_name() : "?", r.line_number(),
+                       r.summary());
       }
     };
     listeners.Append(new FailurePrinter(rank));
@@ -184,7 +196,8 @@ int main(int argc, char** argv) {
   int local = RUN_ALL_TESTS();
   int any = 0;
   MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0) std::printf("tpcomm mpi test: %d ranks, %s\n", size, any ? "FAILED on some rank" : "passed on every rank");
+  if (rank == 0)
+    std::printf("tpcomm mpi test: %d ranks, %s\n", size, any ? "FAILED on some rank" : "passed on every rank");
   MPI_Finalize();
   return any ? 1 : 0;
 }

@@ -1,13 +1,14 @@
 // TPCOMM_ALGO parser (collectives/algo_override.h): well-formed strings parse to the expected
 // rules; malformed ones return kInvalidArgument with a message quoting the offending piece.
 // To cover a new form, add a row to kGood or kBad.
+#include "collectives/algo_override.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "collectives/algo_override.h"
 #include "tpcomm/status.h"
 
 namespace tpcomm {
@@ -81,13 +82,13 @@ const BadRow kBad[] = {
     {",staged_host", "empty entry"},                     // leading comma
     {"1-2:staged_host,1-3:ring_nccl", "1-3:ring_nccl"},  // overlapping ranges
     {"0-inf:staged_host,1M-2M:ring_nccl", "1M-2M:ring_nccl"},
-    {"10Q-20:staged_host", "10Q"},                       // bad unit
-    {"10-20X:staged_host", "20X"},                       // bad unit
-    {"1.5K-2K:staged_host", "1.5K"},                     // not an integer
+    {"10Q-20:staged_host", "10Q"},                                     // bad unit
+    {"10-20X:staged_host", "20X"},                                     // bad unit
+    {"1.5K-2K:staged_host", "1.5K"},                                   // not an integer
     {"99999999999999999999-inf:staged_host", "99999999999999999999"},  // overflows 64 bits
     {"16777216T-inf:staged_host", "16777216T"},
-    {"64K:staged_host", "64K"},                          // range without '-'
-    {"0-64K:staged_host,^ring_nccl", "'^'"},             // '^' inside the list
+    {"64K:staged_host", "64K"},               // range without '-'
+    {"0-64K:staged_host,^ring_nccl", "'^'"},  // '^' inside the list
 };
 
 TEST(AlgoOverride, MalformedStringsAreRejectedWithAMessage) {
@@ -98,8 +99,8 @@ TEST(AlgoOverride, MalformedStringsAreRejectedWithAMessage) {
     EXPECT_EQ(parseAlgoOverride(row.text, kKnown, &o), Status::kInvalidArgument);
     std::string msg = lastErrorMessage();
     EXPECT_NE(msg.find("TPCOMM_ALGO"), std::string::npos) << msg;
-    EXPECT_NE(msg.find(row.mustMention), std::string::npos) << "message does not name '" << row.mustMention
-                                                            << "': " << msg;
+    EXPECT_NE(msg.find(row.mustMention), std::string::npos)
+        << "message does not name '" << row.mustMention << "': " << msg;
     // *out is left alone on failure.
     ASSERT_EQ(o.rules.size(), 1u);
     EXPECT_EQ(o.rules[0].names[0], "sentinel");

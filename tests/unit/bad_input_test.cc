@@ -16,7 +16,8 @@ namespace {
 void expectInvalid(Status s, const std::string& mustMention, const std::string& what) {
   EXPECT_EQ(s, Status::kInvalidArgument) << what << ": got " << statusName(s);
   std::string msg = lastErrorMessage();
-  EXPECT_NE(msg.find(mustMention), std::string::npos) << what << ": message does not name '" << mustMention << "': " << msg;
+  EXPECT_NE(msg.find(mustMention), std::string::npos)
+      << what << ": message does not name '" << mustMention << "': " << msg;
 }
 
 struct BadCall {
@@ -41,25 +42,38 @@ TEST(BadInput, BadCallsAreRejectedAndTheCommunicatorStaysUsable) {
     const size_t overflowPerRank = SIZE_MAX / 4 / n + 1;
     cudaStream_t bogusStream = reinterpret_cast<cudaStream_t>(uintptr_t{0x10});
     const BadCall calls[] = {
-        {"allReduce null send", "send", [&](Communicator& c) { return c.allReduce(nullptr, recv, 4, f32, sum, nullptr); }},
-        {"allReduce null recv", "recv", [&](Communicator& c) { return c.allReduce(send, nullptr, 4, f32, sum, nullptr); }},
-        {"allReduce zero count", "count", [&](Communicator& c) { return c.allReduce(send, recv, 0, f32, sum, nullptr); }},
-        {"allReduce overflowing count", "count", [&](Communicator& c) { return c.allReduce(send, recv, overflowAll, f32, sum, nullptr); }},
+        {"allReduce null send", "send",
+         [&](Communicator& c) { return c.allReduce(nullptr, recv, 4, f32, sum, nullptr); }},
+        {"allReduce null recv", "recv",
+         [&](Communicator& c) { return c.allReduce(send, nullptr, 4, f32, sum, nullptr); }},
+        {"allReduce zero count", "count",
+         [&](Communicator& c) { return c.allReduce(send, recv, 0, f32, sum, nullptr); }},
+        {"allReduce overflowing count", "count",
+         [&](Communicator& c) { return c.allReduce(send, recv, overflowAll, f32, sum, nullptr); }},
         {"allReduce overflowing f16 count", "count",
          [&](Communicator& c) { return c.allReduce(send, recv, SIZE_MAX / 2 + 1, DataType::kF16, sum, nullptr); }},
-        {"allReduce SIZE_MAX count", "count", [&](Communicator& c) { return c.allReduce(send, recv, SIZE_MAX, f32, sum, nullptr); }},
-        {"allReduce unknown dtype", "dtype", [&](Communicator& c) { return c.allReduce(send, recv, 4, badType, sum, nullptr); }},
+        {"allReduce SIZE_MAX count", "count",
+         [&](Communicator& c) { return c.allReduce(send, recv, SIZE_MAX, f32, sum, nullptr); }},
+        {"allReduce unknown dtype", "dtype",
+         [&](Communicator& c) { return c.allReduce(send, recv, 4, badType, sum, nullptr); }},
         {"allReduce negative dtype", "dtype",
          [&](Communicator& c) { return c.allReduce(send, recv, 4, static_cast<DataType>(-1), sum, nullptr); }},
-        {"allReduce unknown op", "op", [&](Communicator& c) { return c.allReduce(send, recv, 4, f32, badOp, nullptr); }},
-        {"allReduce stream on a host comm", "stream", [&](Communicator& c) { return c.allReduce(send, recv, 4, f32, sum, bogusStream); }},
-        {"reduceScatter null send", "send", [&](Communicator& c) { return c.reduceScatter(nullptr, recv, 4, f32, sum, nullptr); }},
-        {"reduceScatter null recv", "recv", [&](Communicator& c) { return c.reduceScatter(send, nullptr, 4, f32, sum, nullptr); }},
-        {"reduceScatter zero count", "count", [&](Communicator& c) { return c.reduceScatter(send, recv, 0, f32, sum, nullptr); }},
+        {"allReduce unknown op", "op",
+         [&](Communicator& c) { return c.allReduce(send, recv, 4, f32, badOp, nullptr); }},
+        {"allReduce stream on a host comm", "stream",
+         [&](Communicator& c) { return c.allReduce(send, recv, 4, f32, sum, bogusStream); }},
+        {"reduceScatter null send", "send",
+         [&](Communicator& c) { return c.reduceScatter(nullptr, recv, 4, f32, sum, nullptr); }},
+        {"reduceScatter null recv", "recv",
+         [&](Communicator& c) { return c.reduceScatter(send, nullptr, 4, f32, sum, nullptr); }},
+        {"reduceScatter zero count", "count",
+         [&](Communicator& c) { return c.reduceScatter(send, recv, 0, f32, sum, nullptr); }},
         {"reduceScatter count * ranks overflows", "count",
          [&](Communicator& c) { return c.reduceScatter(send, recv, overflowPerRank, f32, sum, nullptr); }},
-        {"reduceScatter unknown dtype", "dtype", [&](Communicator& c) { return c.reduceScatter(send, recv, 4, badType, sum, nullptr); }},
-        {"reduceScatter unknown op", "op", [&](Communicator& c) { return c.reduceScatter(send, recv, 4, f32, badOp, nullptr); }},
+        {"reduceScatter unknown dtype", "dtype",
+         [&](Communicator& c) { return c.reduceScatter(send, recv, 4, badType, sum, nullptr); }},
+        {"reduceScatter unknown op", "op",
+         [&](Communicator& c) { return c.reduceScatter(send, recv, 4, f32, badOp, nullptr); }},
         {"reduceScatter stream on a host comm", "stream",
          [&](Communicator& c) { return c.reduceScatter(send, recv, 4, f32, sum, bogusStream); }},
         {"allGather null send", "send", [&](Communicator& c) { return c.allGather(nullptr, recv, 4, f32, nullptr); }},
@@ -67,10 +81,13 @@ TEST(BadInput, BadCallsAreRejectedAndTheCommunicatorStaysUsable) {
         {"allGather zero count", "count", [&](Communicator& c) { return c.allGather(send, recv, 0, f32, nullptr); }},
         {"allGather count * ranks overflows", "count",
          [&](Communicator& c) { return c.allGather(send, recv, overflowPerRank, f32, nullptr); }},
-        {"allGather unknown dtype", "dtype", [&](Communicator& c) { return c.allGather(send, recv, 4, badType, nullptr); }},
-        {"allGather stream on a host comm", "stream", [&](Communicator& c) { return c.allGather(send, recv, 4, f32, bogusStream); }},
+        {"allGather unknown dtype", "dtype",
+         [&](Communicator& c) { return c.allGather(send, recv, 4, badType, nullptr); }},
+        {"allGather stream on a host comm", "stream",
+         [&](Communicator& c) { return c.allGather(send, recv, 4, f32, bogusStream); }},
     };
-    for (const BadCall& bc : calls) expectInvalid(bc.call(comm), bc.mustMention, std::string(bc.what) + " (rank " + std::to_string(me) + ")");
+    for (const BadCall& bc : calls)
+      expectInvalid(bc.call(comm), bc.mustMention, std::string(bc.what) + " (rank " + std::to_string(me) + ")");
 
     // Still usable, and success clears the message.
     ASSERT_EQ(comm.allReduce(send, recv, 64, f32, sum, nullptr), Status::kOk) << lastErrorMessage();
@@ -89,8 +106,10 @@ TEST(BadInput, MisuseAfterDestroy) {
   float x[4] = {1, 2, 3, 4}, y[4];
   ASSERT_EQ(comm->allReduce(x, y, 4, DataType::kF32, ReduceOp::kSum, nullptr), Status::kOk);
   ASSERT_EQ(comm->destroy(), Status::kOk) << lastErrorMessage();
-  expectInvalid(comm->allReduce(x, y, 4, DataType::kF32, ReduceOp::kSum, nullptr), "destroyed", "allReduce after destroy");
-  expectInvalid(comm->reduceScatter(x, y, 4, DataType::kF32, ReduceOp::kSum, nullptr), "destroyed", "reduceScatter after destroy");
+  expectInvalid(comm->allReduce(x, y, 4, DataType::kF32, ReduceOp::kSum, nullptr), "destroyed",
+                "allReduce after destroy");
+  expectInvalid(comm->reduceScatter(x, y, 4, DataType::kF32, ReduceOp::kSum, nullptr), "destroyed",
+                "reduceScatter after destroy");
   expectInvalid(comm->allGather(x, y, 4, DataType::kF32, nullptr), "destroyed", "allGather after destroy");
   expectInvalid(comm->checkError(), "destroyed", "checkError after destroy");
   expectInvalid(comm->destroy(), "destroy", "destroy twice");
@@ -147,9 +166,12 @@ TEST(BadInput, OneRankWithABadOverrideFailsEveryRank) {
 TEST(BadInput, CreateGroupArguments) {
   std::vector<std::unique_ptr<Communicator>> comms;
   expectInvalid(Communicator::createGroup({}, Config{}, &comms), "devices", "createGroup with no devices");
-  expectInvalid(Communicator::createGroup({0, 0}, Config{}, &comms), "device 0 appears twice", "createGroup with a duplicate");
-  expectInvalid(Communicator::createGroup({1, 2, 1}, Config{}, &comms), "device 1 appears twice", "createGroup with a duplicate");
-  expectInvalid(Communicator::createGroup({0, -1}, Config{}, &comms), "devices[1] = -1", "createGroup with a negative device");
+  expectInvalid(Communicator::createGroup({0, 0}, Config{}, &comms), "device 0 appears twice",
+                "createGroup with a duplicate");
+  expectInvalid(Communicator::createGroup({1, 2, 1}, Config{}, &comms), "device 1 appears twice",
+                "createGroup with a duplicate");
+  expectInvalid(Communicator::createGroup({0, -1}, Config{}, &comms), "devices[1] = -1",
+                "createGroup with a negative device");
   expectInvalid(Communicator::createGroup({0}, Config{}, nullptr), "out", "createGroup with out null");
   EXPECT_TRUE(comms.empty());
 }

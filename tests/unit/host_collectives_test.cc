@@ -69,12 +69,14 @@ bool runCase(const Case& c, int me, int n, Communicator& comm) {
         s = comm.allReduce(recv.data(), recv.data(), c.count, c.dt, c.op, nullptr);
       } else {
         s = comm.allReduce(send.data(), recv.data(), c.count, c.dt, c.op, nullptr);
-        size_t bad = countWrong(send.data(), c.count, c.dt, [&](size_t i) { return inputValue(me, i); }, &first);
+        size_t bad = countWrong(
+            send.data(), c.count, c.dt, [&](size_t i) { return inputValue(me, i); }, &first);
         EXPECT_EQ(bad, 0u) << what << ": send buffer modified, " << first;
         wrong += bad;
       }
       EXPECT_EQ(s, Status::kOk) << what << ": " << lastErrorMessage();
-      size_t bad = countWrong(recv.data(), c.count, c.dt, [&](size_t i) { return expectedValue(n, i, c.op); }, &first);
+      size_t bad = countWrong(
+          recv.data(), c.count, c.dt, [&](size_t i) { return expectedValue(n, i, c.op); }, &first);
       EXPECT_EQ(bad, 0u) << what << ": " << bad << " wrong elements, first " << first;
       wrong += bad;
       break;
@@ -91,12 +93,14 @@ bool runCase(const Case& c, int me, int n, Communicator& comm) {
       } else {
         s = comm.reduceScatter(send.data(), recv.data(), c.count, c.dt, c.op, nullptr);
         result = recv.data();
-        size_t bad = countWrong(send.data(), n * c.count, c.dt, [&](size_t i) { return inputValue(me, i); }, &first);
+        size_t bad = countWrong(
+            send.data(), n * c.count, c.dt, [&](size_t i) { return inputValue(me, i); }, &first);
         EXPECT_EQ(bad, 0u) << what << ": send buffer modified, " << first;
         wrong += bad;
       }
       EXPECT_EQ(s, Status::kOk) << what << ": " << lastErrorMessage();
-      size_t bad = countWrong(result, c.count, c.dt, [&](size_t i) { return expectedValue(n, me * c.count + i, c.op); }, &first);
+      size_t bad = countWrong(
+          result, c.count, c.dt, [&](size_t i) { return expectedValue(n, me * c.count + i, c.op); }, &first);
       EXPECT_EQ(bad, 0u) << what << ": " << bad << " wrong elements, first " << first;
       wrong += bad;
       break;
@@ -110,13 +114,15 @@ bool runCase(const Case& c, int me, int n, Communicator& comm) {
       } else {
         fillInput(send.data(), c.count, c.dt, me);
         s = comm.allGather(send.data(), recv.data(), c.count, c.dt, nullptr);
-        size_t bad = countWrong(send.data(), c.count, c.dt, [&](size_t i) { return inputValue(me, i); }, &first);
+        size_t bad = countWrong(
+            send.data(), c.count, c.dt, [&](size_t i) { return inputValue(me, i); }, &first);
         EXPECT_EQ(bad, 0u) << what << ": send buffer modified, " << first;
         wrong += bad;
       }
       EXPECT_EQ(s, Status::kOk) << what << ": " << lastErrorMessage();
-      size_t bad = countWrong(recv.data(), n * c.count, c.dt,
-                              [&](size_t j) { return inputValue(static_cast<int>(j / c.count), j % c.count); }, &first);
+      size_t bad = countWrong(
+          recv.data(), n * c.count, c.dt,
+          [&](size_t j) { return inputValue(static_cast<int>(j / c.count), j % c.count); }, &first);
       EXPECT_EQ(bad, 0u) << what << ": " << bad << " wrong elements, first " << first;
       wrong += bad;
       break;
@@ -149,8 +155,9 @@ TEST_P(HostCollectives, EveryCollectiveDtypeOpCountAndPlacement) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, HostCollectives, ::testing::Range(1, 9),
-                         [](const ::testing::TestParamInfo<int>& info) { return std::to_string(info.param) + "ranks"; });
+INSTANTIATE_TEST_SUITE_P(Ranks, HostCollectives, ::testing::Range(1, 9), [](const ::testing::TestParamInfo<int>& info) {
+  return std::to_string(info.param) + "ranks";
+});
 
 TEST(HostCollectivesMisc, BackToBackCallsWithAlternatingBuffers) {
   // Many small calls in a row: catches a barrier or pointer exchange that lets a fast rank
@@ -161,7 +168,8 @@ TEST(HostCollectivesMisc, BackToBackCallsWithAlternatingBuffers) {
     for (int iter = 0; iter < 300; ++iter) {
       std::vector<float>& buf = iter % 2 ? a : b;
       for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(inputValue(me, i + iter));
-      ASSERT_EQ(comm.allReduce(buf.data(), buf.data(), buf.size(), DataType::kF32, ReduceOp::kSum, nullptr), Status::kOk)
+      ASSERT_EQ(comm.allReduce(buf.data(), buf.data(), buf.size(), DataType::kF32, ReduceOp::kSum, nullptr),
+                Status::kOk)
           << lastErrorMessage();
       for (size_t i = 0; i < buf.size(); ++i) {
         float want = 0;

@@ -1,6 +1,8 @@
 // Host reductions and 16-bit conversions (algos/host_reduce.h). Conversions are checked against
 // known bit patterns (round-to-nearest-even, subnormals, inf, NaN, signed zero); reductions are
 // bit-exact on integer-valued inputs for f32/f16/bf16 x sum/max/min, out of place and in place.
+#include "algos/host_reduce.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "algos/host_reduce.h"
 #include "unit/test_util.h"
 
 namespace tpcomm {
@@ -109,12 +110,12 @@ struct WidenRow {
 
 TEST(Conversion, F16ToFloatIsExact) {
   const WidenRow rows[] = {
-      {0x0000, 0x00000000, "+0"},       {0x8000, 0x80000000, "-0"},
-      {0x3c00, 0x3f800000, "1"},        {0x7bff, 0x477fe000, "65504"},
-      {0xfbff, 0xc77fe000, "-65504"},   {0x0001, 0x33800000, "2^-24"},
-      {0x8001, 0xb3800000, "-2^-24"},   {0x03ff, 0x387fc000, "largest subnormal"},
-      {0x0400, 0x38800000, "2^-14"},    {0x7c00, 0x7f800000, "+inf"},
-      {0xfc00, 0xff800000, "-inf"},     {0x0200, 0x38000000, "2^-15 (subnormal)"},
+      {0x0000, 0x00000000, "+0"},     {0x8000, 0x80000000, "-0"},
+      {0x3c00, 0x3f800000, "1"},      {0x7bff, 0x477fe000, "65504"},
+      {0xfbff, 0xc77fe000, "-65504"}, {0x0001, 0x33800000, "2^-24"},
+      {0x8001, 0xb3800000, "-2^-24"}, {0x03ff, 0x387fc000, "largest subnormal"},
+      {0x0400, 0x38800000, "2^-14"},  {0x7c00, 0x7f800000, "+inf"},
+      {0xfc00, 0xff800000, "-inf"},   {0x0200, 0x38000000, "2^-15 (subnormal)"},
   };
   for (const WidenRow& row : rows) {
     SCOPED_TRACE(row.what);
@@ -127,7 +128,7 @@ TEST(Conversion, F16ToFloatIsExact) {
 
 TEST(Conversion, Bf16ToFloatIsExact) {
   const WidenRow rows[] = {
-      {0x0000, 0x00000000, "+0"}, {0x8000, 0x80000000, "-0"}, {0x3f80, 0x3f800000, "1"},
+      {0x0000, 0x00000000, "+0"},        {0x8000, 0x80000000, "-0"},   {0x3f80, 0x3f800000, "1"},
       {0x0001, 0x00010000, "subnormal"}, {0x7f80, 0x7f800000, "+inf"}, {0xff80, 0xff800000, "-inf"},
       {0x7fc0, 0x7fc00000, "NaN"},
   };
@@ -193,11 +194,14 @@ TEST(HostReduce, BitExactOnIntegerInputs) {
             void* dst = inPlace ? in[0].data() : out.data();
             hostReduce(dst, srcs.data(), n, count, dt, op);
             std::string first;
-            size_t wrong = test::countWrong(dst, count, dt, [&](size_t i) { return test::expectedValue(n, i, op); }, &first);
+            size_t wrong = test::countWrong(
+                dst, count, dt, [&](size_t i) { return test::expectedValue(n, i, op); }, &first);
             EXPECT_EQ(wrong, 0u) << first;
             // Inputs other than the aliased one are untouched.
             for (int r = inPlace ? 1 : 0; r < n; ++r)
-              EXPECT_EQ(test::countWrong(in[r].data(), count, dt, [&](size_t i) { return test::inputValue(r, i); }, nullptr), 0u)
+              EXPECT_EQ(test::countWrong(
+                            in[r].data(), count, dt, [&](size_t i) { return test::inputValue(r, i); }, nullptr),
+                        0u)
                   << "input of rank " << r << " was modified";
           }
 }
@@ -214,8 +218,9 @@ TEST(HostReduce, AliasingTheLastSourceWorks) {
   }
   hostReduce(in[n - 1].data(), srcs.data(), n, count, DataType::kF32, ReduceOp::kSum);
   std::string first;
-  EXPECT_EQ(test::countWrong(in[n - 1].data(), count, DataType::kF32,
-                             [&](size_t i) { return test::expectedValue(n, i, ReduceOp::kSum); }, &first),
+  EXPECT_EQ(test::countWrong(
+                in[n - 1].data(), count, DataType::kF32,
+                [&](size_t i) { return test::expectedValue(n, i, ReduceOp::kSum); }, &first),
             0u)
       << first;
 }

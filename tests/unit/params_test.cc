@@ -3,13 +3,14 @@
 // falls back to the default. The multicast gate must stay closed under NCCL_NVLS_ENABLE=0 or
 // TPCOMM_MULTICAST=0 even when the fixture says the hardware and the probe allow it: this is
 // the safety test DESIGN.md asks for (multicast can take a shared machine's GPUs down).
+#include "common/params.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
-#include "common/params.h"
 #include "topology/topology.h"
 #include "unit/test_util.h"
 

@@ -13,7 +13,8 @@ namespace tpcomm {
 namespace {
 
 // Counts around vector and rank multiples: odd counts, count < ranks, 16-byte tails.
-const size_t kCounts[] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 1000, 1023, 1024, 1025, 4097, 65537};
+const size_t kCounts[] = {0,  1,  2,  3,  4,  5,   7,    8,    9,    15,   16,   17,   31,
+                          32, 33, 63, 64, 65, 127, 1000, 1023, 1024, 1025, 4097, 65537};
 const int kParts[] = {1, 2, 3, 4, 5, 6, 7, 8, 16};
 // Elements per 16-byte vector: f32 4, f16/bf16 8; 1 for unaligned use.
 const size_t kAligns[] = {1, 2, 4, 8};
@@ -70,12 +71,10 @@ TEST(Partition, KnownSplits) {
     std::vector<size_t> bounds;  // parts + 1 boundaries
   };
   const Row rows[] = {
-      {16, 2, 4, {0, 8, 16}},
-      {17, 2, 4, {0, 12, 17}},       // 5 vectors: 3 + 2, the last one partial
-      {10, 3, 1, {0, 4, 7, 10}},     // remainder to the earlier slices
-      {8, 4, 8, {0, 8, 8, 8, 8}},    // one bf16 vector: rank 0 only
-      {33, 4, 8, {0, 16, 24, 32, 33}},
-      {0, 3, 4, {0, 0, 0, 0}},
+      {16, 2, 4, {0, 8, 16}},          {17, 2, 4, {0, 12, 17}},  // 5 vectors: 3 + 2, the last one partial
+      {10, 3, 1, {0, 4, 7, 10}},                                 // remainder to the earlier slices
+      {8, 4, 8, {0, 8, 8, 8, 8}},                                // one bf16 vector: rank 0 only
+      {33, 4, 8, {0, 16, 24, 32, 33}}, {0, 3, 4, {0, 0, 0, 0}},
   };
   for (const Row& row : rows) {
     SCOPED_TRACE("count " + std::to_string(row.count) + " parts " + std::to_string(row.parts));

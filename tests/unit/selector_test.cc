@@ -9,6 +9,8 @@
 //   - no candidate other than staged_host for host ranks, and staged_host never when capturing
 //     on GPUs (its sequence numbers are host-side).
 // To test a new decision, add a row to kRows.
+#include "collectives/selector.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,7 +24,6 @@
 
 #include "collectives/algo_override.h"
 #include "collectives/registry.h"
-#include "collectives/selector.h"
 #include "topology/topology.h"
 #include "unit/test_util.h"
 
@@ -45,12 +46,12 @@ struct Row {
   CollKind kind;
   size_t bytes;
   bool capturing;
-  const char* algo;                       // TPCOMM_ALGO override text
-  const char* first;                      // must be candidate 0 (nullptr: any)
-  std::vector<const char*> present;       // must be candidates
-  std::vector<const char*> absent;        // must not be candidates
+  const char* algo;                                         // TPCOMM_ALGO override text
+  const char* first;                                        // must be candidate 0 (nullptr: any)
+  std::vector<const char*> present;                         // must be candidates
+  std::vector<const char*> absent;                          // must not be candidates
   std::vector<std::pair<const char*, const char*>> before;  // a precedes b (both present)
-  bool firstForced;                       // candidate 0 was forced by the override
+  bool firstForced;                                         // candidate 0 was forced by the override
 };
 
 constexpr size_t K = 1024, M = 1024 * 1024;
@@ -67,6 +68,7 @@ std::function<Topology()> gpus(int n, LinkKind k, int lanes = 0) {
 }
 
 const std::vector<Row>& rows() {
+  // clang-format off
   static const std::vector<Row> kRows = {
       // Host ranks: only the host path exists, whatever the size or collective.
       {"host 2 threads AR 1K", hostRanks(2, true), AR, 1 * K, false, "", "staged_host", {}, {"ring_nccl"}, {}, false},
@@ -112,6 +114,7 @@ const std::vector<Row>& rows() {
       {"mixed host and GPU ranks", [] { Topology t = Topology::uniform(2, LinkKind::kPcie); t.ranks[1].cudaDevice = -1; return t; },
        AR, 1 * K, false, "", nullptr, {}, {"staged_host", "ring_nccl"}, {}, false},
   };
+  // clang-format on
   return kRows;
 }
 
@@ -140,15 +143,18 @@ void checkInvariants(const std::vector<Candidate>& c, const Topology& topo, cons
     std::string why;
     EXPECT_TRUE(c[i].algo->supports(topo, q, &why)) << name << " is a candidate but does not support the call: " << why;
     if (endsWith(name, "_p2p")) EXPECT_TRUE(topo.allPairsP2p()) << name << " chosen without verified P2P on every pair";
-    if (endsWith(name, "_multicast")) EXPECT_TRUE(topo.multicastUsable(nullptr)) << name << " chosen with the multicast gate closed";
+    if (endsWith(name, "_multicast"))
+      EXPECT_TRUE(topo.multicastUsable(nullptr)) << name << " chosen with the multicast gate closed";
     if (topo.allHost()) EXPECT_EQ(name, "staged_host") << "host ranks have only the host path";
     if (topo.allGpu() && q.capturing) EXPECT_NE(name, "staged_host") << "staged_host is not graph-capturable";
   }
   // Forced candidates first, then the rest in cost order.
   bool unforced = false;
   for (size_t i = 0; i < c.size(); ++i) {
-    if (!c[i].forced) unforced = true;
-    else EXPECT_FALSE(unforced) << "forced candidate " << c[i].algo->name() << " after an unforced one";
+    if (!c[i].forced)
+      unforced = true;
+    else
+      EXPECT_FALSE(unforced) << "forced candidate " << c[i].algo->name() << " after an unforced one";
   }
   for (size_t i = 1; i < c.size(); ++i)
     if (!c[i - 1].forced && !c[i].forced)
@@ -195,8 +201,8 @@ TEST(Selector, Decisions) {
 TEST(Selector, InvariantsOverEverySizeDtypeAndFixture) {
   auto algos = makeAlgorithms(nullptr);
   std::vector<Algorithm*> list = rawList(algos);
-  const char* files[] = {"pcie2_no_p2p.json", "pcie2_p2p.json", "nvlink2.json", "nvlink8_mesh.json",
-                         "nvswitch8_multicast.json", "nvswitch8_no_multicast.json"};
+  const char* files[] = {"pcie2_no_p2p.json", "pcie2_p2p.json",           "nvlink2.json",
+                         "nvlink8_mesh.json", "nvswitch8_multicast.json", "nvswitch8_no_multicast.json"};
   std::vector<Topology> topos;
   for (const char* f : files) topos.push_back(fixture(f));
   for (int n : {1, 2, 3, 8}) topos.push_back(Topology::host(n, n % 2 == 0));
@@ -229,7 +235,8 @@ TEST(Selector, MulticastCandidatesStayOffUnderTheSafetySwitches) {
       for (bool capturing : {false, true}) {
         AlgoQuery q{AR, DataType::kBF16, ReduceOp::kSum, bytes, capturing};
         for (const Candidate& c : selectAlgorithms(list, topo, q, AlgoOverride{}))
-          EXPECT_FALSE(endsWith(c.algo->name(), "_multicast")) << var << "=0 but " << c.algo->name() << " chosen at " << bytes;
+          EXPECT_FALSE(endsWith(c.algo->name(), "_multicast"))
+              << var << "=0 but " << c.algo->name() << " chosen at " << bytes;
       }
   }
 }
@@ -253,7 +260,8 @@ TEST(Selector, RegistryListsEveryAlgorithmOnceAndSelectionOnlyListsCannotRun) {
 
 TEST(Selector, DescribeSelectionHasOneLinePerBucket) {
   auto algos = makeAlgorithms(nullptr);
-  std::string table = describeSelection(rawList(algos), fixture("nvlink2.json"), AlgoOverride{}, DataType::kBF16, false);
+  std::string table =
+      describeSelection(rawList(algos), fixture("nvlink2.json"), AlgoOverride{}, DataType::kBF16, false);
   EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 11);  // 1K, 4K, ..., 1G
   EXPECT_NE(table.find("1K"), std::string::npos) << table;
   EXPECT_NE(table.find("1G"), std::string::npos) << table;

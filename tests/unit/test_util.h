@@ -24,7 +24,9 @@ namespace test {
 /// Input element `i` of rank `r`: an integer in [-16, 16]. Sums over up to 8 ranks stay within
 /// +-128, exact in f32, f16 and bf16 (bf16 holds integers up to 256 exactly), so a reduction in
 /// any order gives one bit pattern. Varies with both i and r so a misplaced element shows.
-inline int inputValue(int r, size_t i) { return static_cast<int>((i * 13 + static_cast<size_t>(r) * 7 + (i >> 7)) % 33) - 16; }
+inline int inputValue(int r, size_t i) {
+  return static_cast<int>((i * 13 + static_cast<size_t>(r) * 7 + (i >> 7)) % 33) - 16;
+}
 
 /// op over ranks 0..n-1 of inputValue(r, i), as an exact integer.
 inline int expectedValue(int n, size_t i, ReduceOp op) {
@@ -88,13 +90,17 @@ class ScopedEnv {
       had_ = true;
       old_ = old;
     }
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
     reloadParams();
   }
   ~ScopedEnv() {
-    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
-    else unsetenv(name_.c_str());
+    if (had_)
+      setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
     reloadParams();
   }
   ScopedEnv(const ScopedEnv&) = delete;

@@ -55,11 +55,15 @@ TEST(Timeout, ARankThatSkipsACollectiveYieldsKTimeout) {
       auto t0 = std::chrono::steady_clock::now();
       Status s = Status::kOk;
       switch (row.kind) {
-        case CollKind::kAllReduce: s = comm.allReduce(send.data(), recv.data(), 1024, DataType::kF32, ReduceOp::kSum, nullptr); break;
+        case CollKind::kAllReduce:
+          s = comm.allReduce(send.data(), recv.data(), 1024, DataType::kF32, ReduceOp::kSum, nullptr);
+          break;
         case CollKind::kReduceScatter:
           s = comm.reduceScatter(send.data(), recv.data(), 1024, DataType::kF32, ReduceOp::kSum, nullptr);
           break;
-        case CollKind::kAllGather: s = comm.allGather(send.data(), recv.data(), 1024, DataType::kF32, nullptr); break;
+        case CollKind::kAllGather:
+          s = comm.allGather(send.data(), recv.data(), 1024, DataType::kF32, nullptr);
+          break;
       }
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       EXPECT_EQ(s, Status::kTimeout) << "rank " << me << ": " << statusName(s) << " " << lastErrorMessage();

@@ -1,12 +1,12 @@
 // The topology model (topology/topology.h): JSON round trip, the fixture files the selector tests
 // load, the derived predicates, and malformed JSON rejected with a message (never an exception).
+#include "topology/topology.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
 #include <string>
-
-#include "topology/topology.h"
 
 namespace tpcomm {
 namespace {

@@ -24,8 +24,8 @@ int main() {
       }
       std::vector<float> send(count), recv(count, -1.0f);
       for (size_t i = 0; i < count; ++i) send[i] = static_cast<float>(i % 17) + r;
-      tpcomm::Status s = comm->allReduce(send.data(), recv.data(), count, tpcomm::DataType::kF32,
-                                         tpcomm::ReduceOp::kSum, nullptr);
+      tpcomm::Status s =
+          comm->allReduce(send.data(), recv.data(), count, tpcomm::DataType::kF32, tpcomm::ReduceOp::kSum, nullptr);
       if (s != tpcomm::Status::kOk) {
         std::fprintf(stderr, "rank %d: allReduce: %s %s\n", r, tpcomm::statusName(s), tpcomm::lastErrorMessage());
         return;
