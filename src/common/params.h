@@ -20,6 +20,9 @@ namespace tpcomm {
   X(StagedChunkBytes, "STAGED_CHUNK_BYTES", "1048576", "staged_host: bytes per pipeline slot per rank") \
   X(StagedSlots, "STAGED_SLOTS", "4", "staged_host: pipeline slots per rank (>= 2)")             \
   X(StagedBlocks, "STAGED_BLOCKS", "16", "staged_host: CUDA blocks per role (publish, reduce)")  \
+  X(TopoCache, "TOPO_CACHE", "1", "reuse the cached topology probe ($XDG_CACHE_HOME/tpcomm); 0: re-probe and refresh it") \
+  X(TopoTimeoutMs, "TOPO_TIMEOUT_MS", "8000", "time limit of the P2P-check child process (keep below TIMEOUT_MS)") \
+  X(TopoHelper, "TOPO_HELPER", "", "path of the probe helper (tpcomm-doctor); default: found beside libtpcomm") \
   X(HostThreads, "HOST_THREADS", "0", "reserved: host reduction threads per rank (0: the caller's thread)")
 
 enum class ParamId : int {

@@ -1,8 +1,12 @@
+// probe.cc: the collective probe (see probe.h) and where the machine probe comes from: the
+// per-user cache, else the probe child (tpcomm-doctor --probe-child, killed at
+// TPCOMM_TOPO_TIMEOUT_MS), else the same checks in this process when no helper exists.
 #include "topology/probe.h"
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -14,6 +18,11 @@
 #endif
 
 #include "common/error.h"
+#include "common/params.h"
+#include "topology/diagnose.h"
+#include "topology/p2p_verify.h"
+#include "topology/probe_child.h"
+#include "topology/sysfs_pci.h"
 
 namespace tpcomm {
 namespace {
@@ -81,18 +90,96 @@ Status probeLocalRank(int device, RankRecord* out) {
   return Status::kOk;
 }
 
-Status probeLinkRow(int me, const std::vector<RankRecord>& records, std::vector<LinkRecord>* row) {
+MachineRequest MachineRequest::fromParams() {
+  MachineRequest r;
+  r.readCache = paramInt(ParamId::kTopoCache) != 0;
+  r.timeoutMs = static_cast<int>(paramInt(ParamId::kTopoTimeoutMs));
+  if (r.timeoutMs <= 0) r.timeoutMs = 8000;
+  r.helper = paramString(ParamId::kTopoHelper);
+  return r;
+}
+
+Status loadOrProbeMachine(const MachineRequest& req, MachineProbe* out, ProbeSource* src) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto done = [&](const char* how) {
+    src->how = how;
+    src->ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  SysfsReader sys(req.sysfsRoot);
+  const std::string driver = sys.driverVersion(), cmdline = sys.cmdline();
+  int api = 0;
+#ifdef TPCOMM_HAVE_CUDA
+  if (cudaDriverGetVersion(&api) != cudaSuccess) cudaGetLastError();
+#endif
+  const std::string dir = topoCacheDir();
+  src->cachePath = dir.empty() ? "" : topoCachePath(dir, driver, api, cmdline);
+  if (src->cachePath.empty()) src->cacheNote = "no cache directory (neither XDG_CACHE_HOME nor HOME set)";
+  if (!src->cachePath.empty() && req.readCache && !req.measure) {
+    if (loadTopoCache(src->cachePath, driver, api, cmdline, req.gpus, out, &src->cacheNote) == Status::kOk) {
+      done("cache");
+      return Status::kOk;
+    }
+  } else if (!req.readCache) {
+    src->cacheNote = "TPCOMM_TOPO_CACHE=0";
+  } else if (req.measure) {
+    src->cacheNote = "--measure re-probes";
+  }
+  MachineProbe m;
+  bool got = false;
+  const std::string helper = req.helper.empty() ? findProbeHelper() : req.helper;
+  std::string childWhy = "no probe helper (tpcomm-doctor) found; set TPCOMM_TOPO_HELPER";
+  if (!helper.empty()) {
+    std::vector<std::string> argv = {helper, "--probe-child", "--sysfs-root", req.sysfsRoot};
+    if (req.measure) argv.push_back("--measure");
+    ChildRun run = runChild(argv, {"CUDA_VISIBLE_DEVICES"}, req.timeoutMs);
+    got = assembleChildReport(run, req.timeoutMs, &m) == Status::kOk;
+    if (!got) childWhy = m.checkError;
+    clearError();
+  }
+  if (got) {
+    done("child");
+  } else if (req.allowInProcess) {
+    TPCOMM_WARN(kTopo, "topology: %s; checking P2P in this process, without a time limit", childWhy.c_str());
+    m = MachineProbe();
+    ProbeOptions opts;
+    opts.sysfsRoot = req.sysfsRoot;
+    opts.measure = req.measure;
+    TPCOMM_TRY(probeMachineInProcess(opts, &m));
+    done("in-process");
+  } else {
+    return TPCOMM_ERROR(kNotSupported, "topology probe: %s", childWhy.c_str());
+  }
+  // The cache key is what this process sees; store it in the same terms.
+  m.driverVersion = driver;
+  m.cudaDriverApi = api;
+  m.cmdline = cmdline;
+  if (!src->cachePath.empty() && req.writeCache) {
+    if (!m.cacheable()) src->cacheNote = "result not cached: " + (m.checkError.empty() ? std::string("not definitive") : m.checkError);
+    else if (storeTopoCache(src->cachePath, m) != Status::kOk) src->cacheNote = lastErrorMessage();
+    clearError();
+  }
+  *out = std::move(m);
+  return Status::kOk;
+}
+
+Status probeLinkRow(int me, const std::vector<RankRecord>& records, const MachineProbe& m, std::vector<LinkRecord>* row) {
   const int n = static_cast<int>(records.size());
   row->assign(n, LinkRecord{});
+  const RankRecord& a = records[me];
+  const int ia = a.cudaDevice >= 0 ? m.findGpu(a.busId) : -1;
   for (int p = 0; p < n; ++p) {
     LinkRecord& l = (*row)[p];
     std::memset(&l, 0, sizeof(l));
+    l.perfRank = -1;
     if (p == me) {
       l.kind = static_cast<int32_t>(LinkKind::kSelf);
+      if (ia >= 0) {
+        l.pcieGen = m.gpus[ia].pcieGen();
+        l.pcieWidth = m.gpus[ia].pcieWidth();
+      }
       continue;
     }
     l.kind = static_cast<int32_t>(LinkKind::kNone);
-    const RankRecord& a = records[me];
     const RankRecord& b = records[p];
     if (a.hostHash != b.hostHash) {
       copyText(l.why, sizeof(l.why), "different node");
@@ -103,35 +190,45 @@ Status probeLinkRow(int me, const std::vector<RankRecord>& records, std::vector<
       continue;
     }
     l.kind = static_cast<int32_t>(LinkKind::kPcie);
-#ifdef TPCOMM_HAVE_CUDA
-    int peerDev = -1;
-    if (cudaDeviceGetByPCIBusId(&peerDev, b.busId) != cudaSuccess) {
-      cudaGetLastError();
-      copyText(l.why, sizeof(l.why), std::string("peer GPU ") + b.busId + " not visible to this process");
+    const int ib = m.findGpu(b.busId);
+    if (ia < 0 || ib < 0) {
+      std::string why = std::string("GPU ") + (ia < 0 ? a.busId : b.busId) + " not in the topology probe";
+      std::string err = !m.gpuError.empty() ? m.gpuError : m.checkError;
+      if (!err.empty()) why += " (" + err + ")";
+      copyText(l.why, sizeof(l.why), why);
       continue;
     }
-    if (peerDev == a.cudaDevice) {
+    if (ia == ib) {
       copyText(l.why, sizeof(l.why), "two ranks on one GPU");
       continue;
     }
-    int can = 0;
-    cudaDeviceCanAccessPeer(&can, a.cudaDevice, peerDev);
-    if (!can) {
-      copyText(l.why, sizeof(l.why), "cudaDeviceCanAccessPeer = 0");
-      continue;
-    }
-    int atomics = 0;
-    cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, a.cudaDevice, peerDev);
-    l.atomics = atomics;
-    // Native peer atomics exist over NVLink only; the NVLink lane count comes from NVML in the
-    // full probe (tpcomm-doctor). Verification by data is the doctor's job too.
-    l.kind = static_cast<int32_t>(atomics ? LinkKind::kNvlink : LinkKind::kPcieP2p);
-    l.p2pVerified = 1;
-#else
-    copyText(l.why, sizeof(l.why), "built without CUDA");
-#endif
+    PeerLink pl = decideLink(m, ia, ib);
+    l.kind = static_cast<int32_t>(pl.kind);
+    l.nvlinks = pl.nvlinks;
+    l.p2pVerified = pl.p2pVerified;
+    l.atomics = pl.atomics;
+    l.canAccessPeer = pl.canAccessPeer;
+    l.perfRank = pl.perfRank;
+    l.ceGBs = pl.ceGBs;
+    l.smGBs = pl.smGBs;
+    l.rttUs = pl.rttUs;
+    copyText(l.pciPath, sizeof(l.pciPath), pl.pciPath);
+    copyText(l.why, sizeof(l.why), pl.why);
   }
   return Status::kOk;
+}
+
+Status probeLinkRow(int me, const std::vector<RankRecord>& records, std::vector<LinkRecord>* row) {
+  MachineProbe m;
+  ProbeSource src;
+  if (records[me].cudaDevice >= 0) {
+    MachineRequest req = MachineRequest::fromParams();
+    for (const RankRecord& r : records)
+      if (r.hostHash == records[me].hostHash && r.cudaDevice >= 0) req.gpus.push_back({r.uuid, normalizeBusId(r.busId)});
+    Status s = loadOrProbeMachine(req, &m, &src);
+    if (s != Status::kOk) m.checkError = lastErrorMessage();
+  }
+  return probeLinkRow(me, records, m, row);
 }
 
 Status probeTopology(Bootstrap& bootstrap, int device, Topology* out) {
@@ -149,10 +246,46 @@ Status probeTopology(Bootstrap& bootstrap, int device, Topology* out) {
     if ((records[r].cudaDevice < 0) != (records[0].cudaDevice < 0))
       return TPCOMM_INVALID("rank %d is a %s rank but rank 0 is a %s rank: a communicator is all-GPU or all-host", r,
                             records[r].cudaDevice < 0 ? "host" : "GPU", records[0].cudaDevice < 0 ? "host" : "GPU");
-  std::vector<LinkRecord> row;
-  TPCOMM_TRY(probeLinkRow(me, records, &row));
-  std::vector<LinkRecord> matrix(static_cast<size_t>(n) * n);
-  TPCOMM_TRY(bootstrap.allGather(row.data(), matrix.data(), sizeof(LinkRecord) * n));
+  // The host leader (lowest rank on each host) obtains the machine probe once and fills the
+  // rows of every rank on its host; everyone gathers all leaders' n x n blocks.
+  std::vector<int> leader(n);
+  for (int r = 0; r < n; ++r) {
+    leader[r] = r;
+    for (int q = 0; q < r; ++q)
+      if (records[q].hostHash == records[r].hostHash) {
+        leader[r] = q;
+        break;
+      }
+  }
+  const size_t nn = static_cast<size_t>(n) * n;
+  std::vector<LinkRecord> mineBlock(nn);
+  std::memset(mineBlock.data(), 0, sizeof(LinkRecord) * nn);
+  if (leader[me] == me) {
+    MachineProbe m;
+    if (records[me].cudaDevice >= 0) {
+      MachineRequest req = MachineRequest::fromParams();
+      for (int r = 0; r < n; ++r)
+        if (leader[r] == me) req.gpus.push_back({records[r].uuid, normalizeBusId(records[r].busId)});
+      ProbeSource src;
+      Status ps = loadOrProbeMachine(req, &m, &src);
+      if (ps != Status::kOk) m.checkError = lastErrorMessage();
+      clearError();
+      TPCOMM_INFO(kTopo, "topology probe: %s in %.1f ms%s%s", ps == Status::kOk ? src.how.c_str() : "failed", src.ms,
+                  src.cacheNote.empty() ? "" : "; cache: ", src.cacheNote.c_str());
+    }
+    std::vector<LinkRecord> row;
+    for (int r = 0; r < n; ++r) {
+      if (leader[r] != me) continue;
+      TPCOMM_TRY(probeLinkRow(r, records, m, &row));
+      std::memcpy(&mineBlock[static_cast<size_t>(r) * n], row.data(), sizeof(LinkRecord) * n);
+    }
+  }
+  std::vector<LinkRecord> blocks(nn * n);
+  TPCOMM_TRY(bootstrap.allGather(mineBlock.data(), blocks.data(), sizeof(LinkRecord) * nn));
+  std::vector<LinkRecord> matrix(nn);
+  for (int a = 0; a < n; ++a)
+    std::memcpy(&matrix[static_cast<size_t>(a) * n], &blocks[static_cast<size_t>(leader[a]) * nn + static_cast<size_t>(a) * n],
+                sizeof(LinkRecord) * n);
 
   Topology t;
   std::vector<uint64_t> hosts;
@@ -167,6 +300,9 @@ Status probeTopology(Bootstrap& bootstrap, int device, Topology* out) {
     d.busId = rec.busId;
     d.uuid = rec.uuid;
     d.numaNode = rec.numaNode;
+    const LinkRecord& self = matrix[static_cast<size_t>(t.ranks.size()) * n + t.ranks.size()];
+    d.pcieGen = self.pcieGen;
+    d.pcieWidth = self.pcieWidth;
     d.multicastSupported = rec.multicastSupported != 0;
     // Dense ids in order of first appearance.
     auto hit = std::find(hosts.begin(), hosts.end(), rec.hostHash);
@@ -190,7 +326,13 @@ Status probeTopology(Bootstrap& bootstrap, int device, Topology* out) {
       l.nvlinks = weak.nvlinks;
       l.p2pVerified = ab.p2pVerified && ba.p2pVerified;
       l.atomics = ab.atomics && ba.atomics;
-      l.why = weak.why;
+      l.why = ab.why[0] ? ab.why : ba.why;
+      l.canAccessPeer = ab.canAccessPeer && ba.canAccessPeer;
+      l.perfRank = ab.perfRank;
+      l.pciPath = ab.pciPath;
+      l.ceGBs = ab.ceGBs;
+      l.smGBs = ab.smGBs;
+      l.rttUs = ab.rttUs;
     }
   std::string why;
   t.multicastAllowedByEnv = !multicastDisabledByEnv(&why);

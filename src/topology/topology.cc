@@ -132,14 +132,16 @@ std::string Topology::toJson() const {
   for (const RankDevice& r : ranks) {
     j["ranks"].push_back({{"cuda_device", r.cudaDevice}, {"name", r.name}, {"cc_major", r.ccMajor},
                           {"cc_minor", r.ccMinor}, {"sm_count", r.smCount}, {"bus_id", r.busId},
-                          {"uuid", r.uuid}, {"numa_node", r.numaNode}, {"host_id", r.hostId},
+                          {"uuid", r.uuid}, {"numa_node", r.numaNode}, {"pcie_gen", r.pcieGen}, {"pcie_width", r.pcieWidth}, {"host_id", r.hostId},
                           {"process_id", r.processId}, {"multicast_supported", r.multicastSupported}});
   }
   for (const auto& row : links) {
     nlohmann::json jrow = nlohmann::json::array();
     for (const PeerLink& l : row)
       jrow.push_back({{"kind", linkKindName(l.kind)}, {"nvlinks", l.nvlinks},
-                      {"p2p_verified", l.p2pVerified}, {"atomics", l.atomics}, {"why", l.why}});
+                      {"p2p_verified", l.p2pVerified}, {"atomics", l.atomics}, {"why", l.why},
+                      {"can_access_peer", l.canAccessPeer}, {"perf_rank", l.perfRank}, {"pci_path", l.pciPath},
+                      {"ce_gbs", l.ceGBs}, {"sm_gbs", l.smGBs}, {"rtt_us", l.rttUs}});
     j["links"].push_back(jrow);
   }
   return j.dump(1);
@@ -166,6 +168,8 @@ Status Topology::fromJson(const std::string& text, Topology* out) {
       d.busId = r.value("bus_id", std::string());
       d.uuid = r.value("uuid", std::string());
       d.numaNode = r.value("numa_node", -1);
+      d.pcieGen = r.value("pcie_gen", 0);
+      d.pcieWidth = r.value("pcie_width", 0);
       d.hostId = r.value("host_id", 0);
       d.processId = r.value("process_id", 0);
       d.multicastSupported = r.value("multicast_supported", false);
@@ -182,6 +186,12 @@ Status Topology::fromJson(const std::string& text, Topology* out) {
         p.p2pVerified = l.value("p2p_verified", false);
         p.atomics = l.value("atomics", false);
         p.why = l.value("why", std::string());
+        p.canAccessPeer = l.value("can_access_peer", p.p2pVerified);
+        p.perfRank = l.value("perf_rank", -1);
+        p.pciPath = l.value("pci_path", std::string());
+        p.ceGBs = l.value("ce_gbs", 0.0);
+        p.smGBs = l.value("sm_gbs", 0.0);
+        p.rttUs = l.value("rtt_us", 0.0);
         links.push_back(p);
       }
       t.links.push_back(links);
@@ -217,6 +227,7 @@ Topology Topology::uniform(int n, LinkKind kind, int nvlinks, bool sameProcess) 
       l.nvlinks = kind == LinkKind::kNvlink || kind == LinkKind::kNvswitch ? nvlinks : 0;
       l.p2pVerified = kind == LinkKind::kPcieP2p || kind == LinkKind::kNvlink || kind == LinkKind::kNvswitch;
       l.atomics = kind == LinkKind::kNvlink || kind == LinkKind::kNvswitch;
+      l.canAccessPeer = l.p2pVerified;
       if (!l.p2pVerified) l.why = "no peer access";
     }
   return t;

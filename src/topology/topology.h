@@ -32,6 +32,7 @@ struct RankDevice {
   std::string busId;             ///< PCI bus id "0000:18:00.0"
   std::string uuid;
   int numaNode = -1;
+  int pcieGen = 0, pcieWidth = 0;  ///< current PCIe link of the GPU (0: unknown)
   int hostId = 0;                ///< ranks with equal hostId share host memory (same node)
   int processId = 0;             ///< ranks with equal processId are threads of one process
   bool multicastSupported = false;  ///< CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED (queried only)
@@ -43,6 +44,12 @@ struct PeerLink {
   bool p2pVerified = false;  ///< a data-verified peer write/read succeeded
   bool atomics = false;      ///< native peer atomics
   std::string why;           ///< reason P2P is not usable, when it is not
+  bool canAccessPeer = false;  ///< what cudaDeviceCanAccessPeer said (before the data check)
+  int perfRank = -1;           ///< cudaDevP2PAttrPerformanceRank, -1 unknown
+  std::string pciPath;         ///< PCIe path like nvidia-smi topo: PIX, PXB, PHB, NODE, SYS, "" unknown
+  double ceGBs = 0;            ///< measured one-way copy-engine bandwidth (0: not measured)
+  double smGBs = 0;            ///< measured one-way SM-store bandwidth (0: not measured)
+  double rttUs = 0;            ///< measured GPU-to-GPU flag round trip (0: not measured)
 };
 
 struct Topology {

@@ -1,0 +1,37 @@
+// topo_cache.h: the probe result, cached per user so that Communicator::create pays for the
+// child process and the P2P checks once per boot configuration, not per start. The file is the
+// MachineProbe JSON in $XDG_CACHE_HOME/tpcomm/ (or ~/.cache/tpcomm/), named by a hash of the
+// NVIDIA driver version and the kernel command line; a hit also needs every requested GPU to be
+// in it with the same UUID at the same bus id. A changed driver, boot parameters (iommu=pt) or
+// GPU set re-probes; TPCOMM_TOPO_CACHE=0 re-probes always (and refreshes the file). Only
+// definitive results are written (no hang, no CUDA error: MachineProbe::cacheable()).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "topology/machine_probe.h"
+
+namespace tpcomm {
+
+/// A GPU the caller needs from the cache: uuid + bus id.
+struct GpuKey {
+  std::string uuid, busId;
+};
+
+/// $XDG_CACHE_HOME/tpcomm or $HOME/.cache/tpcomm ("" when neither is set).
+std::string topoCacheDir();
+/// <dir>/topo-<16 hex>.json for this driver + cmdline.
+std::string topoCachePath(const std::string& dir, const std::string& driverVersion, int cudaDriverApi,
+                          const std::string& cmdline);
+
+/// kOk on a hit (out filled); kNotSupported on a miss, with `why` ("no file", "driver changed",
+/// "GPU 0000:18:00.0 not in the cache", ...).
+Status loadTopoCache(const std::string& path, const std::string& driverVersion, int cudaDriverApi,
+                     const std::string& cmdline, const std::vector<GpuKey>& want, MachineProbe* out,
+                     std::string* why);
+/// Writes atomically (temp file + rename), creating the directory. kSystemError on failure.
+Status storeTopoCache(const std::string& path, const MachineProbe& m);
+
+}  // namespace tpcomm
