@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
     }
     if (ok && s == tpcomm::Status::kOk) s = tpcomm::Communicator::create(*boot, rank % std::max(ndev, 1), commConfig(f), &comm);
     if (s != tpcomm::Status::kOk) ok = false, err = std::string("tpcomm: ") + tpcomm::lastErrorMessage();
-    if (ok) ok = runRank(sh, rank, rank % ndev, f.tp > 1 ? comm.get() : nullptr, &err);
+    if (ok) ok = runRank(sh, rank, rank % std::max(ndev, 1), f.tp > 1 ? comm.get() : nullptr, &err);
     if (!ok) std::fprintf(stderr, "qwen_tp rank %d: %s\n", rank, err.c_str());
     if (comm) comm->destroy();
     boot.reset();
