@@ -112,10 +112,13 @@ __global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLa
 
 template <typename T, int Op>
 cudaError_t launchTyped(const StagedDeviceLaunch& p, bool vec, cudaStream_t s) {
-  dim3 grid(2 * p.blocks), block(kThreads);
-  if (vec) stagedAllReduceKernel<T, Op, true><<<grid, block, 0, s>>>(p);
-  else stagedAllReduceKernel<T, Op, false><<<grid, block, 0, s>>>(p);
-  return cudaGetLastError();
+  // cudaLaunchKernelEx returns this launch's own error, never a stale one from earlier calls.
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(2 * p.blocks);
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = s;
+  return vec ? cudaLaunchKernelEx(&cfg, stagedAllReduceKernel<T, Op, true>, p)
+             : cudaLaunchKernelEx(&cfg, stagedAllReduceKernel<T, Op, false>, p);
 }
 
 template <typename T>

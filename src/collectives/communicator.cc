@@ -3,6 +3,8 @@
 #include "tpcomm/communicator.h"
 
 #include <cstdio>
+#include <map>
+#include <tuple>
 #include <thread>
 
 #ifdef TPCOMM_HAVE_CUDA
@@ -28,9 +30,12 @@ struct Communicator::Impl {
   std::vector<std::unique_ptr<Algorithm>> algos;
   std::vector<Algorithm*> algoList;
   AlgoOverride override;
-  std::string lastAlgorithm = "none";
+  const char* lastAlgorithm = "none";  // an algorithm's name() (static storage)
   std::unique_ptr<uint32_t> hostErrorWord;  // host ranks' async error word
   bool destroyed = false;
+  // Selections already made, by call shape: the selector is pure, so a decode loop that repeats
+  // the same few sizes pays for it once.
+  std::map<std::tuple<int, int, int, size_t, bool>, std::vector<Candidate>> selectionCache;
 };
 
 namespace {
@@ -277,7 +282,13 @@ Status runCollective(Communicator::Impl& impl, CollArgs& a, const char* what) {
   } else if (a.stream != nullptr) {
     return TPCOMM_INVALID("%s: stream must be null on a host communicator (device -1): host collectives are synchronous", what);
   }
-  std::vector<Candidate> cands = selectAlgorithms(impl.algoList, c.topo, AlgoQuery::of(a), impl.override);
+  auto key = std::make_tuple(static_cast<int>(a.kind), static_cast<int>(a.dtype), static_cast<int>(a.op), a.bytes(), a.capturing);
+  auto hit = impl.selectionCache.find(key);
+  if (hit == impl.selectionCache.end()) {
+    if (impl.selectionCache.size() > 4096) impl.selectionCache.clear();
+    hit = impl.selectionCache.emplace(key, selectAlgorithms(impl.algoList, c.topo, AlgoQuery::of(a), impl.override)).first;
+  }
+  const std::vector<Candidate>& cands = hit->second;
   if (cands.empty())
     return TPCOMM_ERROR(kNotSupported, "%s: no algorithm supports %s of %zu bytes (%s%s) on this topology", what,
                         collKindName(a.kind), a.bytes(), dataTypeName(a.dtype), a.capturing ? ", capturing" : "");
@@ -402,7 +413,7 @@ Status Communicator::destroy() {
   return result;
 }
 
-const char* Communicator::lastAlgorithm() const { return impl_ ? impl_->lastAlgorithm.c_str() : "none"; }
+const char* Communicator::lastAlgorithm() const { return impl_ ? impl_->lastAlgorithm : "none"; }
 int Communicator::rank() const { return impl_ && impl_->ctx ? impl_->ctx->rank : -1; }
 int Communicator::size() const { return impl_ && impl_->ctx ? impl_->ctx->nRanks : 0; }
 int Communicator::device() const { return impl_ && impl_->ctx ? impl_->ctx->device : -1; }

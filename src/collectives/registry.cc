@@ -1,13 +1,19 @@
 #include "collectives/registry.h"
 
+#include "algos/lamport_p2p.h"
+#include "algos/oneshot_p2p.h"
 #include "algos/ring_nccl.h"
 #include "algos/staged_host.h"
+#include "algos/twoshot_p2p.h"
 
 namespace tpcomm {
 
 std::vector<std::unique_ptr<Algorithm>> makeAlgorithms(CommContext* ctx) {
   std::vector<std::unique_ptr<Algorithm>> list;
   // The one list. Order breaks cost ties (earlier wins).
+  list.emplace_back(new LamportP2pAlgorithm(ctx));
+  list.emplace_back(new OneshotP2pAlgorithm(ctx));
+  list.emplace_back(new TwoshotP2pAlgorithm(ctx));
   list.emplace_back(new RingNcclAlgorithm(ctx));
   list.emplace_back(new StagedHostAlgorithm(ctx));
   return list;

@@ -20,6 +20,12 @@ namespace tpcomm {
   X(StagedChunkBytes, "STAGED_CHUNK_BYTES", "1048576", "staged_host: bytes per pipeline slot per rank") \
   X(StagedSlots, "STAGED_SLOTS", "4", "staged_host: pipeline slots per rank (>= 2)")             \
   X(StagedBlocks, "STAGED_BLOCKS", "16", "staged_host: CUDA blocks per role (publish, reduce)")  \
+  X(P2pBlocks, "P2P_BLOCKS", "32", "CUDA blocks of the one-shot and Lamport P2P kernels")     \
+  X(Pdl, "PDL", "1", "programmatic dependent launch of the P2P kernels on sm_90+ (0: off)")        \
+  X(TwoshotBlocks, "TWOSHOT_BLOCKS", "128", "CUDA blocks of the two-shot P2P kernel")            \
+  X(LamportMaxBytes, "LAMPORT_MAX_BYTES", "1048576", "largest message for lamport_p2p (scratch: 3 x ranks x this)") \
+  X(OneshotMaxBytes, "ONESHOT_MAX_BYTES", "2097152", "largest message for oneshot_p2p (scratch: 2 x ranks x this)") \
+  X(TwoshotChunkBytes, "TWOSHOT_CHUNK_BYTES", "8388608", "twoshot_p2p bytes per chunk (scratch: about 4 x this)") \
   X(TopoCache, "TOPO_CACHE", "1", "reuse the cached topology probe ($XDG_CACHE_HOME/tpcomm); 0: re-probe and refresh it") \
   X(TopoTimeoutMs, "TOPO_TIMEOUT_MS", "8000", "time limit of the P2P-check child process (keep below TIMEOUT_MS)") \
   X(TopoHelper, "TOPO_HELPER", "", "path of the probe helper (tpcomm-doctor); default: found beside libtpcomm") \

@@ -1,13 +1,151 @@
 #include "transports/cuda_p2p.h"
 
+#include <algorithm>
+#include <cstring>
+
+#ifdef TPCOMM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "algos/p2p_kernels.h"
 #include "collectives/comm_context.h"
 #include "common/error.h"
+#include "common/params.h"
 
 namespace tpcomm {
 
-Status CudaP2pTransport::create(CommContext& ctx, std::unique_ptr<CudaP2pTransport>*) {
-  if (!ctx.topo.allPairsP2p()) return TPCOMM_ERROR(kNotSupported, "cuda_p2p: not every pair has verified P2P");
-  return TPCOMM_ERROR(kNotSupported, "cuda_p2p: not implemented in this build yet");
+namespace {
+size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+}  // namespace
+
+P2pLayout P2pLayout::make(int nRanks, int maxBlocks, size_t lamportBytes, size_t oneshotBytes, size_t twoshotChunk) {
+  P2pLayout l;
+  l.nRanks = nRanks;
+  l.maxBlocks = maxBlocks;
+  l.lamportBytes = alignUp(lamportBytes, 256);
+  l.oneshotBytes = alignUp(oneshotBytes, 256);
+  l.twoshotChunk = alignUp(twoshotChunk, 4096);
+  // One rank's slice of a chunk, rounded up to whole 16-byte packs plus one spare pack.
+  l.twoshotSliceCap = alignUp(l.twoshotChunk / nRanks + 16, 256);
+  size_t off = 0;
+  l.flagsOffset = off;
+  off = alignUp(off + sizeof(uint64_t) * kP2pAlgoCount * nRanks * maxBlocks, 4096);
+  l.epochsOffset = off;
+  // + 3 words: bytes used per Lamport buffer.
+  off = alignUp(off + sizeof(uint64_t) * (kP2pAlgoCount * maxBlocks + 3), 4096);
+  l.lamportOffset = off;
+  off = alignUp(off + 3 * l.lamportBufferBytes(), 4096);
+  l.oneshotOffset = off;
+  off = alignUp(off + 2 * l.oneshotBufferBytes(), 4096);
+  l.twoshotOffset = off;
+  off = alignUp(off + 2 * l.twoshotBufferBytes(), 4096);
+  l.totalBytes = off;
+  return l;
 }
+
+#ifdef TPCOMM_HAVE_CUDA
+
+#define P2P_CUDA(call)                                                                                  \
+  do {                                                                                                  \
+    cudaError_t e_ = (call);                                                                            \
+    if (e_ != cudaSuccess) {                                                                            \
+      cudaGetLastError();                                                                               \
+      return TPCOMM_ERROR(kCudaError, "cuda_p2p: %s: %s", #call, cudaGetErrorString(e_));               \
+    }                                                                                                   \
+  } while (0)
+
+Status CudaP2pTransport::create(CommContext& ctx, std::unique_ptr<CudaP2pTransport>* out) {
+  const Topology& topo = ctx.topo;
+  if (ctx.device < 0) return TPCOMM_ERROR(kNotSupported, "cuda_p2p: host ranks");
+  if (!topo.allPairsP2p()) {
+    for (int a = 0; a < topo.nRanks(); ++a)
+      for (int b = 0; b < topo.nRanks(); ++b)
+        if (a != b && !topo.links[a][b].p2pVerified)
+          return TPCOMM_ERROR(kNotSupported, "cuda_p2p: no verified P2P between ranks %d and %d (%s)", a, b,
+                              topo.links[a][b].why.c_str());
+    return TPCOMM_ERROR(kNotSupported, "cuda_p2p: ranks are not all GPUs on one node");
+  }
+  if (ctx.nRanks > kMaxP2pRanks) return TPCOMM_ERROR(kNotSupported, "cuda_p2p: %d ranks exceed %d", ctx.nRanks, kMaxP2pRanks);
+  if (ctx.nRanks < 2) return TPCOMM_ERROR(kNotSupported, "cuda_p2p: one rank needs no peers");
+
+  int maxBlocks = static_cast<int>(std::max(paramInt(ParamId::kP2pBlocks), paramInt(ParamId::kTwoshotBlocks)));
+  if (maxBlocks < 1 || maxBlocks > 1024) return TPCOMM_INVALID("cuda_p2p: TPCOMM_P2P_BLOCKS / TPCOMM_TWOSHOT_BLOCKS must be 1..1024");
+  std::unique_ptr<CudaP2pTransport> t(new CudaP2pTransport());
+  t->layout_ = P2pLayout::make(ctx.nRanks, maxBlocks, static_cast<size_t>(paramInt(ParamId::kLamportMaxBytes)),
+                               static_cast<size_t>(paramInt(ParamId::kOneshotMaxBytes)),
+                               static_cast<size_t>(paramInt(ParamId::kTwoshotChunkBytes)));
+  t->rank_ = ctx.rank;
+  t->nRanks_ = ctx.nRanks;
+  t->device_ = ctx.device;
+  t->ipc_ = !topo.singleProcess();
+  t->peers_.assign(ctx.nRanks, nullptr);
+
+  // Allocate and initialize before anyone maps: zero flags and epochs, sentinel-fill the
+  // Lamport buffers. The synchronize makes the fill complete before the handles go out.
+  P2P_CUDA(cudaMalloc(reinterpret_cast<void**>(&t->local_), t->layout_.totalBytes));
+  P2P_CUDA(cudaMemset(t->local_, 0, t->layout_.lamportOffset));
+  TPCOMM_TRY(launchLamportFill(t->local_ + t->layout_.lamportOffset, 3 * t->layout_.lamportBufferBytes(), nullptr));
+  P2P_CUDA(cudaDeviceSynchronize());
+  t->peers_[ctx.rank] = t->local_;
+
+  struct Offer {
+    cudaIpcMemHandle_t handle;
+    uint64_t pointer;
+    int ok;
+  } mine{};
+  mine.pointer = reinterpret_cast<uint64_t>(t->local_);
+  mine.ok = 1;
+  if (t->ipc_ && cudaIpcGetMemHandle(&mine.handle, t->local_) != cudaSuccess) {
+    cudaGetLastError();
+    mine.ok = 0;
+  }
+  std::vector<Offer> all(ctx.nRanks);
+  TPCOMM_TRY(ctx.bootstrap->allGather(&mine, all.data(), sizeof(Offer)));
+  for (int r = 0; r < ctx.nRanks; ++r)
+    if (!all[r].ok) return TPCOMM_ERROR(kNotSupported, "cuda_p2p: rank %d could not export its buffer (cudaIpcGetMemHandle)", r);
+  for (int r = 0; r < ctx.nRanks; ++r) {
+    if (r == ctx.rank) continue;
+    if (t->ipc_) {
+      void* p = nullptr;
+      P2P_CUDA(cudaIpcOpenMemHandle(&p, all[r].handle, cudaIpcMemLazyEnablePeerAccess));
+      t->peers_[r] = static_cast<char*>(p);
+    } else {
+      int peerDev = topo.ranks[r].cudaDevice;
+      cudaError_t e = cudaDeviceEnablePeerAccess(peerDev, 0);
+      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) {
+        cudaGetLastError();
+        return TPCOMM_ERROR(kNotSupported, "cuda_p2p: cudaDeviceEnablePeerAccess(%d -> %d): %s", ctx.device, peerDev,
+                            cudaGetErrorString(e));
+      }
+      cudaGetLastError();
+      t->peers_[r] = reinterpret_cast<char*>(all[r].pointer);
+    }
+  }
+  TPCOMM_INFO(kInit, "cuda_p2p: rank %d mapped %d peers via %s, %zu bytes per rank", ctx.rank, ctx.nRanks - 1,
+              t->ipc_ ? "CUDA IPC" : "peer access", t->layout_.totalBytes);
+  *out = std::move(t);
+  return Status::kOk;
+}
+
+CudaP2pTransport::~CudaP2pTransport() {
+  if (device_ < 0) return;
+  int prev = -1;
+  cudaGetDevice(&prev);
+  cudaSetDevice(device_);
+  for (int r = 0; r < nRanks_; ++r)
+    if (r != rank_ && peers_[r] && ipc_) cudaIpcCloseMemHandle(peers_[r]);
+  if (local_) cudaFree(local_);
+  cudaGetLastError();
+  if (prev >= 0) cudaSetDevice(prev);
+}
+
+#else
+
+Status CudaP2pTransport::create(CommContext&, std::unique_ptr<CudaP2pTransport>*) {
+  return TPCOMM_ERROR(kNotSupported, "cuda_p2p: tpcomm was built without CUDA");
+}
+CudaP2pTransport::~CudaP2pTransport() = default;
+
+#endif
 
 }  // namespace tpcomm

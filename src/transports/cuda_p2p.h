@@ -1,20 +1,85 @@
-// cuda_p2p: peer-mapped device buffers and signal flags between the GPU ranks of one node.
-// (Placeholder interface; filled in by the GPU P2P work.)
+// cuda_p2p: one device buffer per rank, mapped into every peer of the node, holding the flags and
+// scratch areas the P2P algorithms push into. Across processes the buffer is shared with CUDA IPC
+// handles (cudaIpcGetMemHandle / cudaIpcOpenMemHandle): the handle is 64 plain bytes that the
+// bootstrap already knows how to gather, it needs no socket or fd passing, and every driver that
+// has P2P supports it; the cost (one mapping per cudaMalloc, no sub-range export) does not matter
+// for one long-lived buffer. Inside one process (createGroup) peers use peer access and raw
+// pointers. Kernels only ever *write* to peers (stores are posted over NVLink/PCIe and need no
+// round trip) and read their own memory.
+//
+// Layout of each rank's buffer (identical on every rank, offsets in P2pLayout):
+//   flags    [algo][from rank][block] u64, written by peers with st.release.sys
+//   epochs   [algo][block] u64, this rank's own per-block call counters (never read by peers)
+//   lamport  3 buffers x [from rank][lamportBytes], words pre-filled with the sentinel
+//   oneshot  2 buffers x [from rank][oneshotBytes]
+//   twoshot  2 buffers x ([from rank][sliceCap] reduce-scatter inbox + [chunkBytes] gather area)
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "tpcomm/status.h"
+
+// Layout accessors are used by host code and kernels alike.
+#ifdef __CUDACC__
+#define TPCOMM_HD __host__ __device__
+#else
+#define TPCOMM_HD
+#endif
 
 namespace tpcomm {
 
 struct CommContext;
 
+enum P2pAlgo : int { kP2pLamport = 0, kP2pOneshot = 1, kP2pTwoshot = 2, kP2pAlgoCount = 3 };
+
+struct P2pLayout {
+  int nRanks = 0;
+  int maxBlocks = 0;          ///< flag slots per (algo, rank)
+  size_t lamportBytes = 0;    ///< largest lamport message
+  size_t oneshotBytes = 0;    ///< largest one-shot message
+  size_t twoshotChunk = 0;    ///< two-shot bytes per chunk (messages loop over chunks)
+  size_t twoshotSliceCap = 0; ///< bytes of one rank's inbox slice per chunk
+  size_t flagsOffset = 0, epochsOffset = 0, lamportOffset = 0, oneshotOffset = 0, twoshotOffset = 0;
+  size_t totalBytes = 0;
+
+  static P2pLayout make(int nRanks, int maxBlocks, size_t lamportBytes, size_t oneshotBytes, size_t twoshotChunk);
+  TPCOMM_HD size_t flagIndex(int algo, int from, int block) const {
+    return (static_cast<size_t>(algo) * nRanks + from) * maxBlocks + block;
+  }
+  TPCOMM_HD size_t lamportBufferBytes() const { return lamportBytes * nRanks; }
+  TPCOMM_HD size_t oneshotBufferBytes() const { return oneshotBytes * nRanks; }
+  TPCOMM_HD size_t twoshotBufferBytes() const { return twoshotSliceCap * nRanks + twoshotChunk; }
+};
+
+/// Lamport sentinel: a 32-bit word no payload word can equal (payload -0.0 halves/floats are
+/// rewritten to +0.0 before sending).
+constexpr uint32_t kLamportSentinel = 0x80000000u;
+
+/// Most ranks a P2P kernel addresses (peer bases travel in the kernel's parameters).
+constexpr int kMaxP2pRanks = 16;
+
 class CudaP2pTransport {
  public:
-  virtual ~CudaP2pTransport() = default;
-  /// Collective. kNotSupported when some pair lacks verified P2P.
+  /// Collective. kNotSupported when some pair lacks verified P2P or this is not one node.
   static Status create(CommContext& ctx, std::unique_ptr<CudaP2pTransport>* out);
+  ~CudaP2pTransport();
+
+  const P2pLayout& layout() const { return layout_; }
+  int rank() const { return rank_; }
+  int nRanks() const { return nRanks_; }
+  /// Base of rank r's buffer as mapped in this process (r == rank(): the local buffer).
+  char* base(int r) const { return peers_[r]; }
+
+ private:
+  CudaP2pTransport() = default;
+  P2pLayout layout_;
+  int rank_ = 0, nRanks_ = 1, device_ = -1;
+  bool ipc_ = false;
+  char* local_ = nullptr;
+  std::vector<char*> peers_;
 };
 
 }  // namespace tpcomm

@@ -61,6 +61,15 @@ Group* groupFor(const std::string& algo, int timeoutMs = 0) {
   return (groups[key] = std::move(g)).get();
 }
 
+// Set-up copies from pageable memory may still be in flight when cudaMemcpy returns: drain them
+// before the collectives run on their non-blocking streams.
+void drainDevices(const std::vector<int>& devices) {
+  for (int d : devices) {
+    cudaSetDevice(d);
+    cudaDeviceSynchronize();
+  }
+}
+
 bool needGpus(int n) {
   if (gpuCount() >= n) return true;
   return false;
@@ -71,7 +80,8 @@ struct DeviceBuffers {
   size_t bytes = 0;
   ~DeviceBuffers() {
     for (void* p : in) cudaFree(p);
-    for (void* p : out) cudaFree(p);
+    for (size_t i = 0; i < out.size(); ++i)
+      if (i >= in.size() || out[i] != in[i]) cudaFree(out[i]);  // in place: freed above
   }
 };
 
@@ -120,8 +130,10 @@ void runCase(const Case& c) {
   auto prepare = [&] {
     for (int r = 0; r < n; ++r) {
       CUDA_OK(cudaSetDevice(g->devices[r]));
-      if (!c.inPlace) CUDA_OK(cudaMemset(buf.out[r], 0xff, bytes));
-      CUDA_OK(cudaMemcpy(buf.in[r], inputs[r].data(), bytes, cudaMemcpyHostToDevice));
+      // On the collective's stream: a plain cudaMemcpy from pageable memory may return before
+      // the data lands, unordered with a non-blocking stream.
+      if (!c.inPlace) CUDA_OK(cudaMemsetAsync(buf.out[r], 0xff, bytes, g->streams[r]));
+      CUDA_OK(cudaMemcpyAsync(buf.in[r], inputs[r].data(), bytes, cudaMemcpyHostToDevice, g->streams[r]));
     }
   };
   auto issue = [&] {
@@ -231,6 +243,7 @@ TEST(AllReduceRandom, MatchesFp64WithinTolerance) {
         buf.in.push_back(in);
         buf.out.push_back(out);
       }
+      drainDevices(g->devices);
       ASSERT_EQ(Communicator::groupStart(), Status::kOk);
       for (int r = 0; r < n; ++r)
         ASSERT_EQ(g->comms[r]->allReduce(buf.in[r], buf.out[r], count, dtype, ReduceOp::kSum, g->streams[r]), Status::kOk);
@@ -284,6 +297,7 @@ TEST(AllReduceStress, TenThousandBackToBack) {
       CUDA_OK(cudaMemset(p, 0xff, bytes * iters));
       buf.out.push_back(p);
     }
+    drainDevices(g->devices);
     for (int it = 0; it < iters; ++it) {
       ASSERT_EQ(Communicator::groupStart(), Status::kOk);
       for (int r = 0; r < n; ++r)
@@ -322,6 +336,7 @@ TEST(AllReduceTimeout, MissingPeerReportsTimeout) {
     void* p;
     CUDA_OK(cudaMalloc(&p, 1 << 16));
     CUDA_OK(cudaMemset(p, 0, 1 << 16));
+    CUDA_OK(cudaDeviceSynchronize());
     cudaStream_t st;
     CUDA_OK(cudaStreamCreate(&st));
     auto t0 = std::chrono::steady_clock::now();

@@ -1,0 +1,147 @@
+// lamport_p2p_kernel.cu: low-latency one-shot all-reduce with the flag in the data (Lamport-style
+// sentinels; TensorRT-LLM's low-latency one-shot). No barrier and no flag: every 32-bit word of
+// a receive buffer holds the sentinel 0x80000000 until a peer's store lands there, so a reader
+// knows a word has arrived when it stops being the sentinel. Payload words can never equal it:
+// -0.0 (f32) and -0.0 halves (f16/bf16) are sent as +0.0, which leaves every value but the sign
+// of a zero unchanged.
+//   1. Clear: block b refills its share of buffer (e+1)%3 with sentinels (that buffer was read
+//      in call e-2 and is written next in call e+1).
+//   2. Push: block b stores part b of its input into every peer's buffer e%3, slot = own rank.
+//   3. Poll and reduce: block b spins on its own buffer e%3 until part b of every slot has
+//      arrived (ld.global.cv; the stores arrive in any order), then reduces in rank order in
+//      fp32 and writes the output.
+// Why three buffers: a peer writes buffer (e+1)%3 only in its call e+1, which it starts only
+// after receiving all of this rank's call-e pushes; each block fences its clear before its push,
+// so the clear is complete before any such write. The clear covers the bytes used two calls ago
+// (recorded per buffer), so messages may change size between calls. Needs 16-byte aligned
+// buffers and a multiple of 16 bytes (a lone 16-bit element could leave a word at the sentinel).
+#include <cuda_runtime.h>
+
+#include "algos/p2p_common.cuh"
+#include "common/error.h"
+
+namespace tpcomm {
+namespace {
+
+using dev::Pack;
+using dev::PackOf;
+constexpr int kThreads = 512;
+
+// Words of the sentinel itself are impossible after this: -0.0 becomes +0.0.
+template <typename T>
+__device__ __forceinline__ Pack scrubNegativeZero(Pack v) {
+  uint32_t* w = reinterpret_cast<uint32_t*>(&v);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if (sizeof(T) == 4) {
+      if (w[k] == kLamportSentinel) w[k] = 0;
+    } else {
+      if ((w[k] & 0xffffu) == 0x8000u) w[k] &= 0xffff0000u;
+      if ((w[k] >> 16) == 0x8000u) w[k] &= 0x0000ffffu;
+    }
+  }
+  return v;
+}
+
+__device__ __forceinline__ bool arrived(const Pack& v) {
+  return v.x != kLamportSentinel && v.y != kLamportSentinel && v.z != kLamportSentinel && v.w != kLamportSentinel;
+}
+
+template <typename T, int Op>
+__global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
+  constexpr int kEpp = PackOf<T>::kElems;
+  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
+  const int me = p.rank, n = p.nRanks;
+  const P2pLayout& L = p.layout;
+  char* local = p.peers[me];
+  dev::pdlLaunchDependents();
+  dev::pdlWait();  // inputs, the epoch and the used-bytes words may come from the previous kernel
+  uint64_t* epochPtr = dev::epochAt(local, L, kP2pLamport, blockIdx.x);
+  // Bytes used per buffer: three words right after the epoch table (P2pLayout reserves them).
+  uint64_t* used = dev::epochAt(local, L, kP2pLamport, 0) + L.maxBlocks * kP2pAlgoCount;
+  const uint64_t epoch = *epochPtr + 1;
+  const int buf = static_cast<int>(epoch % 3), clearBuf = static_cast<int>((epoch + 1) % 3);
+  auto slot = [&](char* base, int b, int from) {
+    return reinterpret_cast<Pack*>(base + L.lamportOffset + b * L.lamportBufferBytes() + static_cast<size_t>(from) * L.lamportBytes);
+  };
+  const Pack* src = static_cast<const Pack*>(p.send);
+  Pack* dst = static_cast<Pack*>(p.recv);
+  const size_t packs = p.count / kEpp;
+
+  // 1. clear
+  {
+    const size_t clearPacks = used[clearBuf] / sizeof(Pack);
+    size_t lo, hi;
+    dev::splitRange(clearPacks, gridDim.x, blockIdx.x, 1, &lo, &hi);
+    const Pack s = make_uint4(kLamportSentinel, kLamportSentinel, kLamportSentinel, kLamportSentinel);
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      Pack* q = slot(local, clearBuf, r);
+      for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) q[i] = s;
+    }
+    __threadfence_system();
+  }
+  // 2. push
+  size_t lo, hi;
+  dev::splitRange(packs, gridDim.x, blockIdx.x, 1, &lo, &hi);
+  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    Pack v = scrubNegativeZero<T>(src[i]);
+    for (int r = 0; r < n; ++r)
+      if (r != me) slot(p.peers[r], buf, me)[i] = v;
+  }
+  // 3. poll and reduce
+  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    Pack in[kMaxP2pRanks];
+    for (int r = 0; r < n; ++r) {
+      if (r == me) {
+        in[r] = src[i];
+        continue;
+      }
+      const Pack* q = slot(local, buf, r) + i;
+      Pack v = __ldcv(q);
+      for (uint32_t spin = 0; !arrived(v); ++spin) {
+        if ((spin & 1023u) == 1023u && dev::globalTimerNs() > deadline) {
+          dev::reportTimeout(p.errorWord, r);
+          return;
+        }
+        v = __ldcv(q);
+      }
+      in[r] = v;
+    }
+    float acc[kEpp];
+    PackOf<T>::toFloats(in[0], acc);
+    for (int r = 1; r < n; ++r) PackOf<T>::template accumulate<Op>(acc, in[r]);
+    dst[i] = PackOf<T>::fromFloats(acc);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    *epochPtr = epoch;
+    if (blockIdx.x == 0) used[buf] = p.count * sizeof(T);
+  }
+}
+
+__global__ void fillSentinel(uint32_t* p, size_t words) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < words; i += gridDim.x * blockDim.x) p[i] = kLamportSentinel;
+}
+
+}  // namespace
+
+Status launchLamport(const P2pLaunch& p, cudaStream_t stream) {
+  cudaError_t e = dev::dispatchKernel(p, true, [&](auto t, auto op, auto) {
+    return dev::launchP2p(lamportKernel<typename decltype(t)::type, decltype(op)::value>, p, kThreads, stream);
+  });
+  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "lamport_p2p launch: %s", cudaGetErrorString(e));
+  return Status::kOk;
+}
+
+Status launchLamportFill(char* p, size_t bytes, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(256);
+  cfg.blockDim = dim3(256);
+  cfg.stream = stream;
+  cudaError_t e = cudaLaunchKernelEx(&cfg, fillSentinel, reinterpret_cast<uint32_t*>(p), bytes / 4);
+  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "lamport sentinel fill: %s", cudaGetErrorString(e));
+  return Status::kOk;
+}
+
+}  // namespace tpcomm

@@ -1,0 +1,21 @@
+#include "algos/oneshot_p2p.h"
+
+#include "common/error.h"
+#include "common/params.h"
+#include "algos/p2p_costs.h"
+
+namespace tpcomm {
+
+size_t OneshotP2pAlgorithm::maxBytes() const { return static_cast<size_t>(paramInt(ParamId::kOneshotMaxBytes)); }
+
+double OneshotP2pAlgorithm::costUs(const Topology& topo, const AlgoQuery& q) const {
+  const P2pCostModel m = p2pCostModel(topo);
+  return alphaBetaUs(m.oneshotAlphaUs, m.pushGBps, static_cast<double>(q.bytes) * (topo.nRanks() - 1));
+}
+
+Status OneshotP2pAlgorithm::run(const CollArgs& a) {
+  TPCOMM_TRY(checkSize(a));
+  return launchOneshot(launchParams(a, static_cast<int>(paramInt(ParamId::kP2pBlocks))), a.stream);
+}
+
+}  // namespace tpcomm

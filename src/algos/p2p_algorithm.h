@@ -1,0 +1,27 @@
+// Common base of the algorithms that run over the cuda_p2p transport: availability, the shared
+// support rules (GPU ranks of one node with verified P2P, all-reduce), and the kernel launch
+// parameters.
+#pragma once
+
+#include "algos/p2p_kernels.h"
+#include "collectives/algorithm.h"
+
+namespace tpcomm {
+
+class P2pAlgorithm : public Algorithm {
+ public:
+  explicit P2pAlgorithm(CommContext* ctx) : ctx_(ctx) {}
+  bool available() const override;
+  bool supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const override;
+
+ protected:
+  /// Largest message in bytes (0: no limit), from the transport's layout or the params table.
+  virtual size_t maxBytes() const = 0;
+  /// Launch parameters for `a` with `blocks` blocks.
+  P2pLaunch launchParams(const CollArgs& a, int blocks) const;
+  /// kNotSupported when the message exceeds maxBytes().
+  Status checkSize(const CollArgs& a) const;
+  CommContext* ctx_;
+};
+
+}  // namespace tpcomm

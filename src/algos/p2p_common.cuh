@@ -1,0 +1,133 @@
+// Pieces shared by the P2P kernels: the per-block flag barrier over peer-mapped memory, the
+// per-block epoch counters, and range splitting in whole 16-byte packs.
+#pragma once
+
+#include "algos/device_common.cuh"
+#include "algos/p2p_kernels.h"
+
+namespace tpcomm {
+namespace dev {
+
+// [begin, end) of part `p` of `count` elements cut into `parts`, starts on whole packs of `epp`.
+__device__ __forceinline__ void splitRange(size_t count, int parts, int p, int epp, size_t* begin, size_t* end) {
+  size_t units = (count + epp - 1) / epp, per = units / parts, extra = units % parts;
+  size_t ub = p * per + (static_cast<size_t>(p) < extra ? p : extra);
+  size_t ue = ub + per + (static_cast<size_t>(p) < extra ? 1 : 0);
+  *begin = ub * epp < count ? ub * epp : count;
+  *end = ue * epp < count ? ue * epp : count;
+}
+
+__device__ __forceinline__ uint64_t* flagAt(char* base, const P2pLayout& l, int algo, int from, int block) {
+  return reinterpret_cast<uint64_t*>(base + l.flagsOffset) + l.flagIndex(algo, from, block);
+}
+
+__device__ __forceinline__ uint64_t* epochAt(char* base, const P2pLayout& l, int algo, int block) {
+  return reinterpret_cast<uint64_t*>(base + l.epochsOffset) + static_cast<size_t>(algo) * l.maxBlocks + block;
+}
+
+// Block-level barrier with every peer's block of the same index: make this block's earlier
+// writes (pushes into peers) visible, release `value` into each peer's flag[algo][me][block],
+// then acquire flag[algo][r][block] >= value for every peer r. Returns false (for the whole
+// block) on timeout. One thread per peer signals and waits, so the round trips overlap.
+__device__ __forceinline__ bool peerBarrier(const P2pLaunch& p, int algo, uint64_t value, uint64_t deadline) {
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
+  blockReleaseFence();
+  const int r = threadIdx.x;
+  if (r < p.nRanks && r != p.rank) storeReleaseSys(flagAt(p.peers[r], p.layout, algo, p.rank, blockIdx.x), value);
+  if (r < p.nRanks && r != p.rank) {
+    if (!waitFlagAtLeast(flagAt(p.peers[p.rank], p.layout, algo, r, blockIdx.x), value, deadline, p.errorWord, r))
+      failed = 1;
+  }
+  __syncthreads();
+  return failed == 0;
+}
+
+}  // namespace dev
+}  // namespace tpcomm
+
+namespace tpcomm {
+namespace dev {
+
+// For each whole 16-byte pack i of [lo, hi) (when kVec): store(i, load(i)); elemFn(i) for the
+// rest, spread over the block's threads; lo must start a pack. Each thread first issues the
+// loads of kUnroll packs, then their stores, so several accesses are in flight per thread: that
+// is what hides NVLink and HBM latency at large sizes.
+constexpr int kUnroll = 4;
+template <typename T, bool kVec, typename LoadFn, typename StoreFn, typename ElemFn>
+__device__ __forceinline__ void forRange(size_t lo, size_t hi, LoadFn load, StoreFn store, ElemFn elemFn) {
+  constexpr int kEpp = PackOf<T>::kElems;
+  const size_t vend = kVec ? lo + (hi - lo) / kEpp * kEpp : lo;
+  const size_t stride = static_cast<size_t>(blockDim.x) * kEpp;
+  size_t i = lo + threadIdx.x * kEpp;
+  for (; i + (kUnroll - 1) * stride < vend; i += kUnroll * stride) {
+    Pack v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = load(i + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) store(i + u * stride, v[u]);
+  }
+  for (; i < vend; i += stride) store(i, load(i));
+  for (size_t j = vend + threadIdx.x; j < hi; j += blockDim.x) elemFn(j);
+}
+
+// Programmatic dependent launch (sm_90+): let the next kernel in the stream be scheduled now,
+// and wait here until the previous one has finished and its memory is visible. Everything a
+// kernel reads that an earlier kernel may write (inputs, epochs) comes after pdlWait().
+__device__ __forceinline__ void pdlLaunchDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdlWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+template <int V>
+struct IntTag {
+  static constexpr int value = V;
+};
+
+// Launches kernel(p) with `blocks` x `threads`, with programmatic dependent launch when
+// p.pdl is set. Returns this launch's own error (not a stale one from earlier calls).
+template <typename Kernel>
+cudaError_t launchP2p(Kernel kernel, const P2pLaunch& p, int threads, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(p.blocks);
+  cfg.blockDim = dim3(threads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = p.pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, p);
+}
+
+// Calls launch(TypeTag<T>{}, IntTag<Op>{}, IntTag<Vec>{}) for the call's dtype, op, alignment;
+// launch returns the cudaError_t of its launch.
+template <typename Launch>
+cudaError_t dispatchKernel(const P2pLaunch& p, bool vec, Launch launch) {
+  auto byOp = [&](auto t) -> cudaError_t {
+    auto byVec = [&](auto op) -> cudaError_t { return vec ? launch(t, op, IntTag<1>{}) : launch(t, op, IntTag<0>{}); };
+    switch (p.op) {
+      case 0: return byVec(IntTag<0>{});
+      case 1: return byVec(IntTag<1>{});
+      default: return byVec(IntTag<2>{});
+    }
+  };
+  switch (static_cast<DataType>(p.dtype)) {
+    case DataType::kF32: return byOp(TypeTag<float>{});
+    case DataType::kF16: return byOp(TypeTag<__half>{});
+    default: return byOp(TypeTag<__nv_bfloat16>{});
+  }
+}
+
+}  // namespace dev
+}  // namespace tpcomm
