@@ -54,7 +54,13 @@ double StagedHostAlgorithm::costUs(const Topology& topo, const AlgoQuery& q) con
 Status StagedHostAlgorithm::run(const CollArgs& a) {
   if (!ctx_ || !ctx_->hostStaged) return TPCOMM_ERROR(kInternal, "staged_host: no transport");
   if (ctx_->device >= 0) return runDevice(a);
-  return ctx_->hostStaged->sameProcess() ? runHostThreads(a) : runHostProcesses(a);
+  Status s = ctx_->hostStaged->sameProcess() ? runHostThreads(a) : runHostProcesses(a);
+  // A host barrier that timed out leaves its arrival counted: the segment's barrier is out of
+  // step for good. Mark the communicator failed so later calls return kTimeout (checkError)
+  // instead of passing a barrier their peer never reached and reading stale pointers.
+  if (s == Status::kTimeout && ctx_->asyncError.word && *ctx_->asyncError.word == 0)
+    *ctx_->asyncError.word = AsyncError::encode(s, -1);
+  return s;
 }
 
 Status StagedHostAlgorithm::runHostThreads(const CollArgs& a) {
