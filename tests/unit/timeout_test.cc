@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <algorithm>
 #include <future>
 #include <string>
 #include <thread>
@@ -71,6 +72,12 @@ TEST(Timeout, ARankThatSkipsACollectiveYieldsKTimeout) {
       EXPECT_NE(msg.find("rank"), std::string::npos) << msg;
       EXPECT_GE(ms, 0.9 * kTimeoutMs) << "rank " << me << " gave up before the bound";
       EXPECT_LE(ms, 2.0 * kTimeoutMs) << "rank " << me << " took " << ms << " ms for a " << kTimeoutMs << " ms bound";
+      // The communicator is unusable afterwards: later calls and checkError() keep failing
+      // instead of completing a barrier that still counts the timed-out arrival.
+      std::fill(recv.begin(), recv.end(), 0.0f);
+      EXPECT_NE(comm.allReduce(send.data(), recv.data(), 1024, DataType::kF32, ReduceOp::kSum, nullptr), Status::kOk)
+          << "rank " << me << ": a call after a timeout succeeded without its peer";
+      EXPECT_EQ(comm.checkError(), Status::kTimeout) << "rank " << me << ": " << lastErrorMessage();
       if (++finished == n - 1) done.set_value();
     });
   }
