@@ -115,6 +115,13 @@ int main(int argc, char** argv) {
   if (launchedByMpi()) std::fprintf(stderr, "allreduce_perf: launched by mpirun but built without MPI: each process runs alone\n");
 #endif
   const int gpus = args.hostRanks ? 0 : visibleGpus();
+  if (gpus < args.requireGpus) {
+    std::printf("allreduce_perf: skipped: %d GPU(s) visible, --require-gpus %d\n", gpus, args.requireGpus);
+#ifdef TPCOMM_BENCH_MPI
+    if (mpi) MPI_Finalize();
+#endif
+    return 77;
+  }
   info.gpu = gpus > 0;
   int rc = 0;
 

@@ -108,6 +108,7 @@ tpcomm extras:
   -R, --repeats <n>          timed batches per size (default 5)
   --json <file>              write every row (and the run's configuration) as JSON
   --host                     host ranks (device -1) even where GPUs exist
+  --require-gpus <n>         exit with status 77 (ctest: Skipped) when fewer than n GPUs are visible
   -h, --help                 this text
 
 Timing: each size runs -w warm-up collectives, then -R batches of -n collectives (or -G replays
@@ -178,6 +179,8 @@ bool parseArgs(int argc, char** argv, Args* a, std::string* error) {
       if (!value()) return false;
       if (v.empty()) return bad("expected auto, nccl or an algorithm name");
       a->algos.push_back(v);
+    } else if (f == "--require-gpus") {
+      if (!value() || !parseInt(v, 0, &a->requireGpus)) return error->empty() ? bad("expected an integer >= 0") : false;
     } else if (f == "--json") {
       if (!value()) return false;
       if (v.empty()) return bad("expected a file name");

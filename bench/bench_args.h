@@ -29,6 +29,7 @@ struct Args {
   std::vector<std::string> algos;  // -A, repeatable: "auto", "nccl", or a TPCOMM_ALGO string
   std::string jsonPath;            // --json
   bool hostRanks = false;          // --host: host-memory ranks even where GPUs exist
+  int requireGpus = 0;             // --require-gpus N: exit 77 (ctest's skip) with fewer GPUs
   bool help = false;
 };
 
