@@ -10,6 +10,7 @@
 //                slowest rank with every rank copying at once. ratio = time / bound.
 #include "bench_controller.h"
 
+#include <cstdint>
 #include <unistd.h>
 
 #include <cstdio>

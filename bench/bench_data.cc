@@ -1,6 +1,7 @@
 // bench_data: verifiable integer-valued inputs and the bitwise result check (see bench_data.h).
 #include "bench_data.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <cstring>
 

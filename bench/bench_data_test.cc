@@ -1,6 +1,7 @@
 // bench_data_test: proves allreduce_perf's check can fail. The exact answer built from
 // fillInput() passes; one changed element, a poisoned output and an answer for the wrong rank
 // count are each caught; the half/bfloat16 encoders give the IEEE bit patterns. Exit 0 on pass.
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <vector>

@@ -1,6 +1,7 @@
 // bench_report: the nccl-tests-format table of allreduce_perf (see bench_report.h).
 #include "bench_report.h"
 
+#include <cstdint>
 #include <cmath>
 #include <cstdio>
 

@@ -8,6 +8,7 @@
 // The result is the median batch time divided by the collectives per batch.
 #include "bench_runner.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>

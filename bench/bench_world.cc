@@ -1,6 +1,7 @@
 // bench_world: reductions and gathers over the controllers of a run (see bench_world.h).
 #include "bench_world.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <cstdio>
 #include <cstring>

@@ -2,6 +2,7 @@
 // in double so the reference is sharper than anything it is compared against.
 #include "cpu_model.h"
 
+#include <cstdint>
 #include <cmath>
 #include <cstring>
 

@@ -5,6 +5,7 @@
 // threads. With tp == 1 no communicator is needed.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "config.h"

@@ -2,6 +2,7 @@
 // as stream-ordered enqueues, CUDA-graph capture and replay, and the tpcomm all-reduces.
 #include "gpu_model.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <cstring>
 

@@ -6,6 +6,7 @@
 // outputs copied inside the graph through pinned buffers) and replayed.
 #pragma once
 
+#include <cstdint>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

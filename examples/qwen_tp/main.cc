@@ -5,6 +5,7 @@
 // With --sim-acceptance, a plain greedy run first makes the reference continuation (and is the
 // "MTP off" measurement); then the speculative run. Rank 0 prints llama.cpp-style timing lines
 // and writes Prometheus text to --metrics-file.
+#include <cstdint>
 #include <cuda_runtime.h>
 
 #include <cstdio>

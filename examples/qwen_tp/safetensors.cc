@@ -4,6 +4,7 @@
 // byte 8 + N.
 #include "safetensors.h"
 
+#include <cstdint>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>

@@ -1,6 +1,7 @@
 // speculative.cc: the decoding loop, acceptance simulation and metrics text.
 #include "speculative.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -1,6 +1,7 @@
 // weights.cc: tensor list, synthetic host weights, checkpoint loading.
 #include "weights.h"
 
+#include <cstdint>
 #include <cmath>
 
 #include "safetensors.h"

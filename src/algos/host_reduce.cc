@@ -1,5 +1,6 @@
 #include "algos/host_reduce.h"
 
+#include <cstdint>
 #include <cmath>
 #include <cstring>
 

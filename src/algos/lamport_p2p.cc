@@ -26,7 +26,7 @@ Status LamportP2pAlgorithm::run(const CollArgs& a) {
   TPCOMM_TRY(checkSize(a));
   if (a.bytes() % 16 != 0 || !p2pVectorizable(a.send, a.recv))
     return TPCOMM_ERROR(kNotSupported, "lamport_p2p: needs 16-byte aligned buffers and a multiple of 16 bytes");
-  return launchLamport(launchParams(a, static_cast<int>(paramInt(ParamId::kP2pBlocks))), a.stream);
+  return launchLamport(launchParams(a, p2pBlocks_), a.stream);
 }
 
 }  // namespace tpcomm

@@ -4,17 +4,19 @@
 // knows a word has arrived when it stops being the sentinel. Payload words can never equal it:
 // -0.0 (f32) and -0.0 halves (f16/bf16) are sent as +0.0, which leaves every value but the sign
 // of a zero unchanged.
-//   1. Clear: block b refills its share of buffer (e+1)%3 with sentinels (that buffer was read
-//      in call e-2 and is written next in call e+1).
-//   2. Push: block b stores part b of its input into every peer's buffer e%3, slot = own rank.
-//   3. Poll and reduce: block b spins on its own buffer e%3 until part b of every slot has
+//   1. Push: block b stores part b of its input into every peer's buffer e%3, slot = own rank.
+//   2. Poll and reduce: block b spins on its own buffer e%3 until part b of every slot has
 //      arrived (ld.global.cv; the stores arrive in any order), then reduces in rank order in
 //      fp32 and writes the output.
-// Why three buffers: a peer writes buffer (e+1)%3 only in its call e+1, which it starts only
-// after receiving all of this rank's call-e pushes; each block fences its clear before its push,
-// so the clear is complete before any such write. The clear covers the bytes used two calls ago
-// (recorded per buffer), so messages may change size between calls. Needs 16-byte aligned
-// buffers and a multiple of 16 bytes (a lone 16-bit element could leave a word at the sentinel).
+//   3. Clear: block b refills its share of buffer (e+2)%3 with sentinels, after the output is
+//      written (off the latency path).
+// Why three buffers, and why the clear needs no fence: buffer (e+2)%3 was read in call e-1 and
+// is written next by peers in call e+2, which they start only after receiving this rank's call
+// e+1 pushes; those come from the next kernel, which starts pushing only after this kernel has
+// completed (stream order, or griddepcontrol.wait under PDL), and kernel completion makes the
+// clear visible. The clear covers the bytes used in call e-1 (recorded per buffer), so messages
+// may change size between calls. Needs 16-byte aligned buffers and a multiple of 16 bytes (a
+// lone 16-bit element could leave a word at the sentinel).
 #include <cuda_runtime.h>
 
 #include "algos/p2p_common.cuh"
@@ -60,7 +62,7 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
   // Bytes used per buffer: three words right after the epoch table (P2pLayout reserves them).
   uint64_t* used = dev::epochAt(local, L, kP2pLamport, 0) + L.maxBlocks * kP2pAlgoCount;
   const uint64_t epoch = *epochPtr + 1;
-  const int buf = static_cast<int>(epoch % 3), clearBuf = static_cast<int>((epoch + 1) % 3);
+  const int buf = static_cast<int>(epoch % 3), clearBuf = static_cast<int>((epoch + 2) % 3);
   auto slot = [&](char* base, int b, int from) {
     return reinterpret_cast<Pack*>(base + L.lamportOffset + b * L.lamportBufferBytes() + static_cast<size_t>(from) * L.lamportBytes);
   };
@@ -68,20 +70,7 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
   Pack* dst = static_cast<Pack*>(p.recv);
   const size_t packs = p.count / kEpp;
 
-  // 1. clear
-  {
-    const size_t clearPacks = used[clearBuf] / sizeof(Pack);
-    size_t lo, hi;
-    dev::splitRange(clearPacks, gridDim.x, blockIdx.x, 1, &lo, &hi);
-    const Pack s = make_uint4(kLamportSentinel, kLamportSentinel, kLamportSentinel, kLamportSentinel);
-    for (int r = 0; r < n; ++r) {
-      if (r == me) continue;
-      Pack* q = slot(local, clearBuf, r);
-      for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) q[i] = s;
-    }
-    __threadfence_system();
-  }
-  // 2. push
+  // 1. push
   size_t lo, hi;
   dev::splitRange(packs, gridDim.x, blockIdx.x, 1, &lo, &hi);
   for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
@@ -89,7 +78,7 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
     for (int r = 0; r < n; ++r)
       if (r != me) slot(p.peers[r], buf, me)[i] = v;
   }
-  // 3. poll and reduce
+  // 2. poll and reduce
   for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
     Pack in[kMaxP2pRanks];
     for (int r = 0; r < n; ++r) {
@@ -112,6 +101,18 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
     PackOf<T>::toFloats(in[0], acc);
     for (int r = 1; r < n; ++r) PackOf<T>::template accumulate<Op>(acc, in[r]);
     dst[i] = PackOf<T>::fromFloats(acc);
+  }
+  // 3. clear the buffer read in the previous call
+  {
+    const size_t clearPacks = used[clearBuf] / sizeof(Pack);
+    size_t clo, chi;
+    dev::splitRange(clearPacks, gridDim.x, blockIdx.x, 1, &clo, &chi);
+    const Pack s = make_uint4(kLamportSentinel, kLamportSentinel, kLamportSentinel, kLamportSentinel);
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      Pack* q = slot(local, clearBuf, r);
+      for (size_t i = clo + threadIdx.x; i < chi; i += blockDim.x) q[i] = s;
+    }
   }
   __syncthreads();
   if (threadIdx.x == 0) {

@@ -15,7 +15,7 @@ double OneshotP2pAlgorithm::costUs(const Topology& topo, const AlgoQuery& q) con
 
 Status OneshotP2pAlgorithm::run(const CollArgs& a) {
   TPCOMM_TRY(checkSize(a));
-  return launchOneshot(launchParams(a, static_cast<int>(paramInt(ParamId::kP2pBlocks))), a.stream);
+  return launchOneshot(launchParams(a, p2pBlocks_), a.stream);
 }
 
 }  // namespace tpcomm

@@ -1,5 +1,6 @@
 #include "algos/p2p_algorithm.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include "collectives/comm_context.h"
@@ -7,6 +8,14 @@
 #include "common/params.h"
 
 namespace tpcomm {
+
+P2pAlgorithm::P2pAlgorithm(CommContext* ctx)
+    : ctx_(ctx),
+      p2pBlocks_(static_cast<int>(paramInt(ParamId::kP2pBlocks))),
+      twoshotBlocks_(static_cast<int>(paramInt(ParamId::kTwoshotBlocks))) {
+  // Programmatic dependent launch needs sm_90+; the kernels' griddepcontrol is a no-op below.
+  pdl_ = ctx && ctx->topo.ranks[ctx->rank].ccMajor >= 9 && paramInt(ParamId::kPdl) != 0;
+}
 
 bool P2pAlgorithm::available() const { return !ctx_ || ctx_->p2p != nullptr; }
 
@@ -29,8 +38,7 @@ Status P2pAlgorithm::checkSize(const CollArgs& a) const {
 
 P2pLaunch P2pAlgorithm::launchParams(const CollArgs& a, int blocks) const {
   const CudaP2pTransport& t = *ctx_->p2p;
-  P2pLaunch p;
-  std::memset(&p, 0, sizeof(p));
+  P2pLaunch p{};
   p.send = a.send;
   p.recv = a.recv;
   p.count = a.count;
@@ -43,7 +51,7 @@ P2pLaunch P2pAlgorithm::launchParams(const CollArgs& a, int blocks) const {
   p.layout = t.layout();
   p.errorWord = ctx_->asyncError.deviceWord;
   p.timeoutNs = static_cast<uint64_t>(ctx_->timeoutMs) * 1000000ull;
-  p.pdl = ctx_->topo.ranks[ctx_->rank].ccMajor >= 9 && paramInt(ParamId::kPdl) != 0;
+  p.pdl = pdl_;
   return p;
 }
 

@@ -10,7 +10,7 @@ namespace tpcomm {
 
 class P2pAlgorithm : public Algorithm {
  public:
-  explicit P2pAlgorithm(CommContext* ctx) : ctx_(ctx) {}
+  explicit P2pAlgorithm(CommContext* ctx);
   bool available() const override;
   bool supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const override;
 
@@ -22,6 +22,9 @@ class P2pAlgorithm : public Algorithm {
   /// kNotSupported when the message exceeds maxBytes().
   Status checkSize(const CollArgs& a) const;
   CommContext* ctx_;
+  // Read once: the launch path runs per call and must stay cheap.
+  int p2pBlocks_, twoshotBlocks_;
+  bool pdl_ = false;
 };
 
 }  // namespace tpcomm

@@ -1,7 +1,7 @@
-// Alpha-beta constants of the P2P algorithms, per link kind. The NVLink row is calibrated on
-// 2x H200 NV18 (bench/results/h200x2.md); the PCIe row is an estimate until measured on such a
-// machine. alpha: the fixed cost of a call beyond the kernel launch the caller pays anyway
-// (barrier round trips, polling); GBps: sustained rate of the bytes each rank pushes.
+// Alpha-beta constants of the P2P algorithms, per link kind. The NVLink row is fitted to
+// allreduce_perf on 2x H200 NV18, bf16, CUDA graphs (bench/results/h200x2.md): alpha is the
+// per-call time at tiny sizes, GBps the rate of the bytes each rank pushes ((n-1) x message for
+// the one-shots, 2(n-1)/n x message for two-shot). The PCIe row is an estimate until measured.
 #pragma once
 
 #include "topology/topology.h"
@@ -16,7 +16,7 @@ struct P2pCostModel {
 
 inline P2pCostModel p2pCostModel(const Topology& topo) {
   LinkKind k = topo.weakestLink();
-  if (k == LinkKind::kNvlink || k == LinkKind::kNvswitch) return {3.0, 200.0, 4.5, 300.0, 7.0, 380.0};
+  if (k == LinkKind::kNvlink || k == LinkKind::kNvswitch) return {4.0, 160.0, 5.4, 200.0, 13.0, 280.0};
   return {6.0, 12.0, 8.0, 20.0, 12.0, 22.0};  // PCIe P2P
 }
 

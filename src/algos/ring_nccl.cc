@@ -17,19 +17,19 @@ bool RingNcclAlgorithm::supports(const Topology& topo, const AlgoQuery&, std::st
 }
 
 double RingNcclAlgorithm::costUs(const Topology& topo, const AlgoQuery& q) const {
-  // Ring all-reduce moves 2(n-1)/n of the message over the slowest link. Calibrated on 2x H200
-  // NV18 (NCCL 2.28): ~11.6 us floor eager, ~320 GB/s bus bandwidth at large sizes.
+  // NCCL moves 2(n-1)/n of the message per rank. Fitted to NCCL 2.28 on 2x H200 NV18, bf16
+  // (bench/results/h200x2.md): ~6 us per call in CUDA graphs, ~9.5 us eager; ~170 GB/s bus
+  // bandwidth below 16 MB (LL/LL128 protocols), ~290 GB/s above (Simple).
   int n = topo.nRanks();
-  double busFactor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
+  double busBytes = n > 1 ? static_cast<double>(q.bytes) * 2.0 * (n - 1) / n : 0.0;
   double gbps;
   switch (topo.weakestLink()) {
     case LinkKind::kNvswitch:
-    case LinkKind::kNvlink: gbps = 320.0; break;
+    case LinkKind::kNvlink: gbps = q.bytes < (16u << 20) ? 170.0 : 290.0; break;
     case LinkKind::kPcieP2p: gbps = 20.0; break;
     default: gbps = 8.0; break;
   }
-  double alpha = q.capturing ? 6.0 : 11.5;
-  return alphaBetaUs(alpha, gbps, static_cast<double>(q.bytes) * busFactor);
+  return alphaBetaUs(q.capturing ? 6.0 : 9.5, gbps, busBytes);
 }
 
 Status RingNcclAlgorithm::run(const CollArgs& a) {

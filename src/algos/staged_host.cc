@@ -1,5 +1,6 @@
 #include "algos/staged_host.h"
 
+#include <cstdint>
 #include <cstring>
 #include <vector>
 

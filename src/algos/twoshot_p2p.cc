@@ -14,7 +14,7 @@ double TwoshotP2pAlgorithm::costUs(const Topology& topo, const AlgoQuery& q) con
 
 Status TwoshotP2pAlgorithm::run(const CollArgs& a) {
   TPCOMM_TRY(checkSize(a));
-  return launchTwoshot(launchParams(a, static_cast<int>(paramInt(ParamId::kTwoshotBlocks))), a.stream);
+  return launchTwoshot(launchParams(a, twoshotBlocks_), a.stream);
 }
 
 }  // namespace tpcomm

@@ -372,9 +372,10 @@ Status Communicator::checkError() {
   if (w == 0) return Status::kOk;
   Status s = static_cast<Status>(w & 0xffffu);
   int peer = static_cast<int>(w >> 16) - 1;
+  std::string who = peer >= 0 ? "rank " + std::to_string(peer) : std::string("an unknown rank");
   if (s == Status::kTimeout)
-    return setError(s, __FILE__, __LINE__, "rank %d: a collective timed out after %d ms waiting for rank %d; the communicator is unusable",
-                    impl_->ctx->rank, impl_->ctx->timeoutMs, peer);
+    return setError(s, __FILE__, __LINE__, "rank %d: a collective timed out after %d ms waiting for %s; the communicator is unusable",
+                    impl_->ctx->rank, impl_->ctx->timeoutMs, who.c_str());
   return setError(s, __FILE__, __LINE__, "rank %d: an earlier collective failed (peer %d)", impl_->ctx->rank, peer);
 }
 

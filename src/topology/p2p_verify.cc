@@ -3,6 +3,7 @@
 // never exercised: no multicast object is ever created here.
 #include "topology/p2p_verify.h"
 
+#include <cstdint>
 #include <chrono>
 #include <cstdio>
 #include <cstring>

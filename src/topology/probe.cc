@@ -3,6 +3,7 @@
 // TPCOMM_TOPO_TIMEOUT_MS), else the same checks in this process when no helper exists.
 #include "topology/probe.h"
 
+#include <cstdint>
 #include <unistd.h>
 
 #include <algorithm>

@@ -1,6 +1,7 @@
 // topo_cache.cc: see topo_cache.h.
 #include "topology/topo_cache.h"
 
+#include <cstdint>
 #include <sys/stat.h>
 #include <unistd.h>
 
