@@ -25,7 +25,7 @@ namespace tpcomm {
   X(TwoshotBlocks, "TWOSHOT_BLOCKS", "128", "CUDA blocks of the two-shot P2P kernel")            \
   X(LamportMaxBytes, "LAMPORT_MAX_BYTES", "1048576", "largest message for lamport_p2p (scratch: 3 x ranks x this)") \
   X(OneshotMaxBytes, "ONESHOT_MAX_BYTES", "2097152", "largest message for oneshot_p2p (scratch: 2 x ranks x this)") \
-  X(TwoshotChunkBytes, "TWOSHOT_CHUNK_BYTES", "8388608", "twoshot_p2p bytes per chunk (scratch: about 4 x this)") \
+  X(TwoshotChunkBytes, "TWOSHOT_CHUNK_BYTES", "33554432", "twoshot_p2p bytes per chunk (scratch: about 4 x this)") \
   X(TopoCache, "TOPO_CACHE", "1", "reuse the cached topology probe ($XDG_CACHE_HOME/tpcomm); 0: re-probe and refresh it") \
   X(TopoTimeoutMs, "TOPO_TIMEOUT_MS", "8000", "time limit of the P2P-check child process (keep below TIMEOUT_MS)") \
   X(TopoHelper, "TOPO_HELPER", "", "path of the probe helper (tpcomm-doctor); default: found beside libtpcomm") \
