@@ -12,6 +12,7 @@
 #endif
 
 #include "collectives/algo_override.h"
+#include "collectives/communicator_impl.h"
 #include "collectives/comm_context.h"
 #include "collectives/registry.h"
 #include "collectives/selector.h"
@@ -24,44 +25,9 @@
 
 namespace tpcomm {
 
-struct Communicator::Impl {
-  std::unique_ptr<Bootstrap> ownedBootstrap;  // createGroup's thread bootstraps
-  std::unique_ptr<CommContext> ctx;
-  std::vector<std::unique_ptr<Algorithm>> algos;
-  std::vector<Algorithm*> algoList;
-  AlgoOverride override;
-  const char* lastAlgorithm = "none";  // an algorithm's name() (static storage)
-  std::unique_ptr<uint32_t> hostErrorWord;  // host ranks' async error word
-  bool destroyed = false;
-  // Selections already made, by call shape: the selector is pure, so a decode loop that repeats
-  // the same few sizes pays for it once.
-  std::map<std::tuple<int, int, int, size_t, bool>, std::vector<Candidate>> selectionCache;
-};
 
 namespace {
 
-#ifdef TPCOMM_HAVE_CUDA
-// Switches to `device` for the scope of a call and restores the caller's device.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    if (device < 0) return;
-    if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
-    if (prev_ != device) cudaSetDevice(device);
-    else prev_ = -1;
-  }
-  ~DeviceGuard() {
-    if (prev_ >= 0) cudaSetDevice(prev_);
-  }
-
- private:
-  int prev_ = -1;
-};
-#else
-struct DeviceGuard {
-  explicit DeviceGuard(int) {}
-};
-#endif
 
 // Every rank agrees whether a transport came up; one rank's failure drops it everywhere so the
 // algorithm lists (and therefore selections) stay identical.
@@ -264,8 +230,6 @@ Status Communicator::createGroup(const std::vector<int>& devices, const Config& 
 Status Communicator::groupStart() { return ncclGroupStartIfAny(); }
 Status Communicator::groupEnd() { return ncclGroupEndIfAny(); }
 
-namespace {
-
 Status runCollective(Communicator::Impl& impl, CollArgs& a, const char* what) {
   CommContext& c = *impl.ctx;
   a.nRanks = c.nRanks;
@@ -302,13 +266,6 @@ Status runCollective(Communicator::Impl& impl, CollArgs& a, const char* what) {
   return TPCOMM_ERROR(kNotSupported, "%s: every candidate declined %zu bytes", what, a.bytes());
 }
 
-}  // namespace
-
-#define TPCOMM_API_ENTRY(what)                                                                    \
-  clearError();                                                                                  \
-  if (!impl_ || impl_->destroyed) return TPCOMM_INVALID("%s: the communicator was destroyed", what); \
-  TPCOMM_TRY(checkError());                                                                      \
-  DeviceGuard guard(impl_->ctx->device)
 
 static Status validateCall(const char* what, const void* send, const void* recv, size_t count, DataType dtype,
                            ReduceOp op, int nRanks, bool perRank) {
