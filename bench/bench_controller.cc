@@ -15,7 +15,9 @@
 
 #include <cstdio>
 #include <ctime>
+#include <cctype>
 #include <fstream>
+#include <sstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -69,17 +71,22 @@ std::string deviceLine(int rank, int device) {
   return line;
 }
 
-// Kernel driver version ("580.159.04") from /proc/driver/nvidia/version, or "".
+// Kernel driver version ("580.159.04") from /proc/driver/nvidia/version, or "". The line reads
+// e.g. "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ...":
+// take the first word after "Kernel Module" made of digits and dots with at least one dot.
 std::string nvidiaDriverVersion() {
   std::ifstream in("/proc/driver/nvidia/version");
   std::string line;
   if (!std::getline(in, line)) return "";
   size_t k = line.find("Kernel Module");
   if (k == std::string::npos) return "";
-  size_t b = line.find_first_of("0123456789", k);
-  if (b == std::string::npos) return "";
-  size_t e = line.find_first_of(" \t", b);
-  return line.substr(b, e == std::string::npos ? std::string::npos : e - b);
+  std::istringstream words(line.substr(k));
+  std::string w;
+  while (words >> w) {
+    bool digitsAndDots = w.find_first_not_of("0123456789.") == std::string::npos;
+    if (digitsAndDots && w.find('.') != std::string::npos && std::isdigit(static_cast<unsigned char>(w[0]))) return w;
+  }
+  return "";
 }
 
 std::string versionsLine() {
