@@ -38,7 +38,6 @@ class ThreadGroup {
 /// Bootstrap for rank `rank` of a ThreadGroup (ranks are threads of this process, as in Gloo's
 /// tests or a llama.cpp-style engine). Returns kInvalidArgument for a null group or a rank out
 /// of range.
-Status makeThreadBootstrap(std::shared_ptr<ThreadGroup> group, int rank,
-                           std::unique_ptr<Bootstrap>* out);
+Status makeThreadBootstrap(std::shared_ptr<ThreadGroup> group, int rank, std::unique_ptr<Bootstrap>* out);
 
 }  // namespace tpcomm

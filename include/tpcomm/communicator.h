@@ -32,8 +32,7 @@ class Communicator {
   /// Creates this process's rank of a communicator. Collective over `bootstrap`: every rank
   /// calls it. `device` is the CUDA device this rank drives, or -1 for a host (CPU) rank whose
   /// buffers live in host memory. The bootstrap must outlive the communicator.
-  static Status create(Bootstrap& bootstrap, int device, const Config& config,
-                       std::unique_ptr<Communicator>* out);
+  static Status create(Bootstrap& bootstrap, int device, const Config& config, std::unique_ptr<Communicator>* out);
 
   /// Creates one communicator per CUDA device in `devices`, all driven by this process (like
   /// ncclCommInitAll; llama.cpp-style engines). Rank i drives devices[i].
@@ -51,17 +50,30 @@ class Communicator {
   Communicator& operator=(const Communicator&) = delete;
 
   /// recv[i] = op over ranks of send[i], i < count. send == recv is in place.
-  Status allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                   cudaStream_t stream);
+  Status allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, cudaStream_t stream);
 
   /// recv[i] = op over ranks of send[rank * recvCount + i], i < recvCount. send holds
   /// size() * recvCount elements.
-  Status reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype,
-                       ReduceOp op, cudaStream_t stream);
+  Status reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op,
+                       cudaStream_t stream);
 
   /// recv[r * sendCount + i] = send of rank r [i]. recv holds size() * sendCount elements.
-  Status allGather(const void* send, void* recv, size_t sendCount, DataType dtype,
-                   cudaStream_t stream);
+  Status allGather(const void* send, void* recv, size_t sendCount, DataType dtype, cudaStream_t stream);
+
+  /// The epilogue of a tensor-parallel decoder layer in one call: x = all-reduce sum of `in`
+  /// over ranks, then per row residualInOut += x and out = rmsnorm(residualInOut) * weight, i.e.
+  /// out = r / sqrt(mean(r^2) + eps) * weight with r the updated residual. `in`, residualInOut
+  /// and out hold rows x hidden elements of dtype (row-major), weight holds hidden; f32, f16 or
+  /// bf16; hidden 1..16384, any rows; out may equal in, residualInOut may not alias in or out,
+  /// and it must hold the same values on every rank (as in tensor parallelism). The all-reduce
+  /// sums in fp32 in rank order (allReduce's bits); the residual add and the norm run in fp32
+  /// with one rounding per stored value, in a fixed order: every rank gets the same bits, and so
+  /// does every algorithm. The selector picks the algorithm as for allReduce of the same bytes;
+  /// the one-shot, Lamport and two-shot P2P algorithms run one fused kernel, every other path the
+  /// all-reduce then one residual + norm kernel (host ranks: on the CPU). lastAlgorithm() names
+  /// "fused_<algo>" for a fused kernel. Stream-ordered and graph-capturable where the all-reduce is.
+  Status allReduceResidualRmsNorm(const void* in, void* residualInOut, const void* weight, float eps, void* out,
+                                  size_t rows, size_t hidden, DataType dtype, cudaStream_t stream);
 
   /// Reports an asynchronous failure of an earlier collective (e.g. kTimeout when a peer did not
   /// arrive, with its rank in the message). kOk when none happened.
@@ -81,6 +93,8 @@ class Communicator {
   int device() const;
 
   struct Impl;
+  /// Internals for tpcomm's own layers (defined in src/shim/comm_access.cc); not for engines.
+  friend Impl* communicatorInternals(Communicator& comm);
 
  private:
   explicit Communicator(std::unique_ptr<Impl> impl);

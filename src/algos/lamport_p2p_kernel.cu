@@ -64,7 +64,8 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
   const uint64_t epoch = *epochPtr + 1;
   const int buf = static_cast<int>(epoch % 3), clearBuf = static_cast<int>((epoch + 2) % 3);
   auto slot = [&](char* base, int b, int from) {
-    return reinterpret_cast<Pack*>(base + L.lamportOffset + b * L.lamportBufferBytes() + static_cast<size_t>(from) * L.lamportBytes);
+    return reinterpret_cast<Pack*>(base + L.lamportOffset + b * L.lamportBufferBytes() +
+                                   static_cast<size_t>(from) * L.lamportBytes);
   };
   const Pack* src = static_cast<const Pack*>(p.send);
   Pack* dst = static_cast<Pack*>(p.recv);
@@ -122,7 +123,8 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
 }
 
 __global__ void fillSentinel(uint32_t* p, size_t words) {
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < words; i += gridDim.x * blockDim.x) p[i] = kLamportSentinel;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < words; i += gridDim.x * blockDim.x)
+    p[i] = kLamportSentinel;
 }
 
 }  // namespace

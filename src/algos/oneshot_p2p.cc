@@ -1,8 +1,8 @@
 #include "algos/oneshot_p2p.h"
 
+#include "algos/p2p_costs.h"
 #include "common/error.h"
 #include "common/params.h"
-#include "algos/p2p_costs.h"
 
 namespace tpcomm {
 

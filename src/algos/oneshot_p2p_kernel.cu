@@ -52,7 +52,8 @@ __global__ void __launch_bounds__(kThreads) oneshotKernel(P2pLaunch p) {
       lo, hi,
       [&](size_t i) {
         auto at = [&](int r) {
-          return r == me ? *reinterpret_cast<const Pack*>(src + i) : __ldcg(reinterpret_cast<const Pack*>(inbox(me, r) + i));
+          return r == me ? *reinterpret_cast<const Pack*>(src + i)
+                         : __ldcg(reinterpret_cast<const Pack*>(inbox(me, r) + i));
         };
         float acc[kEpp];
         PackOf<T>::toFloats(at(0), acc);

@@ -21,10 +21,14 @@ bool P2pAlgorithm::available() const { return !ctx_ || ctx_->p2p != nullptr; }
 
 bool P2pAlgorithm::supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const {
   const char* why = nullptr;
-  if (!topo.allPairsP2p()) why = "needs verified P2P between every pair of GPU ranks on one node";
-  else if (topo.nRanks() < 2 || topo.nRanks() > kMaxP2pRanks) why = "needs 2..16 ranks";
-  else if (q.kind != CollKind::kAllReduce) why = "all-reduce only";
-  else if (maxBytes() != 0 && q.bytes > maxBytes()) why = "message larger than this algorithm's scratch";
+  if (!topo.allPairsP2p())
+    why = "needs verified P2P between every pair of GPU ranks on one node";
+  else if (topo.nRanks() < 2 || topo.nRanks() > kMaxP2pRanks)
+    why = "needs 2..16 ranks";
+  else if (q.kind != CollKind::kAllReduce)
+    why = "all-reduce only";
+  else if (maxBytes() != 0 && q.bytes > maxBytes())
+    why = "message larger than this algorithm's scratch";
   if (why && whyNot) *whyNot = why;
   return why == nullptr;
 }

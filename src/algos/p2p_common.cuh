@@ -117,15 +117,21 @@ cudaError_t dispatchKernel(const P2pLaunch& p, bool vec, Launch launch) {
   auto byOp = [&](auto t) -> cudaError_t {
     auto byVec = [&](auto op) -> cudaError_t { return vec ? launch(t, op, IntTag<1>{}) : launch(t, op, IntTag<0>{}); };
     switch (p.op) {
-      case 0: return byVec(IntTag<0>{});
-      case 1: return byVec(IntTag<1>{});
-      default: return byVec(IntTag<2>{});
+      case 0:
+        return byVec(IntTag<0>{});
+      case 1:
+        return byVec(IntTag<1>{});
+      default:
+        return byVec(IntTag<2>{});
     }
   };
   switch (static_cast<DataType>(p.dtype)) {
-    case DataType::kF32: return byOp(TypeTag<float>{});
-    case DataType::kF16: return byOp(TypeTag<__half>{});
-    default: return byOp(TypeTag<__nv_bfloat16>{});
+    case DataType::kF32:
+      return byOp(TypeTag<float>{});
+    case DataType::kF16:
+      return byOp(TypeTag<__half>{});
+    default:
+      return byOp(TypeTag<__nv_bfloat16>{});
   }
 }
 

@@ -5,9 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "transports/cuda_p2p.h"
 #include "tpcomm/status.h"
 #include "tpcomm/types.h"
+#include "transports/cuda_p2p.h"
 
 namespace tpcomm {
 

@@ -25,9 +25,15 @@ double RingNcclAlgorithm::costUs(const Topology& topo, const AlgoQuery& q) const
   double gbps;
   switch (topo.weakestLink()) {
     case LinkKind::kNvswitch:
-    case LinkKind::kNvlink: gbps = q.bytes < (16u << 20) ? 170.0 : 290.0; break;
-    case LinkKind::kPcieP2p: gbps = 20.0; break;
-    default: gbps = 8.0; break;
+    case LinkKind::kNvlink:
+      gbps = q.bytes < (16u << 20) ? 170.0 : 290.0;
+      break;
+    case LinkKind::kPcieP2p:
+      gbps = 20.0;
+      break;
+    default:
+      gbps = 8.0;
+      break;
   }
   return alphaBetaUs(q.capturing ? 6.0 : 9.5, gbps, busBytes);
 }

@@ -53,7 +53,9 @@ __global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLa
       pb = ub * kEpp < len ? ub * kEpp : len;
       pe = ue * kEpp < len ? ue * kEpp : len;
     }
-    auto slotOf = [&](int r) { return reinterpret_cast<T*>(p.slots + (static_cast<size_t>(r) * p.nSlots + slot) * p.chunkBytes); };
+    auto slotOf = [&](int r) {
+      return reinterpret_cast<T*>(p.slots + (static_cast<size_t>(r) * p.nSlots + slot) * p.chunkBytes);
+    };
     const size_t flagIdx = static_cast<size_t>(slot) * p.blocks + b;
     const size_t perRank = static_cast<size_t>(p.nSlots) * p.blocks;
 
@@ -88,10 +90,12 @@ __global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLa
       size_t vend = kVec ? pb + (pe - pb) / kEpp * kEpp : pb;
       for (size_t i = pb + threadIdx.x * kEpp; i < vend; i += kThreads * kEpp) {
         float acc[kEpp];
-        Pack first = me == 0 ? *reinterpret_cast<const Pack*>(src + c0 + i) : __ldcv(reinterpret_cast<const Pack*>(slotOf(0) + i));
+        Pack first = me == 0 ? *reinterpret_cast<const Pack*>(src + c0 + i)
+                             : __ldcv(reinterpret_cast<const Pack*>(slotOf(0) + i));
         PackOf<T>::toFloats(first, acc);
         for (int r = 1; r < n; ++r) {
-          Pack v = r == me ? *reinterpret_cast<const Pack*>(src + c0 + i) : __ldcv(reinterpret_cast<const Pack*>(slotOf(r) + i));
+          Pack v = r == me ? *reinterpret_cast<const Pack*>(src + c0 + i)
+                           : __ldcv(reinterpret_cast<const Pack*>(slotOf(r) + i));
           PackOf<T>::template accumulate<Op>(acc, v);
         }
         *reinterpret_cast<Pack*>(dst + c0 + i) = PackOf<T>::fromFloats(acc);
@@ -124,9 +128,12 @@ cudaError_t launchTyped(const StagedDeviceLaunch& p, bool vec, cudaStream_t s) {
 template <typename T>
 cudaError_t launchOp(const StagedDeviceLaunch& p, bool vec, cudaStream_t s) {
   switch (p.op) {
-    case 0: return launchTyped<T, 0>(p, vec, s);
-    case 1: return launchTyped<T, 1>(p, vec, s);
-    default: return launchTyped<T, 2>(p, vec, s);
+    case 0:
+      return launchTyped<T, 0>(p, vec, s);
+    case 1:
+      return launchTyped<T, 1>(p, vec, s);
+    default:
+      return launchTyped<T, 2>(p, vec, s);
   }
 }
 
@@ -137,9 +144,15 @@ Status launchStagedDevice(const StagedDeviceLaunch& p, cudaStream_t stream) {
              (reinterpret_cast<uintptr_t>(p.recv) % dev::kPackBytes) == 0;
   cudaError_t e;
   switch (static_cast<DataType>(p.dtype)) {
-    case DataType::kF32: e = launchOp<float>(p, vec, stream); break;
-    case DataType::kF16: e = launchOp<__half>(p, vec, stream); break;
-    default: e = launchOp<__nv_bfloat16>(p, vec, stream); break;
+    case DataType::kF32:
+      e = launchOp<float>(p, vec, stream);
+      break;
+    case DataType::kF16:
+      e = launchOp<__half>(p, vec, stream);
+      break;
+    default:
+      e = launchOp<__nv_bfloat16>(p, vec, stream);
+      break;
   }
   if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "staged_host kernel launch: %s", cudaGetErrorString(e));
   return Status::kOk;

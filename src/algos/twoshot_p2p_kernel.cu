@@ -78,7 +78,8 @@ __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
           lo, hi,
           [&](size_t i) {
             auto at = [&](int r) {
-              return r == me ? *reinterpret_cast<const Pack*>(own + i) : __ldcg(reinterpret_cast<const Pack*>(inbox(me, r) + i));
+              return r == me ? *reinterpret_cast<const Pack*>(own + i)
+                             : __ldcg(reinterpret_cast<const Pack*>(inbox(me, r) + i));
             };
             float acc[kEpp];
             PackOf<T>::toFloats(at(0), acc);
@@ -91,7 +92,9 @@ __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
               if (r != me) *reinterpret_cast<Pack*>(gather(r) + s + i) = v;
           },
           [&](size_t i) {
-            auto load = [&](int r) { return dev::Elem<T>::toFloat(r == me ? own[i] : dev::loadUncached(inbox(me, r) + i)); };
+            auto load = [&](int r) {
+              return dev::Elem<T>::toFloat(r == me ? own[i] : dev::loadUncached(inbox(me, r) + i));
+            };
             float acc = load(0);
             for (int r = 1; r < n; ++r) acc = dev::combine<Op>(acc, load(r));
             T v = dev::Elem<T>::fromFloat(acc);

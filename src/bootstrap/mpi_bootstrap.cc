@@ -27,9 +27,11 @@ class MpiBootstrap : public Bootstrap {
 
   Status allGather(const void* mine, void* all, size_t bytesPerRank) override {
     if ((!mine || !all) && bytesPerRank) return TPCOMM_INVALID("allGather: null buffer");
-    if (bytesPerRank > static_cast<size_t>(INT32_MAX)) return TPCOMM_INVALID("allGather: %zu bytes per rank exceeds MPI's int count", bytesPerRank);
+    if (bytesPerRank > static_cast<size_t>(INT32_MAX))
+      return TPCOMM_INVALID("allGather: %zu bytes per rank exceeds MPI's int count", bytesPerRank);
     MPI_Request req;
-    int rc = MPI_Iallgather(mine, static_cast<int>(bytesPerRank), MPI_BYTE, all, static_cast<int>(bytesPerRank), MPI_BYTE, comm_, &req);
+    int rc = MPI_Iallgather(mine, static_cast<int>(bytesPerRank), MPI_BYTE, all, static_cast<int>(bytesPerRank),
+                            MPI_BYTE, comm_, &req);
     if (rc != MPI_SUCCESS) return TPCOMM_ERROR(kSystemError, "MPI_Iallgather failed (%d)", rc);
     return wait(&req, "allGather");
   }
@@ -51,7 +53,8 @@ class MpiBootstrap : public Bootstrap {
       if (done) return Status::kOk;
       if (std::chrono::steady_clock::now() > deadline)
         // The request stays pending; MPI offers no portable cancel for collectives.
-        return TPCOMM_ERROR(kTimeout, "MPI bootstrap %s: rank %d waited TPCOMM_TIMEOUT_MS for the other ranks", what, rank_);
+        return TPCOMM_ERROR(kTimeout, "MPI bootstrap %s: rank %d waited TPCOMM_TIMEOUT_MS for the other ranks", what,
+                            rank_);
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }

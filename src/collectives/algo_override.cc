@@ -32,7 +32,8 @@ Status checkName(const std::string& name, const std::vector<std::string>& known,
   if (std::find(known.begin(), known.end(), name) != known.end()) return Status::kOk;
   std::string list;
   for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-  return TPCOMM_INVALID("TPCOMM_ALGO='%s': unknown algorithm '%s' (known: %s)", text.c_str(), name.c_str(), list.c_str());
+  return TPCOMM_INVALID("TPCOMM_ALGO='%s': unknown algorithm '%s' (known: %s)", text.c_str(), name.c_str(),
+                        list.c_str());
 }
 
 Status parseBound(const std::string& s, const std::string& text, uint64_t* out) {
@@ -41,7 +42,8 @@ Status parseBound(const std::string& s, const std::string& text, uint64_t* out) 
     return Status::kOk;
   }
   if (!parseSize(s, out))
-    return TPCOMM_INVALID("TPCOMM_ALGO='%s': size '%s' is not a byte count (e.g. 0, 4096, 64K, 2M, 1G, inf)", text.c_str(), s.c_str());
+    return TPCOMM_INVALID("TPCOMM_ALGO='%s': size '%s' is not a byte count (e.g. 0, 4096, 64K, 2M, 1G, inf)",
+                          text.c_str(), s.c_str());
   return Status::kOk;
 }
 

@@ -22,9 +22,9 @@ struct AlgoRule {
 };
 
 struct AlgoOverride {
-  bool exclude = false;                ///< "^..." form
-  std::vector<std::string> excluded;   ///< names to drop (exclude form)
-  std::vector<AlgoRule> rules;         ///< include form
+  bool exclude = false;               ///< "^..." form
+  std::vector<std::string> excluded;  ///< names to drop (exclude form)
+  std::vector<AlgoRule> rules;        ///< include form
   bool empty() const { return !exclude && rules.empty(); }
   /// Names forced for a message of `bytes` (empty: no rule covers it).
   std::vector<std::string> forcedFor(uint64_t bytes) const;

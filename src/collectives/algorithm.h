@@ -31,8 +31,6 @@ class Algorithm {
 };
 
 /// alpha + bytes / (GB/s * 1e3) in microseconds.
-inline double alphaBetaUs(double alphaUs, double gbPerS, double bytes) {
-  return alphaUs + bytes / (gbPerS * 1e3);
-}
+inline double alphaBetaUs(double alphaUs, double gbPerS, double bytes) { return alphaUs + bytes / (gbPerS * 1e3); }
 
 }  // namespace tpcomm

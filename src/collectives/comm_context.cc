@@ -1,7 +1,8 @@
 #include "collectives/comm_context.h"
 
-#include "transports/host_staged.h"
 #include "transports/cuda_p2p.h"
+#include "transports/host_staged.h"
+#include "transports/multicast.h"
 #include "transports/nccl_transport.h"
 
 namespace tpcomm {

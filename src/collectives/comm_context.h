@@ -17,6 +17,7 @@ namespace tpcomm {
 class HostStagedTransport;
 class CudaP2pTransport;
 class NcclTransport;
+class MulticastTransport;
 
 /// Asynchronous error report. GPU kernels write `word` (pinned, device-mapped host memory) on a
 /// bounded wait's expiry; host code reads it without synchronizing. Layout: bits 0..15 the
@@ -24,7 +25,9 @@ class NcclTransport;
 struct AsyncError {
   volatile uint32_t* word = nullptr;  ///< host view (pinned, or plain memory on host ranks)
   uint32_t* deviceWord = nullptr;     ///< device view of the same word (GPU ranks)
-  static uint32_t encode(Status s, int peer) { return static_cast<uint32_t>(s) | (static_cast<uint32_t>(peer + 1) << 16); }
+  static uint32_t encode(Status s, int peer) {
+    return static_cast<uint32_t>(s) | (static_cast<uint32_t>(peer + 1) << 16);
+  }
 };
 
 struct CommContext {
@@ -39,11 +42,12 @@ struct CommContext {
   std::unique_ptr<HostStagedTransport> hostStaged;
   std::unique_ptr<CudaP2pTransport> p2p;
   std::unique_ptr<NcclTransport> nccl;
+  std::unique_ptr<MulticastTransport> multicast;  ///< only where every rank's multicast gate is open
 
   CommContext();
   ~CommContext();
   /// Why a transport is not set up ("" when it is), for the INFO table and tpcomm-doctor.
-  std::string hostStagedWhyNot, p2pWhyNot, ncclWhyNot;
+  std::string hostStagedWhyNot, p2pWhyNot, ncclWhyNot, multicastWhyNot;
 };
 
 }  // namespace tpcomm

@@ -12,9 +12,9 @@
 #endif
 
 #include "collectives/algo_override.h"
-#include "common/error.h"
 #include "collectives/comm_context.h"
 #include "collectives/selector.h"
+#include "common/error.h"
 #include "tpcomm/communicator.h"
 
 namespace tpcomm {
@@ -25,7 +25,7 @@ struct Communicator::Impl {
   std::vector<std::unique_ptr<Algorithm>> algos;
   std::vector<Algorithm*> algoList;
   AlgoOverride override;
-  const char* lastAlgorithm = "none";  // an algorithm's name() (static storage)
+  const char* lastAlgorithm = "none";       // an algorithm's name() (static storage)
   std::unique_ptr<uint32_t> hostErrorWord;  // host ranks' async error word
   bool destroyed = false;
   // Selections already made, by call shape: the selector is pure, so a decode loop that repeats
@@ -40,8 +40,10 @@ class DeviceGuard {
   explicit DeviceGuard(int device) {
     if (device < 0) return;
     if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
-    if (prev_ != device) cudaSetDevice(device);
-    else prev_ = -1;
+    if (prev_ != device)
+      cudaSetDevice(device);
+    else
+      prev_ = -1;
   }
   ~DeviceGuard() {
     if (prev_ >= 0) cudaSetDevice(prev_);
@@ -58,10 +60,10 @@ struct DeviceGuard {
 
 // Opening of every collective entry point (inside a Communicator member): clears the thread's
 // error, rejects use after destroy(), reports an earlier asynchronous failure, switches device.
-#define TPCOMM_API_ENTRY(what)                                                                    \
-  clearError();                                                                                  \
+#define TPCOMM_API_ENTRY(what)                                                                       \
+  clearError();                                                                                      \
   if (!impl_ || impl_->destroyed) return TPCOMM_INVALID("%s: the communicator was destroyed", what); \
-  TPCOMM_TRY(checkError());                                                                      \
+  TPCOMM_TRY(checkError());                                                                          \
   DeviceGuard guard(impl_->ctx->device)
 
 /// Selects and runs the collective `a` (fills nRanks and capturing), falling back to the next

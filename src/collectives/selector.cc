@@ -5,8 +5,8 @@
 
 namespace tpcomm {
 
-std::vector<Candidate> selectAlgorithms(const std::vector<Algorithm*>& algos, const Topology& topo,
-                                        const AlgoQuery& q, const AlgoOverride& ovr) {
+std::vector<Candidate> selectAlgorithms(const std::vector<Algorithm*>& algos, const Topology& topo, const AlgoQuery& q,
+                                        const AlgoOverride& ovr) {
   std::vector<Candidate> byCost;
   for (Algorithm* a : algos) {
     if (!a->available() || ovr.excludes(a->name())) continue;
@@ -30,8 +30,8 @@ std::vector<Candidate> selectAlgorithms(const std::vector<Algorithm*>& algos, co
   return out;
 }
 
-std::string describeSelection(const std::vector<Algorithm*>& algos, const Topology& topo,
-                              const AlgoOverride& ovr, DataType dtype, bool capturing) {
+std::string describeSelection(const std::vector<Algorithm*>& algos, const Topology& topo, const AlgoOverride& ovr,
+                              DataType dtype, bool capturing) {
   std::string out;
   char line[256];
   for (size_t bytes = 1024; bytes <= (1ull << 30); bytes *= 4) {

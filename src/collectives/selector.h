@@ -19,12 +19,12 @@ struct Candidate {
 /// Candidates for `q` among `algos` (those that are available() and support the call, minus
 /// excluded ones), cheapest first; when an override rule covers q.bytes, the rule's names come
 /// first in the rule's order and the rest follow by cost as fallbacks.
-std::vector<Candidate> selectAlgorithms(const std::vector<Algorithm*>& algos, const Topology& topo,
-                                        const AlgoQuery& q, const AlgoOverride& ovr);
+std::vector<Candidate> selectAlgorithms(const std::vector<Algorithm*>& algos, const Topology& topo, const AlgoQuery& q,
+                                        const AlgoOverride& ovr);
 
 /// One line per size bucket (powers of 4 from 1 KB to 1 GB): the algorithm picked and the
 /// runner-up, for the INFO init table and tpcomm-doctor.
-std::string describeSelection(const std::vector<Algorithm*>& algos, const Topology& topo,
-                              const AlgoOverride& ovr, DataType dtype, bool capturing);
+std::string describeSelection(const std::vector<Algorithm*>& algos, const Topology& topo, const AlgoOverride& ovr,
+                              DataType dtype, bool capturing);
 
 }  // namespace tpcomm

@@ -9,8 +9,7 @@ namespace tpcomm {
 
 /// Records `fmt...` as this thread's last error and returns `s`. Errors other than
 /// kNotSupported are also logged at WARN (kNotSupported is routine: the selector moves on).
-Status setError(Status s, const char* file, int line, const char* fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+Status setError(Status s, const char* file, int line, const char* fmt, ...) __attribute__((format(printf, 4, 5)));
 /// Clears this thread's last error (start of each API call).
 void clearError();
 
@@ -20,8 +19,8 @@ void clearError();
 #define TPCOMM_INVALID(...) TPCOMM_ERROR(kInvalidArgument, __VA_ARGS__)
 
 // Propagates a non-kOk status.
-#define TPCOMM_TRY(expr)                                  \
-  do {                                                    \
-    ::tpcomm::Status tpcomm_s_ = (expr);                  \
+#define TPCOMM_TRY(expr)                                      \
+  do {                                                        \
+    ::tpcomm::Status tpcomm_s_ = (expr);                      \
     if (tpcomm_s_ != ::tpcomm::Status::kOk) return tpcomm_s_; \
   } while (0)

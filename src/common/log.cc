@@ -37,9 +37,12 @@ unsigned subsysBit(const std::string& name) {
 void configure() {
   std::string level = upper(paramString(ParamId::kDebug));
   int l = static_cast<int>(LogLevel::kWarn);
-  if (level == "NONE" || level == "0") l = static_cast<int>(LogLevel::kNone);
-  else if (level == "INFO") l = static_cast<int>(LogLevel::kInfo);
-  else if (level == "TRACE") l = static_cast<int>(LogLevel::kTrace);
+  if (level == "NONE" || level == "0")
+    l = static_cast<int>(LogLevel::kNone);
+  else if (level == "INFO")
+    l = static_cast<int>(LogLevel::kInfo);
+  else if (level == "TRACE")
+    l = static_cast<int>(LogLevel::kTrace);
   std::string list = upper(paramString(ParamId::kDebugSubsys));
   bool invert = !list.empty() && list[0] == '^';
   if (invert) list.erase(0, 1);
@@ -55,21 +58,31 @@ void configure() {
 
 const char* levelName(LogLevel l) {
   switch (l) {
-    case LogLevel::kWarn: return "WARN";
-    case LogLevel::kInfo: return "INFO";
-    case LogLevel::kTrace: return "TRACE";
-    default: return "";
+    case LogLevel::kWarn:
+      return "WARN";
+    case LogLevel::kInfo:
+      return "INFO";
+    case LogLevel::kTrace:
+      return "TRACE";
+    default:
+      return "";
   }
 }
 
 const char* subsysName(unsigned s) {
   switch (s) {
-    case kInit: return "INIT";
-    case kTopo: return "TOPO";
-    case kTune: return "TUNE";
-    case kColl: return "COLL";
-    case kBoot: return "BOOT";
-    default: return "ALL";
+    case kInit:
+      return "INIT";
+    case kTopo:
+      return "TOPO";
+    case kTune:
+      return "TUNE";
+    case kColl:
+      return "COLL";
+    case kBoot:
+      return "BOOT";
+    default:
+      return "ALL";
   }
 }
 

@@ -45,13 +45,13 @@ P2pLayout P2pLayout::make(int nRanks, int maxBlocks, size_t lamportBytes, size_t
 
 #ifdef TPCOMM_HAVE_CUDA
 
-#define P2P_CUDA(call)                                                                                  \
-  do {                                                                                                  \
-    cudaError_t e_ = (call);                                                                            \
-    if (e_ != cudaSuccess) {                                                                            \
-      cudaGetLastError();                                                                               \
-      return TPCOMM_ERROR(kCudaError, "cuda_p2p: %s: %s", #call, cudaGetErrorString(e_));               \
-    }                                                                                                   \
+#define P2P_CUDA(call)                                                                    \
+  do {                                                                                    \
+    cudaError_t e_ = (call);                                                              \
+    if (e_ != cudaSuccess) {                                                              \
+      cudaGetLastError();                                                                 \
+      return TPCOMM_ERROR(kCudaError, "cuda_p2p: %s: %s", #call, cudaGetErrorString(e_)); \
+    }                                                                                     \
   } while (0)
 
 Status CudaP2pTransport::create(CommContext& ctx, std::unique_ptr<CudaP2pTransport>* out) {
@@ -65,11 +65,13 @@ Status CudaP2pTransport::create(CommContext& ctx, std::unique_ptr<CudaP2pTranspo
                               topo.links[a][b].why.c_str());
     return TPCOMM_ERROR(kNotSupported, "cuda_p2p: ranks are not all GPUs on one node");
   }
-  if (ctx.nRanks > kMaxP2pRanks) return TPCOMM_ERROR(kNotSupported, "cuda_p2p: %d ranks exceed %d", ctx.nRanks, kMaxP2pRanks);
+  if (ctx.nRanks > kMaxP2pRanks)
+    return TPCOMM_ERROR(kNotSupported, "cuda_p2p: %d ranks exceed %d", ctx.nRanks, kMaxP2pRanks);
   if (ctx.nRanks < 2) return TPCOMM_ERROR(kNotSupported, "cuda_p2p: one rank needs no peers");
 
   int maxBlocks = static_cast<int>(std::max(paramInt(ParamId::kP2pBlocks), paramInt(ParamId::kTwoshotBlocks)));
-  if (maxBlocks < 1 || maxBlocks > 1024) return TPCOMM_INVALID("cuda_p2p: TPCOMM_P2P_BLOCKS / TPCOMM_TWOSHOT_BLOCKS must be 1..1024");
+  if (maxBlocks < 1 || maxBlocks > 1024)
+    return TPCOMM_INVALID("cuda_p2p: TPCOMM_P2P_BLOCKS / TPCOMM_TWOSHOT_BLOCKS must be 1..1024");
   std::unique_ptr<CudaP2pTransport> t(new CudaP2pTransport());
   t->layout_ = P2pLayout::make(ctx.nRanks, maxBlocks, static_cast<size_t>(paramInt(ParamId::kLamportMaxBytes)),
                                static_cast<size_t>(paramInt(ParamId::kOneshotMaxBytes)),
@@ -102,7 +104,8 @@ Status CudaP2pTransport::create(CommContext& ctx, std::unique_ptr<CudaP2pTranspo
   std::vector<Offer> all(ctx.nRanks);
   TPCOMM_TRY(ctx.bootstrap->allGather(&mine, all.data(), sizeof(Offer)));
   for (int r = 0; r < ctx.nRanks; ++r)
-    if (!all[r].ok) return TPCOMM_ERROR(kNotSupported, "cuda_p2p: rank %d could not export its buffer (cudaIpcGetMemHandle)", r);
+    if (!all[r].ok)
+      return TPCOMM_ERROR(kNotSupported, "cuda_p2p: rank %d could not export its buffer (cudaIpcGetMemHandle)", r);
   for (int r = 0; r < ctx.nRanks; ++r) {
     if (r == ctx.rank) continue;
     if (t->ipc_) {

@@ -37,11 +37,11 @@ enum P2pAlgo : int { kP2pLamport = 0, kP2pOneshot = 1, kP2pTwoshot = 2, kP2pAlgo
 
 struct P2pLayout {
   int nRanks = 0;
-  int maxBlocks = 0;          ///< flag slots per (algo, rank)
-  size_t lamportBytes = 0;    ///< largest lamport message
-  size_t oneshotBytes = 0;    ///< largest one-shot message
-  size_t twoshotChunk = 0;    ///< two-shot bytes per chunk (messages loop over chunks)
-  size_t twoshotSliceCap = 0; ///< bytes of one rank's inbox slice per chunk
+  int maxBlocks = 0;           ///< flag slots per (algo, rank)
+  size_t lamportBytes = 0;     ///< largest lamport message
+  size_t oneshotBytes = 0;     ///< largest one-shot message
+  size_t twoshotChunk = 0;     ///< two-shot bytes per chunk (messages loop over chunks)
+  size_t twoshotSliceCap = 0;  ///< bytes of one rank's inbox slice per chunk
   size_t flagsOffset = 0, epochsOffset = 0, lamportOffset = 0, oneshotOffset = 0, twoshotOffset = 0;
   size_t totalBytes = 0;
 

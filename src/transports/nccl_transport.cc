@@ -18,17 +18,23 @@ namespace {
 
 ncclDataType_t toNccl(DataType t) {
   switch (t) {
-    case DataType::kF32: return ncclFloat32;
-    case DataType::kF16: return ncclFloat16;
-    default: return ncclBfloat16;
+    case DataType::kF32:
+      return ncclFloat32;
+    case DataType::kF16:
+      return ncclFloat16;
+    default:
+      return ncclBfloat16;
   }
 }
 
 ncclRedOp_t toNccl(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kMax: return ncclMax;
-    default: return ncclMin;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMax:
+      return ncclMax;
+    default:
+      return ncclMin;
   }
 }
 

@@ -19,10 +19,10 @@ namespace tpcomm_test {
 using tpcomm::DataType;
 using tpcomm::ReduceOp;
 
-#define CUDA_OK(call)                                                          \
-  do {                                                                         \
-    cudaError_t e_ = (call);                                                   \
-    ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorString(e_);     \
+#define CUDA_OK(call)                                                      \
+  do {                                                                     \
+    cudaError_t e_ = (call);                                               \
+    ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorString(e_); \
   } while (0)
 
 inline int gpuCount() {

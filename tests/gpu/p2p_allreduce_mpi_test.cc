@@ -43,8 +43,7 @@ Communicator* commFor(const std::string& algo) {
   return (comms[algo] = std::move(c)).get();
 }
 
-class MpiAllReduce
-    : public testing::TestWithParam<std::tuple<const char*, DataType, ReduceOp, size_t, bool, bool>> {};
+class MpiAllReduce : public testing::TestWithParam<std::tuple<const char*, DataType, ReduceOp, size_t, bool, bool>> {};
 
 TEST_P(MpiAllReduce, BitExactAcrossProcesses) {
   auto [algo, dtype, op, count, inPlace, graph] = GetParam();
@@ -73,8 +72,10 @@ TEST_P(MpiAllReduce, BitExactAcrossProcesses) {
     // Stream-ordered: a pageable cudaMemcpy may return before the data lands.
     if (!inPlace) CUDA_OK(cudaMemsetAsync(out, 0xff, bytes, st));
     CUDA_OK(cudaMemcpyAsync(in, inputs[gRank].data(), bytes, cudaMemcpyHostToDevice, st));
-    if (graph) CUDA_OK(cudaGraphLaunch(exec, st));
-    else ASSERT_EQ(comm->allReduce(in, out, count, dtype, op, st), Status::kOk) << tpcomm::lastErrorMessage();
+    if (graph)
+      CUDA_OK(cudaGraphLaunch(exec, st));
+    else
+      ASSERT_EQ(comm->allReduce(in, out, count, dtype, op, st), Status::kOk) << tpcomm::lastErrorMessage();
     CUDA_OK(cudaStreamSynchronize(st));
     ASSERT_EQ(comm->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
     std::vector<uint8_t> host(bytes);
@@ -95,17 +96,18 @@ TEST_P(MpiAllReduce, BitExactAcrossProcesses) {
 
 // Every algorithm x dtype x op at an odd count and a count past one 16-byte pack; sum over the
 // remaining sizes (the createGroup test covers the full op matrix at every size).
-INSTANTIATE_TEST_SUITE_P(
-    Ops, MpiAllReduce,
-    testing::Combine(testing::Values("lamport_p2p", "oneshot_p2p", "twoshot_p2p", "ring_nccl", "auto"),
-                     testing::Values(DataType::kF32, DataType::kF16, DataType::kBF16),
-                     testing::Values(ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin), testing::Values<size_t>(7, 65541),
-                     testing::Bool(), testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(Ops, MpiAllReduce,
+                         testing::Combine(testing::Values("lamport_p2p", "oneshot_p2p", "twoshot_p2p", "ring_nccl",
+                                                          "auto"),
+                                          testing::Values(DataType::kF32, DataType::kF16, DataType::kBF16),
+                                          testing::Values(ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin),
+                                          testing::Values<size_t>(7, 65541), testing::Bool(), testing::Bool()));
 INSTANTIATE_TEST_SUITE_P(
     Sizes, MpiAllReduce,
     testing::Combine(testing::Values("lamport_p2p", "oneshot_p2p", "twoshot_p2p", "ring_nccl", "auto"),
                      testing::Values(DataType::kF32, DataType::kBF16), testing::Values(ReduceOp::kSum),
-                     testing::Values<size_t>(1, 4096, (1u << 20) + 8, (16u << 20) + 3), testing::Bool(), testing::Bool()));
+                     testing::Values<size_t>(1, 4096, (1u << 20) + 8, (16u << 20) + 3), testing::Bool(),
+                     testing::Bool()));
 
 // Rank 1 skips a collective: rank 0's kernel gives up after the timeout and reports rank 1.
 TEST(MpiTimeout, SkippedCollective) {
@@ -113,7 +115,8 @@ TEST(MpiTimeout, SkippedCollective) {
   cfg.algo = "oneshot_p2p";
   cfg.timeoutMs = 500;
   std::unique_ptr<Communicator> comm;
-  ASSERT_EQ(Communicator::create(*gBootstrap, gRank % gpuCount(), cfg, &comm), Status::kOk) << tpcomm::lastErrorMessage();
+  ASSERT_EQ(Communicator::create(*gBootstrap, gRank % gpuCount(), cfg, &comm), Status::kOk)
+      << tpcomm::lastErrorMessage();
   CUDA_OK(cudaSetDevice(comm->device()));
   void* p;
   CUDA_OK(cudaMalloc(&p, 1 << 16));

@@ -155,8 +155,10 @@ void runCase(const Case& c) {
       ASSERT_EQ(bad, -1) << "rank " << r << " round " << round << " element " << bad << ": got "
                          << tpcomm::loadAsFloat(out.data(), bad, c.dtype) << " expected "
                          << tpcomm::loadAsFloat(ref.data(), bad, c.dtype);
-      if (r == 0) first = out;
-      else ASSERT_EQ(first, out) << "rank " << r << " differs from rank 0";
+      if (r == 0)
+        first = out;
+      else
+        ASSERT_EQ(first, out) << "rank " << r << " differs from rank 0";
     }
   };
 
@@ -194,7 +196,8 @@ void runCase(const Case& c) {
   if (expectRuns(c.algo, bytes)) EXPECT_STREQ(g->comms[0]->lastAlgorithm(), c.algo.c_str());
 }
 
-class AllReduceMatrix : public testing::TestWithParam<std::tuple<const char*, DataType, ReduceOp, size_t, bool, bool>> {};
+class AllReduceMatrix : public testing::TestWithParam<std::tuple<const char*, DataType, ReduceOp, size_t, bool, bool>> {
+};
 
 TEST_P(AllReduceMatrix, BitExact) {
   if (!needGpus(2)) GTEST_SKIP() << "needs 2 GPUs, found " << gpuCount();
@@ -246,7 +249,8 @@ TEST(AllReduceRandom, MatchesFp64WithinTolerance) {
       drainDevices(g->devices);
       ASSERT_EQ(Communicator::groupStart(), Status::kOk);
       for (int r = 0; r < n; ++r)
-        ASSERT_EQ(g->comms[r]->allReduce(buf.in[r], buf.out[r], count, dtype, ReduceOp::kSum, g->streams[r]), Status::kOk);
+        ASSERT_EQ(g->comms[r]->allReduce(buf.in[r], buf.out[r], count, dtype, ReduceOp::kSum, g->streams[r]),
+                  Status::kOk);
       ASSERT_EQ(Communicator::groupEnd(), Status::kOk);
       std::vector<uint8_t> first;
       for (int r = 0; r < n; ++r) {
@@ -255,8 +259,10 @@ TEST(AllReduceRandom, MatchesFp64WithinTolerance) {
         std::vector<uint8_t> out(bytes);
         CUDA_OK(cudaMemcpy(out.data(), buf.out[r], bytes, cudaMemcpyDeviceToHost));
         EXPECT_LE(worstRelError(out, ref, dtype), tolerance(dtype));
-        if (r == 0) first = out;
-        else EXPECT_EQ(first, out) << "rank " << r << " differs bitwise from rank 0";
+        if (r == 0)
+          first = out;
+        else
+          EXPECT_EQ(first, out) << "rank " << r << " differs bitwise from rank 0";
       }
     }
 }

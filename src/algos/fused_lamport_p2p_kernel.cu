@@ -1,0 +1,148 @@
+// fused_lamport_p2p_kernel.cu: low-latency one-shot all-reduce (Lamport sentinels, no barrier)
+// + residual add + RMSNorm in one kernel (TensorRT-LLM's low-latency fused all-reduce + norm).
+// It is lamport_p2p_kernel.cu with whole rows per block (splitRange over rows), so the block that
+// reduces a row also normalises it:
+//   1. Push: block b stores its rows of `in` (-0.0 sent as +0.0) into every peer's buffer e%3,
+//      slot = own rank, at the rows' pack offsets: the bytes and places the plain kernel uses.
+//   2. Poll, reduce, normalise: per row, each thread polls its units in every peer slot
+//      (ld.global.cv until no word is the sentinel), reduces in rank order in fp32 (allReduce's
+//      bits), then the residual add and the norm (fused_rmsnorm_common.cuh).
+//   3. Clear: the plain kernel's step 3 unchanged: block b refills its splitRange share of buffer
+//      (e+2)%3, sized by the bytes recorded for it, and block 0 records this call's bytes.
+// It shares the Lamport epoch counters, buffers and used-bytes words with lamport_p2p (same grid,
+// TPCOMM_P2P_BLOCKS, every block +1 per call), so plain and fused calls interleave freely; the
+// three-buffer argument of lamport_p2p_kernel.cu holds as is because it rests on kernel
+// completion, not on which block touched which bytes. Needs 16-byte aligned buffers and rows of
+// whole 16-byte units (the launcher declines otherwise and the caller falls back).
+// A timed-out poll reports kTimeout and stops waiting (the block still runs to its end, so no
+// thread is left at a barrier); the communicator is unusable afterwards anyway.
+#include <cuda_runtime.h>
+
+#include "algos/fused_rmsnorm_common.cuh"
+#include "common/error.h"
+
+namespace tpcomm {
+namespace {
+
+using dev::Pack;
+using dev::PackOf;
+
+// -0.0 becomes +0.0, so no payload word equals the sentinel (lamport_p2p_kernel.cu's rule).
+template <typename T>
+__device__ __forceinline__ Pack scrubNegativeZeroFused(Pack v) {
+  uint32_t* w = reinterpret_cast<uint32_t*>(&v);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if (sizeof(T) == 4) {
+      if (w[k] == kLamportSentinel) w[k] = 0;
+    } else {
+      if ((w[k] & 0xffffu) == 0x8000u) w[k] &= 0xffff0000u;
+      if ((w[k] >> 16) == 0x8000u) w[k] &= 0x0000ffffu;
+    }
+  }
+  return v;
+}
+
+__device__ __forceinline__ bool arrivedFused(const Pack& v) {
+  return v.x != kLamportSentinel && v.y != kLamportSentinel && v.z != kLamportSentinel && v.w != kLamportSentinel;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLaunch f) {
+  constexpr int kEpp = PackOf<T>::kElems;
+  const P2pLaunch& p = f.p2p;
+  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
+  const int me = p.rank, n = p.nRanks;
+  const P2pLayout& L = p.layout;
+  char* local = p.peers[me];
+  dev::pdlLaunchDependents();
+  dev::pdlWait();  // inputs, residual, the epoch and the used-bytes words may come from the previous kernel
+  uint64_t* epochPtr = dev::epochAt(local, L, kP2pLamport, blockIdx.x);
+  uint64_t* used = dev::epochAt(local, L, kP2pLamport, 0) + L.maxBlocks * kP2pAlgoCount;
+  const uint64_t epoch = *epochPtr + 1;
+  const int buf = static_cast<int>(epoch % 3), clearBuf = static_cast<int>((epoch + 2) % 3);
+  auto slot = [&](char* base, int b, int from) {
+    return reinterpret_cast<Pack*>(base + L.lamportOffset + b * L.lamportBufferBytes() + static_cast<size_t>(from) * L.lamportBytes);
+  };
+  const Pack* src = static_cast<const Pack*>(p.send);
+  T* dst = static_cast<T*>(p.recv);
+  T* residual = static_cast<T*>(f.residual);
+  const T* weight = static_cast<const T*>(f.weight);
+  const size_t packsPerRow = f.hidden / kEpp;
+  size_t rowLo, rowHi;
+  dev::splitRange(f.rows, gridDim.x, blockIdx.x, 1, &rowLo, &rowHi);
+
+  // 1. push
+  for (size_t i = rowLo * packsPerRow + threadIdx.x; i < rowHi * packsPerRow; i += blockDim.x) {
+    Pack v = scrubNegativeZeroFused<T>(src[i]);
+    for (int r = 0; r < n; ++r)
+      if (r != me) slot(p.peers[r], buf, me)[i] = v;
+  }
+  // 2. poll, reduce, normalise
+  bool failed = false;
+  for (size_t row = rowLo; row < rowHi; ++row) {
+    const size_t firstPack = row * packsPerRow;
+    dev::residualRmsNormRow<T, true>(
+        f.hidden, residual + row * f.hidden, weight, dst + row * f.hidden, f.eps,
+        [&](size_t u, int, float (&x)[kEpp]) {
+          const size_t i = firstPack + u;
+          float acc[kEpp];
+          for (int r = 0; r < n; ++r) {
+            Pack v;
+            if (r == me) {
+              v = src[i];
+            } else {
+              const Pack* q = slot(local, buf, r) + i;
+              v = __ldcv(q);
+              for (uint32_t spin = 0; !failed && !arrivedFused(v); ++spin) {
+                if ((spin & 1023u) == 1023u && dev::globalTimerNs() > deadline) {
+                  dev::reportTimeout(p.errorWord, r);
+                  failed = true;
+                }
+                v = __ldcv(q);
+              }
+            }
+            if (r == 0) PackOf<T>::toFloats(v, acc);
+            else PackOf<T>::template accumulate<0>(acc, v);
+          }
+#pragma unroll
+          for (int k = 0; k < kEpp; ++k) x[k] = dev::Elem<T>::toFloat(dev::Elem<T>::fromFloat(acc[k]));
+        },
+        [](size_t, int, const T(&)[kEpp]) {}, [](size_t, int, const T(&)[kEpp]) {});
+  }
+  // 3. clear the buffer read in the previous call (as lamport_p2p_kernel.cu)
+  {
+    const size_t clearPacks = used[clearBuf] / sizeof(Pack);
+    size_t clo, chi;
+    dev::splitRange(clearPacks, gridDim.x, blockIdx.x, 1, &clo, &chi);
+    const Pack s = make_uint4(kLamportSentinel, kLamportSentinel, kLamportSentinel, kLamportSentinel);
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      Pack* q = slot(local, clearBuf, r);
+      for (size_t i = clo + threadIdx.x; i < chi; i += blockDim.x) q[i] = s;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    *epochPtr = epoch;
+    if (blockIdx.x == 0) used[buf] = f.rows * f.hidden * sizeof(T);
+  }
+}
+
+}  // namespace
+
+Status launchFusedLamport(const FusedP2pLaunch& f, cudaStream_t stream) {
+  const size_t bytes = f.rows * f.hidden * dataTypeSize(static_cast<DataType>(f.p2p.dtype));
+  if (bytes > f.p2p.layout.lamportBytes)
+    return TPCOMM_ERROR(kNotSupported, "fused lamport_p2p: %zu bytes exceed the %zu-byte buffer", bytes,
+                        f.p2p.layout.lamportBytes);
+  if (!fusedVectorizable(f))
+    return TPCOMM_ERROR(kNotSupported, "fused lamport_p2p: needs 16-byte aligned buffers and rows of whole 16-byte units");
+  cudaError_t e = dev::dispatchNorm(f.p2p.dtype, true, [&](auto t, auto) {
+    return dev::launchFused(fusedLamportKernel<typename decltype(t)::type>, f, stream);
+  });
+  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "fused lamport_p2p launch: %s", cudaGetErrorString(e));
+  return Status::kOk;
+}
+
+}  // namespace tpcomm
