@@ -49,8 +49,7 @@ inline NcclFunctions linkedNcclFunctions() {
 /// the bootstrap. `timeoutMs` bounds each exchange (0: TPCOMM_TIMEOUT_MS). Collective calls
 /// on it follow NCCL's rules: every rank makes them in the same order.
 /// kInvalidArgument for a null comm or a function missing from `nccl`.
-Status makeNcclBootstrap(ncclComm_t comm, const NcclFunctions& nccl, int timeoutMs,
-                         std::unique_ptr<Bootstrap>* out);
+Status makeNcclBootstrap(ncclComm_t comm, const NcclFunctions& nccl, int timeoutMs, std::unique_ptr<Bootstrap>* out);
 
 /// Makes every later exchange of an NCCL bootstrap fail at once with kRemoteError, touching
 /// neither NCCL nor the GPU (for a teardown that must not wait for peers, e.g. ncclCommAbort).

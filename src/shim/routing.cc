@@ -1,0 +1,131 @@
+// routing: the pure decision of routing.h. ring_nccl is added to the communicator's list as a
+// selection-only entry (it stands for the real NCCL: the shim's tpcomm builds no NCCL transport
+// of its own), so the selector compares tpcomm's algorithms against NCCL's fitted cost and a
+// TPCOMM_ALGO rule naming ring_nccl (or excluding it) steers the shim exactly as it steers tpcomm.
+#include "shim/routing.h"
+
+#include <cstdio>
+
+#include "algos/ring_nccl.h"
+#include "collectives/selector.h"
+
+namespace tpcomm {
+namespace shim {
+
+bool tpcommDataType(ncclDataType_t t, DataType* out) {
+  switch (t) {
+    case ncclFloat32:
+      *out = DataType::kF32;
+      return true;
+    case ncclFloat16:
+      *out = DataType::kF16;
+      return true;
+#if defined(NCCL_MAJOR) && (NCCL_MAJOR > 2 || NCCL_MINOR >= 10)
+    case ncclBfloat16:
+      *out = DataType::kBF16;
+      return true;
+#endif
+    default:
+      return false;
+  }
+}
+
+bool tpcommReduceOp(ncclRedOp_t op, ReduceOp* out) {
+  switch (op) {
+    case ncclSum:
+      *out = ReduceOp::kSum;
+      return true;
+    case ncclMax:
+      *out = ReduceOp::kMax;
+      return true;
+    case ncclMin:
+      *out = ReduceOp::kMin;
+      return true;
+    default:
+      return false;  // ncclProd, ncclAvg, ncclRedOpCreatePreMulSum's custom ops
+  }
+}
+
+size_t ncclTypeSize(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8:
+    case ncclUint8:
+      return 1;
+    case ncclFloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+      return 8;
+#if defined(NCCL_MAJOR) && (NCCL_MAJOR > 2 || NCCL_MINOR >= 10)
+    case ncclBfloat16:
+      return 2;
+#endif
+    default:
+      return 0;  // fp8 and types newer than this header: never routed
+  }
+}
+
+bool shapeEligible(const RouteCall& call) {
+  DataType d;
+  ReduceOp o;
+  return call.count > 0 && tpcommDataType(call.dtype, &d) && tpcommReduceOp(call.op, &o);
+}
+
+RouteDecision decideRoute(const RouteContext& ctx, const RouteCall& call) {
+  RouteDecision d;
+  d.algo = "nccl";
+  DataType dtype;
+  ReduceOp op;
+  if (!ctx.shimOn) return d.why = "TPCOMM_SHIM=0", d;
+  if (!ctx.ready || !ctx.topo || !ctx.algos || !ctx.override)
+    return d.why = "tpcomm not set up for this communicator", d;
+  if (!tpcommReduceOp(call.op, &op)) return d.why = "op is not sum/max/min", d;
+  if (!tpcommDataType(call.dtype, &dtype)) return d.why = "dtype is not f32/f16/bf16", d;
+  if (call.count == 0) return d.why = "count is 0", d;
+  if (!ctx.topo->singleNode()) return d.why = "ranks span several nodes", d;
+  AlgoQuery q{CollKind::kAllReduce, dtype, op, call.count * dataTypeSize(dtype), call.capturing};
+  bool anySupports = false;
+  for (Algorithm* a : *ctx.algos) {
+    std::string why;
+    if (std::string(a->name()) == "ring_nccl") continue;  // NCCL is the alternative, not a tpcomm path
+    if (a->available() && a->supports(*ctx.topo, q, &why) && !ctx.override->excludes(a->name())) anySupports = true;
+  }
+  if (!anySupports) return d.why = "the topology allows no tpcomm algorithm for this call", d;
+  RingNcclAlgorithm nccl(nullptr);  // selection-only: stands for the real NCCL
+  std::vector<Algorithm*> list;
+  for (Algorithm* a : *ctx.algos)
+    if (std::string(a->name()) != nccl.name()) list.push_back(a);
+  list.push_back(&nccl);
+  std::vector<Candidate> c = selectAlgorithms(list, *ctx.topo, q, *ctx.override);
+  char line[256];
+  if (c.empty() || c[0].algo == &nccl) {
+    if (c.size() > 1)
+      std::snprintf(line, sizeof(line), "NCCL %s (%.1f us) vs %s (%.1f us)",
+                    c[0].forced ? "forced by TPCOMM_ALGO" : "cheaper", c[0].costUs, c[1].algo->name(), c[1].costUs);
+    else
+      std::snprintf(line, sizeof(line), "NCCL is the only candidate");
+    d.why = line;
+    return d;
+  }
+  d.route = Route::kTpcomm;
+  d.algo = c[0].algo->name();
+  double ncclUs = -1;
+  for (const Candidate& x : c)
+    if (x.algo == &nccl) ncclUs = x.costUs;
+  if (c[0].forced)
+    std::snprintf(line, sizeof(line), "%s forced by TPCOMM_ALGO", d.algo.c_str());
+  else if (ncclUs >= 0)
+    std::snprintf(line, sizeof(line), "%s (%.1f us) vs NCCL (%.1f us)", d.algo.c_str(), c[0].costUs, ncclUs);
+  else
+    std::snprintf(line, sizeof(line), "%s (NCCL excluded by TPCOMM_ALGO)", d.algo.c_str());
+  d.why = line;
+  return d;
+}
+
+}  // namespace shim
+}  // namespace tpcomm
