@@ -21,6 +21,7 @@
 #include "topology/probe.h"
 #include "transports/cuda_p2p.h"
 #include "transports/host_staged.h"
+#include "transports/multicast.h"
 #include "transports/nccl_transport.h"
 
 namespace tpcomm {
@@ -74,9 +75,7 @@ std::string initTable(const CommContext& c, const std::vector<Algorithm*>& algos
   transport("host_staged", c.hostStaged != nullptr, c.hostStagedWhyNot);
   transport("cuda_p2p", c.p2p != nullptr, c.p2pWhyNot);
   transport("nccl", c.nccl != nullptr, c.ncclWhyNot);
-  std::string mcWhy;
-  t.multicastUsable(&mcWhy);
-  transport("multicast", false, mcWhy.empty() ? "not built" : mcWhy);
+  transport("multicast", c.multicast != nullptr, c.multicastWhyNot);
   out += "  all-reduce algorithm per size (bf16, eager):\n";
   out += describeSelection(algos, t, ovr, DataType::kBF16, false);
   return out;
@@ -178,9 +177,26 @@ Status Communicator::create(Bootstrap& bootstrap, int device, const Config& conf
     TPCOMM_TRY(agree(bootstrap, s == Status::kOk, &all));
     if (all) c.nccl = std::move(nt);
     else c.ncclWhyNot = s == Status::kOk ? "failed on another rank" : lastErrorMessage();
+
+    // NVSwitch multicast (SAFETY, DESIGN.md): the gate is agreed first, so no rank reaches a
+    // multicast driver call unless every rank's gate (device attribute, > 2 ranks on one
+    // NVSwitch, neither NCCL_NVLS_ENABLE=0 nor TPCOMM_MULTICAST=0) is open.
+    std::string mcWhy;
+    bool mcGate = c.topo.multicastUsable(&mcWhy), mcGateAll;
+    TPCOMM_TRY(agree(bootstrap, mcGate, &mcGateAll));
+    std::unique_ptr<MulticastTransport> mt;
+    if (mcGateAll) {
+      s = MulticastTransport::create(c, &mt);
+      TPCOMM_TRY(agree(bootstrap, s == Status::kOk, &all));
+      if (all) c.multicast = std::move(mt);
+      else c.multicastWhyNot = s == Status::kOk ? "failed on another rank" : lastErrorMessage();
+    } else {
+      c.multicastWhyNot = mcGate ? "gate closed on another rank" : mcWhy;
+    }
   } else {
     c.p2pWhyNot = "host ranks";
     c.ncclWhyNot = "host ranks";
+    c.multicastWhyNot = "host ranks";
   }
   clearError();
 
@@ -360,6 +376,7 @@ Status Communicator::destroy() {
     impl_->algos.clear();
     impl_->algoList.clear();
     c.nccl.reset();
+    c.multicast.reset();
     c.p2p.reset();
     c.hostStaged.reset();
 #ifdef TPCOMM_HAVE_CUDA

@@ -4,6 +4,7 @@
 #include "algos/oneshot_p2p.h"
 #include "algos/ring_nccl.h"
 #include "algos/staged_host.h"
+#include "algos/twoshot_multicast.h"
 #include "algos/twoshot_p2p.h"
 
 namespace tpcomm {
@@ -14,6 +15,7 @@ std::vector<std::unique_ptr<Algorithm>> makeAlgorithms(CommContext* ctx) {
   list.emplace_back(new LamportP2pAlgorithm(ctx));
   list.emplace_back(new OneshotP2pAlgorithm(ctx));
   list.emplace_back(new TwoshotP2pAlgorithm(ctx));
+  list.emplace_back(new TwoshotMulticastAlgorithm(ctx));  // gated: see transports/multicast.h
   list.emplace_back(new RingNcclAlgorithm(ctx));
   list.emplace_back(new StagedHostAlgorithm(ctx));
   return list;
