@@ -24,6 +24,8 @@
 // live in the buffer's epoch slots, so CUDA-graph replays continue the sequence.
 #include <cuda_runtime.h>
 
+#include <atomic>
+
 #include "algos/device_common.cuh"
 #include "algos/twoshot_multicast.h"
 #include "common/error.h"
@@ -189,12 +191,15 @@ __global__ void __launch_bounds__(kThreads) twoshotMulticastKernel(MulticastLaun
 template <typename T, int Op>
 cudaError_t launchTyped(const MulticastLaunch& p, cudaStream_t stream, bool* oldArch) {
   // The image loaded for this GPU must have the multimem body (binaryVersion = SASS arch x 10).
-  static int binaryVersion = 0;
+  // Cached per instantiation (threads of a createGroup may race to fill it: atomic).
+  static std::atomic<int> cachedVersion{0};
+  int binaryVersion = cachedVersion.load(std::memory_order_relaxed);
   if (binaryVersion == 0) {
     cudaFuncAttributes fa{};
     cudaError_t e = cudaFuncGetAttributes(&fa, twoshotMulticastKernel<T, Op>);
     if (e != cudaSuccess) return e;
     binaryVersion = fa.binaryVersion;
+    cachedVersion.store(binaryVersion, std::memory_order_relaxed);
   }
   if (binaryVersion < 90) {
     *oldArch = true;
