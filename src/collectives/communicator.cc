@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "algos/fused_rmsnorm.h"
 #include "collectives/algo_override.h"
 #include "collectives/communicator_impl.h"
 #include "collectives/comm_context.h"
@@ -243,8 +244,12 @@ Status Communicator::createGroup(const std::vector<int>& devices, const Config& 
   return Status::kOk;
 }
 
-Status Communicator::groupStart() { return ncclGroupStartIfAny(); }
-Status Communicator::groupEnd() { return ncclGroupEndIfAny(); }
+Status Communicator::groupStart() {
+  TPCOMM_TRY(ncclGroupStartIfAny());
+  fusedNormGroupStarted();  // unfused norms after ring_nccl wait for the outermost groupEnd
+  return Status::kOk;
+}
+Status Communicator::groupEnd() { return fusedNormGroupEnded(ncclGroupEndIfAny()); }
 
 Status runCollective(Communicator::Impl& impl, CollArgs& a, const char* what) {
   CommContext& c = *impl.ctx;

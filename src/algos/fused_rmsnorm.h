@@ -1,0 +1,95 @@
+// fused_rmsnorm: the residual add + RMSNorm that follows the all-reduce in every tensor-parallel
+// decoder layer (Communicator::allReduceResidualRmsNorm), defined once here for every path:
+//
+//   x        = all-reduce sum of `in` over ranks (fp32 in rank order, rounded to T: the bits
+//              allReduce gives)
+//   residual = round_T(residual + x)                                  (in place)
+//   out      = round_T(residual * inv_rms * weight), inv_rms = 1 / sqrt(sum(residual^2) / hidden + eps)
+//
+// all in fp32 with one rounding per stored value. The sum of squares has a fixed order, the one
+// the GPU kernels use (kRmsNormThreads threads; thread t owns the 16-byte units t, t + 512, ...
+// of the row and accumulates them in element order with fmaf; then a xor-butterfly within each
+// warp of 32 and the 16 warp sums in order), and every operation is an explicitly rounded IEEE
+// one (no contraction, IEEE division and square root). hostResidualRmsNorm() computes exactly
+// that on the CPU, so the host path, the fused GPU kernels and the unfused GPU kernel all give
+// the same bits, which is what the GPU tests check.
+#pragma once
+
+#include <cstddef>
+
+#include "algos/p2p_kernels.h"
+#include "tpcomm/status.h"
+#include "tpcomm/types.h"
+
+namespace tpcomm {
+
+/// Longest row (elements) the norm supports: 32 values per thread of a 512-thread block.
+constexpr size_t kMaxRmsNormHidden = 16384;
+/// Threads per row of every norm kernel; the sum-of-squares order depends on it.
+constexpr int kRmsNormThreads = 512;
+
+/// Elements per 16-byte unit of `dtype` (4 for f32, 8 for f16/bf16).
+inline int rmsNormUnitElems(DataType dtype) { return static_cast<int>(16 / dataTypeSize(dtype)); }
+
+/// Host path, with the GPU's bits: x holds the all-reduced rows (x may equal out). Buffers are
+/// rows x hidden elements of dtype, weight is hidden elements. hidden <= kMaxRmsNormHidden.
+void hostResidualRmsNorm(const void* x, void* residual, const void* weight, float eps, void* out, size_t rows,
+                         size_t hidden, DataType dtype);
+
+/// fp64 reference (tests): the sum over `inputs` (one buffer per rank), then the residual add
+/// and the norm, all in double, from the same dtype inputs. Fills residualOut and out
+/// (rows x hidden doubles).
+void referenceResidualRmsNorm(const void* const* inputs, int nRanks, const void* residual, const void* weight,
+                              double eps, size_t rows, size_t hidden, DataType dtype, double* residualOut,
+                              double* out);
+
+/// The unfused GPU kernel: residual += x; out = rmsnorm(residual) * weight, one block per row.
+struct RmsNormLaunch {
+  const void* x;  // all-reduced rows (may equal out)
+  void* residual;
+  const void* weight;
+  void* out;
+  float eps;
+  size_t rows, hidden;
+  int dtype;  // DataType
+  int pdl;    // launch with programmatic dependent launch (sm_90+)
+};
+Status launchResidualRmsNorm(const RmsNormLaunch& p, cudaStream_t stream);
+
+/// A fused P2P all-reduce + residual + norm: the plain kernel's parameters (send = in, recv =
+/// out, count = rows * hidden, op sum, blocks = the plain kernel's grid) plus the norm's.
+struct FusedP2pLaunch {
+  P2pLaunch p2p;
+  void* residual;
+  const void* weight;
+  float eps;
+  size_t rows, hidden;
+  // two-shot only: rows per chunk and rows each rank owns per chunk (fusedTwoshotGeometry).
+  size_t rowsPerChunk, rowsPerRank;
+};
+
+/// Whether the fused kernels may use 16-byte vectors: every buffer aligned, rows whole units.
+bool fusedVectorizable(const FusedP2pLaunch& f);
+
+/// Two-shot geometry: rows per chunk such that the chunk's rows (normalised + residual, 2 x
+/// rowBytes each) fit the gather area and each rank's share fits its inbox slice. false when one
+/// row does not fit (the caller falls back to the unfused path).
+bool fusedTwoshotGeometry(const P2pLayout& layout, size_t rows, size_t rowBytes, size_t* rowsPerChunk,
+                          size_t* rowsPerRank);
+
+Status launchFusedOneshot(const FusedP2pLaunch& f, cudaStream_t stream);
+Status launchFusedLamport(const FusedP2pLaunch& f, cudaStream_t stream);
+Status launchFusedTwoshot(const FusedP2pLaunch& f, cudaStream_t stream);
+
+}  // namespace tpcomm
+
+namespace tpcomm {
+
+/// Group bookkeeping (Communicator::groupStart / groupEnd call these). Inside a group NCCL defers
+/// its all-reduce to the outermost ncclGroupEnd, so an unfused norm that must follow a ring_nccl
+/// all-reduce is queued on this thread and launched right after that groupEnd.
+void fusedNormGroupStarted();
+/// Returns `groupEndStatus`, or the first failure of a queued norm launch.
+Status fusedNormGroupEnded(Status groupEndStatus);
+
+}  // namespace tpcomm

@@ -1,0 +1,232 @@
+// Communicator::allReduceResidualRmsNorm: all-reduce (sum) + residual add + RMSNorm, the
+// epilogue of every tensor-parallel decoder layer, in one call (arithmetic: algos/fused_rmsnorm.h).
+//
+// Selection is the all-reduce's: the same selector, cost model, TPCOMM_ALGO override and cache,
+// for a message of rows * hidden elements. Candidates are tried in order:
+//   lamport_p2p, oneshot_p2p, twoshot_p2p: the fused kernel of that algorithm (one kernel; it
+//     shares the plain kernel's scratch, flags and epochs); a fused kernel that declines (size,
+//     alignment, rows that do not fit a chunk) moves on to the next candidate;
+//   any other algorithm (ring_nccl, staged_host): its all-reduce into `out`, then the unfused
+//     residual + norm kernel (fused_rmsnorm_kernel.cu) on the same stream;
+//   host ranks: staged_host's all-reduce into `out`, then hostResidualRmsNorm on the CPU.
+// Every path gives the same bits (the GPU tests check the GPU paths against the host one).
+// lastAlgorithm() reports "fused_<algo>" for a fused kernel, the all-reduce's name otherwise.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#ifdef TPCOMM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "algos/fused_rmsnorm.h"
+#include "collectives/communicator_impl.h"
+#include "common/params.h"
+#include "transports/cuda_p2p.h"
+
+namespace tpcomm {
+
+namespace {
+
+// Unfused norms waiting for the outermost groupEnd (see fusedNormGroupStarted).
+struct PendingNorm {
+  int device;
+  RmsNormLaunch launch;
+  cudaStream_t stream;
+};
+thread_local int tGroupDepth = 0;
+thread_local std::vector<PendingNorm> tPending;
+
+Status validate(const char* what, const void* in, void* residual, const void* weight, float eps, void* out,
+                size_t rows, size_t hidden, DataType dtype) {
+  if (!in) return TPCOMM_INVALID("%s: in is null", what);
+  if (!residual) return TPCOMM_INVALID("%s: residualInOut is null", what);
+  if (!weight) return TPCOMM_INVALID("%s: weight is null", what);
+  if (!out) return TPCOMM_INVALID("%s: out is null", what);
+  if (dataTypeSize(dtype) == 0)
+    return TPCOMM_INVALID("%s: dtype %d is not a DataType (f32, f16, bf16)", what, static_cast<int>(dtype));
+  if (rows == 0) return TPCOMM_INVALID("%s: rows is 0: expected at least one row", what);
+  if (hidden == 0 || hidden > kMaxRmsNormHidden)
+    return TPCOMM_INVALID("%s: hidden %zu: expected 1..%zu", what, hidden, kMaxRmsNormHidden);
+  if (!std::isfinite(eps) || eps < 0) return TPCOMM_INVALID("%s: eps %g: expected a finite value >= 0", what, eps);
+  if (rows > SIZE_MAX / hidden / dataTypeSize(dtype))
+    return TPCOMM_INVALID("%s: rows %zu x hidden %zu overflows the byte size of the buffers", what, rows, hidden);
+  if (residual == in || residual == out)
+    return TPCOMM_INVALID("%s: residualInOut must not be the same buffer as in or out", what);
+  if (weight == out || weight == residual) return TPCOMM_INVALID("%s: weight must not be an output buffer", what);
+  return Status::kOk;
+}
+
+// Which P2P family has a fused kernel for `name`, or -1.
+int fusedFamily(const char* name) {
+  const std::string n(name);
+  if (n == "lamport_p2p") return kP2pLamport;
+  if (n == "oneshot_p2p") return kP2pOneshot;
+  if (n == "twoshot_p2p") return kP2pTwoshot;
+  return -1;
+}
+
+const char* fusedName(int family) {
+  switch (family) {
+    case kP2pLamport: return "fused_lamport_p2p";
+    case kP2pOneshot: return "fused_oneshot_p2p";
+    default: return "fused_twoshot_p2p";
+  }
+}
+
+// The plain P2P kernels' launch parameters (P2pAlgorithm::launchParams) plus the norm's. The grid
+// is the plain kernel's (epochs are per block and shared with it).
+Status runFused(CommContext& c, int family, const CollArgs& a, void* residual, const void* weight, float eps,
+                size_t rows, size_t hidden) {
+  const CudaP2pTransport& t = *c.p2p;
+  FusedP2pLaunch f{};
+  P2pLaunch& p = f.p2p;
+  p.send = a.send;
+  p.recv = a.recv;
+  p.count = a.count;
+  p.dtype = static_cast<int>(a.dtype);
+  p.op = static_cast<int>(ReduceOp::kSum);
+  p.rank = t.rank();
+  p.nRanks = t.nRanks();
+  const int blocks = static_cast<int>(paramInt(family == kP2pTwoshot ? ParamId::kTwoshotBlocks : ParamId::kP2pBlocks));
+  if (blocks < 1 || blocks > t.layout().maxBlocks)
+    return TPCOMM_ERROR(kNotSupported, "fused P2P: %d blocks outside the transport's 1..%d (TPCOMM_*_BLOCKS changed after create?)",
+                        blocks, t.layout().maxBlocks);
+  p.blocks = blocks;
+  for (int r = 0; r < t.nRanks(); ++r) p.peers[r] = t.base(r);
+  p.layout = t.layout();
+  p.errorWord = c.asyncError.deviceWord;
+  p.timeoutNs = static_cast<uint64_t>(c.timeoutMs) * 1000000ull;
+  p.pdl = c.topo.ranks[c.rank].ccMajor >= 9 && paramInt(ParamId::kPdl) != 0;
+  f.residual = residual;
+  f.weight = weight;
+  f.eps = eps;
+  f.rows = rows;
+  f.hidden = hidden;
+  switch (family) {
+    case kP2pLamport: return launchFusedLamport(f, a.stream);
+    case kP2pOneshot: return launchFusedOneshot(f, a.stream);
+    default:
+      if (!fusedTwoshotGeometry(t.layout(), rows, hidden * a.elemSize(), &f.rowsPerChunk, &f.rowsPerRank))
+        return TPCOMM_ERROR(kNotSupported, "fused twoshot_p2p: a %zu-byte row does not fit the two-shot chunk",
+                            hidden * a.elemSize());
+      return launchFusedTwoshot(f, a.stream);
+  }
+}
+
+Status launchNorm(const RmsNormLaunch& l, int device, cudaStream_t stream) {
+#ifdef TPCOMM_HAVE_CUDA
+  int prev = -1;
+  if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+  if (prev != device) cudaSetDevice(device);
+  Status s = launchResidualRmsNorm(l, stream);
+  if (prev >= 0 && prev != device) cudaSetDevice(prev);
+  return s;
+#else
+  (void)l;
+  (void)device;
+  (void)stream;
+  return TPCOMM_ERROR(kNotSupported, "built without CUDA");
+#endif
+}
+
+}  // namespace
+
+void fusedNormGroupStarted() { ++tGroupDepth; }
+
+Status fusedNormGroupEnded(Status groupEndStatus) {
+  if (tGroupDepth > 0) --tGroupDepth;
+  if (tGroupDepth > 0) return groupEndStatus;
+  std::vector<PendingNorm> pending;
+  pending.swap(tPending);
+  if (groupEndStatus != Status::kOk) return groupEndStatus;  // the all-reduces did not run
+  Status first = Status::kOk;
+  for (const PendingNorm& n : pending) {
+    Status s = launchNorm(n.launch, n.device, n.stream);
+    if (first == Status::kOk) first = s;
+  }
+  return first;
+}
+
+Status Communicator::allReduceResidualRmsNorm(const void* in, void* residualInOut, const void* weight, float eps,
+                                              void* out, size_t rows, size_t hidden, DataType dtype,
+                                              cudaStream_t stream) {
+  static const char* const kWhat = "allReduceResidualRmsNorm";
+  TPCOMM_API_ENTRY(kWhat);
+  TPCOMM_TRY(validate(kWhat, in, residualInOut, weight, eps, out, rows, hidden, dtype));
+  Impl& impl = *impl_;
+  CommContext& c = *impl.ctx;
+  CollArgs a;
+  a.kind = CollKind::kAllReduce;
+  a.send = in;
+  a.recv = out;
+  a.count = rows * hidden;
+  a.dtype = dtype;
+  a.op = ReduceOp::kSum;
+  a.stream = stream;
+
+  if (c.device < 0) {  // host ranks: synchronous all-reduce, then the norm on this thread
+    TPCOMM_TRY(runCollective(impl, a, kWhat));
+    hostResidualRmsNorm(out, residualInOut, weight, eps, out, rows, hidden, dtype);
+    return Status::kOk;
+  }
+
+  // GPU ranks: runCollective's selection (same cache), then a fused kernel where one exists.
+  a.nRanks = c.nRanks;
+#ifdef TPCOMM_HAVE_CUDA
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing(a.stream, &cs);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return TPCOMM_INVALID("%s: stream is not a valid CUDA stream on device %d: %s", kWhat, c.device, cudaGetErrorString(e));
+  }
+  a.capturing = cs == cudaStreamCaptureStatusActive;
+#endif
+  auto key = std::make_tuple(static_cast<int>(a.kind), static_cast<int>(a.dtype), static_cast<int>(a.op), a.bytes(), a.capturing);
+  auto hit = impl.selectionCache.find(key);
+  if (hit == impl.selectionCache.end()) {
+    if (impl.selectionCache.size() > 4096) impl.selectionCache.clear();
+    hit = impl.selectionCache.emplace(key, selectAlgorithms(impl.algoList, c.topo, AlgoQuery::of(a), impl.override)).first;
+  }
+  const std::vector<Candidate>& cands = hit->second;
+  if (cands.empty())
+    return TPCOMM_ERROR(kNotSupported, "%s: no algorithm supports an all-reduce of %zu bytes (%s%s) on this topology",
+                        kWhat, a.bytes(), dataTypeName(dtype), a.capturing ? ", capturing" : "");
+  for (const Candidate& cand : cands) {
+    const int family = c.p2p ? fusedFamily(cand.algo->name()) : -1;
+    if (family >= 0) {
+      Status s = runFused(c, family, a, residualInOut, weight, eps, rows, hidden);
+      if (s == Status::kNotSupported) {
+        clearError();
+        // The plain algorithm may still run (e.g. rows that do not fit a fused two-shot chunk).
+      } else {
+        if (s == Status::kOk) impl.lastAlgorithm = fusedName(family);
+        return s;
+      }
+    }
+    Status s = cand.algo->run(a);
+    if (s == Status::kNotSupported) continue;
+    if (s != Status::kOk) return s;
+    impl.lastAlgorithm = cand.algo->name();
+    RmsNormLaunch l{};
+    l.x = out;
+    l.residual = residualInOut;
+    l.weight = weight;
+    l.out = out;
+    l.eps = eps;
+    l.rows = rows;
+    l.hidden = hidden;
+    l.dtype = static_cast<int>(dtype);
+    l.pdl = c.topo.ranks[c.rank].ccMajor >= 9 && paramInt(ParamId::kPdl) != 0;
+    if (tGroupDepth > 0 && std::string(cand.algo->name()) == "ring_nccl") {
+      l.pdl = 0;  // follows ncclGroupEnd's launches, which do not trigger dependents
+      tPending.push_back({c.device, l, stream});
+      return Status::kOk;
+    }
+    return launchResidualRmsNorm(l, stream);
+  }
+  return TPCOMM_ERROR(kNotSupported, "%s: every candidate declined %zu bytes", kWhat, a.bytes());
+}
+
+}  // namespace tpcomm
