@@ -15,6 +15,7 @@
 
 #include "bench_args.h"
 #include "bench_controller.h"
+#include "bench_fused.h"
 #include "tpcomm/bootstrap.h"
 #include "tpcomm/status.h"
 
@@ -53,6 +54,12 @@ int usageError(const std::string& msg) {
   return 2;
 }
 
+// The controller body: the all-reduce tables, or --fused-rmsnorm's (bench_fused.cc).
+int controller(const tpcomm_bench::RunInfo& info, tpcomm::Bootstrap* bs, int firstRank, const std::vector<int>& devices) {
+  return info.args->fusedRmsnorm ? tpcomm_bench::runFusedController(info, bs, firstRank, devices)
+                                 : tpcomm_bench::runController(info, bs, firstRank, devices);
+}
+
 // Threads mode: one controller per thread over a shared thread bootstrap.
 int runThreads(tpcomm_bench::RunInfo& info, const std::vector<std::vector<int>>& devicesPerThread) {
   const int n = static_cast<int>(devicesPerThread.size());
@@ -69,7 +76,7 @@ int runThreads(tpcomm_bench::RunInfo& info, const std::vector<std::vector<int>>&
         status[t] = 1;
         return;
       }
-      status[t] = tpcomm_bench::runController(info, bs.get(), firstRank, devicesPerThread[t]);
+      status[t] = controller(info, bs.get(), firstRank, devicesPerThread[t]);
     });
     firstRank += static_cast<int>(devicesPerThread[t].size());
   }
@@ -139,7 +146,7 @@ int main(int argc, char** argv) {
       } else {
         info.nRanks = nProcs;
         info.mode = "mpirun, " + std::to_string(nProcs) + " processes, one rank each";
-        rc = tpcomm_bench::runController(info, bs.get(), proc, {info.gpu ? localRank : -1});
+        rc = controller(info, bs.get(), proc, {info.gpu ? localRank : -1});
       }
     }
     if (rc) MPI_Abort(MPI_COMM_WORLD, rc);

@@ -109,6 +109,10 @@ tpcomm extras:
   --json <file>              write every row (and the run's configuration) as JSON
   --host                     host ranks (device -1) even where GPUs exist
   --require-gpus <n>         exit with status 77 (ctest: Skipped) when fewer than n GPUs are visible
+  --fused-rmsnorm            time all-reduce + residual add + RMSNorm instead: fused
+                             (allReduceResidualRmsNorm) vs tpcomm all-reduce + norm kernel vs NCCL
+                             + the same kernel, rows 1..512 (doubling); -d, -n, -w, -R, -G apply
+  --hidden <n>               row length for --fused-rmsnorm (default 5120, at most 16384)
   -h, --help                 this text
 
 Timing: each size runs -w warm-up collectives, then -R batches of -n collectives (or -G replays
@@ -181,6 +185,11 @@ bool parseArgs(int argc, char** argv, Args* a, std::string* error) {
       a->algos.push_back(v);
     } else if (f == "--require-gpus") {
       if (!value() || !parseInt(v, 0, &a->requireGpus)) return error->empty() ? bad("expected an integer >= 0") : false;
+    } else if (f == "--fused-rmsnorm") {
+      a->fusedRmsnorm = true;
+    } else if (f == "--hidden") {
+      if (!value() || !parseInt(v, 1, &a->fusedHidden) || a->fusedHidden > 16384)
+        return error->empty() ? bad("expected an integer 1..16384") : false;
     } else if (f == "--json") {
       if (!value()) return false;
       if (v.empty()) return bad("expected a file name");

@@ -30,6 +30,8 @@ struct Args {
   std::string jsonPath;            // --json
   bool hostRanks = false;          // --host: host-memory ranks even where GPUs exist
   int requireGpus = 0;             // --require-gpus N: exit 77 (ctest's skip) with fewer GPUs
+  bool fusedRmsnorm = false;       // --fused-rmsnorm: all-reduce + residual + RMSNorm (bench_fused.cc)
+  int fusedHidden = 5120;          // --hidden N: row length of --fused-rmsnorm
   bool help = false;
 };
 
