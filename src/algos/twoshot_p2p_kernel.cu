@@ -38,11 +38,15 @@ __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
   uint64_t epoch = *epochPtr;
   const T* src = static_cast<const T*>(p.send);
   T* dst = static_cast<T*>(p.recv);
-  const size_t chunkElems = L.twoshotChunk / sizeof(T);
+  // Equal chunks of `per` elements (whole packs, at most the scratch's chunk), the last one
+  // possibly shorter.
+  const size_t maxChunk = L.twoshotChunk / sizeof(T);
+  const size_t chunks = (p.count + maxChunk - 1) / maxChunk;
+  const size_t per = ((p.count + chunks - 1) / chunks + kEpp - 1) / kEpp * kEpp;
 
-  for (size_t c0 = 0; c0 < p.count; c0 += chunkElems) {
+  for (size_t c0 = 0; c0 < p.count; c0 += per) {
     ++epoch;
-    const size_t len = p.count - c0 < chunkElems ? p.count - c0 : chunkElems;
+    const size_t len = p.count - c0 < per ? p.count - c0 : per;
     const size_t bufOff = L.twoshotOffset + (epoch & 1) * L.twoshotBufferBytes();
     auto inbox = [&](int owner, int from) {
       return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * L.twoshotSliceCap);
@@ -51,10 +55,16 @@ __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
       return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(n) * L.twoshotSliceCap);
     };
     // Part b of slice j, chunk-relative: [s + lo, s + hi).
+    // Every chunk uses the split of a full chunk, clipped to its length: a shorter last chunk
+    // must not hand block b bytes that another block owns in the full chunk of the same parity
+    // before it (the barriers order only blocks of equal index).
     auto part = [&](int j, size_t* s, size_t* lo, size_t* hi) {
       size_t e;
-      dev::splitRange(len, n, j, kEpp, s, &e);
+      dev::splitRange(per, n, j, kEpp, s, &e);
       dev::splitRange(e - *s, nb, b, kEpp, lo, hi);
+      const size_t room = len > *s ? len - *s : 0;  // elements of slice j present in this chunk
+      *lo = *lo < room ? *lo : room;
+      *hi = *hi < room ? *hi : room;
     };
 
     for (int j = 0; j < n; ++j) {
