@@ -9,7 +9,8 @@
 // reducer b acquires ready[r][slot][b] >= seq for every r, reduces piece b in rank order 0..n-1
 // in fp32 (own data read from device memory), writes it, then releases
 // consumed[me][slot][b] = seq. Publisher b reuses a slot only after every rank's
-// consumed[r][slot][b] reached seq - S. Sequence numbers grow across calls, so no flag is ever
+// consumed[r][slot][q] reached seq - S for every block q (the slot's previous use may have been
+// split differently). Sequence numbers grow across calls, so no flag is ever
 // reset and a stale flag can never satisfy a wait. Peer data is read with ld.global.cv: the
 // slot was rewritten over PCIe since this GPU may last have cached it.
 #include <cuda_runtime.h>
@@ -62,9 +63,14 @@ __global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLa
     if (publisher) {
       if (threadIdx.x == 0) {
         ok = true;
+        // Every reducer block of every rank must be done with this slot, not only block b: the
+        // previous use of the slot may have split it differently (another call's size, or a
+        // shorter last chunk), and peers' blocks run independently of ours.
         if (seq > static_cast<uint64_t>(p.nSlots))
           for (int r = 0; r < n && ok; ++r)
-            ok = dev::waitFlagAtLeast(p.consumed + r * perRank + flagIdx, seq - p.nSlots, deadline, p.errorWord, r);
+            for (int q = 0; q < p.blocks && ok; ++q)
+              ok = dev::waitFlagAtLeast(p.consumed + r * perRank + static_cast<size_t>(slot) * p.blocks + q,
+                                        seq - p.nSlots, deadline, p.errorWord, r);
       }
       __syncthreads();
       if (!ok) return;
