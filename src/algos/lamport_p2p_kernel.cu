@@ -15,7 +15,7 @@
 // e+1 pushes; those come from the next kernel, which starts pushing only after this kernel has
 // completed (stream order, or griddepcontrol.wait under PDL), and kernel completion makes the
 // clear visible. The clear covers the bytes used in call e-1 (recorded per buffer), so messages
-// may change size between calls. Needs 16-byte aligned buffers and a multiple of 16 bytes (a
+// may change size between calls. Needs a multiple of 16 bytes (a
 // lone 16-bit element could leave a word at the sentinel).
 #include <cuda_runtime.h>
 
@@ -49,7 +49,32 @@ __device__ __forceinline__ bool arrived(const Pack& v) {
   return v.x != kLamportSentinel && v.y != kLamportSentinel && v.z != kLamportSentinel && v.w != kLamportSentinel;
 }
 
-template <typename T, int Op>
+// Pack i of a user buffer: one 16-byte access when the buffer is 16-byte aligned, else element by
+// element. Alignment must never make ranks choose different algorithms, so Lamport accepts any
+// element-aligned buffer rather than declining on one rank only.
+template <typename T, bool kVec>
+__device__ __forceinline__ Pack loadUserPack(const void* base, size_t i) {
+  if (kVec) return static_cast<const Pack*>(base)[i];
+  Pack v;
+  T* e = reinterpret_cast<T*>(&v);
+  const T* s = static_cast<const T*>(base) + i * PackOf<T>::kElems;
+#pragma unroll
+  for (int k = 0; k < PackOf<T>::kElems; ++k) e[k] = s[k];
+  return v;
+}
+template <typename T, bool kVec>
+__device__ __forceinline__ void storeUserPack(void* base, size_t i, const Pack& v) {
+  if (kVec) {
+    static_cast<Pack*>(base)[i] = v;
+    return;
+  }
+  const T* e = reinterpret_cast<const T*>(&v);
+  T* d = static_cast<T*>(base) + i * PackOf<T>::kElems;
+#pragma unroll
+  for (int k = 0; k < PackOf<T>::kElems; ++k) d[k] = e[k];
+}
+
+template <typename T, int Op, bool kVec>
 __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
   constexpr int kEpp = PackOf<T>::kElems;
   const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
@@ -67,15 +92,13 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
     return reinterpret_cast<Pack*>(base + L.lamportOffset + b * L.lamportBufferBytes() +
                                    static_cast<size_t>(from) * L.lamportBytes);
   };
-  const Pack* src = static_cast<const Pack*>(p.send);
-  Pack* dst = static_cast<Pack*>(p.recv);
   const size_t packs = p.count / kEpp;
 
   // 1. push
   size_t lo, hi;
   dev::splitRange(packs, gridDim.x, blockIdx.x, 1, &lo, &hi);
   for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-    Pack v = scrubNegativeZero<T>(src[i]);
+    Pack v = scrubNegativeZero<T>(loadUserPack<T, kVec>(p.send, i));
     for (int r = 0; r < n; ++r)
       if (r != me) slot(p.peers[r], buf, me)[i] = v;
   }
@@ -84,7 +107,7 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
     Pack in[kMaxP2pRanks];
     for (int r = 0; r < n; ++r) {
       if (r == me) {
-        in[r] = src[i];
+        in[r] = loadUserPack<T, kVec>(p.send, i);
         continue;
       }
       const Pack* q = slot(local, buf, r) + i;
@@ -101,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
     float acc[kEpp];
     PackOf<T>::toFloats(in[0], acc);
     for (int r = 1; r < n; ++r) PackOf<T>::template accumulate<Op>(acc, in[r]);
-    dst[i] = PackOf<T>::fromFloats(acc);
+    storeUserPack<T, kVec>(p.recv, i, PackOf<T>::fromFloats(acc));
   }
   // 3. clear the buffer read in the previous call
   {
@@ -130,8 +153,9 @@ __global__ void fillSentinel(uint32_t* p, size_t words) {
 }  // namespace
 
 Status launchLamport(const P2pLaunch& p, cudaStream_t stream) {
-  cudaError_t e = dev::dispatchKernel(p, true, [&](auto t, auto op, auto) {
-    return dev::launchP2p(lamportKernel<typename decltype(t)::type, decltype(op)::value>, p, kThreads, stream);
+  cudaError_t e = dev::dispatchKernel(p, p2pVectorizable(p.send, p.recv), [&](auto t, auto op, auto vec) {
+    return dev::launchP2p(lamportKernel<typename decltype(t)::type, decltype(op)::value, decltype(vec)::value != 0>, p,
+                          kThreads, stream);
   });
   if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "lamport_p2p launch: %s", cudaGetErrorString(e));
   return Status::kOk;

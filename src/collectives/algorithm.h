@@ -23,7 +23,10 @@ class Algorithm {
   /// Predicted time in microseconds (alpha-beta model). Pure.
   virtual double costUs(const Topology& topo, const AlgoQuery& q) const = 0;
   /// Runs the call. Stream-ordered on GPU ranks. kNotSupported makes the caller try the next
-  /// candidate (e.g. message larger than a scratch buffer).
+  /// candidate (e.g. message larger than a scratch buffer). It must be returned only for reasons
+  /// that are the same on every rank (sizes, dtypes), never for rank-local ones such as one
+  /// rank's pointer alignment: otherwise ranks run different algorithms and wait for each other
+  /// until the timeout.
   virtual Status run(const CollArgs& args) = 0;
   /// Whether the transport it needs was set up in this communicator (false in selection-only
   /// lists built without a context).
