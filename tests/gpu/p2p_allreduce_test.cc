@@ -267,6 +267,53 @@ TEST(AllReduceRandom, MatchesFp64WithinTolerance) {
     }
 }
 
+// Buffers off 16-byte alignment on some ranks only (rank r's pointers are shifted by r
+// elements): every rank must still run the same algorithm (a rank-local fallback would leave the
+// other rank waiting until the timeout) and get the same bits.
+TEST(AllReduceAlignment, MixedAlignmentAcrossRanks) {
+  if (!needGpus(2)) GTEST_SKIP() << "needs 2 GPUs, found " << gpuCount();
+  const size_t count = 4096;  // 8 KB of bf16: a Lamport-sized message
+  const DataType dtype = DataType::kBF16;
+  const size_t bytes = count * 2;
+  for (const char* algo : {"lamport_p2p", "oneshot_p2p", "twoshot_p2p"}) {
+    SCOPED_TRACE(algo);
+    Group* g = groupFor(algo);
+    ASSERT_NE(g, nullptr);
+    const int n = g->n();
+    std::vector<std::vector<uint8_t>> inputs;
+    for (int r = 0; r < n; ++r) inputs.push_back(makeHost(dtype, count, [&](size_t i) { return intInput(r, i, 2); }));
+    const auto ref = reference(inputs, dtype, ReduceOp::kSum, count);
+    DeviceBuffers buf;
+    std::vector<char*> in(n), out(n);
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaSetDevice(g->devices[r]));
+      void *a, *b;
+      CUDA_OK(cudaMalloc(&a, bytes + 64));
+      CUDA_OK(cudaMalloc(&b, bytes + 64));
+      buf.in.push_back(a);
+      buf.out.push_back(b);
+      in[r] = static_cast<char*>(a) + 2 * r;
+      out[r] = static_cast<char*>(b) + 2 * r;
+      CUDA_OK(cudaMemcpy(in[r], inputs[r].data(), bytes, cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemset(out[r], 0xff, bytes));
+    }
+    drainDevices(g->devices);
+    ASSERT_EQ(Communicator::groupStart(), Status::kOk);
+    for (int r = 0; r < n; ++r)
+      ASSERT_EQ(g->comms[r]->allReduce(in[r], out[r], count, dtype, ReduceOp::kSum, g->streams[r]), Status::kOk);
+    ASSERT_EQ(Communicator::groupEnd(), Status::kOk);
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaSetDevice(g->devices[r]));
+      CUDA_OK(cudaStreamSynchronize(g->streams[r]));
+      ASSERT_EQ(g->comms[r]->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
+      EXPECT_STREQ(g->comms[r]->lastAlgorithm(), algo) << "rank " << r;
+      std::vector<uint8_t> host(bytes);
+      CUDA_OK(cudaMemcpy(host.data(), out[r], bytes, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(firstMismatch(host, ref, 2), -1) << "rank " << r;
+    }
+  }
+}
+
 // 10,000 back-to-back small all-reduces, inputs rotating over 8 buffers of different contents and
 // every output kept: a stale flag, epoch or buffer shows up as a wrong element.
 TEST(AllReduceStress, TenThousandBackToBack) {
