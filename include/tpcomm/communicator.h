@@ -95,8 +95,6 @@ class Communicator {
   struct Impl;
   /// Internals for tpcomm's own layers (defined in src/shim/comm_access.cc); not for engines.
   friend Impl* communicatorInternals(Communicator& comm);
-  /// Internals for tpcomm's own layers (defined in src/shim/comm_access.cc); not for engines.
-  friend Impl* communicatorInternals(Communicator& comm);
 
  private:
   explicit Communicator(std::unique_ptr<Impl> impl);
