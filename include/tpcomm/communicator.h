@@ -21,6 +21,10 @@ struct Config {
   /// Create an NCCL communicator under tpcomm for the ring_nccl path (GPU communicators only,
   /// when built with NCCL). The environment's TPCOMM_NCCL=0 also turns it off.
   bool useNccl = true;
+  /// An engine's existing ncclComm_t (cast to void*) over the same ranks in the same order, on
+  /// this rank's device: ring_nccl runs on it instead of a communicator tpcomm would create.
+  /// tpcomm never destroys it; it must outlive the Communicator. Null: create one if useNccl.
+  void* ncclComm = nullptr;
 };
 
 /// One rank of a group. Collectives are stream-ordered for GPU communicators (they enqueue work

@@ -174,8 +174,13 @@ Status Communicator::create(Bootstrap& bootstrap, int device, const Config& conf
 
     bool wantNccl = config.useNccl && paramInt(ParamId::kNccl) != 0;
     std::unique_ptr<NcclTransport> nt;
-    s = wantNccl ? NcclTransport::create(c, &nt) : TPCOMM_ERROR(kNotSupported, "off (config.useNccl or TPCOMM_NCCL=0)");
+    if (config.ncclComm) s = NcclTransport::adopt(c, config.ncclComm, &nt);
+    else s = wantNccl ? NcclTransport::create(c, &nt) : TPCOMM_ERROR(kNotSupported, "off (config.useNccl or TPCOMM_NCCL=0)");
     TPCOMM_TRY(agree(bootstrap, s == Status::kOk, &all));
+    // A communicator the engine handed in that does not fit is the caller's error, not a
+    // transport that merely did not come up.
+    if (config.ncclComm && !all)
+      return s != Status::kOk ? s : TPCOMM_INVALID("config.ncclComm: rejected on another rank");
     if (all) c.nccl = std::move(nt);
     else c.ncclWhyNot = s == Status::kOk ? "failed on another rank" : lastErrorMessage();
 

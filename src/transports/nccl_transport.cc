@@ -40,9 +40,9 @@ ncclRedOp_t toNccl(ReduceOp op) {
 
 class NcclTransportImpl : public NcclTransport {
  public:
-  explicit NcclTransportImpl(ncclComm_t c) : comm_(c) {}
+  NcclTransportImpl(ncclComm_t c, bool owned) : comm_(c), owned_(owned) {}
   ~NcclTransportImpl() override {
-    if (comm_) ncclCommDestroy(comm_);
+    if (comm_ && owned_) ncclCommDestroy(comm_);
   }
   void* handle() const override { return comm_; }
   Status run(const CollArgs& a) override {
@@ -64,6 +64,7 @@ class NcclTransportImpl : public NcclTransport {
 
  private:
   ncclComm_t comm_;
+  bool owned_;  // false for an engine's communicator (adopt)
 };
 
 }  // namespace
@@ -84,7 +85,21 @@ Status NcclTransport::create(CommContext& ctx, std::unique_ptr<NcclTransport>* o
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRank(&comm, ctx.nRanks, all[0].id, ctx.rank);
   if (r != ncclSuccess) return TPCOMM_ERROR(kNotSupported, "nccl: ncclCommInitRank: %s", ncclGetErrorString(r));
-  out->reset(new NcclTransportImpl(comm));
+  out->reset(new NcclTransportImpl(comm, true));
+  return Status::kOk;
+}
+
+Status NcclTransport::adopt(CommContext& ctx, void* ncclComm, std::unique_ptr<NcclTransport>* out) {
+  if (ctx.device < 0) return TPCOMM_INVALID("config.ncclComm: a host communicator (device -1) cannot use NCCL");
+  ncclComm_t comm = static_cast<ncclComm_t>(ncclComm);
+  int count = 0, rank = 0, device = 0;
+  if (ncclCommCount(comm, &count) != ncclSuccess || ncclCommUserRank(comm, &rank) != ncclSuccess ||
+      ncclCommCuDevice(comm, &device) != ncclSuccess)
+    return TPCOMM_INVALID("config.ncclComm: not a usable ncclComm_t (ncclCommCount/UserRank/CuDevice failed)");
+  if (count != ctx.nRanks || rank != ctx.rank || device != ctx.device)
+    return TPCOMM_INVALID("config.ncclComm: it has %d ranks, rank %d, device %d; this communicator has %d ranks, rank %d, device %d",
+                          count, rank, device, ctx.nRanks, ctx.rank, ctx.device);
+  out->reset(new NcclTransportImpl(comm, false));
   return Status::kOk;
 }
 
@@ -102,6 +117,9 @@ Status ncclGroupEndIfAny() {
 
 Status NcclTransport::create(CommContext&, std::unique_ptr<NcclTransport>*) {
   return TPCOMM_ERROR(kNotSupported, "nccl: tpcomm was built without NCCL (TPCOMM_WITH_NCCL)");
+}
+Status NcclTransport::adopt(CommContext&, void*, std::unique_ptr<NcclTransport>*) {
+  return TPCOMM_INVALID("config.ncclComm: tpcomm was built without NCCL (TPCOMM_WITH_NCCL)");
 }
 Status ncclGroupStartIfAny() { return Status::kOk; }
 Status ncclGroupEndIfAny() { return Status::kOk; }

@@ -23,6 +23,9 @@ class NcclTransport {
   /// Collective: creates an NCCL communicator for ctx's ranks. kNotSupported when tpcomm was
   /// built without NCCL or the communicator is a host one.
   static Status create(CommContext& ctx, std::unique_ptr<NcclTransport>* out);
+  /// Wraps an engine's ncclComm_t without owning it, after checking that its size, rank and
+  /// device match ctx (kInvalidArgument naming the mismatch otherwise).
+  static Status adopt(CommContext& ctx, void* ncclComm, std::unique_ptr<NcclTransport>* out);
 };
 
 /// ncclGroupStart / ncclGroupEnd where NCCL is built in; kOk no-ops otherwise.
