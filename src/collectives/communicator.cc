@@ -101,6 +101,8 @@ Status Communicator::create(Bootstrap& bootstrap, int device, const Config& conf
   if (bootstrap.size() < 1 || bootstrap.rank() < 0 || bootstrap.rank() >= bootstrap.size())
     return TPCOMM_INVALID("create: bootstrap rank %d / size %d out of range", bootstrap.rank(), bootstrap.size());
   if (config.timeoutMs < 0) return TPCOMM_INVALID("create: config.timeoutMs %d: expected >= 0 (0: TPCOMM_TIMEOUT_MS)", config.timeoutMs);
+  if (device < 0 && config.ncclComm)
+    return TPCOMM_INVALID("create: config.ncclComm is set but device is -1: a host communicator cannot use NCCL");
 #ifdef TPCOMM_HAVE_CUDA
   if (device >= 0) {
     int count = 0;

@@ -128,6 +128,10 @@ TEST(BadInput, CreateArguments) {
   Config negativeTimeout;
   negativeTimeout.timeoutMs = -1;
   expectInvalid(Communicator::create(*bs, -1, negativeTimeout, &comm), "timeoutMs", "create with timeoutMs -1");
+  Config ncclOnHost;
+  int notAComm = 0;
+  ncclOnHost.ncclComm = &notAComm;
+  expectInvalid(Communicator::create(*bs, -1, ncclOnHost, &comm), "ncclComm", "create with an NCCL comm on a host rank");
   Config badAlgo;
   badAlgo.algo = "0-64K:nosuch";
   expectInvalid(Communicator::create(*bs, -1, badAlgo, &comm), "nosuch", "create with a bad config.algo");
