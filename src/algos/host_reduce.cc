@@ -4,6 +4,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace tpcomm {
 
 float bf16ToFloat(uint16_t h) {
@@ -95,10 +99,13 @@ inline float combine(float a, float b, ReduceOp op) {
   return a;
 }
 
-template <typename Load, typename Store>
-void reduceLoop(size_t count, int n, ReduceOp op, Load load, Store store) {
-  constexpr size_t kBlock = 256;  // rank-outer over a small block keeps the inner loop vectorizable
-  float acc[kBlock];
+constexpr size_t kBlock = 256;  // elements: rank-outer over a small block keeps the inner loop vectorizable
+
+// Reduces blocks of up to kBlock elements into acc (fp32, rank order 0..n-1) and hands each
+// finished block to storeBlock(base, acc, len).
+template <typename Load, typename StoreBlock>
+void reduceLoop(size_t count, int n, ReduceOp op, Load load, StoreBlock storeBlock) {
+  alignas(64) float acc[kBlock];
   for (size_t base = 0; base < count; base += kBlock) {
     size_t len = count - base < kBlock ? count - base : kBlock;
     for (size_t i = 0; i < len; ++i) acc[i] = load(0, base + i);
@@ -109,35 +116,104 @@ void reduceLoop(size_t count, int n, ReduceOp op, Load load, Store store) {
         for (size_t i = 0; i < len; ++i) acc[i] = combine(acc[i], load(r, base + i), op);
       }
     }
-    for (size_t i = 0; i < len; ++i) store(base + i, acc[i]);
+    storeBlock(base, acc, len);
   }
+}
+
+// f32 has its own loop with the source pointers hoisted so that the sum vectorizes at -O2/-O3
+// with baseline flags (SSE2 on x86-64): the lambdas above reload srcs[r] per element.
+template <typename StoreBlock>
+void reduceF32(size_t count, int n, ReduceOp op, const float* const* s, StoreBlock storeBlock) {
+  alignas(64) float acc[kBlock];
+  for (size_t base = 0; base < count; base += kBlock) {
+    size_t len = count - base < kBlock ? count - base : kBlock;
+    const float* s0 = s[0] + base;
+    for (size_t i = 0; i < len; ++i) acc[i] = s0[i];
+    for (int r = 1; r < n; ++r) {
+      const float* sr = s[r] + base;
+      if (op == ReduceOp::kSum) {
+        for (size_t i = 0; i < len; ++i) acc[i] += sr[i];
+      } else {
+        for (size_t i = 0; i < len; ++i) acc[i] = combine(acc[i], sr[i], op);
+      }
+    }
+    storeBlock(base, acc, len);
+  }
+}
+
+// Stores `bytes` from `src` (16-byte aligned) to `dst`; non-temporal where asked and possible.
+inline void storeBytes(char* dst, const char* src, size_t bytes, bool streaming) {
+#if defined(__SSE2__)
+  if (streaming && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+    size_t body = bytes & ~static_cast<size_t>(63);
+    for (size_t i = 0; i < body; i += 64) {
+      __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+      __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+      __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+      __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+    }
+    if (bytes > body) std::memcpy(dst + body, src + body, bytes - body);
+    return;
+  }
+#else
+  (void)streaming;
+#endif
+  std::memcpy(dst, src, bytes);
 }
 
 }  // namespace
 
-void hostReduce(void* dst, const void* const* srcs, int n, size_t count, DataType dtype, ReduceOp op) {
+void hostReduceTo(void* const* dsts, int nDst, const void* const* srcs, int n, size_t count, DataType dtype,
+                  ReduceOp op, uint64_t streamMask) {
+  auto streams = [streamMask](int d) { return d < 64 && ((streamMask >> d) & 1u) != 0; };
   switch (dtype) {
-    case DataType::kF32: {
-      auto s = reinterpret_cast<const float* const*>(srcs);
-      float* d = static_cast<float*>(dst);
-      reduceLoop(count, n, op, [&](int r, size_t i) { return s[r][i]; }, [&](size_t i, float v) { d[i] = v; });
+    case DataType::kF32:
+      reduceF32(count, n, op, reinterpret_cast<const float* const*>(srcs), [&](size_t base, const float* acc, size_t len) {
+        for (int d = 0; d < nDst; ++d)
+          storeBytes(static_cast<char*>(dsts[d]) + base * 4, reinterpret_cast<const char*>(acc), len * 4, streams(d));
+      });
       break;
-    }
-    case DataType::kF16: {
-      auto s = reinterpret_cast<const uint16_t* const*>(srcs);
-      uint16_t* d = static_cast<uint16_t*>(dst);
-      reduceLoop(count, n, op, [&](int r, size_t i) { return f16ToFloat(s[r][i]); },
-                 [&](size_t i, float v) { d[i] = floatToF16(v); });
-      break;
-    }
+    case DataType::kF16:
     case DataType::kBF16: {
       auto s = reinterpret_cast<const uint16_t* const*>(srcs);
-      uint16_t* d = static_cast<uint16_t*>(dst);
-      reduceLoop(count, n, op, [&](int r, size_t i) { return bf16ToFloat(s[r][i]); },
-                 [&](size_t i, float v) { d[i] = floatToBf16(v); });
+      alignas(64) uint16_t out[kBlock];
+      auto store = [&](size_t base, const float* acc, size_t len) {  // round once, store everywhere
+        for (size_t i = 0; i < len; ++i) out[i] = dtype == DataType::kF16 ? floatToF16(acc[i]) : floatToBf16(acc[i]);
+        for (int d = 0; d < nDst; ++d)
+          storeBytes(static_cast<char*>(dsts[d]) + base * 2, reinterpret_cast<const char*>(out), len * 2, streams(d));
+      };
+      if (dtype == DataType::kF16)
+        reduceLoop(count, n, op, [&](int r, size_t i) { return f16ToFloat(s[r][i]); }, store);
+      else
+        reduceLoop(count, n, op, [&](int r, size_t i) { return bf16ToFloat(s[r][i]); }, store);
       break;
     }
   }
+}
+
+void hostReduce(void* dst, const void* const* srcs, int n, size_t count, DataType dtype, ReduceOp op) {
+  hostReduceTo(&dst, 1, srcs, n, count, dtype, op, 0);
+}
+
+void hostCopy(void* dst, const void* src, size_t bytes, bool streaming) {
+#if defined(__SSE2__)
+  if (streaming) {
+    storeBytes(static_cast<char*>(dst), static_cast<const char*>(src), bytes, true);
+    return;
+  }
+#endif
+  (void)streaming;
+  std::memcpy(dst, src, bytes);
+}
+
+void hostStreamFence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 void partition(size_t count, int parts, int p, size_t align, size_t* begin, size_t* end) {

@@ -19,6 +19,20 @@ uint16_t floatToF16(float f);
 /// dst[i] = op over r in 0..n-1 of srcs[r][i], i < count. dst may alias any src.
 void hostReduce(void* dst, const void* const* srcs, int n, size_t count, DataType dtype, ReduceOp op);
 
+/// The same reduction, result stored to every dsts[d], d < nDst (each may alias any src: a
+/// block of 256 elements is read from every src before it is stored anywhere). Bit d of
+/// `streamMask` (d < 64) makes the stores to dsts[d] bypass the cache (x86 non-temporal stores
+/// where dsts[d] is 16-byte aligned; plain stores elsewhere): for large results nobody reads
+/// soon, as it saves the read-for-ownership of every destination line. Call hostStreamFence()
+/// before another thread may read them.
+void hostReduceTo(void* const* dsts, int nDst, const void* const* srcs, int n, size_t count, DataType dtype,
+                  ReduceOp op, uint64_t streamMask);
+/// memcpy, or with `streaming` non-temporal stores as above (dst and src must not overlap).
+void hostCopy(void* dst, const void* src, size_t bytes, bool streaming);
+/// Orders earlier streaming stores before later stores (sfence on x86; nothing elsewhere, where
+/// streaming stores are plain stores and the barrier's release orders them).
+void hostStreamFence();
+
 /// Element i of a buffer as float (reference code and tests).
 float loadAsFloat(const void* buf, size_t i, DataType dtype);
 /// Stores `v` (rounded) as element i.

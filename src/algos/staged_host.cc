@@ -13,7 +13,71 @@ namespace tpcomm {
 
 namespace {
 constexpr size_t kVecBytes = 16;
+// Outputs of at least this many bytes per rank are written with streaming (non-temporal)
+// stores: they are far larger than L2 and nobody reads them before the call returns, so the
+// read-for-ownership of every output line would be wasted memory traffic.
+constexpr size_t kStreamingMinBytes = size_t{8} << 20;
+// Processes: the staging area of each rank is split into this many chunk buffers, the
+// pipeline's depth (chunk c lives in buffer c % kBuffers). Two is the least that lets one
+// barrier per round separate every write from its reads (see allReduceProcesses).
+constexpr size_t kBuffers = 2;
+
+// All-reduce across processes: a three-stage pipeline over chunks, one barrier per round.
+// Round j: copy out chunk j-2 (the other ranks' slices, from the shared result into recv),
+// copy in chunk j (the slices other ranks reduce, from send into my staging buffer), reduce my
+// slice of chunk j-1 (my own slice straight from send, the others' from their staging buffers)
+// into recv and into the shared result; then barrier. Rounds = chunks + 2.
+// Why one barrier suffices: staging buffer c % 2 is written in round c and read in round c+1,
+// next written in round c+2; result buffer c % 2 is written in round c+1 and read in round c+2,
+// next written in round c+3; a barrier ends every round. The last round (copy out only) needs
+// no barrier: the only shared area it reads, the result, is next written after the first
+// barrier of the next call, which this rank reaches only after its copy-out.
+// Per rank and byte of the message: read send once, write recv once (memory), plus 3/4 staged
+// and 1/4 result in and out of the staging area, which stays in cache.
+Status allReduceProcesses(HostStagedTransport& t, const CollArgs& a) {
+  const int n = t.nRanks(), me = t.rank();
+  const size_t es = a.elemSize(), align = kVecBytes / es;
+  const size_t chunk = t.slotsBytes() / kBuffers / es;  // elements per round
+  const size_t chunks = (a.count + chunk - 1) / chunk;
+  const bool streaming = a.count * es >= kStreamingMinBytes;
+  const char* send = static_cast<const char*>(a.send);
+  char* recv = static_cast<char*>(a.recv);
+  auto staged = [&](int r, size_t c) { return t.slots(r) + (c % kBuffers) * chunk * es; };
+  auto result = [&](size_t c) { return t.result() + (c % kBuffers) * chunk * es; };
+  auto length = [&](size_t c) { return a.count - c * chunk < chunk ? a.count - c * chunk : chunk; };
+  std::vector<const void*> srcs(n);
+  size_t b, e;
+  for (size_t j = 0; j < chunks + 2; ++j) {
+    if (j >= 2) {  // copy out chunk j-2
+      const size_t c = j - 2, off = c * chunk;
+      for (int q = 0; q < n; ++q) {
+        if (q == me) continue;
+        partition(length(c), n, q, align, &b, &e);
+        hostCopy(recv + (off + b) * es, result(c) + b * es, (e - b) * es, streaming);
+      }
+      if (j == chunks + 1) break;
+    }
+    if (j < chunks) {  // copy in chunk j
+      const size_t off = j * chunk;
+      for (int q = 0; q < n; ++q) {
+        if (q == me) continue;
+        partition(length(j), n, q, align, &b, &e);
+        std::memcpy(staged(me, j) + b * es, send + (off + b) * es, (e - b) * es);
+      }
+    }
+    if (j >= 1 && j - 1 < chunks) {  // reduce chunk j-1
+      const size_t c = j - 1, off = c * chunk;
+      partition(length(c), n, me, align, &b, &e);
+      for (int r = 0; r < n; ++r) srcs[r] = r == me ? send + (off + b) * es : staged(r, c) + b * es;
+      void* dsts[2] = {recv + (off + b) * es, result(c) + b * es};
+      hostReduceTo(dsts, 2, srcs.data(), n, e - b, a.dtype, a.op, streaming ? 1u : 0u);
+    }
+    TPCOMM_TRY(t.barrier());
+  }
+  if (streaming) hostStreamFence();
+  return Status::kOk;
 }
+}  // namespace
 
 bool StagedHostAlgorithm::available() const { return !ctx_ || ctx_->hostStaged != nullptr; }
 
@@ -48,7 +112,8 @@ double StagedHostAlgorithm::costUs(const Topology& topo, const AlgoQuery& q) con
     // out and (n-1) N bytes back in, ~20 GB/s effective after the pipeline's bubbles.
     return alphaBetaUs(12.0, 20.0 / (n > 1 ? n - 1 : 1), b);
   }
-  // Host ranks: three barriers and ~2.75 N bytes of memory traffic per rank.
+  // Host ranks: two or three barriers, ~2 N bytes of memory traffic per rank and a pipeline
+  // round per staging chunk across processes.
   return alphaBetaUs(3.0 * n, 4.0, b);
 }
 
@@ -74,17 +139,21 @@ Status StagedHostAlgorithm::runHostThreads(const CollArgs& a) {
   std::vector<const void*> srcs(n);
   switch (a.kind) {
     case CollKind::kAllReduce: {
+      // Rank me reduces slice me of every send buffer and stores it straight into slice me of
+      // every recv buffer: each input byte is read once and each output byte written once
+      // (the least traffic there is). In place is safe: slice me of any buffer is read and
+      // written by rank me only, a block at a time (read from every rank, then stored).
       size_t b, e;
       partition(a.count, n, me, kVecBytes / es, &b, &e);
-      for (int r = 0; r < n; ++r) srcs[r] = static_cast<const char*>(sends[r]) + b * es;
-      hostReduce(static_cast<char*>(a.recv) + b * es, srcs.data(), n, e - b, a.dtype, a.op);
-      TPCOMM_TRY(t.barrier());
+      std::vector<void*> dsts(n);
       for (int r = 0; r < n; ++r) {
-        if (r == me) continue;
-        partition(a.count, n, r, kVecBytes / es, &b, &e);
-        std::memcpy(static_cast<char*>(a.recv) + b * es, static_cast<const char*>(recvs[r]) + b * es, (e - b) * es);
+        srcs[r] = static_cast<const char*>(sends[r]) + b * es;
+        dsts[r] = static_cast<char*>(recvs[r]) + b * es;
       }
-      return t.barrier();
+      const bool streaming = a.count * es >= kStreamingMinBytes;
+      hostReduceTo(dsts.data(), n, srcs.data(), n, e - b, a.dtype, a.op, streaming ? ~0ull : 0);
+      if (streaming) hostStreamFence();
+      return t.barrier();  // every slice of my recv is written (by its owner) when this passes
     }
     case CollKind::kReduceScatter: {
       for (int r = 0; r < n; ++r) srcs[r] = static_cast<const char*>(sends[r]) + me * a.count * es;
@@ -112,19 +181,7 @@ Status StagedHostAlgorithm::runHostProcesses(const CollArgs& a) {
   char* recv = static_cast<char*>(a.recv);
   switch (a.kind) {
     case CollKind::kAllReduce:
-      for (size_t off = 0; off < a.count; off += cap) {
-        size_t len = a.count - off < cap ? a.count - off : cap;
-        std::memcpy(t.slots(me), send + off * es, len * es);
-        TPCOMM_TRY(t.barrier());
-        size_t b, e;
-        partition(len, n, me, kVecBytes / es, &b, &e);
-        for (int r = 0; r < n; ++r) srcs[r] = t.slots(r) + b * es;
-        hostReduce(t.result() + b * es, srcs.data(), n, e - b, a.dtype, a.op);
-        TPCOMM_TRY(t.barrier());
-        std::memcpy(recv + off * es, t.result(), len * es);
-        TPCOMM_TRY(t.barrier());
-      }
-      return Status::kOk;
+      return allReduceProcesses(t, a);
     case CollKind::kReduceScatter: {
       const size_t per = cap / n;  // elements of each destination's piece per round
       for (size_t off = 0; off < a.count; off += per) {

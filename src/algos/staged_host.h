@@ -1,11 +1,16 @@
 // staged_host: every collective through host memory (the host_staged transport). The path for
 // GPUs without P2P and for CPU ranks.
 //
-// Host ranks, threads of one process: zero-copy. Ranks swap (send, recv) pointers, rank r
-// reduces slice r of every rank's send buffer into its own recv (rank order 0..n-1, fp32
-// accumulation), barrier, then copies the other slices from their owners' recv buffers.
-// Host ranks, separate processes: the same schedule per chunk through the shared segment (copy
-// in, barrier, reduce own slice into the shared result, barrier, copy out, barrier).
+// Host ranks, threads of one process: zero-copy. Ranks swap (send, recv) pointers (one
+// barrier), rank r reduces slice r of every rank's send buffer (rank order 0..n-1, fp32
+// accumulation) and stores it into slice r of every rank's recv, then a barrier. Per rank and
+// message byte: one read, one write, the least possible; two barriers per call.
+// Host ranks, separate processes: recv buffers are private, so results travel through the
+// shared segment. A three-stage pipeline over chunks with one barrier per round: copy in the
+// slices the peers reduce, reduce my slice (my own input read in place) into recv and the
+// shared result, copy the peers' slices out of the shared result (allReduceProcesses in the
+// .cc explains why one barrier per round is enough).
+// Outputs of 8 MiB and more are written with non-temporal stores (no read-for-ownership).
 // GPU ranks: one kernel per call (staged_host_kernel.cu), no host thread involved; see there.
 #pragma once
 

@@ -79,6 +79,7 @@ class HostStagedTransport {
   size_t flagsOffset_ = 0, slotsOffset_ = 0, resultOffset_ = 0;
   uint64_t sequence_ = 0;
   unsigned barrierSense_ = 0;
+  uint32_t spinsBeforeYield_ = 2000;  // 0 when ranks outnumber cores: the awaited rank needs this core
 };
 
 }  // namespace tpcomm

@@ -225,6 +225,51 @@ TEST(HostReduce, AliasingTheLastSourceWorks) {
       << first;
 }
 
+TEST(HostReduce, ReduceToEveryDestinationStreamingOrNot) {
+  // hostReduceTo stores one result into several destinations; streaming (non-temporal) stores
+  // are used where a destination is 16-byte aligned and plain stores otherwise (offset 4), and
+  // destination 0 aliases source 0 (the in-place case of the threads schedule).
+  const int n = 3;
+  const size_t count = 1000 + 3;  // a partial 64-byte tail
+  for (DataType dt : {DataType::kF32, DataType::kF16, DataType::kBF16})
+    for (uint64_t mask : {uint64_t{0}, ~uint64_t{0}, uint64_t{2}}) {
+      SCOPED_TRACE(std::string(dataTypeName(dt)) + " streamMask " + std::to_string(mask));
+      const size_t es = dt == DataType::kF32 ? 4 : 2;
+      std::vector<std::vector<char>> in(n);
+      std::vector<const void*> srcs(n);
+      for (int r = 0; r < n; ++r) {
+        in[r] = test::makeBuffer(count, dt);
+        test::fillInput(in[r].data(), count, dt, r);
+        srcs[r] = in[r].data();
+      }
+      std::vector<char> aligned = test::makeBuffer(count, dt), shifted(count * es + 64, 0x7f);
+      void* dsts[3] = {in[0].data(), aligned.data(), shifted.data() + 4};
+      hostReduceTo(dsts, 3, srcs.data(), n, count, dt, ReduceOp::kSum, mask);
+      hostStreamFence();
+      for (void* d : dsts) {
+        std::string first;
+        EXPECT_EQ(test::countWrong(
+                      d, count, dt, [&](size_t i) { return test::expectedValue(n, i, ReduceOp::kSum); }, &first),
+                  0u)
+            << first;
+      }
+      EXPECT_EQ(static_cast<unsigned char>(shifted[3]), 0x7fu) << "wrote before the destination";
+      EXPECT_EQ(static_cast<unsigned char>(shifted[4 + count * es]), 0x7fu) << "wrote past the destination";
+    }
+}
+
+TEST(HostReduce, CopyStreamingOrNot) {
+  std::vector<char> src(4099), dst(4099 + 32);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 7 + 1);
+  for (bool streaming : {false, true})
+    for (size_t shift : {size_t{0}, size_t{16}, size_t{3}}) {
+      std::fill(dst.begin(), dst.end(), 0);
+      hostCopy(dst.data() + shift, src.data(), src.size(), streaming);
+      hostStreamFence();
+      EXPECT_EQ(std::memcmp(dst.data() + shift, src.data(), src.size()), 0) << "streaming " << streaming << " shift " << shift;
+    }
+}
+
 TEST(HostReduce, SixteenBitSumsAccumulateInFp32) {
   // big + 1 + 1 where big + 1 is a tie that rounds back to big in 16 bits: accumulating in 16
   // bits would give big, accumulating in fp32 and rounding once gives big + 2 (representable).
