@@ -196,9 +196,10 @@ Status HostStagedTransport::barrier() {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs_);
   for (uint64_t spin = 0; h->generation.load(std::memory_order_acquire) == gen; ++spin) {
     if (spin < spinsBeforeYield_) continue;
-    // More ranks than cores is common (tests, CI): yield so the rank we wait for can run.
+    // More ranks than cores is common (tests, CI): yield so the rank we wait for can run. Check
+    // the clock after every yield: on a loaded machine one yield can take a whole time slice.
     std::this_thread::yield();
-    if ((spin & 255) == 0 && std::chrono::steady_clock::now() > deadline)
+    if (std::chrono::steady_clock::now() > deadline)
       return TPCOMM_ERROR(kTimeout, "host_staged: rank %d waited %d ms at a barrier; %u of %d ranks arrived", rank_,
                           timeoutMs_, h->arrived.load(), nRanks_);
   }
