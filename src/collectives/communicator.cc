@@ -258,7 +258,7 @@ Status Communicator::groupStart() {
 }
 Status Communicator::groupEnd() { return fusedNormGroupEnded(ncclGroupEndIfAny()); }
 
-Status runCollective(Communicator::Impl& impl, CollArgs& a, const char* what) {
+Status prepareCall(Communicator::Impl& impl, CollArgs& a, const char* what) {
   CommContext& c = *impl.ctx;
   a.nRanks = c.nRanks;
   if (c.device >= 0) {
@@ -274,16 +274,29 @@ Status runCollective(Communicator::Impl& impl, CollArgs& a, const char* what) {
   } else if (a.stream != nullptr) {
     return TPCOMM_INVALID("%s: stream must be null on a host communicator (device -1): host collectives are synchronous", what);
   }
+  return Status::kOk;
+}
+
+Status candidatesFor(Communicator::Impl& impl, const CollArgs& a, const char* what,
+                     const std::vector<Candidate>** out) {
   auto key = std::make_tuple(static_cast<int>(a.kind), static_cast<int>(a.dtype), static_cast<int>(a.op), a.bytes(), a.capturing);
   auto hit = impl.selectionCache.find(key);
   if (hit == impl.selectionCache.end()) {
     if (impl.selectionCache.size() > 4096) impl.selectionCache.clear();
-    hit = impl.selectionCache.emplace(key, selectAlgorithms(impl.algoList, c.topo, AlgoQuery::of(a), impl.override)).first;
+    hit = impl.selectionCache.emplace(key, selectAlgorithms(impl.algoList, impl.ctx->topo, AlgoQuery::of(a), impl.override)).first;
   }
-  const std::vector<Candidate>& cands = hit->second;
-  if (cands.empty())
+  if (hit->second.empty())
     return TPCOMM_ERROR(kNotSupported, "%s: no algorithm supports %s of %zu bytes (%s%s) on this topology", what,
                         collKindName(a.kind), a.bytes(), dataTypeName(a.dtype), a.capturing ? ", capturing" : "");
+  *out = &hit->second;
+  return Status::kOk;
+}
+
+Status runCollective(Communicator::Impl& impl, CollArgs& a, const char* what) {
+  TPCOMM_TRY(prepareCall(impl, a, what));
+  const std::vector<Candidate>* candidates = nullptr;
+  TPCOMM_TRY(candidatesFor(impl, a, what, &candidates));
+  const std::vector<Candidate>& cands = *candidates;
   for (const Candidate& cand : cands) {
     Status s = cand.algo->run(a);
     if (s == Status::kNotSupported) continue;

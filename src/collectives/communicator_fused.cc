@@ -173,26 +173,10 @@ Status Communicator::allReduceResidualRmsNorm(const void* in, void* residualInOu
   }
 
   // GPU ranks: runCollective's selection (same cache), then a fused kernel where one exists.
-  a.nRanks = c.nRanks;
-#ifdef TPCOMM_HAVE_CUDA
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  cudaError_t e = cudaStreamIsCapturing(a.stream, &cs);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return TPCOMM_INVALID("%s: stream is not a valid CUDA stream on device %d: %s", kWhat, c.device, cudaGetErrorString(e));
-  }
-  a.capturing = cs == cudaStreamCaptureStatusActive;
-#endif
-  auto key = std::make_tuple(static_cast<int>(a.kind), static_cast<int>(a.dtype), static_cast<int>(a.op), a.bytes(), a.capturing);
-  auto hit = impl.selectionCache.find(key);
-  if (hit == impl.selectionCache.end()) {
-    if (impl.selectionCache.size() > 4096) impl.selectionCache.clear();
-    hit = impl.selectionCache.emplace(key, selectAlgorithms(impl.algoList, c.topo, AlgoQuery::of(a), impl.override)).first;
-  }
-  const std::vector<Candidate>& cands = hit->second;
-  if (cands.empty())
-    return TPCOMM_ERROR(kNotSupported, "%s: no algorithm supports an all-reduce of %zu bytes (%s%s) on this topology",
-                        kWhat, a.bytes(), dataTypeName(dtype), a.capturing ? ", capturing" : "");
+  TPCOMM_TRY(prepareCall(impl, a, kWhat));
+  const std::vector<Candidate>* candidates = nullptr;
+  TPCOMM_TRY(candidatesFor(impl, a, kWhat, &candidates));
+  const std::vector<Candidate>& cands = *candidates;
   for (const Candidate& cand : cands) {
     const int family = c.p2p ? fusedFamily(cand.algo->name()) : -1;
     if (family >= 0) {

@@ -66,6 +66,12 @@ struct DeviceGuard {
   TPCOMM_TRY(checkError());                                                                          \
   DeviceGuard guard(impl_->ctx->device)
 
+/// Fills a.nRanks and a.capturing and checks the stream (a CUDA stream on GPU ranks, null on
+/// host ranks).
+Status prepareCall(Communicator::Impl& impl, CollArgs& a, const char* what);
+/// The candidate algorithms for a prepared call, best first (cached per call shape);
+/// kNotSupported when none supports it.
+Status candidatesFor(Communicator::Impl& impl, const CollArgs& a, const char* what, const std::vector<Candidate>** out);
 /// Selects and runs the collective `a` (fills nRanks and capturing), falling back to the next
 /// candidate on kNotSupported; records lastAlgorithm. `what` names the API call in messages.
 Status runCollective(Communicator::Impl& impl, CollArgs& a, const char* what);
