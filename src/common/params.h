@@ -29,7 +29,6 @@ namespace tpcomm {
   X(TopoCache, "TOPO_CACHE", "1", "reuse the cached topology probe ($XDG_CACHE_HOME/tpcomm); 0: re-probe and refresh it") \
   X(TopoTimeoutMs, "TOPO_TIMEOUT_MS", "8000", "time limit of the P2P-check child process (keep below TIMEOUT_MS)") \
   X(TopoHelper, "TOPO_HELPER", "", "path of the probe helper (tpcomm-doctor); default: found beside libtpcomm") \
-  X(HostThreads, "HOST_THREADS", "0", "reserved: host reduction threads per rank (0: the caller's thread)") \
   X(Shim, "SHIM", "1", "libtpcomm_nccl.so routes eligible ncclAllReduce calls to tpcomm (0: pure passthrough)") \
   X(NcclLibrary, "NCCL_LIBRARY", "", "path of the real NCCL under libtpcomm_nccl.so; default: the engine's loaded libnccl.so.2")
 
