@@ -48,25 +48,11 @@ __global__ void __launch_bounds__(kThreads) oneshotKernel(P2pLaunch p) {
           if (r != me) inbox(r, me)[i] = v;
       });
   if (!dev::peerBarrier(p, kP2pOneshot, epoch, deadline)) return;
+  auto from = [&](int r) { return inbox(me, r); };
   dev::forRange<T, kVec>(
-      lo, hi,
-      [&](size_t i) {
-        auto at = [&](int r) {
-          return r == me ? *reinterpret_cast<const Pack*>(src + i)
-                         : __ldcg(reinterpret_cast<const Pack*>(inbox(me, r) + i));
-        };
-        float acc[kEpp];
-        PackOf<T>::toFloats(at(0), acc);
-        for (int r = 1; r < n; ++r) PackOf<T>::template accumulate<Op>(acc, at(r));
-        return PackOf<T>::fromFloats(acc);
-      },
+      lo, hi, [&](size_t i) { return dev::reduceRanksPack<T, Op>(n, me, src, from, i); },
       [&](size_t i, const Pack& v) { *reinterpret_cast<Pack*>(dst + i) = v; },
-      [&](size_t i) {
-        auto at = [&](int r) { return dev::Elem<T>::toFloat(r == me ? src[i] : dev::loadUncached(inbox(me, r) + i)); };
-        float acc = at(0);
-        for (int r = 1; r < n; ++r) acc = dev::combine<Op>(acc, at(r));
-        dst[i] = dev::Elem<T>::fromFloat(acc);
-      });
+      [&](size_t i) { dst[i] = dev::reduceRanksElem<T, Op>(n, me, src, from, i); });
   __syncthreads();
   if (threadIdx.x == 0) *epochPtr = epoch;
 }

@@ -71,6 +71,27 @@ __device__ __forceinline__ void forRange(size_t lo, size_t hi, LoadFn load, Stor
   for (size_t j = vend + threadIdx.x; j < hi; j += blockDim.x) elemFn(j);
 }
 
+// Element i reduced over ranks 0..n-1 in rank order with fp32 accumulation: rank `me` from its
+// own input `own`, every other rank r from the copy r pushed into this rank's scratch, `from(r)`
+// (read past L1: peers rewrite it between calls). Pack and scalar forms.
+template <typename T, int Op, typename FromFn>
+__device__ __forceinline__ Pack reduceRanksPack(int n, int me, const T* own, FromFn from, size_t i) {
+  auto at = [&](int r) {
+    return r == me ? *reinterpret_cast<const Pack*>(own + i) : __ldcg(reinterpret_cast<const Pack*>(from(r) + i));
+  };
+  float acc[PackOf<T>::kElems];
+  PackOf<T>::toFloats(at(0), acc);
+  for (int r = 1; r < n; ++r) PackOf<T>::template accumulate<Op>(acc, at(r));
+  return PackOf<T>::fromFloats(acc);
+}
+template <typename T, int Op, typename FromFn>
+__device__ __forceinline__ T reduceRanksElem(int n, int me, const T* own, FromFn from, size_t i) {
+  auto at = [&](int r) { return Elem<T>::toFloat(r == me ? own[i] : loadUncached(from(r) + i)); };
+  float acc = at(0);
+  for (int r = 1; r < n; ++r) acc = combine<Op>(acc, at(r));
+  return Elem<T>::fromFloat(acc);
+}
+
 // Programmatic dependent launch (sm_90+): let the next kernel in the stream be scheduled now,
 // and wait here until the previous one has finished and its memory is visible. Everything a
 // kernel reads that an earlier kernel may write (inputs, epochs) comes after pdlWait().

@@ -84,30 +84,16 @@ __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
       part(me, &s, &lo, &hi);
       const T* own = src + c0 + s;
       T* out = dst + c0 + s;
+      auto from = [&](int r) { return inbox(me, r); };
       dev::forRange<T, kVec>(
-          lo, hi,
-          [&](size_t i) {
-            auto at = [&](int r) {
-              return r == me ? *reinterpret_cast<const Pack*>(own + i)
-                             : __ldcg(reinterpret_cast<const Pack*>(inbox(me, r) + i));
-            };
-            float acc[kEpp];
-            PackOf<T>::toFloats(at(0), acc);
-            for (int r = 1; r < n; ++r) PackOf<T>::template accumulate<Op>(acc, at(r));
-            return PackOf<T>::fromFloats(acc);
-          },
+          lo, hi, [&](size_t i) { return dev::reduceRanksPack<T, Op>(n, me, own, from, i); },
           [&](size_t i, const Pack& v) {
             *reinterpret_cast<Pack*>(out + i) = v;
             for (int r = 0; r < n; ++r)
               if (r != me) *reinterpret_cast<Pack*>(gather(r) + s + i) = v;
           },
           [&](size_t i) {
-            auto load = [&](int r) {
-              return dev::Elem<T>::toFloat(r == me ? own[i] : dev::loadUncached(inbox(me, r) + i));
-            };
-            float acc = load(0);
-            for (int r = 1; r < n; ++r) acc = dev::combine<Op>(acc, load(r));
-            T v = dev::Elem<T>::fromFloat(acc);
+            T v = dev::reduceRanksElem<T, Op>(n, me, own, from, i);
             out[i] = v;
             for (int r = 0; r < n; ++r)
               if (r != me) gather(r)[s + i] = v;
