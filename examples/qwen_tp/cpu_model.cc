@@ -47,8 +47,8 @@ void rope(float* v, int dim, int pos, float theta) {
 }  // namespace
 
 CpuModel::CpuModel(const ModelConfig& cfg, const TpShape& shape, const HostWeights* weights, tpcomm::Communicator* comm,
-                   int ctxSize)
-    : cfg_(cfg), shape_(shape), weights_(weights), comm_(comm), ctx_(ctxSize) {
+                   int ctxSize, bool fusedNorm)
+    : cfg_(cfg), shape_(shape), weights_(weights), comm_(comm), ctx_(ctxSize), fusedNorm_(fusedNorm) {
   size_t per = static_cast<size_t>(ctx_) * shape_.kvHeads * cfg_.headDim;
   caches_.resize(cfg_.numLayers);
   for (auto& c : caches_) c.k.assign(per, 0.f), c.v.assign(per, 0.f);
@@ -62,6 +62,24 @@ bool CpuModel::allReduce(float* buf, size_t count, std::string* error) {
   if (s == tpcomm::Status::kOk) return true;
   if (error) *error = std::string("tpcomm allReduce failed: ") + tpcomm::statusName(s) + ": " + tpcomm::lastErrorMessage();
   return false;
+}
+
+bool CpuModel::allReduceAddNorm(float* partial, float* x, const float* weight, int n, float* out, std::string* error) {
+  const int H = cfg_.hiddenSize;
+  if (fusedNorm_ && shape_.tp > 1) {
+    ++allReduces_, ++fusedNorms_;
+    tpcomm::Status s = comm_->allReduceResidualRmsNorm(partial, x, weight, cfg_.rmsNormEps, out, static_cast<size_t>(n),
+                                                       static_cast<size_t>(H), tpcomm::DataType::kF32, nullptr);
+    if (s == tpcomm::Status::kOk) return true;
+    if (error)
+      *error = std::string("tpcomm allReduceResidualRmsNorm failed: ") + tpcomm::statusName(s) + ": " +
+               tpcomm::lastErrorMessage();
+    return false;
+  }
+  if (!allReduce(partial, static_cast<size_t>(n) * H, error)) return false;
+  for (size_t i = 0; i < static_cast<size_t>(n) * H; ++i) x[i] += partial[i];
+  for (int t = 0; t < n; ++t) rmsNorm(x + static_cast<size_t>(t) * H, weight, H, cfg_.rmsNormEps, out + static_cast<size_t>(t) * H);
+  return true;
 }
 
 bool CpuModel::embed(const int32_t* tokens, int n, float* x, std::string* error) {
@@ -80,15 +98,15 @@ bool CpuModel::embed(const int32_t* tokens, int n, float* x, std::string* error)
   return allReduce(x, static_cast<size_t>(n) * H, error);  // vocab-parallel embedding
 }
 
-bool CpuModel::layer(const std::string& p, Cache& cache, float* x, int n, int slot0, int ropePos0, std::string* error) {
+bool CpuModel::layer(const std::string& p, Cache& cache, float* x, float* h, int n, int slot0, int ropePos0,
+                     const float* nextNorm, float* normOut, std::string* error) {
   const int H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads, I = shape_.inter;
   const float eps = cfg_.rmsNormEps;
-  std::vector<float> h(static_cast<size_t>(n) * H), q(static_cast<size_t>(n) * hq * D), k(static_cast<size_t>(n) * hk * D),
+  std::vector<float> q(static_cast<size_t>(n) * hq * D), k(static_cast<size_t>(n) * hk * D),
       v(static_cast<size_t>(n) * hk * D), att(static_cast<size_t>(n) * hq * D), o(static_cast<size_t>(n) * H);
-  for (int t = 0; t < n; ++t) rmsNorm(x + t * H, w(p + "input_layernorm.weight").data(), H, eps, h.data() + t * H);
-  linear(w(p + "self_attn.q_proj.weight"), H, shape_.headBegin() * D, hq * D, 0, H, h.data(), n, q.data());
-  linear(w(p + "self_attn.k_proj.weight"), H, shape_.kvHeadBegin() * D, hk * D, 0, H, h.data(), n, k.data());
-  linear(w(p + "self_attn.v_proj.weight"), H, shape_.kvHeadBegin() * D, hk * D, 0, H, h.data(), n, v.data());
+  linear(w(p + "self_attn.q_proj.weight"), H, shape_.headBegin() * D, hq * D, 0, H, h, n, q.data());
+  linear(w(p + "self_attn.k_proj.weight"), H, shape_.kvHeadBegin() * D, hk * D, 0, H, h, n, k.data());
+  linear(w(p + "self_attn.v_proj.weight"), H, shape_.kvHeadBegin() * D, hk * D, 0, H, h, n, v.data());
   const float* qn = w(p + "self_attn.q_norm.weight").data();
   const float* kn = w(p + "self_attn.k_norm.weight").data();
   for (int t = 0; t < n; ++t) {
@@ -135,18 +153,16 @@ bool CpuModel::layer(const std::string& p, Cache& cache, float* x, int n, int sl
   }
   // Row-parallel o_proj: this rank's heads are its slice of o_proj's input columns.
   linear(w(p + "self_attn.o_proj.weight"), cfg_.qDim(), 0, H, shape_.headBegin() * D, hq * D, att.data(), n, o.data());
-  if (!allReduce(o.data(), o.size(), error)) return false;
-  for (size_t i = 0; i < o.size(); ++i) x[i] += o[i];
+  // Residual add + post_attention_layernorm, fused with the all-reduce.
+  if (!allReduceAddNorm(o.data(), x, w(p + "post_attention_layernorm.weight").data(), n, h, error)) return false;
   // SwiGLU MLP, gate/up column-parallel, down row-parallel.
   std::vector<float> g(static_cast<size_t>(n) * I), u(static_cast<size_t>(n) * I);
-  for (int t = 0; t < n; ++t) rmsNorm(x + t * H, w(p + "post_attention_layernorm.weight").data(), H, eps, h.data() + t * H);
-  linear(w(p + "mlp.gate_proj.weight"), H, shape_.interBegin(), I, 0, H, h.data(), n, g.data());
-  linear(w(p + "mlp.up_proj.weight"), H, shape_.interBegin(), I, 0, H, h.data(), n, u.data());
+  linear(w(p + "mlp.gate_proj.weight"), H, shape_.interBegin(), I, 0, H, h, n, g.data());
+  linear(w(p + "mlp.up_proj.weight"), H, shape_.interBegin(), I, 0, H, h, n, u.data());
   for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
   linear(w(p + "mlp.down_proj.weight"), cfg_.intermediateSize, 0, H, shape_.interBegin(), I, g.data(), n, o.data());
-  if (!allReduce(o.data(), o.size(), error)) return false;
-  for (size_t i = 0; i < o.size(); ++i) x[i] += o[i];
-  return true;
+  // Residual add + the next norm (the next layer's input_layernorm, or the final norm).
+  return allReduceAddNorm(o.data(), x, nextNorm, n, normOut, error);
 }
 
 bool CpuModel::greedy(const float* hidden, int n, int32_t* out, std::string* error) {
@@ -180,12 +196,19 @@ bool CpuModel::target(const int32_t* tokens, int n, int pos, int32_t* next, std:
     return false;
   }
   const int H = cfg_.hiddenSize;
-  std::vector<float> x(static_cast<size_t>(n) * H);
+  std::vector<float> x(static_cast<size_t>(n) * H), h(x.size());
   if (!embed(tokens, n, x.data(), error)) return false;
-  for (int l = 0; l < cfg_.numLayers; ++l)
-    if (!layer("model.layers." + std::to_string(l) + ".", caches_[l], x.data(), n, pos, pos, error)) return false;
   hidden_.resize(x.size());
-  for (int t = 0; t < n; ++t) rmsNorm(x.data() + t * H, w("model.norm.weight").data(), H, cfg_.rmsNormEps, hidden_.data() + t * H);
+  for (int t = 0; t < n; ++t)
+    rmsNorm(x.data() + t * H, w("model.layers.0.input_layernorm.weight").data(), H, cfg_.rmsNormEps, h.data() + t * H);
+  for (int l = 0; l < cfg_.numLayers; ++l) {
+    const bool last = l + 1 == cfg_.numLayers;
+    const float* nextNorm = w(last ? std::string("model.norm.weight")
+                                   : "model.layers." + std::to_string(l + 1) + ".input_layernorm.weight").data();
+    if (!layer("model.layers." + std::to_string(l) + ".", caches_[l], x.data(), h.data(), n, pos, pos, nextNorm,
+               last ? hidden_.data() : h.data(), error))
+      return false;
+  }
   return greedy(hidden_.data(), n, next, error);
 }
 
@@ -207,9 +230,12 @@ bool CpuModel::mtpForward(const int32_t* tokens, const float* hiddenIn, int n, i
     rmsNorm(hiddenIn + static_cast<size_t>(t) * H, w("mtp.pre_fc_norm_hidden.weight").data(), H, eps, cat.data() + t * 2 * H + H);
   }
   linear(w("mtp.fc.weight"), 2 * H, 0, H, 0, 2 * H, cat.data(), n, x.data());  // replicated on every rank
-  if (!layer("mtp.layers.0.", mtpCache_, x.data(), n, slot, slot + 1, error)) return false;
+  std::vector<float> h(x.size());
+  for (int t = 0; t < n; ++t) rmsNorm(x.data() + t * H, w("mtp.layers.0.input_layernorm.weight").data(), H, eps, h.data() + t * H);
   mtpHidden_.resize(x.size());
-  for (int t = 0; t < n; ++t) rmsNorm(x.data() + t * H, w("mtp.norm.weight").data(), H, eps, mtpHidden_.data() + t * H);
+  if (!layer("mtp.layers.0.", mtpCache_, x.data(), h.data(), n, slot, slot + 1, w("mtp.norm.weight").data(),
+             mtpHidden_.data(), error))
+    return false;
   std::vector<int32_t> out(n);
   if (!greedy(mtpHidden_.data(), n, out.data(), error)) return false;
   *draft = out[n - 1];

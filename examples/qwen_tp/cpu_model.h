@@ -3,6 +3,15 @@
 // Megatron shard (whole heads, intermediate columns, vocab rows) from full host weights and
 // joins partial sums with tpcomm all-reduces over a host communicator (device -1), ranks as
 // threads. With tp == 1 no communicator is needed.
+//
+// The two all-reduces of a layer (after o_proj, after down_proj) are each followed by the residual
+// add and the next RMSNorm (post_attention_layernorm; the next layer's input_layernorm, or the
+// final / mtp.norm after the last layer). With `fusedNorm` (the default) and tp > 1 the three go
+// through one Communicator::allReduceResidualRmsNorm call (host path: all-reduce, then tpcomm's
+// hostResidualRmsNorm); otherwise allReduce, the add and this file's rmsNorm. The two differ only
+// in the norm's rounding (tpcomm: fp32 sum of squares in a fixed order, r * inv * w; here: a
+// double sum of squares, w * (r * inv)), below a few fp32 ulps; the residual stream has the same
+// bits on both paths (the same all-reduce, one fp32 add).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +31,7 @@ class CpuModel : public DecoderEngine {
  public:
   /// `weights` must outlive the model; `comm` may be null when shape.tp == 1.
   CpuModel(const ModelConfig& cfg, const TpShape& shape, const HostWeights* weights, tpcomm::Communicator* comm,
-           int ctxSize);
+           int ctxSize, bool fusedNorm = true);
 
   bool target(const int32_t* tokens, int n, int pos, int32_t* next, std::string* error) override;
   bool mtpFromTarget(const int32_t* tokens, int n, int slot, int32_t* draft, std::string* error) override;
@@ -39,10 +48,17 @@ class CpuModel : public DecoderEngine {
   const std::vector<float>& lastHidden() const { return hidden_; }
   /// Number of all-reduces issued so far (two per layer plus embedding and argmax).
   int allReduceCount() const { return allReduces_; }
+  /// How many of those went through allReduceResidualRmsNorm (0 with tp == 1 or !fusedNorm).
+  int fusedNormCount() const { return fusedNorms_; }
 
  private:
   struct Cache { std::vector<float> k, v; };  // [ctx, kvHeads, headDim] per layer
-  bool layer(const std::string& prefix, Cache& cache, float* x, int n, int slot0, int ropePos0, std::string* error);
+  // One decoder layer on the residual stream x [n, H]; on entry h = input_layernorm(x), on exit x
+  // is updated and normOut = rmsnorm(x) * nextNorm (normOut may be h).
+  bool layer(const std::string& prefix, Cache& cache, float* x, float* h, int n, int slot0, int ropePos0,
+             const float* nextNorm, float* normOut, std::string* error);
+  // x += all-reduce(partial); out = rmsnorm(x) * weight, row by row (partial is clobbered).
+  bool allReduceAddNorm(float* partial, float* x, const float* weight, int n, float* out, std::string* error);
   bool embed(const int32_t* tokens, int n, float* x, std::string* error);
   bool greedy(const float* hidden, int n, int32_t* out, std::string* error);
   bool allReduce(float* buf, size_t count, std::string* error);
@@ -54,10 +70,11 @@ class CpuModel : public DecoderEngine {
   const HostWeights* weights_;
   tpcomm::Communicator* comm_;
   int ctx_;
+  bool fusedNorm_;
   std::vector<Cache> caches_;  // target layers
   Cache mtpCache_;
   std::vector<float> hidden_, logits_, mtpHidden_;
-  int allReduces_ = 0;
+  int allReduces_ = 0, fusedNorms_ = 0;
 };
 
 }  // namespace qwen

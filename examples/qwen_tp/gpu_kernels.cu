@@ -45,33 +45,41 @@ __global__ void initSyntheticKernel(__nv_bfloat16* dst, int64_t rows, int64_t co
   }
 }
 
-__global__ void embedKernel(const int32_t* tokens, const __nv_bfloat16* E, int vocabBegin, int vocabLocal, int H, float* x) {
+__global__ void embedKernel(const int32_t* tokens, const __nv_bfloat16* E, int vocabBegin, int vocabLocal, int H,
+                            __nv_bfloat16* x) {
   const int t = blockIdx.x;
   const int local = tokens[t] - vocabBegin;
   const bool mine = local >= 0 && local < vocabLocal;
   for (int i = threadIdx.x; i < H; i += blockDim.x)
-    x[static_cast<int64_t>(t) * H + i] = mine ? __bfloat162float(E[static_cast<int64_t>(local) * H + i]) : 0.f;
+    x[static_cast<int64_t>(t) * H + i] = mine ? E[static_cast<int64_t>(local) * H + i] : __float2bfloat16_rn(0.f);
 }
 
-__global__ void addRmsNormKernel(float* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int H, float eps,
+// The unfused twin of tpcomm's allReduceResidualRmsNorm epilogue, with its arithmetic: the
+// residual rounded to bf16 after the add, the norm over the rounded values in fp32, and
+// out = bf16((r * inv) * w). Only the order of the sum of squares differs from tpcomm's kernels
+// (so the two paths agree to within an ulp of bf16, not bitwise).
+__global__ void addRmsNormKernel(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int H, float eps,
                                  __nv_bfloat16* out) {
-  float* xr = x + static_cast<int64_t>(blockIdx.x) * H;
+  __nv_bfloat16* xr = x + static_cast<int64_t>(blockIdx.x) * H;
   const __nv_bfloat16* ar = add ? add + static_cast<int64_t>(blockIdx.x) * H : nullptr;
   float ss = 0.f;
   for (int i = threadIdx.x; i < H; i += blockDim.x) {
-    float v = xr[i];
-    if (ar) xr[i] = v = v + __bfloat162float(ar[i]);
-    ss += v * v;
+    float v = __bfloat162float(xr[i]);
+    if (ar) {
+      const __nv_bfloat16 r = __float2bfloat16_rn(__fadd_rn(v, __bfloat162float(ar[i])));
+      xr[i] = r;
+      v = __bfloat162float(r);
+    }
+    ss = __fmaf_rn(v, v, ss);
   }
-  const float inv = rsqrtf(blockSum(ss) / H + eps);
+  const float inv = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(blockSum(ss), static_cast<float>(H)), eps)));
   for (int i = threadIdx.x; i < H; i += blockDim.x)
-    out[static_cast<int64_t>(blockIdx.x) * H + i] = __float2bfloat16_rn(__bfloat162float(w[i]) * (xr[i] * inv));
+    out[static_cast<int64_t>(blockIdx.x) * H + i] =
+        __float2bfloat16_rn(__fmul_rn(__fmul_rn(__bfloat162float(xr[i]), inv), __bfloat162float(w[i])));
 }
 
 template <typename T>
 __device__ __forceinline__ float toF(T v);
-template <>
-__device__ __forceinline__ float toF<float>(float v) { return v; }
 template <>
 __device__ __forceinline__ float toF<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
 
@@ -257,12 +265,12 @@ void initSynthetic(__nv_bfloat16* dst, int64_t rows, int64_t cols, int64_t fullC
   if (n > 0) initSyntheticKernel<<<blocks, 256, 0, s>>>(dst, rows, cols, fullCols, rowOff, colOff, seed, id, scale, offset);
 }
 
-void embed(const int32_t* tokens, int n, const __nv_bfloat16* E, int vocabBegin, int vocabLocal, int H, float* x,
+void embed(const int32_t* tokens, int n, const __nv_bfloat16* E, int vocabBegin, int vocabLocal, int H, __nv_bfloat16* x,
            cudaStream_t s) {
   embedKernel<<<n, 256, 0, s>>>(tokens, E, vocabBegin, vocabLocal, H, x);
 }
 
-void addRmsNorm(float* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int n, int H, float eps, __nv_bfloat16* out,
+void addRmsNorm(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int n, int H, float eps, __nv_bfloat16* out,
                 cudaStream_t s) {
   addRmsNormKernel<<<n, 512, 0, s>>>(x, add, w, H, eps, out);
 }
@@ -270,11 +278,6 @@ void addRmsNorm(float* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int 
 void rmsNormBf16(const __nv_bfloat16* in, int ldIn, const __nv_bfloat16* w, int n, int H, float eps, __nv_bfloat16* out,
                  int ldOut, cudaStream_t s) {
   rmsNormKernel<__nv_bfloat16><<<n, 512, 0, s>>>(in, ldIn, w, H, eps, out, ldOut);
-}
-
-void rmsNormF32(const float* in, const __nv_bfloat16* w, int n, int H, float eps, __nv_bfloat16* out, int ldOut,
-                cudaStream_t s) {
-  rmsNormKernel<float><<<n, 512, 0, s>>>(in, H, w, H, eps, out, ldOut);
 }
 
 void qkNormRopeStore(const __nv_bfloat16* qkv, int n, int hq, int hk, int D, const __nv_bfloat16* qNorm,

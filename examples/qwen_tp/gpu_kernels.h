@@ -1,6 +1,7 @@
 // gpu_kernels.h: the decoder's own CUDA kernels (everything but the GEMMs, which are cuBLAS).
-// Activations are bf16 except the residual stream and logits (fp32); every reduction runs in
-// fp32. Kernels read the step's start position from device memory (`pos`), so one captured CUDA
+// Activations, the residual stream included, are bf16 (as Hugging Face runs a bf16 model, and
+// as tpcomm's fused all-reduce + residual + RMSNorm needs: one dtype for input, residual and
+// output); logits and the argmax table are fp32; every reduction runs in fp32. Kernels read the step's start position from device memory (`pos`), so one captured CUDA
 // graph serves every step of a shape.
 #pragma once
 
@@ -16,20 +17,19 @@ namespace gpu {
 void initSynthetic(__nv_bfloat16* dst, int64_t rows, int64_t cols, int64_t fullCols, int64_t rowOff, int64_t colOff,
                    uint64_t seed, uint32_t id, float scale, float offset, cudaStream_t s);
 
-/// Vocab-parallel embedding: x[t] = E[tok - vocabBegin] (fp32) when this rank owns the token,
-/// else 0; the caller all-reduces x. tokens are global ids.
-void embed(const int32_t* tokens, int n, const __nv_bfloat16* E, int vocabBegin, int vocabLocal, int H, float* x,
+/// Vocab-parallel embedding: x[t] = E[tok - vocabBegin] when this rank owns the token, else 0;
+/// the caller all-reduces x (exact: one non-zero term per element). tokens are global ids.
+void embed(const int32_t* tokens, int n, const __nv_bfloat16* E, int vocabBegin, int vocabLocal, int H, __nv_bfloat16* x,
            cudaStream_t s);
 
-/// If `add` is non-null: x += add (bf16). Then out = bf16(rmsnorm(x) * w). One block per row.
-void addRmsNorm(float* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int n, int H, float eps,
+/// If `add` is non-null: x = bf16(x + add). Then out = bf16((x * inv_rms) * w), inv_rms in fp32.
+/// One block of 512 per row. The unfused path's epilogue after an all-reduce (what
+/// Communicator::allReduceResidualRmsNorm computes in one call, up to the sum-of-squares order).
+void addRmsNorm(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int n, int H, float eps,
                 __nv_bfloat16* out, cudaStream_t s);
 /// out[t, :] = bf16(rmsnorm(in[t, :]) * w) with in bf16 and an output row stride.
 void rmsNormBf16(const __nv_bfloat16* in, int ldIn, const __nv_bfloat16* w, int n, int H, float eps,
                  __nv_bfloat16* out, int ldOut, cudaStream_t s);
-/// Same with fp32 input.
-void rmsNormF32(const float* in, const __nv_bfloat16* w, int n, int H, float eps, __nv_bfloat16* out, int ldOut,
-                cudaStream_t s);
 
 /// qkv [n, (hq + 2 hk) * D] -> per-head RMSNorm on q and k, rotate-half rotary at position
 /// (*pos + ropeOffset + t); q -> q [n, hq * D]; k, v -> cache slots *pos + t ([ctx, hk, D]).

@@ -145,7 +145,7 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
         !loadLayer("mtp.layers.0.", &mtpLayer_, error))
       return false;
   }
-  if (!a(&x_, T * H * 4) || !a(&logits_, T * Vl * 4) || !a(&table_, T * shape_.tp * 2 * 4) ||
+  if (!a(&x_, T * H * 2) || !a(&logits_, T * Vl * 4) || !a(&table_, T * shape_.tp * 2 * 4) ||
       !a(&attnPart_, T * hq * splits_ * (D + 2) * 4) || !a(&hn_, T * H * 2) || !a(&qkv_, T * qkvRows_ * 2) ||
       !a(&q_, T * hq * D * 2) || !a(&att_, T * hq * D * 2) || !a(&proj_, T * H * 2) || !a(&gu_, T * 2 * I * 2) ||
       !a(&act_, T * I * 2) || !a(&hidden_, T * H * 2) || !a(&mtpOut_, T * H * 2) || !a(&mtpHidden_, H * 2) ||
@@ -174,6 +174,23 @@ bool GpuModel::allReduce(void* buf, size_t count, bool f32, std::string* error) 
   return false;
 }
 
+bool GpuModel::allReduceAddNorm(const __nv_bfloat16* w, int n, __nv_bfloat16* out, std::string* error) {
+  const int H = cfg_.hiddenSize;
+  if (opt_.fusedNorm && shape_.tp > 1 && !skipAllReduce_) {
+    // in = proj_, residual = x_, out: three distinct buffers, as the call requires.
+    tpcomm::Status s = comm_->allReduceResidualRmsNorm(proj_, x_, w, cfg_.rmsNormEps, out, static_cast<size_t>(n),
+                                                       static_cast<size_t>(H), tpcomm::DataType::kBF16, stream_);
+    if (s == tpcomm::Status::kOk) return normAlgo_ = comm_->lastAlgorithm(), true;
+    if (error)
+      *error = std::string("tpcomm allReduceResidualRmsNorm: ") + tpcomm::statusName(s) + ": " + tpcomm::lastErrorMessage();
+    return false;
+  }
+  if (!allReduce(proj_, static_cast<size_t>(n) * H, false, error)) return false;
+  if (comm_ && !skipAllReduce_) normAlgo_ = comm_->lastAlgorithm();
+  gpu::addRmsNorm(x_, proj_, w, n, H, cfg_.rmsNormEps, out, stream_);
+  return true;
+}
+
 std::string GpuModel::lastAlgorithm() const { return comm_ ? comm_->lastAlgorithm() : ""; }
 
 // Attention block then MLP block of one layer, starting from hn_ = norm1(x_); ends with
@@ -186,14 +203,11 @@ bool GpuModel::enqueueLayer(const Layer& L, int n, int ropeOffset, const __nv_bf
                        L.vCache, stream_);
   gpu::attention(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, splits_, chunk_, attnPart_, att_, stream_);
   gemm(L.wo, H, hq * D, att_, n, proj_, false);
-  if (!allReduce(proj_, static_cast<size_t>(n) * H, false, error)) return false;
-  gpu::addRmsNorm(x_, proj_, L.ln2, n, H, cfg_.rmsNormEps, hn_, stream_);  // residual add + norm, fused
+  if (!allReduceAddNorm(L.ln2, n, hn_, error)) return false;  // all-reduce + residual add + norm
   gemm(L.wgu, 2 * I, H, hn_, n, gu_, false);
   gpu::swiglu(gu_, n, I, act_, stream_);
   gemm(L.wd, H, I, act_, n, proj_, false);
-  if (!allReduce(proj_, static_cast<size_t>(n) * H, false, error)) return false;
-  gpu::addRmsNorm(x_, proj_, nextNorm, n, H, cfg_.rmsNormEps, normOut, stream_);
-  return true;
+  return allReduceAddNorm(nextNorm, n, normOut, error);
 }
 
 bool GpuModel::enqueueGreedy(const __nv_bfloat16* hidden, int n, std::string* error) {
@@ -210,7 +224,7 @@ bool GpuModel::enqueue(Kind kind, int n, std::string* error) {
   QWEN_CUDA(cudaMemcpyAsync(dTokens_, hTokens_, static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, stream_));
   QWEN_CUDA(cudaMemcpyAsync(dPos_, hPos_, 4, cudaMemcpyHostToDevice, stream_));
   gpu::embed(dTokens_, n, embed_, shape_.vocabBegin(), shape_.vocab, H, x_, stream_);
-  if (!allReduce(x_, static_cast<size_t>(n) * H, true, error)) return false;  // vocab-parallel embedding
+  if (!allReduce(x_, static_cast<size_t>(n) * H, false, error)) return false;  // vocab-parallel embedding (exact)
   if (kind == kTarget) {
     gpu::addRmsNorm(x_, nullptr, layers_[0].ln1, n, H, eps, hn_, stream_);
     for (int l = 0; l < cfg_.numLayers; ++l) {
@@ -222,9 +236,9 @@ bool GpuModel::enqueue(Kind kind, int n, std::string* error) {
   } else {
     // MTP: fc(concat(norm_e(embed(token)), norm_h(hidden))) -> one decoder layer -> mtp.norm.
     const __nv_bfloat16* src = kind == kMtpFromTarget ? hidden_ : mtpHidden_;
-    gpu::rmsNormF32(x_, mtpNormE_, n, H, eps, cat_, 2 * H, stream_);
+    gpu::rmsNormBf16(x_, H, mtpNormE_, n, H, eps, cat_, 2 * H, stream_);
     gpu::rmsNormBf16(src, H, mtpNormH_, n, H, eps, cat_ + H, 2 * H, stream_);
-    gemm(mtpFc_, H, 2 * H, cat_, n, x_, true);
+    gemm(mtpFc_, H, 2 * H, cat_, n, x_, false);
     gpu::addRmsNorm(x_, nullptr, mtpLayer_.ln1, n, H, eps, hn_, stream_);
     if (!enqueueLayer(mtpLayer_, n, 1, mtpNorm_, mtpOut_, error)) return false;
     const __nv_bfloat16* lastRow = mtpOut_ + static_cast<size_t>(n - 1) * H;

@@ -2,6 +2,10 @@
 // (Megatron shards, q/k/v and gate/up fused per rank), cuBLAS GEMMs with fp32 accumulation,
 // own kernels for the rest (gpu_kernels.h), a bf16 KV cache per layer and for the MTP layer,
 // and tpcomm all-reduces: embedding, after o_proj, after down_proj, and the argmax table.
+// The residual stream is bf16. The all-reduces after o_proj and down_proj are each followed by
+// the residual add and the next RMSNorm; with GpuModelOptions::fusedNorm (the default, tp > 1)
+// the three are one Communicator::allReduceResidualRmsNorm call (a fused kernel on the P2P
+// algorithms, tpcomm's all-reduce + norm kernel elsewhere), else allReduce + gpu::addRmsNorm.
 // Calls of up to kGraphMaxTokens tokens are captured once per shape as CUDA graphs (inputs and
 // outputs copied inside the graph through pinned buffers) and replayed.
 #pragma once
@@ -32,6 +36,7 @@ struct GpuModelOptions {
   uint64_t seed = 1;           ///< synthetic weights when `checkpoint` is null
   const SafetensorsModel* checkpoint = nullptr;
   bool useGraphs = true;
+  bool fusedNorm = true;  ///< allReduceResidualRmsNorm after o_proj / down_proj (false: allReduce + addRmsNorm)
 };
 
 class GpuModel : public DecoderEngine {
@@ -62,6 +67,9 @@ class GpuModel : public DecoderEngine {
   size_t allocatedBytes() const { return allocBytes_; }
   /// Name of the algorithm tpcomm ran for the last all-reduce ("" with tp == 1).
   std::string lastAlgorithm() const;
+  /// Algorithm of the last layer epilogue (after o_proj / down_proj) as enqueued: tpcomm's name
+  /// ("fused_oneshot_p2p", ...; the all-reduce's name on the unfused path), "" with tp == 1.
+  const std::string& lastNormAlgorithm() const { return normAlgo_; }
   cudaStream_t stream() const { return stream_; }
 
  private:
@@ -80,6 +88,8 @@ class GpuModel : public DecoderEngine {
                     std::string* error);
   bool enqueueGreedy(const __nv_bfloat16* hidden, int n, std::string* error);
   bool allReduce(void* buf, size_t count, bool f32, std::string* error);
+  // x_ += all-reduce(proj_ [n, H]); out = rmsnorm(x_) * w (proj_ is clobbered on the unfused path).
+  bool allReduceAddNorm(const __nv_bfloat16* w, int n, __nv_bfloat16* out, std::string* error);
   void gemm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32);
   bool run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* out, std::string* error);
 
@@ -100,7 +110,8 @@ class GpuModel : public DecoderEngine {
   Layer mtpLayer_{};
   __nv_bfloat16 *mtpNormE_ = nullptr, *mtpNormH_ = nullptr, *mtpFc_ = nullptr, *mtpNorm_ = nullptr;
   // activations
-  float *x_ = nullptr, *logits_ = nullptr, *table_ = nullptr, *attnPart_ = nullptr;
+  __nv_bfloat16* x_ = nullptr;  // residual stream [T, H]
+  float *logits_ = nullptr, *table_ = nullptr, *attnPart_ = nullptr;
   __nv_bfloat16 *hn_ = nullptr, *qkv_ = nullptr, *q_ = nullptr, *att_ = nullptr, *proj_ = nullptr, *gu_ = nullptr,
                 *act_ = nullptr, *hidden_ = nullptr, *mtpOut_ = nullptr, *mtpHidden_ = nullptr, *cat_ = nullptr;
   int32_t *dTokens_ = nullptr, *dPos_ = nullptr, *dOut_ = nullptr;
@@ -108,6 +119,7 @@ class GpuModel : public DecoderEngine {
   void* cublasWorkspace_ = nullptr;
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
   int lastTargetN_ = 0;
+  std::string normAlgo_;
 };
 
 }  // namespace qwen

@@ -34,7 +34,7 @@ struct Flags {
   int promptTokens = 32, nPredict = 32, ctxSize = 0, tp = 1, draftNMax = 0;
   double simAcceptance = -1;
   uint64_t seed = 1;
-  bool mpi = false, noGraphs = false, profile = true;
+  bool mpi = false, noGraphs = false, profile = true, fusedNorm = true;
 };
 
 void usage() {
@@ -52,6 +52,8 @@ void usage() {
       "  --sim-acceptance A      drafts replaced by the reference token with probability A (simulated acceptance)\n"
       "  --allreduce auto|nccl|staged_host   tpcomm algorithm choice (auto = tpcomm's selector)\n"
       "  --metrics-file F        Prometheus text output (default qwen_tp_metrics.prom)\n"
+      "  --no-fused-norm         all-reduce, then a separate residual + RMSNorm kernel (default: one\n"
+      "                          Communicator::allReduceResidualRmsNorm call after o_proj and down_proj)\n"
       "  --seed S  --no-graphs  --no-profile\n");
 }
 
@@ -69,6 +71,7 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
     else if (a == "--mpi") f->mpi = true;
     else if (a == "--no-graphs") f->noGraphs = true;
     else if (a == "--no-profile") f->profile = false;
+    else if (a == "--no-fused-norm") f->fusedNorm = false;
     QWEN_FLAG("--model-preset", f->preset = v)
     QWEN_FLAG("--model-dir", f->modelDir = v)
     QWEN_FLAG("--prompt-tokens", f->promptTokens = std::atoi(v))
@@ -136,6 +139,7 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
   o.seed = f.seed;
   o.checkpoint = sh.ckpt.get();
   o.useGraphs = !f.noGraphs;
+  o.fusedNorm = f.fusedNorm;
   if (!model.init(o, err)) return false;
   std::vector<int32_t> ref, out;
   GenerateStats plain, spec;
@@ -154,7 +158,10 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
     out = ref;
   }
   double stepMs = 0, stepNoArMs = 0, verifyMs = 0, verifyNoArMs = 0;
-  if (f.profile && !f.noGraphs) {  // share of a decode step spent in all-reduce: with vs without them
+  // Share of a decode step spent in all-reduce: with vs without them. Without, the layer epilogue
+  // is the addRmsNorm kernel alone, so with the fused norm the share is the fused call's time
+  // beyond that kernel's.
+  if (f.profile && !f.noGraphs) {
     const int pos = static_cast<int>(sh.prompt.size());
     const int nv = f.draftNMax + 1;
     if (!model.timeTargetStep(1, pos, 50, &stepMs, err)) return false;
@@ -188,8 +195,11 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
   }
   size_t freeB = 0, totalB = 0;
   cudaMemGetInfo(&freeB, &totalB);
-  std::printf("qwen_tp: model %s, TP=%d, allreduce %s (last algorithm: %s), prompt %zu, n-predict %d\n", sh.cfg.name.c_str(),
-              f.tp, f.allreduce.c_str(), model.lastAlgorithm().c_str(), sh.prompt.size(), f.nPredict);
+  std::printf("qwen_tp: model %s, TP=%d, allreduce %s (last algorithm: %s), layer epilogue %s (%s), prompt %zu, "
+              "n-predict %d\n",
+              sh.cfg.name.c_str(), f.tp, f.allreduce.c_str(), model.lastAlgorithm().c_str(),
+              f.fusedNorm ? "fused all-reduce + residual + RMSNorm" : "all-reduce, then residual + RMSNorm kernel",
+              model.lastNormAlgorithm().c_str(), sh.prompt.size(), f.nPredict);
   if (needPlain) std::printf("--- plain greedy ---\n%s", formatTimings(plain).c_str());
   if (f.draftNMax > 0)
     std::printf("--- draft-mtp n-max %d ---\n%s", f.draftNMax, formatTimings(spec).c_str());

@@ -1,7 +1,9 @@
 // Tests of the CPU reference forward (examples/qwen_tp/cpu_model): TP = 1, 2, 4 (ranks as threads
 // on tpcomm host communicators) give the same greedy tokens and logits within fp32 rounding; the
 // KV cache path (prefill + one-token steps) matches a full recompute; causality; MTP passes
-// over n pairs match n single passes; bad input is rejected.
+// over n pairs match n single passes; bad input is rejected; the fused all-reduce + residual +
+// RMSNorm path (Communicator::allReduceResidualRmsNorm, the default) and the unfused one give the
+// same tokens, and the fused call really runs (two per layer).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -38,16 +40,19 @@ std::vector<int32_t> prompt(int n, int vocab) {
 struct Greedy {
   std::vector<int32_t> tokens;
   std::vector<std::vector<float>> logits;
+  std::vector<float> hidden;  // rank 0's final hidden states of the last step
+  int fusedNorms = 0, allReduces = 0;  // rank 0's counters
 };
 
-bool runGreedy(const TinyModel& m, int tp, const std::vector<int32_t>& p, int steps, Greedy* out, std::string* err) {
+bool runGreedy(const TinyModel& m, int tp, const std::vector<int32_t>& p, int steps, Greedy* out, std::string* err,
+               bool fusedNorm = true) {
   out->tokens.assign(steps, -1);
   out->logits.assign(steps, std::vector<float>(m.cfg.vocabSize, NAN));
   std::mutex mu;
   return runCpuTpGroup(tp, [&](int rank, tpcomm::Communicator* comm, std::string* e) {
     TpShape s;
     if (!makeTpShape(m.cfg, tp, rank, &s, e)) return false;
-    CpuModel model(m.cfg, s, &m.w, comm, 64);
+    CpuModel model(m.cfg, s, &m.w, comm, 64, fusedNorm);
     std::vector<int32_t> next(p.size());
     std::vector<int32_t> mine;
     int pos = 0;
@@ -65,6 +70,11 @@ bool runGreedy(const TinyModel& m, int tp, const std::vector<int32_t>& p, int st
         else if (out->tokens[step] != tok && out->tokens[step] != -1) return *e = "ranks disagree", false;
       }
       in.assign(1, tok);
+    }
+    if (rank == 0) {
+      out->hidden = model.lastHidden();
+      out->fusedNorms = model.fusedNormCount();
+      out->allReduces = model.allReduceCount();
     }
     return true;
   }, err);
@@ -97,6 +107,37 @@ TEST(QwenCpuModel, TensorParallelRanksGiveTheSameTokensAndLogits) {
       if (g1.logits[s][i] > g1.logits[s][best]) best = i;
     EXPECT_EQ(g1.tokens[s], best);
   }
+}
+
+TEST(QwenCpuModel, FusedAndUnfusedNormPathsGiveTheSameTokens) {
+  TinyModel m;
+  const auto p = prompt(9, m.cfg.vocabSize);
+  const int steps = 12;
+  for (int tp : {2, 4}) {
+    Greedy fused, plain;
+    std::string err;
+    ASSERT_TRUE(runGreedy(m, tp, p, steps, &fused, &err, /*fusedNorm=*/true)) << err;
+    ASSERT_TRUE(runGreedy(m, tp, p, steps, &plain, &err, /*fusedNorm=*/false)) << err;
+    EXPECT_EQ(fused.tokens, plain.tokens) << "tp " << tp;
+    // Per target call: embedding, two per layer, argmax table; the layer ones are fused.
+    EXPECT_EQ(fused.fusedNorms, steps * 2 * m.cfg.numLayers) << "tp " << tp;
+    EXPECT_EQ(plain.fusedNorms, 0) << "tp " << tp;
+    EXPECT_EQ(fused.allReduces, plain.allReduces) << "tp " << tp;
+    // Only the norm's rounding differs (a few fp32 ulps per layer), so the outputs agree far
+    // inside the TP tolerance -- but are not required to be bitwise equal.
+    ASSERT_EQ(fused.hidden.size(), plain.hidden.size());
+    for (size_t i = 0; i < fused.hidden.size(); ++i)
+      EXPECT_NEAR(fused.hidden[i], plain.hidden[i], 1e-5f * (1 + std::fabs(plain.hidden[i]))) << "tp " << tp << " " << i;
+    for (int s = 0; s < steps; ++s)
+      for (int i = 0; i < m.cfg.vocabSize; ++i)
+        EXPECT_NEAR(fused.logits[s][i], plain.logits[s][i], 1e-5f * (1 + std::fabs(plain.logits[s][i])))
+            << "tp " << tp << " step " << s << " vocab " << i;
+  }
+  // tp == 1 has no all-reduce, so no fused call, whatever the flag says.
+  Greedy one;
+  std::string err;
+  ASSERT_TRUE(runGreedy(m, 1, p, 3, &one, &err, true)) << err;
+  EXPECT_EQ(one.fusedNorms, 0);
 }
 
 TEST(QwenCpuModel, TiedLmHeadUsesTheEmbeddingAndSplitsTheSame) {
