@@ -27,26 +27,6 @@ namespace {
 using dev::Pack;
 using dev::PackOf;
 
-// -0.0 becomes +0.0, so no payload word equals the sentinel (lamport_p2p_kernel.cu's rule).
-template <typename T>
-__device__ __forceinline__ Pack scrubNegativeZeroFused(Pack v) {
-  uint32_t* w = reinterpret_cast<uint32_t*>(&v);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    if (sizeof(T) == 4) {
-      if (w[k] == kLamportSentinel) w[k] = 0;
-    } else {
-      if ((w[k] & 0xffffu) == 0x8000u) w[k] &= 0xffff0000u;
-      if ((w[k] >> 16) == 0x8000u) w[k] &= 0x0000ffffu;
-    }
-  }
-  return v;
-}
-
-__device__ __forceinline__ bool arrivedFused(const Pack& v) {
-  return v.x != kLamportSentinel && v.y != kLamportSentinel && v.z != kLamportSentinel && v.w != kLamportSentinel;
-}
-
 template <typename T>
 __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLaunch f) {
   constexpr int kEpp = PackOf<T>::kElems;
@@ -74,7 +54,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
 
   // 1. push
   for (size_t i = rowLo * packsPerRow + threadIdx.x; i < rowHi * packsPerRow; i += blockDim.x) {
-    Pack v = scrubNegativeZeroFused<T>(src[i]);
+    Pack v = dev::lamportScrub<T>(src[i]);
     for (int r = 0; r < n; ++r)
       if (r != me) slot(p.peers[r], buf, me)[i] = v;
   }
@@ -94,7 +74,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
             } else {
               const Pack* q = slot(local, buf, r) + i;
               v = __ldcv(q);
-              for (uint32_t spin = 0; !failed && !arrivedFused(v); ++spin) {
+              for (uint32_t spin = 0; !failed && !dev::lamportArrived(v); ++spin) {
                 if ((spin & 1023u) == 1023u && dev::globalTimerNs() > deadline) {
                   dev::reportTimeout(p.errorWord, r);
                   failed = true;

@@ -29,26 +29,6 @@ using dev::Pack;
 using dev::PackOf;
 constexpr int kThreads = 512;
 
-// Words of the sentinel itself are impossible after this: -0.0 becomes +0.0.
-template <typename T>
-__device__ __forceinline__ Pack scrubNegativeZero(Pack v) {
-  uint32_t* w = reinterpret_cast<uint32_t*>(&v);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    if (sizeof(T) == 4) {
-      if (w[k] == kLamportSentinel) w[k] = 0;
-    } else {
-      if ((w[k] & 0xffffu) == 0x8000u) w[k] &= 0xffff0000u;
-      if ((w[k] >> 16) == 0x8000u) w[k] &= 0x0000ffffu;
-    }
-  }
-  return v;
-}
-
-__device__ __forceinline__ bool arrived(const Pack& v) {
-  return v.x != kLamportSentinel && v.y != kLamportSentinel && v.z != kLamportSentinel && v.w != kLamportSentinel;
-}
-
 // Pack i of a user buffer: one 16-byte access when the buffer is 16-byte aligned, else element by
 // element. Alignment must never make ranks choose different algorithms, so Lamport accepts any
 // element-aligned buffer rather than declining on one rank only.
@@ -98,7 +78,7 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
   size_t lo, hi;
   dev::splitRange(packs, gridDim.x, blockIdx.x, 1, &lo, &hi);
   for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-    Pack v = scrubNegativeZero<T>(loadUserPack<T, kVec>(p.send, i));
+    Pack v = dev::lamportScrub<T>(loadUserPack<T, kVec>(p.send, i));
     for (int r = 0; r < n; ++r)
       if (r != me) slot(p.peers[r], buf, me)[i] = v;
   }
@@ -112,7 +92,7 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
       }
       const Pack* q = slot(local, buf, r) + i;
       Pack v = __ldcv(q);
-      for (uint32_t spin = 0; !arrived(v); ++spin) {
+      for (uint32_t spin = 0; !dev::lamportArrived(v); ++spin) {
         if ((spin & 1023u) == 1023u && dev::globalTimerNs() > deadline) {
           dev::reportTimeout(p.errorWord, r);
           return;

@@ -92,6 +92,26 @@ __device__ __forceinline__ T reduceRanksElem(int n, int me, const T* own, FromFn
   return Elem<T>::fromFloat(acc);
 }
 
+// Lamport wire format (lamport_p2p_kernel.cu): a pack has arrived when none of its 32-bit words
+// is the sentinel; lamportScrub sends -0.0 as +0.0 so no payload word can equal it.
+template <typename T>
+__device__ __forceinline__ Pack lamportScrub(Pack v) {
+  uint32_t* w = reinterpret_cast<uint32_t*>(&v);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if (sizeof(T) == 4) {
+      if (w[k] == kLamportSentinel) w[k] = 0;
+    } else {
+      if ((w[k] & 0xffffu) == 0x8000u) w[k] &= 0xffff0000u;
+      if ((w[k] >> 16) == 0x8000u) w[k] &= 0x0000ffffu;
+    }
+  }
+  return v;
+}
+__device__ __forceinline__ bool lamportArrived(const Pack& v) {
+  return v.x != kLamportSentinel && v.y != kLamportSentinel && v.z != kLamportSentinel && v.w != kLamportSentinel;
+}
+
 // Programmatic dependent launch (sm_90+): let the next kernel in the stream be scheduled now,
 // and wait here until the previous one has finished and its memory is visible. Everything a
 // kernel reads that an earlier kernel may write (inputs, epochs) comes after pdlWait().
