@@ -17,25 +17,13 @@
 #include <vector>
 
 #include "algos/host_reduce.h"
+#include "tpcomm/types.h"
 
 namespace {
 
 using tpcomm::DataType;
 using tpcomm::ReduceOp;
 
-const char* dtypeName(DataType t) {
-  switch (t) {
-    case DataType::kF32:
-      return "f32";
-    case DataType::kF16:
-      return "f16";
-    case DataType::kBF16:
-      return "bf16";
-  }
-  return "?";
-}
-
-size_t elementSize(DataType t) { return t == DataType::kF32 ? 4 : 2; }
 
 void fill(void* buf, size_t count, DataType t, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -48,7 +36,7 @@ void fill(void* buf, size_t count, DataType t, uint32_t seed) {
 }
 
 double medianNsPerElement(DataType t, ReduceOp op, int ranks, size_t count, int reps) {
-  size_t bytes = count * elementSize(t);
+  size_t bytes = count * tpcomm::dataTypeSize(t);
   std::vector<std::vector<char>> srcStore(ranks);
   std::vector<const void*> srcs(ranks);
   for (int r = 0; r < ranks; ++r) {
@@ -126,8 +114,8 @@ int main(int argc, char** argv) {
   std::printf("%-6s %12s %12s\n", "dtype", "ns/element", "GB/s(in+out)");
   for (DataType t : dtypes) {
     double ns = medianNsPerElement(t, op, ranks, count, reps);
-    double gbs = static_cast<double>((ranks + 1) * elementSize(t)) / ns;
-    std::printf("%-6s %12.3f %12.2f\n", dtypeName(t), ns, gbs);
+    double gbs = static_cast<double>((ranks + 1) * tpcomm::dataTypeSize(t)) / ns;
+    std::printf("%-6s %12.3f %12.2f\n", tpcomm::dataTypeName(t), ns, gbs);
   }
   return 0;
 }
