@@ -1,7 +1,7 @@
 // lamport_p2p: one-shot with the flag in the data (sentinel words), so no barrier round trip:
 // the lowest latency for small messages (kernel and memory ordering: lamport_p2p_kernel.cu).
-// Needs a multiple of 16 bytes (a property of the call, the same on every rank); buffers of any
-// element alignment work (16-byte aligned ones with vector accesses).
+// Any element count (the last 16-byte pack is zero-padded on the wire; the padded size must fit
+// the scratch) and buffers of any element alignment (16-byte aligned ones with vector accesses).
 #pragma once
 
 #include "algos/p2p_algorithm.h"

@@ -15,8 +15,15 @@
 // e+1 pushes; those come from the next kernel, which starts pushing only after this kernel has
 // completed (stream order, or griddepcontrol.wait under PDL), and kernel completion makes the
 // clear visible. The clear covers the bytes used in call e-1 (recorded per buffer), so messages
-// may change size between calls. Needs a multiple of 16 bytes (a
-// lone 16-bit element could leave a word at the sentinel).
+// may change size between calls.
+// Any element count: the wire unit is the whole 16-byte pack, ceil(count / elements per pack) of
+// them. The last pack may be partial; its missing elements are sent as zero bits (+0.0), so every
+// word of every pushed pack is written (a word left unwritten would stay at the sentinel) and
+// goes through the scrub like any payload word. No word can then be the sentinel: 0x80000000
+// needs a high half 0x8000 (a 16-bit -0.0, scrubbed) over a zero low half, and a lone 16-bit
+// element sits in the low half (elements fill a pack from the front) under a zero high half.
+// Only the valid elements are written out, and the used bytes (what the clear covers) count the
+// padded packs.
 #include <cuda_runtime.h>
 
 #include "algos/p2p_common.cuh"
@@ -29,29 +36,48 @@ using dev::Pack;
 using dev::PackOf;
 constexpr int kThreads = 512;
 
-// Pack i of a user buffer: one 16-byte access when the buffer is 16-byte aligned, else element by
-// element. Alignment must never make ranks choose different algorithms, so Lamport accepts any
-// element-aligned buffer rather than declining on one rank only.
+// Pack i of a user buffer of `count` elements: one 16-byte access when the buffer is 16-byte
+// aligned, else element by element. Alignment must never make ranks choose different algorithms,
+// so Lamport accepts any element-aligned buffer rather than declining on one rank only. A partial
+// last pack is always read element by element (past `count` the buffer may end, and it is only
+// element-aligned there); its missing elements read as zero bits.
 template <typename T, bool kVec>
-__device__ __forceinline__ Pack loadUserPack(const void* base, size_t i) {
-  if (kVec) return static_cast<const Pack*>(base)[i];
-  Pack v;
-  T* e = reinterpret_cast<T*>(&v);
-  const T* s = static_cast<const T*>(base) + i * PackOf<T>::kElems;
+__device__ __forceinline__ Pack loadUserPack(const void* base, size_t i, size_t count) {
+  constexpr int kEpp = PackOf<T>::kElems;
+  const size_t valid = count - i * kEpp;
+  const T* s = static_cast<const T*>(base) + i * kEpp;
+  if (valid >= kEpp) {
+    if (kVec) return static_cast<const Pack*>(base)[i];
+    Pack v;
+    T* e = reinterpret_cast<T*>(&v);
 #pragma unroll
-  for (int k = 0; k < PackOf<T>::kElems; ++k) e[k] = s[k];
+    for (int k = 0; k < kEpp; ++k) e[k] = s[k];
+    return v;
+  }
+  Pack v = make_uint4(0, 0, 0, 0);  // +0.0, never the sentinel (opening comment)
+  T* e = reinterpret_cast<T*>(&v);
+#pragma unroll
+  for (int k = 0; k < kEpp; ++k)  // unrolled with constant indices: v stays in registers
+    if (k < static_cast<int>(valid)) e[k] = s[k];
   return v;
 }
+// Stores the first min(kEpp, count - i * kEpp) elements of pack i; the padding is dropped.
 template <typename T, bool kVec>
-__device__ __forceinline__ void storeUserPack(void* base, size_t i, const Pack& v) {
-  if (kVec) {
-    static_cast<Pack*>(base)[i] = v;
-    return;
-  }
+__device__ __forceinline__ void storeUserPack(void* base, size_t i, size_t count, const Pack& v) {
+  constexpr int kEpp = PackOf<T>::kElems;
+  const size_t valid = count - i * kEpp;
   const T* e = reinterpret_cast<const T*>(&v);
-  T* d = static_cast<T*>(base) + i * PackOf<T>::kElems;
+  T* d = static_cast<T*>(base) + i * kEpp;
+  if (valid < kEpp) {
 #pragma unroll
-  for (int k = 0; k < PackOf<T>::kElems; ++k) d[k] = e[k];
+    for (int k = 0; k < kEpp; ++k)
+      if (k < static_cast<int>(valid)) d[k] = e[k];
+  } else if (kVec) {
+    static_cast<Pack*>(base)[i] = v;
+  } else {
+#pragma unroll
+    for (int k = 0; k < kEpp; ++k) d[k] = e[k];
+  }
 }
 
 template <typename T, int Op, bool kVec>
@@ -72,13 +98,13 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
     return reinterpret_cast<Pack*>(base + L.lamportOffset + b * L.lamportBufferBytes() +
                                    static_cast<size_t>(from) * L.lamportBytes);
   };
-  const size_t packs = p.count / kEpp;
+  const size_t packs = (p.count + kEpp - 1) / kEpp;  // the last one may be partial
 
   // 1. push
   size_t lo, hi;
   dev::splitRange(packs, gridDim.x, blockIdx.x, 1, &lo, &hi);
   for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-    Pack v = dev::lamportScrub<T>(loadUserPack<T, kVec>(p.send, i));
+    Pack v = dev::lamportScrub<T>(loadUserPack<T, kVec>(p.send, i, p.count));
     for (int r = 0; r < n; ++r)
       if (r != me) slot(p.peers[r], buf, me)[i] = v;
   }
@@ -87,7 +113,7 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
     Pack in[kMaxP2pRanks];
     for (int r = 0; r < n; ++r) {
       if (r == me) {
-        in[r] = loadUserPack<T, kVec>(p.send, i);
+        in[r] = loadUserPack<T, kVec>(p.send, i, p.count);
         continue;
       }
       const Pack* q = slot(local, buf, r) + i;
@@ -104,7 +130,7 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
     float acc[kEpp];
     PackOf<T>::toFloats(in[0], acc);
     for (int r = 1; r < n; ++r) PackOf<T>::template accumulate<Op>(acc, in[r]);
-    storeUserPack<T, kVec>(p.recv, i, PackOf<T>::fromFloats(acc));
+    storeUserPack<T, kVec>(p.recv, i, p.count, PackOf<T>::fromFloats(acc));
   }
   // 3. clear the buffer read in the previous call
   {
@@ -121,7 +147,7 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
   __syncthreads();
   if (threadIdx.x == 0) {
     *epochPtr = epoch;
-    if (blockIdx.x == 0) used[buf] = p.count * sizeof(T);
+    if (blockIdx.x == 0) used[buf] = packs * sizeof(Pack);  // padded: peers wrote whole packs
   }
 }
 

@@ -1,7 +1,8 @@
 // GPU all-reduce tests across processes (mpirun -np 2: one rank per process and GPU, peer
 // buffers shared through CUDA IPC). Same inputs and checks as p2p_allreduce_test.cc; ranks
-// compare their outputs through a hash gathered over MPI. Exit code 77 (ctest: Skipped) where a
-// rank has no GPU of its own.
+// compare their outputs through a hash gathered over MPI. Lamport runs at every element count
+// (partial last 16-byte pack included), also with sizes alternating on one communicator. Exit
+// code 77 (ctest: Skipped) where a rank has no GPU of its own.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -41,6 +42,12 @@ Communicator* commFor(const std::string& algo) {
     return nullptr;
   }
   return (comms[algo] = std::move(c)).get();
+}
+
+// Whether a forced `algo` runs (does not fall back) at `bytes`: Lamport at any element count whose
+// size padded to 16 bytes fits TPCOMM_LAMPORT_MAX_BYTES (1 MiB). Only Lamport is checked here.
+bool expectRuns(const std::string& algo, size_t bytes) {
+  return algo == "lamport_p2p" && (bytes + 15) / 16 * 16 <= (1u << 20);
 }
 
 class MpiAllReduce : public testing::TestWithParam<std::tuple<const char*, DataType, ReduceOp, size_t, bool, bool>> {};
@@ -87,6 +94,7 @@ TEST_P(MpiAllReduce, BitExactAcrossProcesses) {
     MPI_Allgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
     for (int r = 1; r < gSize; ++r) EXPECT_EQ(all[r], all[0]) << "rank " << r << " output differs from rank 0";
   }
+  if (expectRuns(algo, bytes)) EXPECT_STREQ(comm->lastAlgorithm(), algo);
   if (exec) cudaGraphExecDestroy(exec);
   if (graphObj) cudaGraphDestroy(graphObj);
   cudaFree(in);
@@ -108,6 +116,74 @@ INSTANTIATE_TEST_SUITE_P(
                      testing::Values(DataType::kF32, DataType::kBF16), testing::Values(ReduceOp::kSum),
                      testing::Values<size_t>(1, 4096, (1u << 20) + 8, (16u << 20) + 3), testing::Bool(),
                      testing::Bool()));
+
+// Lamport's partial last pack: every tail length of f32 (4 per pack) and f16/bf16 (8 per pack).
+INSTANTIATE_TEST_SUITE_P(LamportTails, MpiAllReduce,
+                         testing::Combine(testing::Values("lamport_p2p"),
+                                          testing::Values(DataType::kF32, DataType::kF16, DataType::kBF16),
+                                          testing::Values(ReduceOp::kSum, ReduceOp::kMax),
+                                          testing::Values<size_t>(2, 3, 5, 6, 9, 4097, 262143), testing::Bool(),
+                                          testing::Bool()));
+
+// Lamport with sizes alternating back to back (1 element, 8 bytes, 4097 and 4099 elements; as
+// p2p_allreduce_test.cc): a clear that misses the padded tail of a pack shows up as a wrong
+// element in a later call on the same buffer. Odd calls shift rank 1's buffers by one element.
+TEST(MpiLamportTails, AlternatingSizesBackToBack) {
+  Communicator* comm = commFor("lamport_p2p");
+  ASSERT_NE(comm, nullptr);
+  CUDA_OK(cudaSetDevice(comm->device()));
+  cudaStream_t st;
+  CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  const int iters = 600;
+  for (DataType dtype : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+    SCOPED_TRACE(name(dtype));
+    const size_t es = tpcomm::dataTypeSize(dtype);
+    const size_t counts[] = {1, 8 / es, 4097, 4099};
+    const size_t slab = ((4099 + 16) * es + 255) / 256 * 256;
+    std::vector<uint8_t> hostIn(slab * iters, 0), expected(slab * iters, 0);
+    for (int it = 0; it < iters; ++it) {
+      const size_t count = counts[it % 4];
+      std::vector<std::vector<uint8_t>> inputs;
+      for (int r = 0; r < gSize; ++r)
+        inputs.push_back(makeHost(dtype, count, [&](size_t i) { return intInput(r, i, it); }));
+      std::memcpy(hostIn.data() + it * slab, inputs[gRank].data(), count * es);
+      const auto ref = reference(inputs, dtype, ReduceOp::kSum, count);
+      std::memcpy(expected.data() + it * slab, ref.data(), ref.size());
+    }
+    void *inBase, *outBase;
+    CUDA_OK(cudaMalloc(&inBase, slab * iters + 16));
+    CUDA_OK(cudaMalloc(&outBase, slab * iters + 16));
+    char *in = static_cast<char*>(inBase), *out = static_cast<char*>(outBase);
+    CUDA_OK(cudaMemsetAsync(out, 0xff, slab * iters + 16, st));
+    auto shift = [&](int it) { return (it % 2 == 1 && gRank == 1) ? es : 0; };
+    for (int it = 0; it < iters; ++it)
+      CUDA_OK(cudaMemcpyAsync(in + it * slab + shift(it), hostIn.data() + it * slab, counts[it % 4] * es,
+                              cudaMemcpyHostToDevice, st));
+    for (int it = 0; it < iters; ++it) {
+      ASSERT_EQ(comm->allReduce(in + it * slab + shift(it), out + it * slab + shift(it), counts[it % 4], dtype,
+                                ReduceOp::kSum, st),
+                Status::kOk)
+          << tpcomm::lastErrorMessage();
+      ASSERT_STREQ(comm->lastAlgorithm(), "lamport_p2p") << "count " << counts[it % 4];
+    }
+    CUDA_OK(cudaStreamSynchronize(st));
+    ASSERT_EQ(comm->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
+    std::vector<uint8_t> host(slab * iters + 16);
+    CUDA_OK(cudaMemcpy(host.data(), out, host.size(), cudaMemcpyDeviceToHost));
+    size_t wrong = 0;
+    for (int it = 0; it < iters; ++it) {
+      const size_t bytes = counts[it % 4] * es;
+      const uint8_t* o = host.data() + it * slab + shift(it);
+      bool bad = std::memcmp(o, expected.data() + it * slab, bytes) != 0;
+      for (size_t b = bytes; b < bytes + 16 && !bad; ++b) bad = o[b] != 0xff;  // padding not stored
+      if (bad && wrong++ == 0) ADD_FAILURE() << "rank " << gRank << " call " << it << " count " << counts[it % 4];
+    }
+    EXPECT_EQ(wrong, 0u) << "rank " << gRank << ": calls with a wrong element";
+    cudaFree(inBase);
+    cudaFree(outBase);
+  }
+  cudaStreamDestroy(st);
+}
 
 // Rank 1 skips a collective: rank 0's kernel gives up after the timeout and reports rank 1.
 TEST(MpiTimeout, SkippedCollective) {

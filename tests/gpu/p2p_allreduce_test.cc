@@ -3,7 +3,8 @@
 // inputs compared bitwise with the host reference (fp32 accumulation in rank order), outputs
 // poisoned (all-ones bytes = NaN) before each run, every rank's output bitwise equal. Then
 // random inputs against fp64 (tolerances in gpu_allreduce_util.h), 10,000 back-to-back calls with
-// rotating buffers, and a peer that never arrives (kTimeout, no GPU left spinning).
+// rotating buffers, Lamport messages of partial 16-byte packs alternating in size on one
+// communicator, and a peer that never arrives (kTimeout, no GPU left spinning).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -85,9 +86,10 @@ struct DeviceBuffers {
   }
 };
 
-// Whether `algo` is expected to run (not fall back) for this call.
+// Whether `algo` is expected to run (not fall back) for this call. Lamport takes any element count;
+// its last 16-byte pack is padded, and the padded size must fit TPCOMM_LAMPORT_MAX_BYTES.
 bool expectRuns(const std::string& algo, size_t bytes) {
-  if (algo == "lamport_p2p") return bytes % 16 == 0 && bytes <= (1u << 20);
+  if (algo == "lamport_p2p") return (bytes + 15) / 16 * 16 <= (1u << 20);
   if (algo == "oneshot_p2p") return bytes <= (2u << 20);
   return algo != "auto";
 }
@@ -210,6 +212,15 @@ INSTANTIATE_TEST_SUITE_P(Small, AllReduceMatrix,
                          testing::Combine(testing::ValuesIn(kAlgos), testing::ValuesIn(kTypes), testing::ValuesIn(kOps),
                                           testing::Values<size_t>(1, 7, 8, 33, 1000, 1024, 4099, 65536, 262147,
                                                                   (1u << 20) + 8, (4u << 20) + 3),
+                                          testing::Bool(), testing::Bool()));
+
+// Lamport's partial last pack: every tail length of f32 (4 per pack) and f16/bf16 (8 per pack),
+// tails after several packs and blocks, and the largest counts whose padded size fits its 1 MiB
+// (262143 f32, 524287 f16/bf16; the other dtype's count falls back or fits anyway).
+INSTANTIATE_TEST_SUITE_P(LamportTails, AllReduceMatrix,
+                         testing::Combine(testing::Values("lamport_p2p"), testing::ValuesIn(kTypes),
+                                          testing::ValuesIn(kOps),
+                                          testing::Values<size_t>(2, 3, 4, 5, 6, 9, 15, 17, 4097, 262143, 524287),
                                           testing::Bool(), testing::Bool()));
 
 // Large messages (sum; 64 MB and 256 MB of bf16, 256 MB of f32) on the bandwidth algorithms.
@@ -370,6 +381,81 @@ TEST(AllReduceStress, TenThousandBackToBack) {
         if (std::memcmp(out.data() + it * bytes, expected[it % rotate].data(), bytes) != 0) ++wrong;
     }
     EXPECT_EQ(wrong, 0u) << "calls with a wrong element";
+  }
+}
+
+// Lamport with sizes alternating back to back on one communicator: 1 element, 8 bytes (half a
+// pack), 4097 and 4099 elements (a partial pack after 512 or 1024 whole ones), in a cycle of four
+// so every size meets every one of the three buffers. Each call's inputs differ from the last
+// ones in that buffer, so a clear that misses the padded tail of a pack (or any word of it)
+// leaves old words that a later call takes as arrived: a wrong element. Odd calls shift every
+// other rank's buffers by one element (element-by-element path on those ranks, mixed across
+// ranks).
+TEST(AllReduceLamportTails, AlternatingSizesBackToBack) {
+  if (!needGpus(2)) GTEST_SKIP() << "needs 2 GPUs, found " << gpuCount();
+  const int iters = 600;
+  for (DataType dtype : kTypes) {
+    SCOPED_TRACE(name(dtype));
+    const size_t es = tpcomm::dataTypeSize(dtype);
+    const size_t counts[] = {1, 8 / es, 4097, 4099};
+    Group* g = groupFor("lamport_p2p");
+    ASSERT_NE(g, nullptr);
+    const int n = g->n();
+    // One call's input or output: room for the shift and the poison check, 256-byte aligned.
+    const size_t slab = ((4099 + 16) * es + 255) / 256 * 256;
+    DeviceBuffers buf;
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaSetDevice(g->devices[r]));
+      void *in, *out;
+      CUDA_OK(cudaMalloc(&in, slab * iters));
+      CUDA_OK(cudaMalloc(&out, slab * iters));
+      CUDA_OK(cudaMemset(out, 0xff, slab * iters));
+      buf.in.push_back(in);
+      buf.out.push_back(out);
+    }
+    std::vector<std::vector<uint8_t>> expected(iters);
+    std::vector<std::vector<size_t>> shift(iters, std::vector<size_t>(n));
+    for (int it = 0; it < iters; ++it) {
+      const size_t count = counts[it % 4];
+      std::vector<std::vector<uint8_t>> inputs;
+      for (int r = 0; r < n; ++r) {
+        inputs.push_back(makeHost(dtype, count, [&](size_t i) { return intInput(r, i, it); }));
+        shift[it][r] = (it % 2 == 1 && r % 2 == 1) ? es : 0;
+        CUDA_OK(cudaSetDevice(g->devices[r]));
+        CUDA_OK(cudaMemcpy(static_cast<char*>(buf.in[r]) + it * slab + shift[it][r], inputs[r].data(), count * es,
+                           cudaMemcpyHostToDevice));
+      }
+      expected[it] = reference(inputs, dtype, ReduceOp::kSum, count);
+    }
+    drainDevices(g->devices);
+    for (int it = 0; it < iters; ++it) {
+      ASSERT_EQ(Communicator::groupStart(), Status::kOk);
+      for (int r = 0; r < n; ++r)
+        ASSERT_EQ(g->comms[r]->allReduce(static_cast<char*>(buf.in[r]) + it * slab + shift[it][r],
+                                         static_cast<char*>(buf.out[r]) + it * slab + shift[it][r], counts[it % 4],
+                                         dtype, ReduceOp::kSum, g->streams[r]),
+                  Status::kOk)
+            << tpcomm::lastErrorMessage();
+      ASSERT_EQ(Communicator::groupEnd(), Status::kOk);
+      ASSERT_STREQ(g->comms[0]->lastAlgorithm(), "lamport_p2p") << "count " << counts[it % 4];
+    }
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaSetDevice(g->devices[r]));
+      CUDA_OK(cudaStreamSynchronize(g->streams[r]));
+      ASSERT_EQ(g->comms[r]->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
+      std::vector<uint8_t> out(slab * iters);
+      CUDA_OK(cudaMemcpy(out.data(), buf.out[r], out.size(), cudaMemcpyDeviceToHost));
+      size_t wrong = 0;
+      for (int it = 0; it < iters; ++it) {
+        const size_t bytes = counts[it % 4] * es;
+        const uint8_t* o = out.data() + it * slab + shift[it][r];
+        bool bad = std::memcmp(o, expected[it].data(), bytes) != 0;
+        // Nothing written past the last element (the padding is dropped): the poison stays.
+        for (size_t b = bytes; b < bytes + 16 && !bad; ++b) bad = o[b] != 0xff;
+        if (bad && wrong++ == 0) ADD_FAILURE() << "rank " << r << " call " << it << " count " << counts[it % 4];
+      }
+      EXPECT_EQ(wrong, 0u) << "rank " << r << ": calls with a wrong element";
+    }
   }
 }
 
