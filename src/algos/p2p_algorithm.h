@@ -25,6 +25,21 @@ class P2pAlgorithm : public Algorithm {
   // Read once: the launch path runs per call and must stay cheap.
   int p2pBlocks_, twoshotBlocks_;
   bool pdl_ = false;
+
+ private:
+  /// maxBytes() read once per communicator (see p2p_algorithm.cc for why that is safe).
+  size_t cachedMaxBytes() const;
+  mutable size_t maxBytes_ = 0;
+  mutable bool maxBytesRead_ = false;
+  /// The call-independent part of launchParams(), built on the first launch.
+  mutable P2pLaunch launchBase_{};
+  mutable bool launchBaseReady_ = false;
 };
+
+/// Whether `a` is one of the P2P algorithms above. Their run() refuses only by call shape
+/// (kNotSupported, before any CUDA call) and otherwise enqueues one kernel on the call's stream,
+/// whose launch fails on an invalid stream; the communicator relies on this to defer the
+/// stream's capture query (communicator_impl.h).
+bool isP2pAlgorithm(const Algorithm* a);
 
 }  // namespace tpcomm

@@ -4,17 +4,18 @@
 
 #include <cstdio>
 #include <map>
-#include <tuple>
 #include <thread>
+#include <tuple>
 
 #ifdef TPCOMM_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
 #include "algos/fused_rmsnorm.h"
+#include "algos/p2p_algorithm.h"
 #include "collectives/algo_override.h"
-#include "collectives/communicator_impl.h"
 #include "collectives/comm_context.h"
+#include "collectives/communicator_impl.h"
 #include "collectives/registry.h"
 #include "collectives/selector.h"
 #include "common/error.h"
@@ -27,9 +28,7 @@
 
 namespace tpcomm {
 
-
 namespace {
-
 
 // Every rank agrees whether a transport came up; one rank's failure drops it everywhere so the
 // algorithm lists (and therefore selections) stay identical.
@@ -46,12 +45,14 @@ std::string initTable(const CommContext& c, const std::vector<Algorithm*>& algos
   std::string out;
   char line[512];
   const Topology& t = c.topo;
-  std::snprintf(line, sizeof(line), "communicator: %d ranks, %s\n", t.nRanks(), t.allHost() ? "host ranks" : "GPU ranks");
+  std::snprintf(line, sizeof(line), "communicator: %d ranks, %s\n", t.nRanks(),
+                t.allHost() ? "host ranks" : "GPU ranks");
   out += line;
   for (int r = 0; r < t.nRanks(); ++r) {
     const RankDevice& d = t.ranks[r];
-    std::snprintf(line, sizeof(line), "  rank %d: %s dev %d cc %d.%d bus %s numa %d host %d proc %d\n", r, d.name.c_str(),
-                  d.cudaDevice, d.ccMajor, d.ccMinor, d.busId.c_str(), d.numaNode, d.hostId, d.processId);
+    std::snprintf(line, sizeof(line), "  rank %d: %s dev %d cc %d.%d bus %s numa %d host %d proc %d\n", r,
+                  d.name.c_str(), d.cudaDevice, d.ccMajor, d.ccMinor, d.busId.c_str(), d.numaNode, d.hostId,
+                  d.processId);
     out += line;
   }
   out += "  links:";
@@ -70,7 +71,8 @@ std::string initTable(const CommContext& c, const std::vector<Algorithm*>& algos
     out += "\n";
   }
   auto transport = [&](const char* name, bool up, const std::string& why) {
-    std::snprintf(line, sizeof(line), "  transport %-12s %s%s\n", name, up ? "usable" : "not usable: ", up ? "" : why.c_str());
+    std::snprintf(line, sizeof(line), "  transport %-12s %s%s\n", name,
+                  up ? "usable" : "not usable: ", up ? "" : why.c_str());
     out += line;
   };
   transport("host_staged", c.hostStaged != nullptr, c.hostStagedWhyNot);
@@ -93,14 +95,17 @@ Communicator::~Communicator() {
   if (impl_ && !impl_->destroyed) destroy();
 }
 
-Status Communicator::create(Bootstrap& bootstrap, int device, const Config& config, std::unique_ptr<Communicator>* out) {
+Status Communicator::create(Bootstrap& bootstrap, int device, const Config& config,
+                            std::unique_ptr<Communicator>* out) {
   clearError();
   if (!out) return TPCOMM_INVALID("create: out is null");
   out->reset();
-  if (device < -1) return TPCOMM_INVALID("create: device %d: expected a CUDA device index >= 0, or -1 for a host rank", device);
+  if (device < -1)
+    return TPCOMM_INVALID("create: device %d: expected a CUDA device index >= 0, or -1 for a host rank", device);
   if (bootstrap.size() < 1 || bootstrap.rank() < 0 || bootstrap.rank() >= bootstrap.size())
     return TPCOMM_INVALID("create: bootstrap rank %d / size %d out of range", bootstrap.rank(), bootstrap.size());
-  if (config.timeoutMs < 0) return TPCOMM_INVALID("create: config.timeoutMs %d: expected >= 0 (0: TPCOMM_TIMEOUT_MS)", config.timeoutMs);
+  if (config.timeoutMs < 0)
+    return TPCOMM_INVALID("create: config.timeoutMs %d: expected >= 0 (0: TPCOMM_TIMEOUT_MS)", config.timeoutMs);
   if (device < 0 && config.ncclComm)
     return TPCOMM_INVALID("create: config.ncclComm is set but device is -1: a host communicator cannot use NCCL");
 #ifdef TPCOMM_HAVE_CUDA
@@ -109,12 +114,14 @@ Status Communicator::create(Bootstrap& bootstrap, int device, const Config& conf
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
       cudaGetLastError();
-      return TPCOMM_ERROR(kCudaError, "create: device %d requested but CUDA reports: %s", device, cudaGetErrorString(e));
+      return TPCOMM_ERROR(kCudaError, "create: device %d requested but CUDA reports: %s", device,
+                          cudaGetErrorString(e));
     }
     if (device >= count) return TPCOMM_INVALID("create: device %d: this process sees %d CUDA devices", device, count);
   }
 #else
-  if (device >= 0) return TPCOMM_ERROR(kNotSupported, "create: device %d requested but tpcomm was built without CUDA", device);
+  if (device >= 0)
+    return TPCOMM_ERROR(kNotSupported, "create: device %d requested but tpcomm was built without CUDA", device);
 #endif
   DeviceGuard guard(device);
   auto impl = std::make_unique<Impl>();
@@ -160,31 +167,41 @@ Status Communicator::create(Bootstrap& bootstrap, int device, const Config& conf
     g.slots = static_cast<int>(paramInt(ParamId::kStagedSlots));
     g.blocks = static_cast<int>(paramInt(ParamId::kStagedBlocks));
     std::unique_ptr<HostStagedTransport> t;
-    Status s = c.topo.singleNode() ? HostStagedTransport::create(c, g, &t) : TPCOMM_ERROR(kNotSupported, "ranks span several nodes");
+    Status s = c.topo.singleNode() ? HostStagedTransport::create(c, g, &t)
+                                   : TPCOMM_ERROR(kNotSupported, "ranks span several nodes");
     bool all;
     TPCOMM_TRY(agree(bootstrap, s == Status::kOk, &all));
-    if (all) c.hostStaged = std::move(t);
-    else c.hostStagedWhyNot = s == Status::kOk ? "failed on another rank" : lastErrorMessage();
+    if (all)
+      c.hostStaged = std::move(t);
+    else
+      c.hostStagedWhyNot = s == Status::kOk ? "failed on another rank" : lastErrorMessage();
   }
   if (device >= 0) {
     std::unique_ptr<CudaP2pTransport> t;
     Status s = CudaP2pTransport::create(c, &t);
     bool all;
     TPCOMM_TRY(agree(bootstrap, s == Status::kOk, &all));
-    if (all) c.p2p = std::move(t);
-    else c.p2pWhyNot = s == Status::kOk ? "failed on another rank" : lastErrorMessage();
+    if (all)
+      c.p2p = std::move(t);
+    else
+      c.p2pWhyNot = s == Status::kOk ? "failed on another rank" : lastErrorMessage();
 
     bool wantNccl = config.useNccl && paramInt(ParamId::kNccl) != 0;
     std::unique_ptr<NcclTransport> nt;
-    if (config.ncclComm) s = NcclTransport::adopt(c, config.ncclComm, &nt);
-    else s = wantNccl ? NcclTransport::create(c, &nt) : TPCOMM_ERROR(kNotSupported, "off (config.useNccl or TPCOMM_NCCL=0)");
+    if (config.ncclComm)
+      s = NcclTransport::adopt(c, config.ncclComm, &nt);
+    else
+      s = wantNccl ? NcclTransport::create(c, &nt)
+                   : TPCOMM_ERROR(kNotSupported, "off (config.useNccl or TPCOMM_NCCL=0)");
     TPCOMM_TRY(agree(bootstrap, s == Status::kOk, &all));
     // A communicator the engine handed in that does not fit is the caller's error, not a
     // transport that merely did not come up.
     if (config.ncclComm && !all)
       return s != Status::kOk ? s : TPCOMM_INVALID("config.ncclComm: rejected on another rank");
-    if (all) c.nccl = std::move(nt);
-    else c.ncclWhyNot = s == Status::kOk ? "failed on another rank" : lastErrorMessage();
+    if (all)
+      c.nccl = std::move(nt);
+    else
+      c.ncclWhyNot = s == Status::kOk ? "failed on another rank" : lastErrorMessage();
 
     // NVSwitch multicast (SAFETY, DESIGN.md): the gate is agreed first, so no rank reaches a
     // multicast driver call unless every rank's gate (device attribute, > 2 ranks on one
@@ -196,8 +213,10 @@ Status Communicator::create(Bootstrap& bootstrap, int device, const Config& conf
     if (mcGateAll) {
       s = MulticastTransport::create(c, &mt);
       TPCOMM_TRY(agree(bootstrap, s == Status::kOk, &all));
-      if (all) c.multicast = std::move(mt);
-      else c.multicastWhyNot = s == Status::kOk ? "failed on another rank" : lastErrorMessage();
+      if (all)
+        c.multicast = std::move(mt);
+      else
+        c.multicastWhyNot = s == Status::kOk ? "failed on another rank" : lastErrorMessage();
     } else {
       c.multicastWhyNot = mcGate ? "gate closed on another rank" : mcWhy;
     }
@@ -208,6 +227,9 @@ Status Communicator::create(Bootstrap& bootstrap, int device, const Config& conf
   }
   clearError();
 
+  impl->p2pBlocks = static_cast<int>(paramInt(ParamId::kP2pBlocks));
+  impl->twoshotBlocks = static_cast<int>(paramInt(ParamId::kTwoshotBlocks));
+  impl->pdl = device >= 0 && c.topo.ranks[c.rank].ccMajor >= 9 && paramInt(ParamId::kPdl) != 0;
   impl->algos = makeAlgorithms(&c);
   impl->algoList = rawList(impl->algos);
   if (c.rank == 0 && logEnabled(LogLevel::kInfo, kInit)) {
@@ -225,7 +247,8 @@ Status Communicator::createGroup(const std::vector<int>& devices, const Config& 
   out->clear();
   if (devices.empty()) return TPCOMM_INVALID("createGroup: devices is empty");
   for (size_t i = 0; i < devices.size(); ++i) {
-    if (devices[i] < 0) return TPCOMM_INVALID("createGroup: devices[%zu] = %d: expected a CUDA device index >= 0", i, devices[i]);
+    if (devices[i] < 0)
+      return TPCOMM_INVALID("createGroup: devices[%zu] = %d: expected a CUDA device index >= 0", i, devices[i]);
     for (size_t j = 0; j < i; ++j)
       if (devices[j] == devices[i]) return TPCOMM_INVALID("createGroup: device %d appears twice", devices[i]);
   }
@@ -246,7 +269,9 @@ Status Communicator::createGroup(const std::vector<int>& devices, const Config& 
   }
   for (auto& t : threads) t.join();
   for (int r = 0; r < n; ++r)
-    if (status[r] != Status::kOk) return setError(status[r], __FILE__, __LINE__, "createGroup: rank %d (device %d): %s", r, devices[r], messages[r].c_str());
+    if (status[r] != Status::kOk)
+      return setError(status[r], __FILE__, __LINE__, "createGroup: rank %d (device %d): %s", r, devices[r],
+                      messages[r].c_str());
   *out = std::move(comms);
   return Status::kOk;
 }
@@ -261,59 +286,103 @@ Status Communicator::groupEnd() { return fusedNormGroupEnded(ncclGroupEndIfAny()
 Status prepareCall(Communicator::Impl& impl, CollArgs& a, const char* what) {
   CommContext& c = *impl.ctx;
   a.nRanks = c.nRanks;
-  if (c.device >= 0) {
-#ifdef TPCOMM_HAVE_CUDA
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    cudaError_t e = cudaStreamIsCapturing(a.stream, &cs);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return TPCOMM_INVALID("%s: stream is not a valid CUDA stream on device %d: %s", what, c.device, cudaGetErrorString(e));
-    }
-    a.capturing = cs == cudaStreamCaptureStatusActive;
-#endif
-  } else if (a.stream != nullptr) {
-    return TPCOMM_INVALID("%s: stream must be null on a host communicator (device -1): host collectives are synchronous", what);
-  }
+  a.capturing = false;
+  if (c.device < 0 && a.stream != nullptr)
+    return TPCOMM_INVALID(
+        "%s: stream must be null on a host communicator (device -1): host collectives are synchronous", what);
   return Status::kOk;
 }
 
-Status candidatesFor(Communicator::Impl& impl, const CollArgs& a, const char* what,
-                     const std::vector<Candidate>** out) {
-  auto key = std::make_tuple(static_cast<int>(a.kind), static_cast<int>(a.dtype), static_cast<int>(a.op), a.bytes(), a.capturing);
+namespace {
+
+// The stream's capture status, into a.capturing (GPU ranks only).
+Status queryCapture(const CommContext& c, CollArgs& a, const char* what) {
+#ifdef TPCOMM_HAVE_CUDA
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing(a.stream, &cs);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return TPCOMM_INVALID("%s: stream is not a valid CUDA stream on device %d: %s", what, c.device,
+                          cudaGetErrorString(e));
+  }
+  a.capturing = cs == cudaStreamCaptureStatusActive;
+#else
+  (void)c;
+  (void)a;
+  (void)what;
+#endif
+  return Status::kOk;
+}
+
+const Communicator::Impl::CachedSelection& lookupSelection(Communicator::Impl& impl, const CollArgs& a) {
+  const Communicator::Impl::ShapeKey key{static_cast<int>(a.kind), static_cast<int>(a.dtype), static_cast<int>(a.op),
+                                         a.bytes()};
+  if (impl.lastSelection && key == impl.lastShape) return *impl.lastSelection;
   auto hit = impl.selectionCache.find(key);
   if (hit == impl.selectionCache.end()) {
-    if (impl.selectionCache.size() > 4096) impl.selectionCache.clear();
-    hit = impl.selectionCache.emplace(key, selectAlgorithms(impl.algoList, impl.ctx->topo, AlgoQuery::of(a), impl.override)).first;
+    if (impl.selectionCache.size() > 4096) {
+      impl.selectionCache.clear();
+      impl.lastSelection = nullptr;
+    }
+    Communicator::Impl::CachedSelection e;
+    e.sel = selectForShape(impl.algoList, impl.ctx->topo, AlgoQuery::of(a), impl.override);
+    e.deferCaptureQuery = impl.ctx->device >= 0 && e.sel.sameFirst && isP2pAlgorithm(e.sel.eager[0].algo);
+    hit = impl.selectionCache.emplace(key, std::move(e)).first;
   }
-  if (hit->second.empty())
+  impl.lastShape = key;
+  impl.lastSelection = &hit->second;
+  return hit->second;
+}
+
+}  // namespace
+
+Status candidatesFor(Communicator::Impl& impl, CollArgs& a, const char* what, CallCandidates* out) {
+  const Communicator::Impl::CachedSelection& e = lookupSelection(impl, a);
+  out->entry = &e;
+  out->list = &e.sel.eager;
+  out->captureKnown = !e.deferCaptureQuery;
+  if (out->captureKnown && impl.ctx->device >= 0) {
+    TPCOMM_TRY(queryCapture(*impl.ctx, a, what));
+    out->list = &e.sel.forMode(a.capturing);
+  }
+  if (out->list->empty())
     return TPCOMM_ERROR(kNotSupported, "%s: no algorithm supports %s of %zu bytes (%s%s) on this topology", what,
                         collKindName(a.kind), a.bytes(), dataTypeName(a.dtype), a.capturing ? ", capturing" : "");
-  *out = &hit->second;
+  return Status::kOk;
+}
+
+Status resolveCapture(Communicator::Impl& impl, CollArgs& a, const char* what, CallCandidates* c) {
+  if (c->captureKnown) return Status::kOk;
+  TPCOMM_TRY(queryCapture(*impl.ctx, a, what));
+  c->captureKnown = true;
+  c->list = &c->entry->sel.forMode(a.capturing);  // sameFirst: [0] is the candidate that just ran
   return Status::kOk;
 }
 
 Status runCollective(Communicator::Impl& impl, CollArgs& a, const char* what) {
   TPCOMM_TRY(prepareCall(impl, a, what));
-  const std::vector<Candidate>* candidates = nullptr;
-  TPCOMM_TRY(candidatesFor(impl, a, what, &candidates));
-  const std::vector<Candidate>& cands = *candidates;
-  for (const Candidate& cand : cands) {
-    Status s = cand.algo->run(a);
+  CallCandidates cands;
+  TPCOMM_TRY(candidatesFor(impl, a, what, &cands));
+  for (size_t i = 0; i < cands.list->size(); ++i) {
+    Algorithm* algo = (*cands.list)[i].algo;
+    Status s = algo->run(a);
+    if (s != Status::kOk && !cands.captureKnown) TPCOMM_TRY(resolveCapture(impl, a, what, &cands));
     if (s == Status::kNotSupported) continue;
-    impl.lastAlgorithm = cand.algo->name();
-    if (s == Status::kOk) TPCOMM_TRACE(kColl, "%s %zu bytes %s -> %s", what, a.bytes(), dataTypeName(a.dtype), cand.algo->name());
+    impl.lastAlgorithm = algo->name();
+    if (s == Status::kOk)
+      TPCOMM_TRACE(kColl, "%s %zu bytes %s -> %s", what, a.bytes(), dataTypeName(a.dtype), algo->name());
     return s;
   }
   return TPCOMM_ERROR(kNotSupported, "%s: every candidate declined %zu bytes", what, a.bytes());
 }
-
 
 static Status validateCall(const char* what, const void* send, const void* recv, size_t count, DataType dtype,
                            ReduceOp op, int nRanks, bool perRank) {
   if (!send) return TPCOMM_INVALID("%s: send is null", what);
   if (!recv) return TPCOMM_INVALID("%s: recv is null", what);
   if (count == 0) return TPCOMM_INVALID("%s: count is 0: expected at least one element", what);
-  if (!validDtype(dtype)) return TPCOMM_INVALID("%s: dtype %d is not a DataType (f32, f16, bf16)", what, static_cast<int>(dtype));
+  if (!validDtype(dtype))
+    return TPCOMM_INVALID("%s: dtype %d is not a DataType (f32, f16, bf16)", what, static_cast<int>(dtype));
   if (!validOp(op)) return TPCOMM_INVALID("%s: op %d is not a ReduceOp (sum, max, min)", what, static_cast<int>(op));
   size_t es = dataTypeSize(dtype);
   size_t limit = SIZE_MAX / es / (perRank ? static_cast<size_t>(nRanks) : 1);
@@ -321,7 +390,8 @@ static Status validateCall(const char* what, const void* send, const void* recv,
   return Status::kOk;
 }
 
-Status Communicator::allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, cudaStream_t stream) {
+Status Communicator::allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                               cudaStream_t stream) {
   TPCOMM_API_ENTRY("allReduce");
   TPCOMM_TRY(validateCall("allReduce", send, recv, count, dtype, op, impl_->ctx->nRanks, false));
   CollArgs a;
@@ -372,7 +442,8 @@ Status Communicator::checkError() {
   int peer = static_cast<int>(w >> 16) - 1;
   std::string who = peer >= 0 ? "rank " + std::to_string(peer) : std::string("an unknown rank");
   if (s == Status::kTimeout)
-    return setError(s, __FILE__, __LINE__, "rank %d: a collective timed out after %d ms waiting for %s; the communicator is unusable",
+    return setError(s, __FILE__, __LINE__,
+                    "rank %d: a collective timed out after %d ms waiting for %s; the communicator is unusable",
                     impl_->ctx->rank, impl_->ctx->timeoutMs, who.c_str());
   return setError(s, __FILE__, __LINE__, "rank %d: an earlier collective failed (peer %d)", impl_->ctx->rank, peer);
 }
@@ -390,8 +461,10 @@ Status Communicator::destroy() {
     // cannot wait for its peers at a barrier: it drains every device of the group instead.
     if (c.device >= 0) {
       for (const RankDevice& d : c.topo.ranks) {
-        bool drain = d.cudaDevice == c.device || (impl_->ownedBootstrap && d.processId == c.topo.ranks[c.rank].processId);
-        if (drain && (cudaSetDevice(d.cudaDevice) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)) cudaGetLastError();
+        bool drain =
+            d.cudaDevice == c.device || (impl_->ownedBootstrap && d.processId == c.topo.ranks[c.rank].processId);
+        if (drain && (cudaSetDevice(d.cudaDevice) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess))
+          cudaGetLastError();
       }
       cudaSetDevice(c.device);
     }
@@ -420,9 +493,12 @@ int Communicator::device() const { return impl_ && impl_->ctx ? impl_->ctx->devi
 
 const char* collKindName(CollKind k) {
   switch (k) {
-    case CollKind::kAllReduce: return "allReduce";
-    case CollKind::kReduceScatter: return "reduceScatter";
-    case CollKind::kAllGather: return "allGather";
+    case CollKind::kAllReduce:
+      return "allReduce";
+    case CollKind::kReduceScatter:
+      return "reduceScatter";
+    case CollKind::kAllGather:
+      return "allGather";
   }
   return "invalid";
 }

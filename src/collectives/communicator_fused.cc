@@ -13,6 +13,7 @@
 // lastAlgorithm() reports "fused_<algo>" for a fused kernel, the all-reduce's name otherwise.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,6 @@
 
 #include "algos/fused_rmsnorm.h"
 #include "collectives/communicator_impl.h"
-#include "common/params.h"
 #include "transports/cuda_p2p.h"
 
 namespace tpcomm {
@@ -38,8 +38,8 @@ struct PendingNorm {
 thread_local int tGroupDepth = 0;
 thread_local std::vector<PendingNorm> tPending;
 
-Status validate(const char* what, const void* in, void* residual, const void* weight, float eps, void* out,
-                size_t rows, size_t hidden, DataType dtype) {
+Status validate(const char* what, const void* in, void* residual, const void* weight, float eps, void* out, size_t rows,
+                size_t hidden, DataType dtype) {
   if (!in) return TPCOMM_INVALID("%s: in is null", what);
   if (!residual) return TPCOMM_INVALID("%s: residualInOut is null", what);
   if (!weight) return TPCOMM_INVALID("%s: weight is null", what);
@@ -60,25 +60,29 @@ Status validate(const char* what, const void* in, void* residual, const void* we
 
 // Which P2P family has a fused kernel for `name`, or -1.
 int fusedFamily(const char* name) {
-  const std::string n(name);
-  if (n == "lamport_p2p") return kP2pLamport;
-  if (n == "oneshot_p2p") return kP2pOneshot;
-  if (n == "twoshot_p2p") return kP2pTwoshot;
+  if (std::strcmp(name, "lamport_p2p") == 0) return kP2pLamport;
+  if (std::strcmp(name, "oneshot_p2p") == 0) return kP2pOneshot;
+  if (std::strcmp(name, "twoshot_p2p") == 0) return kP2pTwoshot;
   return -1;
 }
 
 const char* fusedName(int family) {
   switch (family) {
-    case kP2pLamport: return "fused_lamport_p2p";
-    case kP2pOneshot: return "fused_oneshot_p2p";
-    default: return "fused_twoshot_p2p";
+    case kP2pLamport:
+      return "fused_lamport_p2p";
+    case kP2pOneshot:
+      return "fused_oneshot_p2p";
+    default:
+      return "fused_twoshot_p2p";
   }
 }
 
 // The plain P2P kernels' launch parameters (P2pAlgorithm::launchParams) plus the norm's. The grid
-// is the plain kernel's (epochs are per block and shared with it).
-Status runFused(CommContext& c, int family, const CollArgs& a, void* residual, const void* weight, float eps,
-                size_t rows, size_t hidden) {
+// is the plain kernel's (epochs are per block and shared with it): both read TPCOMM_*_BLOCKS and
+// TPCOMM_PDL once at create (Impl::p2pBlocks, twoshotBlocks, pdl).
+Status runFused(const Communicator::Impl& impl, int family, const CollArgs& a, void* residual, const void* weight,
+                float eps, size_t rows, size_t hidden) {
+  const CommContext& c = *impl.ctx;
   const CudaP2pTransport& t = *c.p2p;
   FusedP2pLaunch f{};
   P2pLaunch& p = f.p2p;
@@ -89,24 +93,26 @@ Status runFused(CommContext& c, int family, const CollArgs& a, void* residual, c
   p.op = static_cast<int>(ReduceOp::kSum);
   p.rank = t.rank();
   p.nRanks = t.nRanks();
-  const int blocks = static_cast<int>(paramInt(family == kP2pTwoshot ? ParamId::kTwoshotBlocks : ParamId::kP2pBlocks));
+  const int blocks = family == kP2pTwoshot ? impl.twoshotBlocks : impl.p2pBlocks;
   if (blocks < 1 || blocks > t.layout().maxBlocks)
-    return TPCOMM_ERROR(kNotSupported, "fused P2P: %d blocks outside the transport's 1..%d (TPCOMM_*_BLOCKS changed after create?)",
-                        blocks, t.layout().maxBlocks);
+    return TPCOMM_ERROR(kNotSupported, "fused P2P: %d blocks outside the transport's 1..%d", blocks,
+                        t.layout().maxBlocks);
   p.blocks = blocks;
   for (int r = 0; r < t.nRanks(); ++r) p.peers[r] = t.base(r);
   p.layout = t.layout();
   p.errorWord = c.asyncError.deviceWord;
   p.timeoutNs = static_cast<uint64_t>(c.timeoutMs) * 1000000ull;
-  p.pdl = c.topo.ranks[c.rank].ccMajor >= 9 && paramInt(ParamId::kPdl) != 0;
+  p.pdl = impl.pdl;
   f.residual = residual;
   f.weight = weight;
   f.eps = eps;
   f.rows = rows;
   f.hidden = hidden;
   switch (family) {
-    case kP2pLamport: return launchFusedLamport(f, a.stream);
-    case kP2pOneshot: return launchFusedOneshot(f, a.stream);
+    case kP2pLamport:
+      return launchFusedLamport(f, a.stream);
+    case kP2pOneshot:
+      return launchFusedOneshot(f, a.stream);
     default:
       if (!fusedTwoshotGeometry(t.layout(), rows, hidden * a.elemSize(), &f.rowsPerChunk, &f.rowsPerRank))
         return TPCOMM_ERROR(kNotSupported, "fused twoshot_p2p: a %zu-byte row does not fit the two-shot chunk",
@@ -138,6 +144,7 @@ void fusedNormGroupStarted() { ++tGroupDepth; }
 Status fusedNormGroupEnded(Status groupEndStatus) {
   if (tGroupDepth > 0) --tGroupDepth;
   if (tGroupDepth > 0) return groupEndStatus;
+  if (tPending.empty()) return groupEndStatus;  // the usual group: nothing deferred
   std::vector<PendingNorm> pending;
   pending.swap(tPending);
   if (groupEndStatus != Status::kOk) return groupEndStatus;  // the all-reduces did not run
@@ -172,27 +179,30 @@ Status Communicator::allReduceResidualRmsNorm(const void* in, void* residualInOu
     return Status::kOk;
   }
 
-  // GPU ranks: runCollective's selection (same cache), then a fused kernel where one exists.
+  // GPU ranks: runCollective's selection (same cache, same deferred capture query), then a fused
+  // kernel where one exists.
   TPCOMM_TRY(prepareCall(impl, a, kWhat));
-  const std::vector<Candidate>* candidates = nullptr;
-  TPCOMM_TRY(candidatesFor(impl, a, kWhat, &candidates));
-  const std::vector<Candidate>& cands = *candidates;
-  for (const Candidate& cand : cands) {
-    const int family = c.p2p ? fusedFamily(cand.algo->name()) : -1;
+  CallCandidates cands;
+  TPCOMM_TRY(candidatesFor(impl, a, kWhat, &cands));
+  for (size_t i = 0; i < cands.list->size(); ++i) {
+    Algorithm* algo = (*cands.list)[i].algo;
+    const int family = c.p2p ? fusedFamily(algo->name()) : -1;
     if (family >= 0) {
-      Status s = runFused(c, family, a, residualInOut, weight, eps, rows, hidden);
+      Status s = runFused(impl, family, a, residualInOut, weight, eps, rows, hidden);
       if (s == Status::kNotSupported) {
         clearError();
         // The plain algorithm may still run (e.g. rows that do not fit a fused two-shot chunk).
       } else {
+        if (s != Status::kOk && !cands.captureKnown) TPCOMM_TRY(resolveCapture(impl, a, kWhat, &cands));
         if (s == Status::kOk) impl.lastAlgorithm = fusedName(family);
         return s;
       }
     }
-    Status s = cand.algo->run(a);
+    Status s = algo->run(a);
+    if (s != Status::kOk && !cands.captureKnown) TPCOMM_TRY(resolveCapture(impl, a, kWhat, &cands));
     if (s == Status::kNotSupported) continue;
     if (s != Status::kOk) return s;
-    impl.lastAlgorithm = cand.algo->name();
+    impl.lastAlgorithm = algo->name();
     RmsNormLaunch l{};
     l.x = out;
     l.residual = residualInOut;
@@ -202,8 +212,8 @@ Status Communicator::allReduceResidualRmsNorm(const void* in, void* residualInOu
     l.rows = rows;
     l.hidden = hidden;
     l.dtype = static_cast<int>(dtype);
-    l.pdl = c.topo.ranks[c.rank].ccMajor >= 9 && paramInt(ParamId::kPdl) != 0;
-    if (tGroupDepth > 0 && std::string(cand.algo->name()) == "ring_nccl") {
+    l.pdl = impl.pdl;
+    if (tGroupDepth > 0 && std::strcmp(algo->name(), "ring_nccl") == 0) {
       l.pdl = 0;  // follows ncclGroupEnd's launches, which do not trigger dependents
       tPending.push_back({c.device, l, stream});
       return Status::kOk;

@@ -30,6 +30,17 @@ std::vector<Candidate> selectAlgorithms(const std::vector<Algorithm*>& algos, co
   return out;
 }
 
+ShapeSelection selectForShape(const std::vector<Algorithm*>& algos, const Topology& topo, AlgoQuery q,
+                              const AlgoOverride& ovr) {
+  ShapeSelection s;
+  q.capturing = false;
+  s.eager = selectAlgorithms(algos, topo, q, ovr);
+  q.capturing = true;
+  s.capture = selectAlgorithms(algos, topo, q, ovr);
+  s.sameFirst = !s.eager.empty() && !s.capture.empty() && s.eager[0].algo == s.capture[0].algo;
+  return s;
+}
+
 std::string describeSelection(const std::vector<Algorithm*>& algos, const Topology& topo, const AlgoOverride& ovr,
                               DataType dtype, bool capturing) {
   std::string out;

@@ -22,6 +22,20 @@ struct Candidate {
 std::vector<Candidate> selectAlgorithms(const std::vector<Algorithm*>& algos, const Topology& topo, const AlgoQuery& q,
                                         const AlgoOverride& ovr);
 
+/// One call shape's selection in both stream modes (the communicator's cache entry).
+struct ShapeSelection {
+  std::vector<Candidate> eager;    ///< the stream is not capturing a CUDA graph
+  std::vector<Candidate> capture;  ///< the stream is capturing
+  /// Both lists are non-empty and start with the same algorithm: the first algorithm to run
+  /// does not depend on the stream's capture status.
+  bool sameFirst = false;
+  const std::vector<Candidate>& forMode(bool capturing) const { return capturing ? capture : eager; }
+};
+
+/// selectAlgorithms() for `q` eager and capturing (q.capturing is ignored).
+ShapeSelection selectForShape(const std::vector<Algorithm*>& algos, const Topology& topo, AlgoQuery q,
+                              const AlgoOverride& ovr);
+
 /// One line per size bucket (powers of 4 from 1 KB to 1 GB): the algorithm picked and the
 /// runner-up, for the INFO init table and tpcomm-doctor.
 std::string describeSelection(const std::vector<Algorithm*>& algos, const Topology& topo, const AlgoOverride& ovr,

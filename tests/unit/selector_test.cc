@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "algos/p2p_algorithm.h"
 #include "collectives/algo_override.h"
 #include "collectives/registry.h"
 #include "topology/topology.h"
@@ -269,6 +270,52 @@ TEST(Selector, DescribeSelectionHasOneLinePerBucket) {
   ASSERT_EQ(parseAlgoOverride("staged_host", algorithmNames(), &ovr), Status::kOk);
   table = describeSelection(rawList(algos), fixture("nvlink2.json"), ovr, DataType::kBF16, false);
   EXPECT_NE(table.find("(TPCOMM_ALGO)"), std::string::npos) << table;
+}
+
+// The communicator's cache entry: both modes' lists, and whether they start alike (then a GPU
+// rank runs the first candidate before asking the stream whether it is capturing).
+TEST(Selector, ShapeSelectionHoldsBothModes) {
+  auto algos = makeAlgorithms(nullptr);
+  std::vector<Algorithm*> list = rawList(algos);
+  Topology sw = Topology::uniform(2, LinkKind::kNvswitch, 18, false);
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 2; ++b) sw.links[a][b].p2pVerified = a != b;
+  ASSERT_TRUE(sw.allPairsP2p());
+  std::vector<Topology> topos = {sw, fixture("pcie2_no_p2p.json"), fixture("nvlink2.json"),
+                                 fixture("nvswitch8_multicast.json"), Topology::host(2, true)};
+  AlgoOverride forced;
+  ASSERT_EQ(parseAlgoOverride("0-64K:staged_host", algorithmNames(), &forced), Status::kOk);
+  const AlgoOverride none;
+  for (const Topology& topo : topos)
+    for (const AlgoOverride* ovr : std::vector<const AlgoOverride*>{&forced, &none})
+      for (size_t bytes = 16; bytes <= (1ull << 30); bytes *= 4) {
+        const AlgoOverride& o = *ovr;
+        AlgoQuery q{AR, DataType::kBF16, ReduceOp::kSum, bytes, true};  // capturing is ignored
+        ShapeSelection s = selectForShape(list, topo, q, o);
+        q.capturing = false;
+        const std::vector<Candidate> eager = selectAlgorithms(list, topo, q, o);
+        q.capturing = true;
+        const std::vector<Candidate> capture = selectAlgorithms(list, topo, q, o);
+        SCOPED_TRACE(std::to_string(bytes) + " bytes, eager " + describe(eager) + ", capture " + describe(capture));
+        EXPECT_EQ(describe(s.eager), describe(eager));
+        EXPECT_EQ(describe(s.capture), describe(capture));
+        EXPECT_EQ(&s.forMode(false), &s.eager);
+        EXPECT_EQ(&s.forMode(true), &s.capture);
+        EXPECT_EQ(s.sameFirst, !eager.empty() && !capture.empty() && eager[0].algo == capture[0].algo);
+      }
+  // The case the deferred capture query exists for: small all-reduces on P2P GPUs start with the
+  // same P2P algorithm in both modes.
+  for (size_t bytes = 16; bytes <= 64 * K; bytes *= 4) {
+    ShapeSelection s =
+        selectForShape(list, sw, AlgoQuery{AR, DataType::kBF16, ReduceOp::kSum, bytes, false}, AlgoOverride{});
+    ASSERT_TRUE(s.sameFirst) << bytes;
+    EXPECT_TRUE(isP2pAlgorithm(s.eager[0].algo)) << bytes << ": " << s.eager[0].algo->name();
+  }
+}
+
+TEST(Selector, IsP2pAlgorithmNamesTheP2pFamily) {
+  auto algos = makeAlgorithms(nullptr);
+  for (const auto& a : algos) EXPECT_EQ(isP2pAlgorithm(a.get()), endsWith(a->name(), "_p2p")) << a->name();
 }
 
 }  // namespace
