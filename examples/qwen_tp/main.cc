@@ -138,7 +138,9 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
   o.ctxSize = f.ctxSize > 0 ? f.ctxSize : static_cast<int>(sh.prompt.size()) + f.nPredict + f.draftNMax + 16;
   o.seed = f.seed;
   o.checkpoint = sh.ckpt.get();
-  o.useGraphs = !f.noGraphs;
+  // staged_host is not CUDA-graph capturable: under capture tpcomm would pick a P2P algorithm
+  // instead, so a staged_host run decodes eagerly to measure what it names.
+  o.useGraphs = !f.noGraphs && f.allreduce != "staged_host";
   o.fusedNorm = f.fusedNorm;
   if (!model.init(o, err)) return false;
   std::vector<int32_t> ref, out;
@@ -196,10 +198,11 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
   size_t freeB = 0, totalB = 0;
   cudaMemGetInfo(&freeB, &totalB);
   std::printf("qwen_tp: model %s, TP=%d, allreduce %s (last algorithm: %s), layer epilogue %s (%s), prompt %zu, "
-              "n-predict %d\n",
+              "n-predict %d, %s\n",
               sh.cfg.name.c_str(), f.tp, f.allreduce.c_str(), model.lastAlgorithm().c_str(),
               f.fusedNorm ? "fused all-reduce + residual + RMSNorm" : "all-reduce, then residual + RMSNorm kernel",
-              model.lastNormAlgorithm().c_str(), sh.prompt.size(), f.nPredict);
+              model.lastNormAlgorithm().c_str(), sh.prompt.size(), f.nPredict,
+              o.useGraphs ? "decode in CUDA graphs" : "eager decode (no CUDA graphs)");
   if (needPlain) std::printf("--- plain greedy ---\n%s", formatTimings(plain).c_str());
   if (f.draftNMax > 0)
     std::printf("--- draft-mtp n-max %d ---\n%s", f.draftNMax, formatTimings(spec).c_str());

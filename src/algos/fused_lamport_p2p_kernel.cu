@@ -111,6 +111,16 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
 
 }  // namespace
 
+static cudaError_t preloadFusedLamportKernelsImpl() {
+  return dev::forEachNormVariant([](auto t, auto) { return dev::preload(fusedLamportKernel<typename decltype(t)::type>); });
+}
+
+Status preloadFusedLamportKernels() {
+  cudaError_t e = preloadFusedLamportKernelsImpl();
+  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "preloadFusedLamportKernels: %s", cudaGetErrorString(e));
+  return Status::kOk;
+}
+
 Status launchFusedLamport(const FusedP2pLaunch& f, cudaStream_t stream) {
   const size_t bytes = f.rows * f.hidden * dataTypeSize(static_cast<DataType>(f.p2p.dtype));
   if (bytes > f.p2p.layout.lamportBytes)

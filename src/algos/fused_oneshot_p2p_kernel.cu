@@ -74,6 +74,18 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedOneshotKernel(FusedP2pLa
 
 }  // namespace
 
+static cudaError_t preloadFusedOneshotKernelsImpl() {
+  return dev::forEachNormVariant([](auto t, auto v) {
+    return dev::preload(fusedOneshotKernel<typename decltype(t)::type, decltype(v)::value != 0>);
+  });
+}
+
+Status preloadFusedOneshotKernels() {
+  cudaError_t e = preloadFusedOneshotKernelsImpl();
+  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "preloadFusedOneshotKernels: %s", cudaGetErrorString(e));
+  return Status::kOk;
+}
+
 Status launchFusedOneshot(const FusedP2pLaunch& f, cudaStream_t stream) {
   const size_t bytes = f.rows * f.hidden * dataTypeSize(static_cast<DataType>(f.p2p.dtype));
   if (bytes > f.p2p.layout.oneshotBytes)

@@ -81,6 +81,13 @@ Status launchFusedOneshot(const FusedP2pLaunch& f, cudaStream_t stream);
 Status launchFusedLamport(const FusedP2pLaunch& f, cudaStream_t stream);
 Status launchFusedTwoshot(const FusedP2pLaunch& f, cudaStream_t stream);
 
+/// Load every variant of the fused kernels and of the residual + norm kernel into the current
+/// device's context (see dev::preload in p2p_common.cuh).
+Status preloadFusedLamportKernels();
+Status preloadFusedOneshotKernels();
+Status preloadFusedTwoshotKernels();
+Status preloadResidualRmsNormKernels();
+
 }  // namespace tpcomm
 
 namespace tpcomm {

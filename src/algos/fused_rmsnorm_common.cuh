@@ -164,6 +164,18 @@ cudaError_t dispatchNorm(int dtype, bool vec, Launch launch) {
   }
 }
 
+// Calls f(TypeTag<T>{}, IntTag<Vec>{}) for every dtype and alignment variant (what dispatchNorm
+// can pick); stops at the first error. For preloading (dev::preload).
+template <typename F>
+cudaError_t forEachNormVariant(F f) {
+  for (int dt = 0; dt < 3; ++dt)
+    for (int vec = 0; vec < 2; ++vec) {
+      cudaError_t e = dispatchNorm(dt, vec != 0, f);
+      if (e != cudaSuccess) return e;
+    }
+  return cudaSuccess;
+}
+
 // Launches kernel(f) with the P2P kernel's grid (f.p2p.blocks) and kRmsNormThreads threads,
 // with programmatic dependent launch when f.p2p.pdl is set (launchP2p's FusedP2pLaunch twin).
 template <typename Kernel>

@@ -36,6 +36,18 @@ __global__ void __launch_bounds__(kRmsNormThreads) residualRmsNormKernel(RmsNorm
 
 }  // namespace
 
+static cudaError_t preloadResidualRmsNormKernelsImpl() {
+  return dev::forEachNormVariant([](auto t, auto v) {
+    return dev::preload(residualRmsNormKernel<typename decltype(t)::type, decltype(v)::value != 0>);
+  });
+}
+
+Status preloadResidualRmsNormKernels() {
+  cudaError_t e = preloadResidualRmsNormKernelsImpl();
+  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "preloadResidualRmsNormKernels: %s", cudaGetErrorString(e));
+  return Status::kOk;
+}
+
 Status launchResidualRmsNorm(const RmsNormLaunch& p, cudaStream_t stream) {
   auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   const size_t unit = 16 / dataTypeSize(static_cast<DataType>(p.dtype));

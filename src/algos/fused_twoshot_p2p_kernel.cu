@@ -100,6 +100,18 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedTwoshotKernel(FusedP2pLa
 
 }  // namespace
 
+static cudaError_t preloadFusedTwoshotKernelsImpl() {
+  return dev::forEachNormVariant([](auto t, auto v) {
+    return dev::preload(fusedTwoshotKernel<typename decltype(t)::type, decltype(v)::value != 0>);
+  });
+}
+
+Status preloadFusedTwoshotKernels() {
+  cudaError_t e = preloadFusedTwoshotKernelsImpl();
+  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "preloadFusedTwoshotKernels: %s", cudaGetErrorString(e));
+  return Status::kOk;
+}
+
 Status launchFusedTwoshot(const FusedP2pLaunch& f, cudaStream_t stream) {
   const size_t rowBytes = f.hidden * dataTypeSize(static_cast<DataType>(f.p2p.dtype));
   if (f.rowsPerChunk == 0 || f.rowsPerRank == 0 || f.rowsPerRank * rowBytes > f.p2p.layout.twoshotSliceCap ||

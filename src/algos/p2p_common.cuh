@@ -176,5 +176,32 @@ cudaError_t dispatchKernel(const P2pLaunch& p, bool vec, Launch launch) {
   }
 }
 
+// Loads `kernel` into the current device's context now. Under CUDA's lazy loading (the default
+// since CUDA 12.2) a kernel is loaded at its first launch, and that load may wait for the device
+// to go idle: a P2P kernel already spinning on a peer whose launch comes later from the same
+// thread (createGroup, a grouped call) then never finishes until its timeout. So every kernel a
+// communicator may launch is loaded when the communicator is created (preloadKernels()).
+template <typename Kernel>
+cudaError_t preload(Kernel kernel) {
+  cudaFuncAttributes attr;
+  return cudaFuncGetAttributes(&attr, kernel);
+}
+
+// Calls f(TypeTag<T>{}, IntTag<Op>{}, IntTag<Vec>{}) for every dtype, op and alignment variant
+// (what dispatchKernel can pick); stops at the first error.
+template <typename F>
+cudaError_t forEachP2pVariant(F f) {
+  for (int dt = 0; dt < 3; ++dt)
+    for (int op = 0; op < 3; ++op)
+      for (int vec = 0; vec < 2; ++vec) {
+        P2pLaunch p{};
+        p.dtype = dt;
+        p.op = op;
+        cudaError_t e = dispatchKernel(p, vec != 0, f);
+        if (e != cudaSuccess) return e;
+      }
+  return cudaSuccess;
+}
+
 }  // namespace dev
 }  // namespace tpcomm

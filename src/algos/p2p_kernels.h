@@ -37,4 +37,10 @@ Status launchLamport(const P2pLaunch& p, cudaStream_t stream);
 /// Fills `bytes` (multiple of 4) at `p` with kLamportSentinel words.
 Status launchLamportFill(char* p, size_t bytes, cudaStream_t stream);
 
+/// Load every variant of each kernel into the current device's context (dev::preload: lazy
+/// loading may otherwise wait for the device to go idle at a first launch).
+Status preloadOneshotKernels();
+Status preloadTwoshotKernels();
+Status preloadLamportKernels();
+
 }  // namespace tpcomm

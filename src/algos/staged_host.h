@@ -58,5 +58,7 @@ struct StagedDeviceLaunch {
 };
 /// Enqueues the kernel on `stream` (defined only in CUDA builds).
 Status launchStagedDevice(const StagedDeviceLaunch& p, cudaStream_t stream);
+/// Loads every variant of the staged kernel into the current device's context (dev::preload).
+Status preloadStagedDeviceKernels();
 
 }  // namespace tpcomm

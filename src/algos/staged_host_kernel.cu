@@ -145,6 +145,38 @@ cudaError_t launchOp(const StagedDeviceLaunch& p, bool vec, cudaStream_t s) {
 
 }  // namespace
 
+static cudaError_t preloadStagedDeviceKernelsImpl() {
+  // Lazy loading: see dev::preload in p2p_common.cuh.
+  cudaFuncAttributes a;
+  cudaError_t e = cudaSuccess;
+  for (cudaError_t x : {cudaFuncGetAttributes(&a, stagedAllReduceKernel<float, 0, true>),
+                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<float, 0, false>),
+                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<float, 1, true>),
+                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<float, 1, false>),
+                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<float, 2, true>),
+                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<float, 2, false>),
+                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__half, 0, true>),
+                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__half, 0, false>),
+                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__half, 1, true>),
+                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__half, 1, false>),
+                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__half, 2, true>),
+                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__half, 2, false>),
+                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__nv_bfloat16, 0, true>),
+                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__nv_bfloat16, 0, false>),
+                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__nv_bfloat16, 1, true>),
+                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__nv_bfloat16, 1, false>),
+                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__nv_bfloat16, 2, true>),
+                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__nv_bfloat16, 2, false>)})
+    if (e == cudaSuccess) e = x;
+  return e;
+}
+
+Status preloadStagedDeviceKernels() {
+  cudaError_t e = preloadStagedDeviceKernelsImpl();
+  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "preloadStagedDeviceKernels: %s", cudaGetErrorString(e));
+  return Status::kOk;
+}
+
 Status launchStagedDevice(const StagedDeviceLaunch& p, cudaStream_t stream) {
   bool vec = (reinterpret_cast<uintptr_t>(p.send) % dev::kPackBytes) == 0 &&
              (reinterpret_cast<uintptr_t>(p.recv) % dev::kPackBytes) == 0;

@@ -119,6 +119,19 @@ __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
 
 }  // namespace
 
+static cudaError_t preloadTwoshotKernelsImpl() {
+  cudaError_t e = dev::forEachP2pVariant([](auto t, auto op, auto vec) {
+    return dev::preload(twoshotKernel<typename decltype(t)::type, decltype(op)::value, decltype(vec)::value != 0>);
+  });
+  return e;
+}
+
+Status preloadTwoshotKernels() {
+  cudaError_t e = preloadTwoshotKernelsImpl();
+  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "preloadTwoshotKernels: %s", cudaGetErrorString(e));
+  return Status::kOk;
+}
+
 Status launchTwoshot(const P2pLaunch& p, cudaStream_t stream) {
   cudaError_t e = dev::dispatchKernel(p, p2pVectorizable(p.send, p.recv), [&](auto t, auto op, auto vec) {
     return dev::launchP2p(twoshotKernel<typename decltype(t)::type, decltype(op)::value, decltype(vec)::value != 0>, p,

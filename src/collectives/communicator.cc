@@ -13,6 +13,8 @@
 
 #include "algos/fused_rmsnorm.h"
 #include "algos/p2p_algorithm.h"
+#include "algos/p2p_kernels.h"
+#include "algos/staged_host.h"
 #include "collectives/algo_override.h"
 #include "collectives/comm_context.h"
 #include "collectives/communicator_impl.h"
@@ -29,6 +31,21 @@
 namespace tpcomm {
 
 namespace {
+
+#ifdef TPCOMM_HAVE_CUDA
+Status preloadKernels() {
+  TPCOMM_TRY(preloadLamportKernels());
+  TPCOMM_TRY(preloadOneshotKernels());
+  TPCOMM_TRY(preloadTwoshotKernels());
+  TPCOMM_TRY(preloadFusedLamportKernels());
+  TPCOMM_TRY(preloadFusedOneshotKernels());
+  TPCOMM_TRY(preloadFusedTwoshotKernels());
+  TPCOMM_TRY(preloadResidualRmsNormKernels());
+  return preloadStagedDeviceKernels();
+}
+#else
+Status preloadKernels() { return Status::kOk; }
+#endif
 
 // Every rank agrees whether a transport came up; one rank's failure drops it everywhere so the
 // algorithm lists (and therefore selections) stay identical.
@@ -155,6 +172,13 @@ Status Communicator::create(Bootstrap& bootstrap, int device, const Config& conf
     c.asyncError.word = static_cast<uint32_t*>(word);
     c.asyncError.deviceWord = static_cast<uint32_t*>(word);
 #endif
+    // Every kernel loaded now, not at its first launch (dev::preload in algos/p2p_common.cuh
+    // says why). Agreed, so a GPU without a kernel image for this build fails create on all ranks.
+    Status pre = preloadKernels();
+    bool preAll;
+    TPCOMM_TRY(agree(bootstrap, pre == Status::kOk, &preAll));
+    if (pre != Status::kOk) return pre;
+    if (!preAll) return TPCOMM_ERROR(kCudaError, "create: loading tpcomm's kernels failed on another rank");
   } else {
     impl->hostErrorWord = std::make_unique<uint32_t>(0);
     c.asyncError.word = impl->hostErrorWord.get();

@@ -3,13 +3,15 @@
 //    keeps activations in bf16 (8 mantissa bits), so the stated tolerance is: per position,
 //    max |gpu - cpu| <= 3% of max |cpu logit|, and the greedy token equal wherever the
 //    reference's top-2 margin exceeds twice that bound.
-//  - TP=2 greedy tokens equal TP=1 (2 GPUs).
+//  - TP=2 greedy tokens equal TP=1 (2 GPUs), up to the first position where the fp32 reference
+//    shows a near-tie between the two runs' tokens (within the same 3% bound): TP=2 sums o_proj
+//    and down_proj partial products per rank before rounding to bf16, TP=1 in one GEMM, so the
+//    activations differ by bf16 rounding and a near-tie may legitimately flip.
 //  - MTP speculative output token-for-token equal to plain greedy, N = 1..6, 256 tokens, with
 //    every all-reduce path (auto, nccl, staged_host), TP=2.
 //  - The fused all-reduce + residual + RMSNorm (allReduceResidualRmsNorm, the default) and the
 //    unfused path (--no-fused-norm: allReduce + addRmsNorm) give the same greedy tokens at TP=2
 //    on every algorithm, and the fused call names the algorithm expected.
-// NOT YET RUN ON A GPU since the fused norm went in (compiled for sm_90 only).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -121,6 +123,7 @@ bool runGpu(int tp, const std::string& algo, int draftN, double sim, const std::
       o.maxTokensPerCall = 24;
       o.seed = 5;
       o.fusedNorm = fusedNorm;
+      o.useGraphs = algo != "staged_host";  // not capturable: under capture tpcomm would pick P2P
       if (!m.init(o, &errs[r])) return;
       GenerateOptions g;
       g.nPredict = nPredict;
@@ -150,7 +153,30 @@ TEST(QwenGpu, Tp2TokensEqualTp1) {
   std::string err;
   ASSERT_TRUE(runGpu(1, "", 0, -1, nullptr, 64, &a, &s, &err)) << err;
   ASSERT_TRUE(runGpu(2, "", 0, -1, nullptr, 64, &b, &s, &err)) << err;
-  EXPECT_EQ(a, b);
+  ASSERT_EQ(a.size(), b.size());
+  size_t k = 0;
+  while (k < a.size() && a[k] == b[k]) ++k;
+  std::printf("TP=1 and TP=2 greedy tokens equal for %zu of %zu tokens\n", k, a.size());
+  if (k == a.size()) return;
+  // Diverged at k: the fp32 reference, fed the prompt and the common prefix, must call the two
+  // tokens a tie within the logit tolerance of LogitsMatchTheCpuReference.
+  const ModelConfig c = tiny();
+  HostWeights w;
+  makeSyntheticHostWeights(c, /*seed=*/5, /*roundBf16=*/true, &w);  // runGpu's seed
+  TpShape shape;
+  ASSERT_TRUE(makeTpShape(c, 1, 0, &shape, &err)) << err;
+  std::vector<int32_t> seq = prompt(24, c.vocabSize);
+  seq.insert(seq.end(), a.begin(), a.begin() + static_cast<long>(k));
+  CpuModel cpu(c, shape, &w, nullptr, static_cast<int>(seq.size()) + 8);
+  std::vector<int32_t> next(seq.size());
+  ASSERT_TRUE(cpu.target(seq.data(), static_cast<int>(seq.size()), 0, next.data(), &err)) << err;
+  const int V = c.vocabSize;
+  const float* logits = cpu.lastLogits().data() + (seq.size() - 1) * static_cast<size_t>(V);
+  float mx = 0;
+  for (int i = 0; i < V; ++i) mx = std::max(mx, std::fabs(logits[i]));
+  const float margin = std::fabs(logits[a[k]] - logits[b[k]]);
+  EXPECT_LE(margin, 0.03f * mx) << "TP=1 and TP=2 diverge at generated token " << k << " (" << a[k] << " vs " << b[k]
+                                << ") where the reference margin " << margin << " is no tie (max |logit| " << mx << ")";
 }
 
 TEST(QwenGpu, FusedAndUnfusedNormGiveTheSameTokens) {

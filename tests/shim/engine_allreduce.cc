@@ -5,7 +5,7 @@
 //               in place (llama.cpp's ggml-cuda)
 //   --mpi       one process per GPU under mpirun: rank 0 makes the unique id, MPI spreads it,
 //               ncclCommInitRank; in place and out of place (PyTorch's ProcessGroupNCCL)
-// Sizes 4 B .. 64 MB (x4), f32/f16/bf16, sum/max/min, eager then CUDA graph. Inputs are small
+// Sizes 4 B .. 16 MB (x4), f32/f16/bf16, sum/max/min, eager then CUDA graph. Inputs are small
 // integers, so every result is exact; outputs are poisoned first and every element is checked
 // against the host's answer. One line per case: "case ... fnv=<hash of the output bytes>";
 // exit 1 on any wrong element, 77 with fewer than 2 GPUs.
@@ -133,9 +133,15 @@ long runCase(std::vector<RankBuffers>& local, int nRanks, const Case& c, bool gr
       CHECK_CUDA(cudaStreamBeginCapture(b.stream, cudaStreamCaptureModeGlobal));
     }
     issue();
+    // End every capture before instantiating: a global-mode capture still open on another
+    // stream forbids cudaGraphInstantiate (llama.cpp captures one device at a time; a grouped
+    // call across devices needs all streams captured together).
     for (size_t i = 0; i < local.size(); ++i) {
       CHECK_CUDA(cudaSetDevice(local[i].device));
       CHECK_CUDA(cudaStreamEndCapture(local[i].stream, &graphs[i]));
+    }
+    for (size_t i = 0; i < local.size(); ++i) {
+      CHECK_CUDA(cudaSetDevice(local[i].device));
       CHECK_CUDA(cudaGraphInstantiate(&execs[i], graphs[i], 0));
     }
     for (size_t i = 0; i < local.size(); ++i) {
@@ -171,7 +177,7 @@ std::vector<Case> cases(bool outOfPlace) {
   for (bool graph : {false, true})
     for (const Type& t : kTypes)
       for (ncclRedOp_t op : kOps)
-        for (size_t bytes = 4; bytes <= (64u << 20); bytes *= 4) {
+        for (size_t bytes = 4; bytes <= (16u << 20); bytes *= 4) {  // 4 B .. 16 MB: every routing band
           if (bytes < t.size) continue;
           out.push_back({t, op, bytes, true, graph});
           if (outOfPlace) out.push_back({t, op, bytes, false, graph});
@@ -182,8 +188,8 @@ std::vector<Case> cases(bool outOfPlace) {
 void allocate(RankBuffers& b) {
   CHECK_CUDA(cudaSetDevice(b.device));
   CHECK_CUDA(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
-  CHECK_CUDA(cudaMalloc(&b.send, 64u << 20));
-  CHECK_CUDA(cudaMalloc(&b.recv, 64u << 20));
+  CHECK_CUDA(cudaMalloc(&b.send, 16u << 20));
+  CHECK_CUDA(cudaMalloc(&b.recv, 16u << 20));
 }
 
 void release(RankBuffers& b) {
