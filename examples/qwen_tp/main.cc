@@ -163,7 +163,7 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
   // Share of a decode step spent in all-reduce: with vs without them. Without, the layer epilogue
   // is the addRmsNorm kernel alone, so with the fused norm the share is the fused call's time
   // beyond that kernel's.
-  if (f.profile && !f.noGraphs) {
+  if (f.profile && o.useGraphs) {  // timeTargetStep replays the captured graphs
     const int pos = static_cast<int>(sh.prompt.size());
     const int nv = f.draftNMax + 1;
     if (!model.timeTargetStep(1, pos, 50, &stepMs, err)) return false;

@@ -113,6 +113,9 @@ long runCase(std::vector<RankBuffers>& local, int nRanks, const Case& c, bool gr
     encode(c.t, in, &bytes);
     CHECK_CUDA(cudaMemcpy(b.send, bytes.data(), c.bytes, cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemset(b.recv, 0xff, c.bytes));  // poison (NaN in every type)
+    // The copy and the memset ran on the legacy stream, which does not order against b.stream
+    // (non-blocking): without this a fast all-reduce could write recv before the poison lands.
+    CHECK_CUDA(cudaDeviceSynchronize());
   }
   auto issue = [&] {
     if (group) CHECK_NCCL(ncclGroupStart());
