@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# scripts/gpu_bench.sh [OUTDIR]: the benchmark tables of bench/results/<machine>.md on a machine
+# with 2 GPUs (~8 min on 2x H200), after scripts/gpu_check.sh built $BUILD. Every table has
+# -A nccl in the same process and buffers, so every ratio is same-run. Sweeps are split so none
+# runs past its limit: the full-range tables (auto vs NCCL, 8 B..1 GB) carry the targets; the
+# per-algorithm tables stop at 64 MB (a forced algorithm past its own limit falls back to the
+# selector's choice, which the auto table already shows). Then the fused epilogue table and the
+# Qwen3-32B TP=2 matrix (examples/qwen_tp). Logs in OUTDIR/logs.tgz.
+set -o pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
+[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUTDIR=${1:-${OUT:-$root/gpu-logs}}
+B=${BUILD:-/tmp/tpcomm-gpu-build}
+L=$OUTDIR/logs; mkdir -p "$L"; T0=$(date +%s)
+el() { echo "$(( $(date +%s) - T0 ))s"; }
+if [ ! -x "$B/bench/allreduce_perf" ]; then
+  cmake -S "$root" -B "$B" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90} -DCMAKE_BUILD_TYPE=Release > "$L/build.log" 2>&1 &&
+    ninja -C "$B" -j"$(nproc)" -k 0 >> "$L/build.log" 2>&1
+  echo "build rc=$? $(el)"
+fi
+{ echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; git -C "$root" log --oneline -1; } > "$L/env.txt" 2>&1
+P="mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x TPCOMM_MULTICAST $B/bench/allreduce_perf -d bf16"
+b() {  # NAME SECONDS COMMAND...
+  local name=$1 t=$2; shift 2
+  echo "\$ $*" > "$L/$name.txt"
+  timeout -k 5 "$t" "$@" >> "$L/$name.txt" 2>&1
+  echo "$name rc=$? $(el)"
+}
+b graph 120 $P -c 1 -b 8 -e 1G -f 2 -G 20 -A auto -A nccl --json "$L/graph.json"
+b graph_algos 90 $P -c 1 -b 8 -e 64M -f 2 -G 20 -A lamport_p2p -A oneshot_p2p -A twoshot_p2p -A nccl --json "$L/graph_algos.json"
+b eager 120 $P -c 1 -b 8 -e 1G -f 2 -A auto -A staged_host -A nccl --json "$L/eager.json"
+b eager_algos 90 $P -c 1 -b 8 -e 64M -f 2 -A lamport_p2p -A oneshot_p2p -A twoshot_p2p -A nccl --json "$L/eager_algos.json"
+b oneproc 50 "$B/bench/allreduce_perf" -d bf16 -c 1 -g 2 -b 8 -e 64M -f 4 -A auto -A nccl
+b fused 50 $P -c 1 --fused-rmsnorm -G 20
+Q="$B/examples/qwen_tp/qwen_tp --model-preset qwen3-32b --tp 2 --prompt-tokens 512 --n-predict 256 --ctx-size 1024"
+for ar in auto nccl staged_host; do
+  b "qwen_${ar}_off" 60 $Q --allreduce $ar
+  b "qwen_${ar}_0.485" 60 $Q --allreduce $ar --spec-type draft-mtp --spec-draft-n-max 5 --sim-acceptance 0.485 --no-profile
+done
+for a in 0.3 0.7; do b "qwen_auto_$a" 40 $Q --allreduce auto --spec-type draft-mtp --spec-draft-n-max 5 --sim-acceptance $a --no-profile; done
+b qwen_nccl_eager_off 40 $Q --allreduce nccl --no-graphs
+for f in graph graph_algos eager eager_algos oneproc; do
+  echo "== $f"; sed -n '/Side by side/,/^#$/p' "$L/$f.txt" | head -34; grep -aE "Out of bounds" "$L/$f.txt" | sort | uniq -c | head -3
+done
+grep -a "^#  rows\|^ *[0-9]" "$L/fused.txt" | tail -11
+for f in "$L"/qwen_*.txt; do echo "== $(basename "$f")"; grep -aE "eval time|acceptance|roofline|decode step" "$f"; done
+tar czf "$OUTDIR/logs.tgz" -C "$OUTDIR" logs && rm -rf "$L"
+echo "total $(el); logs: $OUTDIR/logs.tgz"
