@@ -42,7 +42,8 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
   const uint64_t epoch = *epochPtr + 1;
   const int buf = static_cast<int>(epoch % 3), clearBuf = static_cast<int>((epoch + 2) % 3);
   auto slot = [&](char* base, int b, int from) {
-    return reinterpret_cast<Pack*>(base + L.lamportOffset + b * L.lamportBufferBytes() + static_cast<size_t>(from) * L.lamportBytes);
+    return reinterpret_cast<Pack*>(base + L.lamportOffset + b * L.lamportBufferBytes() +
+                                   static_cast<size_t>(from) * L.lamportBytes);
   };
   const Pack* src = static_cast<const Pack*>(p.send);
   T* dst = static_cast<T*>(p.recv);
@@ -64,7 +65,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
     const size_t firstPack = row * packsPerRow;
     dev::residualRmsNormRow<T, true>(
         f.hidden, residual + row * f.hidden, weight, dst + row * f.hidden, f.eps,
-        [&](size_t u, int, float (&x)[kEpp]) {
+        [&](size_t u, int, float(&x)[kEpp]) {
           const size_t i = firstPack + u;
           float acc[kEpp];
           for (int r = 0; r < n; ++r) {
@@ -82,8 +83,10 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
                 v = __ldcv(q);
               }
             }
-            if (r == 0) PackOf<T>::toFloats(v, acc);
-            else PackOf<T>::template accumulate<0>(acc, v);
+            if (r == 0)
+              PackOf<T>::toFloats(v, acc);
+            else
+              PackOf<T>::template accumulate<0>(acc, v);
           }
 #pragma unroll
           for (int k = 0; k < kEpp; ++k) x[k] = dev::Elem<T>::toFloat(dev::Elem<T>::fromFloat(acc[k]));
@@ -111,14 +114,10 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
 
 }  // namespace
 
-static cudaError_t preloadFusedLamportKernelsImpl() {
-  return dev::forEachNormVariant([](auto t, auto) { return dev::preload(fusedLamportKernel<typename decltype(t)::type>); });
-}
-
 Status preloadFusedLamportKernels() {
-  cudaError_t e = preloadFusedLamportKernelsImpl();
-  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "preloadFusedLamportKernels: %s", cudaGetErrorString(e));
-  return Status::kOk;
+  return dev::preloaded(dev::forEachNormVariant(
+                            [](auto t, auto) { return dev::preload(fusedLamportKernel<typename decltype(t)::type>); }),
+                        "fused lamport_p2p");
 }
 
 Status launchFusedLamport(const FusedP2pLaunch& f, cudaStream_t stream) {
@@ -127,7 +126,8 @@ Status launchFusedLamport(const FusedP2pLaunch& f, cudaStream_t stream) {
     return TPCOMM_ERROR(kNotSupported, "fused lamport_p2p: %zu bytes exceed the %zu-byte buffer", bytes,
                         f.p2p.layout.lamportBytes);
   if (!fusedVectorizable(f))
-    return TPCOMM_ERROR(kNotSupported, "fused lamport_p2p: needs 16-byte aligned buffers and rows of whole 16-byte units");
+    return TPCOMM_ERROR(kNotSupported,
+                        "fused lamport_p2p: needs 16-byte aligned buffers and rows of whole 16-byte units");
   cudaError_t e = dev::dispatchNorm(f.p2p.dtype, true, [&](auto t, auto) {
     return dev::launchFused(fusedLamportKernel<typename decltype(t)::type>, f, stream);
   });

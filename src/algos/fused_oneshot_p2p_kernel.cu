@@ -64,7 +64,9 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedOneshotKernel(FusedP2pLa
     auto srcAt = [&](int r) -> const T* { return r == me ? src + base : inbox(me, r) + base; };
     dev::residualRmsNormRow<T, kVec>(
         f.hidden, residual + base, weight, dst + base, f.eps,
-        [&](size_t u, int cnt, float (&x)[dev::NormShape<T>::kUnit]) { dev::reduceUnit<T, kVec>(me, n, srcAt, u, cnt, x); },
+        [&](size_t u, int cnt, float(&x)[dev::NormShape<T>::kUnit]) {
+          dev::reduceUnit<T, kVec>(me, n, srcAt, u, cnt, x);
+        },
         [](size_t, int, const T(&)[dev::NormShape<T>::kUnit]) {},
         [](size_t, int, const T(&)[dev::NormShape<T>::kUnit]) {});
   }
@@ -74,16 +76,11 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedOneshotKernel(FusedP2pLa
 
 }  // namespace
 
-static cudaError_t preloadFusedOneshotKernelsImpl() {
-  return dev::forEachNormVariant([](auto t, auto v) {
-    return dev::preload(fusedOneshotKernel<typename decltype(t)::type, decltype(v)::value != 0>);
-  });
-}
-
 Status preloadFusedOneshotKernels() {
-  cudaError_t e = preloadFusedOneshotKernelsImpl();
-  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "preloadFusedOneshotKernels: %s", cudaGetErrorString(e));
-  return Status::kOk;
+  return dev::preloaded(dev::forEachNormVariant([](auto t, auto v) {
+                          return dev::preload(fusedOneshotKernel<typename decltype(t)::type, decltype(v)::value != 0>);
+                        }),
+                        "fused oneshot_p2p");
 }
 
 Status launchFusedOneshot(const FusedP2pLaunch& f, cudaStream_t stream) {

@@ -40,8 +40,7 @@ void hostResidualRmsNorm(const void* x, void* residual, const void* weight, floa
 /// and the norm, all in double, from the same dtype inputs. Fills residualOut and out
 /// (rows x hidden doubles).
 void referenceResidualRmsNorm(const void* const* inputs, int nRanks, const void* residual, const void* weight,
-                              double eps, size_t rows, size_t hidden, DataType dtype, double* residualOut,
-                              double* out);
+                              double eps, size_t rows, size_t hidden, DataType dtype, double* residualOut, double* out);
 
 /// The unfused GPU kernel: residual += x; out = rmsnorm(residual) * weight, one block per row.
 struct RmsNormLaunch {

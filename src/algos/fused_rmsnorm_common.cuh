@@ -127,11 +127,15 @@ __device__ __forceinline__ void reduceUnit(int me, int nRanks, SrcFn srcAt, size
                                            float (&x)[NormShape<T>::kUnit]) {
   constexpr int kUnit = NormShape<T>::kUnit;
   float acc[kUnit], v[kUnit];
-  if (me == 0) loadUnit<T, kVec, false>(srcAt(0), u, n, acc);
-  else loadUnit<T, kVec, true>(srcAt(0), u, n, acc);
+  if (me == 0)
+    loadUnit<T, kVec, false>(srcAt(0), u, n, acc);
+  else
+    loadUnit<T, kVec, true>(srcAt(0), u, n, acc);
   for (int r = 1; r < nRanks; ++r) {
-    if (r == me) loadUnit<T, kVec, false>(srcAt(r), u, n, v);
-    else loadUnit<T, kVec, true>(srcAt(r), u, n, v);
+    if (r == me)
+      loadUnit<T, kVec, false>(srcAt(r), u, n, v);
+    else
+      loadUnit<T, kVec, true>(srcAt(r), u, n, v);
 #pragma unroll
     for (int k = 0; k < kUnit; ++k) acc[k] = __fadd_rn(acc[k], v[k]);
   }
@@ -158,9 +162,12 @@ template <typename Launch>
 cudaError_t dispatchNorm(int dtype, bool vec, Launch launch) {
   auto byVec = [&](auto t) -> cudaError_t { return vec ? launch(t, IntTag<1>{}) : launch(t, IntTag<0>{}); };
   switch (static_cast<DataType>(dtype)) {
-    case DataType::kF32: return byVec(TypeTag<float>{});
-    case DataType::kF16: return byVec(TypeTag<__half>{});
-    default: return byVec(TypeTag<__nv_bfloat16>{});
+    case DataType::kF32:
+      return byVec(TypeTag<float>{});
+    case DataType::kF16:
+      return byVec(TypeTag<__half>{});
+    default:
+      return byVec(TypeTag<__nv_bfloat16>{});
   }
 }
 

@@ -26,9 +26,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) residualRmsNormKernel(RmsNorm
     const size_t base = row * p.hidden;
     dev::residualRmsNormRow<T, kVec>(
         p.hidden, residual + base, weight, out + base, p.eps,
-        [&](size_t u, int n, float (&v)[dev::NormShape<T>::kUnit]) {
-          dev::loadUnit<T, kVec, false>(x + base, u, n, v);
-        },
+        [&](size_t u, int n, float(&v)[dev::NormShape<T>::kUnit]) { dev::loadUnit<T, kVec, false>(x + base, u, n, v); },
         [](size_t, int, const T(&)[dev::NormShape<T>::kUnit]) {},
         [](size_t, int, const T(&)[dev::NormShape<T>::kUnit]) {});
   }
@@ -36,16 +34,12 @@ __global__ void __launch_bounds__(kRmsNormThreads) residualRmsNormKernel(RmsNorm
 
 }  // namespace
 
-static cudaError_t preloadResidualRmsNormKernelsImpl() {
-  return dev::forEachNormVariant([](auto t, auto v) {
-    return dev::preload(residualRmsNormKernel<typename decltype(t)::type, decltype(v)::value != 0>);
-  });
-}
-
 Status preloadResidualRmsNormKernels() {
-  cudaError_t e = preloadResidualRmsNormKernelsImpl();
-  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "preloadResidualRmsNormKernels: %s", cudaGetErrorString(e));
-  return Status::kOk;
+  return dev::preloaded(
+      dev::forEachNormVariant([](auto t, auto v) {
+        return dev::preload(residualRmsNormKernel<typename decltype(t)::type, decltype(v)::value != 0>);
+      }),
+      "residual + RMSNorm");
 }
 
 Status launchResidualRmsNorm(const RmsNormLaunch& p, cudaStream_t stream) {

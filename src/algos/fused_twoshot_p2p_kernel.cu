@@ -56,7 +56,9 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedTwoshotKernel(FusedP2pLa
     auto inbox = [&](int owner, int from) {
       return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * L.twoshotSliceCap);
     };
-    auto gather = [&](int owner) { return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(n) * L.twoshotSliceCap); };
+    auto gather = [&](int owner) {
+      return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(n) * L.twoshotSliceCap);
+    };
     // Rows of rank j's share in this chunk.
     auto shareRows = [&](int j) -> size_t {
       const size_t first = static_cast<size_t>(j) * share;
@@ -79,7 +81,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedTwoshotKernel(FusedP2pLa
       };
       dev::residualRmsNormRow<T, kVec>(
           H, residual + row * H, weight, dst + row * H, f.eps,
-          [&](size_t u, int cnt, float (&x)[kUnit]) { dev::reduceUnit<T, kVec>(me, n, srcAt, u, cnt, x); },
+          [&](size_t u, int cnt, float(&x)[kUnit]) { dev::reduceUnit<T, kVec>(me, n, srcAt, u, cnt, x); },
           [&](size_t u, int cnt, const T(&v)[kUnit]) { push((2 * q + 1) * H, u, cnt, v); },
           [&](size_t u, int cnt, const T(&v)[kUnit]) { push(2 * q * H, u, cnt, v); });
     }
@@ -100,16 +102,11 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedTwoshotKernel(FusedP2pLa
 
 }  // namespace
 
-static cudaError_t preloadFusedTwoshotKernelsImpl() {
-  return dev::forEachNormVariant([](auto t, auto v) {
-    return dev::preload(fusedTwoshotKernel<typename decltype(t)::type, decltype(v)::value != 0>);
-  });
-}
-
 Status preloadFusedTwoshotKernels() {
-  cudaError_t e = preloadFusedTwoshotKernelsImpl();
-  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "preloadFusedTwoshotKernels: %s", cudaGetErrorString(e));
-  return Status::kOk;
+  return dev::preloaded(dev::forEachNormVariant([](auto t, auto v) {
+                          return dev::preload(fusedTwoshotKernel<typename decltype(t)::type, decltype(v)::value != 0>);
+                        }),
+                        "fused twoshot_p2p");
 }
 
 Status launchFusedTwoshot(const FusedP2pLaunch& f, cudaStream_t stream) {

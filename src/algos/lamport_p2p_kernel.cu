@@ -158,18 +158,12 @@ __global__ void fillSentinel(uint32_t* p, size_t words) {
 
 }  // namespace
 
-static cudaError_t preloadLamportKernelsImpl() {
+Status preloadLamportKernels() {
   cudaError_t e = dev::forEachP2pVariant([](auto t, auto op, auto vec) {
     return dev::preload(lamportKernel<typename decltype(t)::type, decltype(op)::value, decltype(vec)::value != 0>);
   });
   if (e == cudaSuccess) e = dev::preload(fillSentinel);
-  return e;
-}
-
-Status preloadLamportKernels() {
-  cudaError_t e = preloadLamportKernelsImpl();
-  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "preloadLamportKernels: %s", cudaGetErrorString(e));
-  return Status::kOk;
+  return dev::preloaded(e, "lamport_p2p");
 }
 
 Status launchLamport(const P2pLaunch& p, cudaStream_t stream) {

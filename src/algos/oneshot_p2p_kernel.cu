@@ -59,17 +59,11 @@ __global__ void __launch_bounds__(kThreads) oneshotKernel(P2pLaunch p) {
 
 }  // namespace
 
-static cudaError_t preloadOneshotKernelsImpl() {
+Status preloadOneshotKernels() {
   cudaError_t e = dev::forEachP2pVariant([](auto t, auto op, auto vec) {
     return dev::preload(oneshotKernel<typename decltype(t)::type, decltype(op)::value, decltype(vec)::value != 0>);
   });
-  return e;
-}
-
-Status preloadOneshotKernels() {
-  cudaError_t e = preloadOneshotKernelsImpl();
-  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "preloadOneshotKernels: %s", cudaGetErrorString(e));
-  return Status::kOk;
+  return dev::preloaded(e, "oneshot_p2p");
 }
 
 Status launchOneshot(const P2pLaunch& p, cudaStream_t stream) {

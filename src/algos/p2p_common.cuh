@@ -4,6 +4,7 @@
 
 #include "algos/device_common.cuh"
 #include "algos/p2p_kernels.h"
+#include "common/error.h"
 
 namespace tpcomm {
 namespace dev {
@@ -185,6 +186,12 @@ template <typename Kernel>
 cudaError_t preload(Kernel kernel) {
   cudaFuncAttributes attr;
   return cudaFuncGetAttributes(&attr, kernel);
+}
+
+// A preload's result as a Status naming what failed to load (e.g. no kernel image for this GPU).
+inline Status preloaded(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::kOk;
+  return TPCOMM_ERROR(kCudaError, "loading the %s kernels: %s", what, cudaGetErrorString(e));
 }
 
 // Calls f(TypeTag<T>{}, IntTag<Op>{}, IntTag<Vec>{}) for every dtype, op and alignment variant

@@ -46,14 +46,14 @@ struct StagedDeviceLaunch {
   int dtype;  // DataType
   int op;     // ReduceOp
   int rank, nRanks;
-  char* slots;             // rank 0's slot 0; rank r slot s at slots + (r*nSlots + s)*chunkBytes
+  char* slots;  // rank 0's slot 0; rank r slot s at slots + (r*nSlots + s)*chunkBytes
   int nSlots;
   size_t chunkBytes;
-  int blocks;              // per role
-  uint64_t* ready;         // [rank][slot][block]
-  uint64_t* consumed;      // [rank][slot][block]
-  uint64_t seqBase;        // chunk c has sequence seqBase + c + 1
-  uint32_t* errorWord;     // device view of the communicator's async error word
+  int blocks;           // per role
+  uint64_t* ready;      // [rank][slot][block]
+  uint64_t* consumed;   // [rank][slot][block]
+  uint64_t seqBase;     // chunk c has sequence seqBase + c + 1
+  uint32_t* errorWord;  // device view of the communicator's async error word
   uint64_t timeoutNs;
 };
 /// Enqueues the kernel on `stream` (defined only in CUDA builds).

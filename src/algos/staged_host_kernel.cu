@@ -145,7 +145,7 @@ cudaError_t launchOp(const StagedDeviceLaunch& p, bool vec, cudaStream_t s) {
 
 }  // namespace
 
-static cudaError_t preloadStagedDeviceKernelsImpl() {
+Status preloadStagedDeviceKernels() {
   // Lazy loading: see dev::preload in p2p_common.cuh.
   cudaFuncAttributes a;
   cudaError_t e = cudaSuccess;
@@ -168,13 +168,8 @@ static cudaError_t preloadStagedDeviceKernelsImpl() {
                         cudaFuncGetAttributes(&a, stagedAllReduceKernel<__nv_bfloat16, 2, true>),
                         cudaFuncGetAttributes(&a, stagedAllReduceKernel<__nv_bfloat16, 2, false>)})
     if (e == cudaSuccess) e = x;
-  return e;
-}
-
-Status preloadStagedDeviceKernels() {
-  cudaError_t e = preloadStagedDeviceKernelsImpl();
-  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "preloadStagedDeviceKernels: %s", cudaGetErrorString(e));
-  return Status::kOk;
+  if (e == cudaSuccess) return Status::kOk;
+  return TPCOMM_ERROR(kCudaError, "loading the staged_host kernels: %s", cudaGetErrorString(e));
 }
 
 Status launchStagedDevice(const StagedDeviceLaunch& p, cudaStream_t stream) {

@@ -119,17 +119,11 @@ __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
 
 }  // namespace
 
-static cudaError_t preloadTwoshotKernelsImpl() {
+Status preloadTwoshotKernels() {
   cudaError_t e = dev::forEachP2pVariant([](auto t, auto op, auto vec) {
     return dev::preload(twoshotKernel<typename decltype(t)::type, decltype(op)::value, decltype(vec)::value != 0>);
   });
-  return e;
-}
-
-Status preloadTwoshotKernels() {
-  cudaError_t e = preloadTwoshotKernelsImpl();
-  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "preloadTwoshotKernels: %s", cudaGetErrorString(e));
-  return Status::kOk;
+  return dev::preloaded(e, "twoshot_p2p");
 }
 
 Status launchTwoshot(const P2pLaunch& p, cudaStream_t stream) {
