@@ -6,21 +6,10 @@
 # per-algorithm tables stop at 64 MB (a forced algorithm past its own limit falls back to the
 # selector's choice, which the auto table already shows). Then the fused epilogue table and the
 # Qwen3-32B TP=2 matrix (examples/qwen_tp). Logs in OUTDIR/logs.tgz.
-set -o pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
-[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OUTDIR=${1:-${OUT:-$root/gpu-logs}}
-B=${BUILD:-/tmp/tpcomm-gpu-build}
-L=$OUTDIR/logs; mkdir -p "$L"; T0=$(date +%s)
-el() { echo "$(( $(date +%s) - T0 ))s"; }
-if [ ! -x "$B/bench/allreduce_perf" ]; then
-  cmake -S "$root" -B "$B" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90} -DCMAKE_BUILD_TYPE=Release > "$L/build.log" 2>&1 &&
-    ninja -C "$B" -j"$(nproc)" -k 0 >> "$L/build.log" 2>&1
-  echo "build rc=$? $(el)"
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
+[ -x "$B/bench/allreduce_perf" ] || gpu_build
 { echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; git -C "$root" log --oneline -1; } > "$L/env.txt" 2>&1
-P="mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x TPCOMM_MULTICAST $B/bench/allreduce_perf -d bf16"
+P="$MPI $B/bench/allreduce_perf -d bf16"
 b() {  # NAME SECONDS COMMAND...
   local name=$1 t=$2; shift 2
   echo "\$ $*" > "$L/$name.txt"

@@ -3,31 +3,20 @@
 # run takes ~5 min): builds with Ninja into $BUILD (default /tmp/tpcomm-gpu-build), then runs
 # tpcomm_gpu_tests (createGroup), tpcomm_gpu_mpi_tests (mpirun -np 2), qwen_gpu_test, the shim
 # tests and the topology probe, each under its own time limit, logs in OUTDIR/logs (default
-# $OUT or ./gpu-logs), a one-line result per step. Multicast stays off (DESIGN.md): the variables
-# below are exported for every child and mpirun forwards them.
-set -o pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
-[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OUTDIR=${1:-${OUT:-$root/gpu-logs}}
-B=${BUILD:-/tmp/tpcomm-gpu-build}
-L=$OUTDIR/logs; mkdir -p "$L"; T0=$(date +%s)
-el() { echo "$(( $(date +%s) - T0 ))s"; }
+# $OUT or ./gpu-logs), a one-line result per step. Multicast stays off (DESIGN.md): gpu_common.sh
+# exports the variables for every child and mpirun forwards them.
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 { echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   nvcc --version | tail -2; nvidia-smi topo -m; git -C "$root" log --oneline -1
   python3 -c "import torch; print('torch', torch.__version__, torch.cuda.nccl.version())"; mpirun --version | head -1; } > "$L/env.txt" 2>&1
-cmake -S "$root" -B "$B" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90} -DCMAKE_BUILD_TYPE=Release > "$L/build.log" 2>&1 &&
-  ninja -C "$B" -j"$(nproc)" -k 0 >> "$L/build.log" 2>&1
-echo "build rc=$? $(el)"
-grep -a -B2 -A6 " error" "$L/build.log" | head -20
+gpu_build
 step() {  # NAME SECONDS COMMAND...: runs it under a limit, prints rc and the summary lines
   local name=$1 t=$2; shift 2
   timeout -k 5 "$t" "$@" > "$L/$name.txt" 2>&1
   local rc=$?
   echo "$name rc=$rc $(el) | $(grep -aE 'tests ran|PASSED|FAILED  \] [0-9]|ok  |FAIL|Passed|Failed|equal for' "$L/$name.txt" | tail -4 | tr '\n' ' ' | cut -c1-300)"
 }
-MPI="mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x TPCOMM_MULTICAST"
 step gpu_tests 300 "$B/tests/gpu/tpcomm_gpu_tests"
 [ "$ngpu" -ge 2 ] && step gpu_mpi_tests 150 $MPI "$B/tests/gpu/tpcomm_gpu_mpi_tests"
 step qwen_gpu 200 "$B/examples/qwen_tp/tests/qwen_gpu_test"
