@@ -1,8 +1,9 @@
-// gpu_kernels.h: the decoder's own CUDA kernels (everything but the GEMMs, which are cuBLAS).
+// gpu_kernels.h: the decoder's own CUDA kernels (everything but the GEMMs, which are cuBLAS, except
+// the optional small-n GEMV gemvBf16 behind GpuModelOptions::customGemv).
 // Activations, the residual stream included, are bf16 (as Hugging Face runs a bf16 model, and
 // as tpcomm's fused all-reduce + residual + RMSNorm needs: one dtype for input, residual and
-// output); logits and the argmax table are fp32; every reduction runs in fp32. Kernels read the step's start position from device memory (`pos`), so one captured CUDA
-// graph serves every step of a shape.
+// output); logits and the argmax table are fp32; every reduction runs in fp32. Kernels read the step's start position
+// from device memory (`pos`), so one captured CUDA graph serves every step of a shape.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -52,6 +53,20 @@ void swiglu(const __nv_bfloat16* gu, int n, int I, __nv_bfloat16* act, cudaStrea
 void localArgmax(const float* logits, int n, int V, int vocabBegin, int tp, int rank, float* table, cudaStream_t s);
 /// After the table is sum-all-reduced: tokens[t] = index of the best (value, lowest rank).
 void pickArgmax(const float* table, int n, int tp, int32_t* tokens, cudaStream_t s);
+
+/// Small-n GEMM on the tensor cores (mma.sync m16n8k16, fp32 accumulation), built to stream W at
+/// HBM bandwidth: Y[t, o] = sum_i X[t, i] * W[o, i] for t < n, o < out; W bf16 [out, in] and X
+/// bf16 [n, in] row-major (row stride = in), Y [n, out] fp32 (yF32) or bf16 (round to nearest).
+/// The same product as GpuModel::gemm's cublasGemmEx, for decode and MTP verify (n = 1..8).
+/// Deterministic: the order of every sum depends on `in` only, so a token's row is also the same
+/// whatever the other tokens of the call are. Any `in` and any alignment are correct; the fast
+/// path (16-byte loads) needs gemvVectorizable(W, X, in), else every element is loaded alone.
+/// Needs sm_80+. Returns false (and launches nothing) when n is outside 1..kGemvMaxTokens.
+constexpr int kGemvMaxTokens = 8;
+bool gemvBf16(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32,
+              cudaStream_t s);
+/// in % 8 == 0 and W, X 16-byte aligned: gemvBf16 runs on 16-byte vector loads.
+bool gemvVectorizable(const void* W, const void* X, int in);
 
 /// dst[i] = src[i] (bf16 rows copy helper for the MTP's hidden input).
 void copyRowsBf16(const __nv_bfloat16* src, int ldSrc, __nv_bfloat16* dst, int ldDst, int n, int cols, cudaStream_t s);

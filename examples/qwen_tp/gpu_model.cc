@@ -114,6 +114,11 @@ bool GpuModel::loadLayer(const std::string& p, Layer* L, std::string* error) {
 bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   opt_ = opt;
   QWEN_CUDA(cudaSetDevice(device_));
+  if (opt_.customGemv) {
+    int major = 0;
+    QWEN_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+    if (major < 8) return *error = "customGemv needs compute capability 8.0+ (mma.sync bf16)", false;
+  }
   QWEN_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) return *error = "cublasCreate failed", false;
   cublasSetStream(cublas_, stream_);
@@ -160,6 +165,9 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
 
 void GpuModel::gemm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32) {
   // Row-major Y[n, out] = X[n, in] W[out, in]^T, i.e. column-major Y^T = W^T(op T) X^T.
+  if (opt_.customGemv && n <= gpu::kGemvMaxTokens && gpu::gemvVectorizable(W, X, in) &&
+      gpu::gemvBf16(W, out, in, X, n, Y, yF32, stream_))
+    return;
   const float alpha = 1.f, beta = 0.f;
   cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, W, CUDA_R_16BF, in, X, CUDA_R_16BF, in, &beta, Y,
                yF32 ? CUDA_R_32F : CUDA_R_16BF, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);

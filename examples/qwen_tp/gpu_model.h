@@ -1,5 +1,6 @@
 // gpu_model.h: one tensor-parallel rank of the Qwen3 (+ MTP) decoder on one GPU. bf16 weights
-// (Megatron shards, q/k/v and gate/up fused per rank), cuBLAS GEMMs with fp32 accumulation,
+// (Megatron shards, q/k/v and gate/up fused per rank), cuBLAS GEMMs with fp32 accumulation (or,
+// with GpuModelOptions::customGemv, gpu::gemvBf16 for calls of up to 8 tokens),
 // own kernels for the rest (gpu_kernels.h), a bf16 KV cache per layer and for the MTP layer,
 // and tpcomm all-reduces: embedding, after o_proj, after down_proj, and the argmax table.
 // The residual stream is bf16. The all-reduces after o_proj and down_proj are each followed by
@@ -37,6 +38,11 @@ struct GpuModelOptions {
   const SafetensorsModel* checkpoint = nullptr;
   bool useGraphs = true;
   bool fusedNorm = true;  ///< allReduceResidualRmsNorm after o_proj / down_proj (false: allReduce + addRmsNorm)
+  /// GEMMs of n <= gpu::kGemvMaxTokens tokens (decode, MTP verify and drafts) through
+  /// gpu::gemvBf16 instead of cuBLAS, when the operands are 16-byte aligned with in % 8 == 0 (else
+  /// cuBLAS). Off by default: unmeasured until the next GPU run (written for the 45%-of-roofline
+  /// decode step of bench/results/qwen_tp_h200x2.md). Needs sm_80+ (init fails otherwise).
+  bool customGemv = false;
 };
 
 class GpuModel : public DecoderEngine {

@@ -31,6 +31,7 @@ namespace {
 
 struct Flags {
   std::string preset = "tiny", modelDir, promptFile, promptList, allreduce = "auto", metricsFile = "qwen_tp_metrics.prom";
+  std::string gemv = "cublas";
   int promptTokens = 32, nPredict = 32, ctxSize = 0, tp = 1, draftNMax = 0;
   double simAcceptance = -1;
   uint64_t seed = 1;
@@ -54,6 +55,8 @@ void usage() {
       "  --metrics-file F        Prometheus text output (default qwen_tp_metrics.prom)\n"
       "  --no-fused-norm         all-reduce, then a separate residual + RMSNorm kernel (default: one\n"
       "                          Communicator::allReduceResidualRmsNorm call after o_proj and down_proj)\n"
+      "  --gemv cublas|custom    GEMMs of <= 8 tokens (decode, MTP verify): cuBLAS (default) or the\n"
+      "                          example's tensor-core GEMV (gpu::gemvBf16; unmeasured, see README)\n"
       "  --seed S  --no-graphs  --no-profile\n");
 }
 
@@ -85,6 +88,7 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
     QWEN_FLAG("--sim-acceptance", f->simAcceptance = std::atof(v))
     QWEN_FLAG("--allreduce", f->allreduce = v)
     QWEN_FLAG("--metrics-file", f->metricsFile = v)
+    QWEN_FLAG("--gemv", f->gemv = v)
     QWEN_FLAG("--seed", f->seed = std::strtoull(v, nullptr, 10))
     else { *err = "unknown flag " + a + " (--help lists them)"; return false; }
 #undef QWEN_FLAG
@@ -94,6 +98,8 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
   else if (f->draftNMax <= 0) f->draftNMax = 3;
   if (f->allreduce != "auto" && f->allreduce != "nccl" && f->allreduce != "staged_host")
     return *err = "--allreduce must be auto, nccl or staged_host", false;
+  if (f->gemv != "cublas" && f->gemv != "custom")
+    return *err = "--gemv must be cublas or custom (got \"" + f->gemv + "\")", false;
   if (f->simAcceptance > 1) return *err = "--sim-acceptance must be in [0, 1]", false;
   if (f->tp < 1) return *err = "--tp must be >= 1", false;
   return true;
@@ -142,6 +148,7 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
   // instead, so a staged_host run decodes eagerly to measure what it names.
   o.useGraphs = !f.noGraphs && f.allreduce != "staged_host";
   o.fusedNorm = f.fusedNorm;
+  o.customGemv = f.gemv == "custom";
   if (!model.init(o, err)) return false;
   std::vector<int32_t> ref, out;
   GenerateStats plain, spec;
@@ -197,12 +204,14 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
   }
   size_t freeB = 0, totalB = 0;
   cudaMemGetInfo(&freeB, &totalB);
-  std::printf("qwen_tp: model %s, TP=%d, allreduce %s (last algorithm: %s), layer epilogue %s (%s), prompt %zu, "
-              "n-predict %d, %s\n",
-              sh.cfg.name.c_str(), f.tp, f.allreduce.c_str(), model.lastAlgorithm().c_str(),
-              f.fusedNorm ? "fused all-reduce + residual + RMSNorm" : "all-reduce, then residual + RMSNorm kernel",
-              model.lastNormAlgorithm().c_str(), sh.prompt.size(), f.nPredict,
-              o.useGraphs ? "decode in CUDA graphs" : "eager decode (no CUDA graphs)");
+  std::printf(
+      "qwen_tp: model %s, TP=%d, allreduce %s (last algorithm: %s), layer epilogue %s (%s), prompt %zu, "
+      "n-predict %d, %s, GEMMs of <= 8 tokens: %s\n",
+      sh.cfg.name.c_str(), f.tp, f.allreduce.c_str(), model.lastAlgorithm().c_str(),
+      f.fusedNorm ? "fused all-reduce + residual + RMSNorm" : "all-reduce, then residual + RMSNorm kernel",
+      model.lastNormAlgorithm().c_str(), sh.prompt.size(), f.nPredict,
+      o.useGraphs ? "decode in CUDA graphs" : "eager decode (no CUDA graphs)",
+      o.customGemv ? "custom GEMV (--gemv custom)" : "cuBLAS");
   if (needPlain) std::printf("--- plain greedy ---\n%s", formatTimings(plain).c_str());
   if (f.draftNMax > 0)
     std::printf("--- draft-mtp n-max %d ---\n%s", f.draftNMax, formatTimings(spec).c_str());

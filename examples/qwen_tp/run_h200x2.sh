@@ -3,7 +3,8 @@
 # shape, synthetic bf16 weights, TP=2, batch 1, 512-token prompt, 256 generated):
 # all-reduce path {auto, nccl, staged_host} x {MTP off, MTP n-max 5 at simulated acceptance
 # 0.3, 0.485, 0.7} with the fused all-reduce + residual + RMSNorm (the default), the same with
-# --no-fused-norm for auto and nccl (MTP off, 0.485), plus the GPU tests. Output: bench/results/qwen_tp_h200x2.raw.txt (raw log
+# --no-fused-norm for auto and nccl (MTP off, 0.485), --gemv custom for auto (MTP off, 0.485),
+# plus the GPU tests. Output: bench/results/qwen_tp_h200x2.raw.txt (raw log
 # to turn into bench/results/qwen_tp_h200x2.md).
 # Usage (repo root): examples/qwen_tp/run_h200x2.sh [build-dir]
 set -euo pipefail
@@ -37,6 +38,10 @@ mkdir -p bench/results
     "$BIN" $COMMON --allreduce $ar --no-fused-norm --spec-type draft-mtp --spec-draft-n-max 5 --sim-acceptance 0.485 \
       --no-profile --metrics-file /tmp/qwen_$ar.nofuse.0.485.prom
   done
+  echo "## allreduce=auto --gemv custom (the small-n tensor-core GEMV instead of cuBLAS), MTP off and 0.485"
+  "$BIN" $COMMON --allreduce auto --gemv custom --metrics-file /tmp/qwen_auto.gemv.off.prom
+  "$BIN" $COMMON --allreduce auto --gemv custom --spec-type draft-mtp --spec-draft-n-max 5 --sim-acceptance 0.485 \
+    --no-profile --metrics-file /tmp/qwen_auto.gemv.0.485.prom
   echo "## mpirun, one process per GPU (auto, MTP off and 0.485)"
   mpirun -np 2 --allow-run-as-root -x NCCL_NVLS_ENABLE -x TPCOMM_MULTICAST "$BIN" --mpi $COMMON --allreduce auto
   mpirun -np 2 --allow-run-as-root -x NCCL_NVLS_ENABLE -x TPCOMM_MULTICAST "$BIN" --mpi $COMMON --allreduce auto \

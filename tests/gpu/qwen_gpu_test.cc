@@ -12,14 +12,28 @@
 //  - The fused all-reduce + residual + RMSNorm (allReduceResidualRmsNorm, the default) and the
 //    unfused path (--no-fused-norm: allReduce + addRmsNorm) give the same greedy tokens at TP=2
 //    on every algorithm, and the fused call names the algorithm expected.
+//  - The small-n GEMV (gpu::gemvBf16, GpuModelOptions::customGemv): against an fp64 host
+//    reference and cublasGemmEx (as GpuModel::gemm calls it) on random bf16 matrices, n = 1..8,
+//    tiny-model shapes, 256x4096, 1000x1000, 64x25600, 5120x3200 and odd ones (in % 8 != 0,
+//    misaligned X: the scalar path). Tolerance per output: |y - ref| <= 2e-4 * sum_i |x_i w_i|
+//    (fp32 accumulation chains of <= a few hundred MMAs stay below ~3e-5 of that sum; a wrong k
+//    mapping errs by ~0.1 of it, a lost 32-column unit by ~3e-4 at in = 25600), plus 2^-8 |ref|
+//    for bf16 outputs (one rounding); custom vs cuBLAS within twice that. Also bitwise
+//    deterministic, the same bits for a token whatever n, and rows t >= n never written. Then
+//    the tiny model with customGemv against the CPU reference (prompt in chunks of 8, 7, 5 so the
+//    GEMV serves prefill too) and speculative == greedy with customGemv (N = 2, 5).
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <thread>
 
 #include "cpu_model.h"
+#include "gpu_kernels.h"
 #include "gpu_model.h"
+#include "safetensors.h"
 #include "speculative.h"
 #include "tpcomm/tpcomm.h"
 
@@ -44,7 +58,12 @@ std::vector<int32_t> prompt(int n, int vocab) {
   return p;
 }
 
-TEST(QwenGpu, LogitsMatchTheCpuReference) {
+// Logits of the tiny model on one GPU against the fp32 CPU reference: per position max |gpu - cpu|
+// <= 3% of max |cpu logit|, and equal greedy tokens where the reference's top-2 margin exceeds
+// twice that. The prompt (20 tokens) goes in one call (cuBLAS: more than kGemvMaxTokens) or, with
+// customGemv, in chunks of 8, 7 and 5 tokens (the GEMV path, in captured graphs); then 8 decode
+// steps through the graphs.
+void checkLogitsAgainstCpu(bool customGemv) {
   const ModelConfig c = tiny();
   const uint64_t seed = 21;
   HostWeights w;
@@ -58,32 +77,42 @@ TEST(QwenGpu, LogitsMatchTheCpuReference) {
   o.ctxSize = 64;
   o.maxTokensPerCall = 32;
   o.seed = seed;
+  o.customGemv = customGemv;
   ASSERT_TRUE(gpu.init(o, &err)) << err;
   auto p = prompt(20, c.vocabSize);
-  std::vector<int32_t> nc(20), ng(20);
-  ASSERT_TRUE(cpu.target(p.data(), 20, 0, nc.data(), &err)) << err;
-  ASSERT_TRUE(gpu.target(p.data(), 20, 0, ng.data(), &err)) << err;  // eager (prefill), 20 > graph bound
-  std::vector<float> lg;
-  ASSERT_TRUE(gpu.lastLogits(20, &lg, &err)) << err;
-  const std::vector<float>& lc = cpu.lastLogits();
+  const std::vector<int> chunks = customGemv ? std::vector<int>{8, 7, 5} : std::vector<int>{20};
   const int V = c.vocabSize;
-  int checked = 0;
-  for (int t = 0; t < 20; ++t) {
-    float mx = 0, err1 = 0, top = -1e30f, second = -1e30f;
-    for (int i = 0; i < V; ++i) {
-      float a = lc[t * V + i];
-      mx = std::max(mx, std::fabs(a));
-      err1 = std::max(err1, std::fabs(lg[t * V + i] - a));
-      if (a > top) second = top, top = a; else if (a > second) second = a;
+  int checked = 0, pos = 0;
+  std::vector<int32_t> nc(20), ng(20);
+  for (int len : chunks) {
+    ASSERT_TRUE(cpu.target(p.data() + pos, len, pos, nc.data() + pos, &err)) << err;
+    ASSERT_TRUE(gpu.target(p.data() + pos, len, pos, ng.data() + pos, &err)) << err;
+    std::vector<float> lg;
+    ASSERT_TRUE(gpu.lastLogits(len, &lg, &err)) << err;
+    const std::vector<float>& lc = cpu.lastLogits();
+    for (int r = 0; r < len; ++r) {
+      const int t = pos + r;
+      float mx = 0, err1 = 0, top = -1e30f, second = -1e30f;
+      for (int i = 0; i < V; ++i) {
+        float a = lc[r * V + i];
+        mx = std::max(mx, std::fabs(a));
+        err1 = std::max(err1, std::fabs(lg[r * V + i] - a));
+        if (a > top)
+          second = top, top = a;
+        else if (a > second)
+          second = a;
+      }
+      EXPECT_LE(err1, 0.03f * mx) << "position " << t;
+      if (top - second > 2 * 0.03f * mx) {
+        EXPECT_EQ(ng[t], nc[t]) << "position " << t;
+        ++checked;
+      }
     }
-    EXPECT_LE(err1, 0.03f * mx) << "position " << t;
-    if (top - second > 2 * 0.03f * mx) {
-      EXPECT_EQ(ng[t], nc[t]) << "position " << t;
-      ++checked;
-    }
+    pos += len;
   }
   EXPECT_GE(checked, 5);
   // Decode steps through the captured graphs: logits within the same bound.
+  std::vector<float> lg;
   int32_t tok = nc[19];
   for (int t = 20; t < 28; ++t) {
     int32_t a = -1, b = -1;
@@ -97,10 +126,168 @@ TEST(QwenGpu, LogitsMatchTheCpuReference) {
   }
 }
 
+TEST(QwenGpu, LogitsMatchTheCpuReference) { checkLogitsAgainstCpu(false); }
+
+TEST(QwenGpu, CustomGemvLogitsMatchTheCpuReference) { checkLogitsAgainstCpu(true); }
+
+// ---- gpu::gemvBf16 against an fp64 host reference and cublasGemmEx ----
+
+float bf16ToFloatHost(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+bool cudaCheck(cudaError_t e, std::string* err) {
+  if (e != cudaSuccess) *err = cudaGetErrorString(e);
+  return e == cudaSuccess;
+}
+
+TEST(QwenGpu, CustomGemvMatchesCublas) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  if (major < 8) GTEST_SKIP() << "gemvBf16 needs sm_80+";
+  cublasHandle_t h;
+  ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+  struct Shape {
+    int out, in;
+    bool misalignX;  // X one element past a 16-byte boundary: the scalar path
+  };
+  const std::vector<Shape> shapes = {
+      // tiny's layers at TP=1 (qkv, o_proj, gate/up, down, lm_head) and TP=2 down_proj (in 48)
+      {256, 64, false},
+      {64, 128, false},
+      {192, 64, false},
+      {64, 96, false},
+      {1024, 64, false},
+      {64, 48, false},
+      {256, 4096, false},
+      {1000, 1000, false},
+      {64, 25600, false},
+      {5120, 3200, false},
+      // odd: in % 32 != 0, in % 8 != 0 (scalar), out % 16 != 0, one row, misaligned X (scalar)
+      {300, 520, false},
+      {37, 1001, false},
+      {17, 77, false},
+      {1, 8, false},
+      {33, 3, false},
+      {256, 4096, true},
+      {1000, 1000, true}};
+  uint64_t rng = 0x9e3779b97f4a7c15ull;
+  auto next = [&]() {  // uniform in [-1, 1), as a bf16 bit pattern
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    const float f = static_cast<float>(static_cast<int64_t>(rng >> 40) - (1 << 23)) / static_cast<float>(1 << 23);
+    return floatToBf16(f);
+  };
+  constexpr int kN = gpu::kGemvMaxTokens;
+  for (const Shape& sh : shapes) {
+    const int out = sh.out, in = sh.in, off = sh.misalignX ? 1 : 0;
+    std::vector<uint16_t> W(static_cast<size_t>(out) * in), X(static_cast<size_t>(kN) * in + off);
+    for (auto& v : W) v = next();
+    for (auto& v : X) v = next();
+    // fp64 reference and sum |x||w| per (t, o), for all kN tokens (a token's row does not depend on n).
+    std::vector<double> ref(static_cast<size_t>(kN) * out), mag(ref.size());
+    std::vector<float> wf(W.size()), xf(X.size());
+    for (size_t i = 0; i < W.size(); ++i) wf[i] = bf16ToFloatHost(W[i]);
+    for (size_t i = 0; i < X.size(); ++i) xf[i] = bf16ToFloatHost(X[i]);
+    for (int t = 0; t < kN; ++t)
+      for (int o = 0; o < out; ++o) {
+        double s = 0, m = 0;
+        const float* x = xf.data() + off + static_cast<size_t>(t) * in;
+        const float* w = wf.data() + static_cast<size_t>(o) * in;
+        for (int i = 0; i < in; ++i)
+          s += static_cast<double>(x[i]) * w[i], m += std::fabs(static_cast<double>(x[i]) * w[i]);
+        ref[static_cast<size_t>(t) * out + o] = s;
+        mag[static_cast<size_t>(t) * out + o] = m;
+      }
+    __nv_bfloat16 *dW = nullptr, *dX = nullptr;
+    void *dY = nullptr, *dYc = nullptr;
+    const size_t yBytes = static_cast<size_t>(kN) * out * 4;
+    std::string err;
+    ASSERT_TRUE(cudaCheck(cudaMalloc(&dW, W.size() * 2), &err)) << err;
+    ASSERT_TRUE(cudaCheck(cudaMalloc(&dX, X.size() * 2), &err)) << err;
+    ASSERT_TRUE(cudaCheck(cudaMalloc(&dY, yBytes), &err)) << err;
+    ASSERT_TRUE(cudaCheck(cudaMalloc(&dYc, yBytes), &err)) << err;
+    ASSERT_TRUE(cudaCheck(cudaMemcpy(dW, W.data(), W.size() * 2, cudaMemcpyHostToDevice), &err)) << err;
+    ASSERT_TRUE(cudaCheck(cudaMemcpy(dX, X.data(), X.size() * 2, cudaMemcpyHostToDevice), &err)) << err;
+    const __nv_bfloat16* xPtr = dX + off;
+    EXPECT_EQ(gpu::gemvVectorizable(dW, xPtr, in), in % 8 == 0 && !sh.misalignX) << out << "x" << in;
+    for (bool f32 : {true, false}) {
+      const size_t es = f32 ? 4 : 2;
+      std::vector<uint8_t> first;  // n = kN result, for the across-n comparison
+      for (int n = kN; n >= 1; --n) {
+        const std::string what = std::to_string(out) + "x" + std::to_string(in) +
+                                 (sh.misalignX ? " misaligned X" : "") + " n " + std::to_string(n) +
+                                 (f32 ? " f32" : " bf16");
+        // custom, twice (0xff fill: rows t >= n must keep it)
+        std::vector<uint8_t> y1(yBytes), y2(yBytes), yc(static_cast<size_t>(n) * out * es);
+        for (std::vector<uint8_t>* y : {&y1, &y2}) {
+          ASSERT_TRUE(cudaCheck(cudaMemset(dY, 0xff, yBytes), &err)) << err;
+          ASSERT_TRUE(gpu::gemvBf16(dW, out, in, xPtr, n, dY, f32, nullptr)) << what;
+          ASSERT_TRUE(cudaCheck(cudaDeviceSynchronize(), &err)) << what << ": " << err;
+          ASSERT_TRUE(cudaCheck(cudaMemcpy(y->data(), dY, yBytes, cudaMemcpyDeviceToHost), &err)) << err;
+        }
+        EXPECT_EQ(y1, y2) << what << ": not deterministic";
+        const size_t used = static_cast<size_t>(n) * out * es;
+        for (size_t i = used; i < yBytes; ++i)
+          if (y1[i] != 0xff) {
+            ADD_FAILURE() << what << ": wrote past row n (byte " << i << ")";
+            break;
+          }
+        if (n == kN)
+          first.assign(y1.begin(), y1.begin() + static_cast<long>(used));
+        else
+          EXPECT_EQ(0, std::memcmp(first.data(), y1.data(), used)) << what << ": a token's bits depend on n";
+        // cuBLAS, as GpuModel::gemm calls it
+        const float alpha = 1.f, beta = 0.f;
+        ASSERT_EQ(
+            cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, dW, CUDA_R_16BF, in, xPtr, CUDA_R_16BF, in,
+                         &beta, dYc, f32 ? CUDA_R_32F : CUDA_R_16BF, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_SUCCESS)
+            << what;
+        ASSERT_TRUE(cudaCheck(cudaMemcpy(yc.data(), dYc, yc.size(), cudaMemcpyDeviceToHost), &err)) << err;
+        auto value = [&](const std::vector<uint8_t>& y, size_t i) -> double {
+          if (f32) {
+            float v;
+            std::memcpy(&v, y.data() + i * 4, 4);
+            return v;
+          }
+          uint16_t b;
+          std::memcpy(&b, y.data() + i * 2, 2);
+          return bf16ToFloatHost(b);
+        };
+        int bad = 0;
+        double worst = 0;
+        for (size_t i = 0; i < static_cast<size_t>(n) * out; ++i) {
+          const double r = ref[i], tol = 2e-4 * mag[i] + (f32 ? 0.0 : std::ldexp(std::fabs(r), -8)) + 1e-30;
+          const double yc1 = value(y1, i), ycb = value(yc, i);
+          const double e = std::fabs(yc1 - r);
+          worst = std::max(worst, e / (mag[i] + 1e-30));
+          if (!(e <= tol) || !(std::fabs(ycb - r) <= tol) || !(std::fabs(yc1 - ycb) <= 2 * tol)) {
+            if (++bad <= 3)
+              ADD_FAILURE() << what << ": t " << i / out << " o " << i % out << " custom " << yc1 << " cublas " << ycb
+                            << " ref " << r << " sum|xw| " << mag[i];
+          }
+        }
+        EXPECT_EQ(bad, 0) << what << ": worst |custom - ref| / sum|xw| " << worst;
+      }
+    }
+    cudaFree(dW);
+    cudaFree(dX);
+    cudaFree(dY);
+    cudaFree(dYc);
+  }
+  EXPECT_FALSE(gpu::gemvBf16(nullptr, 16, 16, nullptr, 0, nullptr, true, nullptr));
+  EXPECT_FALSE(gpu::gemvBf16(nullptr, 16, 16, nullptr, kN + 1, nullptr, true, nullptr));
+  cublasDestroy(h);
+}
+
 // Runs generate() on tp GPUs (createGroup, one thread per GPU) and returns rank 0's output.
 bool runGpu(int tp, const std::string& algo, int draftN, double sim, const std::vector<int32_t>* ref, int nPredict,
             std::vector<int32_t>* out, GenerateStats* stats, std::string* err, bool fusedNorm = true,
-            std::string* normAlgo = nullptr) {
+            std::string* normAlgo = nullptr, bool customGemv = false) {
   const ModelConfig c = tiny();
   std::vector<std::unique_ptr<tpcomm::Communicator>> comms;
   std::vector<int> devs;
@@ -123,6 +310,7 @@ bool runGpu(int tp, const std::string& algo, int draftN, double sim, const std::
       o.maxTokensPerCall = 24;
       o.seed = 5;
       o.fusedNorm = fusedNorm;
+      o.customGemv = customGemv;
       o.useGraphs = algo != "staged_host";  // not capturable: under capture tpcomm would pick P2P
       if (!m.init(o, &errs[r])) return;
       GenerateOptions g;
@@ -213,6 +401,25 @@ TEST(QwenGpu, SpeculativeEqualsGreedyOnEveryAllReducePath) {
         EXPECT_EQ(out, ref) << "algo '" << algo << "' N " << n << " sim " << sim;
         if (sim > 0) EXPECT_GT(s.accepted, 0);
       }
+    }
+  }
+}
+
+// With the custom GEMV every GEMM of <= 8 tokens gives a token the same bits whatever the other
+// tokens of the call (CustomGemvMatchesCublas), so verifying N drafts in one call must reproduce
+// plain greedy exactly.
+TEST(QwenGpu, CustomGemvSpeculativeEqualsGreedy) {
+  const int tp = deviceCount() >= 2 ? 2 : 1;
+  std::vector<int32_t> ref;
+  GenerateStats s;
+  std::string err;
+  ASSERT_TRUE(runGpu(tp, "", 0, -1, nullptr, 256, &ref, &s, &err, true, nullptr, true)) << err;
+  for (int n : {2, 5}) {  // verify calls of 3 and 6 tokens (SpeculativeEqualsGreedy covers 1..6 on cuBLAS)
+    for (double sim : {-1.0, 0.6}) {
+      std::vector<int32_t> out;
+      ASSERT_TRUE(runGpu(tp, "", n, sim, &ref, 256, &out, &s, &err, true, nullptr, true)) << err;
+      EXPECT_EQ(out, ref) << "N " << n << " sim " << sim;
+      if (sim > 0) EXPECT_GT(s.accepted, 0);
     }
   }
 }
