@@ -29,6 +29,9 @@ for ar in auto nccl staged_host; do
 done
 for a in 0.3 0.7; do b "qwen_auto_$a" 40 $Q --allreduce auto --spec-type draft-mtp --spec-draft-n-max 5 --sim-acceptance $a --no-profile; done
 b qwen_nccl_eager_off 40 $Q --allreduce nccl --no-graphs
+# examples/qwen_tp's own GEMV for n <= 8 tokens (--gemv custom, off by default until measured)
+b qwen_auto_gemv_off 60 $Q --allreduce auto --gemv custom
+b qwen_auto_gemv_0.485 60 $Q --allreduce auto --gemv custom --spec-type draft-mtp --spec-draft-n-max 5 --sim-acceptance 0.485 --no-profile
 for f in graph graph_algos eager eager_algos oneproc; do
   echo "== $f"; sed -n '/Side by side/,/^#$/p' "$L/$f.txt" | head -34; grep -aE "Out of bounds" "$L/$f.txt" | sort | uniq -c | head -3
 done
