@@ -3,34 +3,37 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
-#include <string>
 
 #include "tpcomm/types.h"
 
 namespace tpcomm {
 namespace {
-thread_local std::string tLastError;
-}
+// A plain array, not a std::string: it must have no destructor. At exit() the main thread's
+// thread_locals are destroyed before objects of static storage duration, and a static that owns
+// a Communicator (a test's group cache, an engine's singleton) then runs destroy(), which calls
+// clearError(): on a destroyed std::string that wrote into its freed heap buffer, corrupting
+// malloc's free lists (glibc heap-corruption aborts at exit; tests/unit/exit_teardown_test.cc).
+thread_local char tLastError[2048 + 32];
+}  // namespace
 
 Status setError(Status s, const char* file, int line, const char* fmt, ...) {
-  char msg[2048];
+  char msg[2048];  // formatted apart from tLastError: an argument may be lastErrorMessage()
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  tLastError = std::string(statusName(s)) + ": " + msg;
+  std::snprintf(tLastError, sizeof(tLastError), "%s: %s", statusName(s), msg);
   if (s != Status::kNotSupported) {
-    if (logEnabled(LogLevel::kWarn, kAllSubsys))
-      logMessage(LogLevel::kWarn, kAllSubsys, file, line, "%s", tLastError.c_str());
+    if (logEnabled(LogLevel::kWarn, kAllSubsys)) logMessage(LogLevel::kWarn, kAllSubsys, file, line, "%s", tLastError);
   } else if (logEnabled(LogLevel::kTrace, kColl)) {
-    logMessage(LogLevel::kTrace, kColl, file, line, "%s", tLastError.c_str());
+    logMessage(LogLevel::kTrace, kColl, file, line, "%s", tLastError);
   }
   return s;
 }
 
-void clearError() { tLastError.clear(); }
+void clearError() { tLastError[0] = '\0'; }
 
-const char* lastErrorMessage() { return tLastError.c_str(); }
+const char* lastErrorMessage() { return tLastError; }
 
 const char* statusName(Status s) {
   switch (s) {
