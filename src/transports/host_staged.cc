@@ -42,7 +42,8 @@ struct HostStagedTransport::Header {
 Status HostStagedTransport::create(CommContext& ctx, const Geometry& g, std::unique_ptr<HostStagedTransport>* out) {
   const Topology& topo = ctx.topo;
   if (!topo.singleNode()) return TPCOMM_ERROR(kNotSupported, "host_staged: ranks span several nodes");
-  if (ctx.nRanks > kMaxRanks) return TPCOMM_ERROR(kNotSupported, "host_staged: %d ranks exceed %d", ctx.nRanks, kMaxRanks);
+  if (ctx.nRanks > kMaxRanks)
+    return TPCOMM_ERROR(kNotSupported, "host_staged: %d ranks exceed %d", ctx.nRanks, kMaxRanks);
   if (g.slots < 2 || g.blocks < 1 || g.chunkBytes < 4096 || g.chunkBytes % 4096)
     return TPCOMM_INVALID("host_staged: geometry slots=%d (>= 2) blocks=%d (>= 1) chunkBytes=%zu (multiple of 4096)",
                           g.slots, g.blocks, g.chunkBytes);
@@ -107,7 +108,8 @@ Status HostStagedTransport::create(CommContext& ctx, const Geometry& g, std::uni
     }
   }
   TPCOMM_TRY(ctx.bootstrap->allGather(&mine, all, sizeof(Offer)));
-  if (!all[0].ok) return TPCOMM_ERROR(kSystemError, "host_staged: rank 0 could not create the %zu-byte shared segment", t->bytes_);
+  if (!all[0].ok)
+    return TPCOMM_ERROR(kSystemError, "host_staged: rank 0 could not create the %zu-byte shared segment", t->bytes_);
   int ok = 1;
   if (ctx.rank != 0) {
     if (t->sameProcess_) {
@@ -140,13 +142,19 @@ Status HostStagedTransport::create(CommContext& ctx, const Geometry& g, std::uni
     }
   }
 #endif
-  if (ok) t->header()->refcount.fetch_add(1);
+  // Only a rank that counted itself may release a reference: a rank whose mapping or
+  // registration failed must not take part in deciding who frees the segment.
+  if (ok) {
+    t->header()->refcount.fetch_add(1);
+    t->counted_ = true;
+  }
   int oks[kMaxRanks];
   Status s = ctx.bootstrap->allGather(&ok, oks, sizeof(int));
   if (ctx.rank == 0 && !t->sameProcess_) shm_unlink(all[0].name);  // every rank has mapped (or failed)
   TPCOMM_TRY(s);
   for (int r = 0; r < ctx.nRanks; ++r)
-    if (!oks[r]) return TPCOMM_ERROR(kSystemError, "host_staged: rank %d could not map or register the shared segment", r);
+    if (!oks[r])
+      return TPCOMM_ERROR(kSystemError, "host_staged: rank %d could not map or register the shared segment", r);
 #ifdef TPCOMM_HAVE_CUDA
   if (ctx.device >= 0) {
     void* dptr = nullptr;
@@ -163,6 +171,12 @@ Status HostStagedTransport::create(CommContext& ctx, const Geometry& g, std::uni
 HostStagedTransport::~HostStagedTransport() {
   if (!base_) return;
   Header* h = header();
+  // Never joined the count (its set-up failed): drop only its own mapping. Threads mode: if no
+  // rank counted itself, the segment leaks on that failure path rather than risk a double free.
+  if (!counted_) {
+    if (!sameProcess_) munmap(base_, bytes_);
+    return;
+  }
   bool last = h->refcount.fetch_sub(1) == 1;
 #ifdef TPCOMM_HAVE_CUDA
   // Threads mode: the registration belongs to the process and goes with the memory.

@@ -74,6 +74,7 @@ class HostStagedTransport {
   int rank_ = 0, nRanks_ = 1, timeoutMs_ = 10000;
   bool sameProcess_ = false;
   bool cudaRegistered_ = false;
+  bool counted_ = false;  // this rank holds one of the segment header's references
   char* base_ = nullptr;
   size_t bytes_ = 0;
   size_t flagsOffset_ = 0, slotsOffset_ = 0, resultOffset_ = 0;
