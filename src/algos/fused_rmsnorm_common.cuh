@@ -82,7 +82,21 @@ template <typename T, bool kVec, typename XFn, typename ResFn, typename OutFn>
 __device__ __forceinline__ void residualRmsNormRow(size_t hidden, T* residualRow, const T* weight, T* outRow, float eps,
                                                    XFn xAt, ResFn emitResidual, OutFn emitOut) {
   constexpr int kUnit = NormShape<T>::kUnit, kMaxUnits = NormShape<T>::kUnitsPerThread;
+  // Residual and weight do not depend on x: the first kPrefetch units of each are loaded before
+  // xAt, so their memory latency overlaps the wait for x (the fused kernels poll peers' data
+  // there) instead of following it. Same values, same arithmetic: the bits do not change. Raw
+  // 16-byte packs (4 registers each), and only 2 units, to stay clear of spills at 512 threads.
+  constexpr int kPrefetch = kVec ? (kMaxUnits < 2 ? kMaxUnits : 2) : 0;
   const size_t units = (hidden + kUnit - 1) / kUnit;
+  Pack resAhead[kPrefetch > 0 ? kPrefetch : 1], wAhead[kPrefetch > 0 ? kPrefetch : 1];
+#pragma unroll
+  for (int j = 0; j < kPrefetch; ++j) {
+    const size_t u = threadIdx.x + static_cast<size_t>(j) * kRmsNormThreads;
+    if (u < units) {
+      resAhead[j] = reinterpret_cast<const Pack*>(residualRow)[u];
+      wAhead[j] = reinterpret_cast<const Pack*>(weight)[u];
+    }
+  }
   float vals[kMaxUnits][kUnit];
   float sumSquares = 0.0f;
 #pragma unroll
@@ -92,7 +106,10 @@ __device__ __forceinline__ void residualRmsNormRow(size_t hidden, T* residualRow
     const int n = hidden - u * kUnit < static_cast<size_t>(kUnit) ? static_cast<int>(hidden - u * kUnit) : kUnit;
     float x[kUnit], res[kUnit];
     xAt(u, n, x);
-    loadUnit<T, kVec, false>(residualRow, u, n, res);
+    if (j < kPrefetch)
+      PackOf<T>::toFloats(resAhead[j], res);
+    else
+      loadUnit<T, kVec, false>(residualRow, u, n, res);
     T updated[kUnit];
 #pragma unroll
     for (int k = 0; k < kUnit; ++k) {
@@ -111,7 +128,10 @@ __device__ __forceinline__ void residualRmsNormRow(size_t hidden, T* residualRow
     if (u >= units) break;
     const int n = hidden - u * kUnit < static_cast<size_t>(kUnit) ? static_cast<int>(hidden - u * kUnit) : kUnit;
     float w[kUnit];
-    loadUnit<T, kVec, false>(weight, u, n, w);
+    if (j < kPrefetch)
+      PackOf<T>::toFloats(wAhead[j], w);
+    else
+      loadUnit<T, kVec, false>(weight, u, n, w);
     T y[kUnit];
 #pragma unroll
     for (int k = 0; k < kUnit; ++k) y[k] = Elem<T>::fromFloat(__fmul_rn(__fmul_rn(vals[j][k], invRms), w[k]));
