@@ -253,6 +253,7 @@ Status Communicator::create(Bootstrap& bootstrap, int device, const Config& conf
 
   impl->p2pBlocks = static_cast<int>(paramInt(ParamId::kP2pBlocks));
   impl->twoshotBlocks = static_cast<int>(paramInt(ParamId::kTwoshotBlocks));
+  impl->fusedBlocksPerRow = static_cast<int>(paramInt(ParamId::kFusedBlocksPerRow));
   impl->pdl = device >= 0 && c.topo.ranks[c.rank].ccMajor >= 9 && paramInt(ParamId::kPdl) != 0;
   impl->algos = makeAlgorithms(&c);
   impl->algoList = rawList(impl->algos);

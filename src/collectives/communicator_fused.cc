@@ -4,8 +4,10 @@
 // Selection is the all-reduce's: the same selector, cost model, TPCOMM_ALGO override and cache,
 // for a message of rows * hidden elements. Candidates are tried in order:
 //   lamport_p2p, oneshot_p2p, twoshot_p2p: the fused kernel of that algorithm (one kernel; it
-//     shares the plain kernel's scratch, flags and epochs); a fused kernel that declines (size,
-//     alignment, rows that do not fit a chunk) moves on to the next candidate;
+//     shares the plain kernel's scratch, flags and epochs) while its blocks >=
+//     TPCOMM_FUSED_BLOCKS_PER_ROW x rows (fusedPaysOff); beyond that, or when the fused kernel
+//     declines (size, alignment, rows that do not fit a chunk), that algorithm's all-reduce, then
+//     the residual + norm kernel;
 //   any other algorithm (ring_nccl, staged_host): its all-reduce into `out`, then the unfused
 //     residual + norm kernel (fused_rmsnorm_kernel.cu) on the same stream;
 //   host ranks: staged_host's all-reduce into `out`, then hostResidualRmsNorm on the CPU.
@@ -80,6 +82,18 @@ const char* fusedName(int family) {
 // The plain P2P kernels' launch parameters (P2pAlgorithm::launchParams) plus the norm's. The grid
 // is the plain kernel's (epochs are per block and shared with it): both read TPCOMM_*_BLOCKS and
 // TPCOMM_PDL once at create (Impl::p2pBlocks, twoshotBlocks, pdl).
+// The fused kernels give whole rows to blocks, so with many rows per block the row work queues
+// inside each block, while the plain all-reduce spreads over every block and the norm kernel
+// runs one block per row. Measured on 2x H200 (bench/results/h200x2.md, session 2, hidden 5120
+// bf16, 32 blocks): fused faster up to 16 rows, 1.01-1.23x slower from 32 to 512 rows. So the
+// fused kernel runs only while blocks >= TPCOMM_FUSED_BLOCKS_PER_ROW x rows (0: always); the
+// rule depends on the call's shape only, so every rank takes the same path.
+bool fusedPaysOff(const Communicator::Impl& impl, int family, size_t rows) {
+  if (impl.fusedBlocksPerRow <= 0) return true;
+  const size_t blocks = static_cast<size_t>(family == kP2pTwoshot ? impl.twoshotBlocks : impl.p2pBlocks);
+  return rows * static_cast<size_t>(impl.fusedBlocksPerRow) <= blocks;
+}
+
 Status runFused(const Communicator::Impl& impl, int family, const CollArgs& a, void* residual, const void* weight,
                 float eps, size_t rows, size_t hidden) {
   const CommContext& c = *impl.ctx;
@@ -187,7 +201,7 @@ Status Communicator::allReduceResidualRmsNorm(const void* in, void* residualInOu
   for (size_t i = 0; i < cands.list->size(); ++i) {
     Algorithm* algo = (*cands.list)[i].algo;
     const int family = c.p2p ? fusedFamily(algo->name()) : -1;
-    if (family >= 0) {
+    if (family >= 0 && fusedPaysOff(impl, family, rows)) {
       Status s = runFused(impl, family, a, residualInOut, weight, eps, rows, hidden);
       if (s == Status::kNotSupported) {
         clearError();

@@ -31,6 +31,7 @@ struct Communicator::Impl {
   // Read once at create, like P2pAlgorithm's own copies: the fused kernels share the plain
   // kernels' per-block epochs, so they must use the same grid for the communicator's lifetime.
   int p2pBlocks = 0, twoshotBlocks = 0;
+  int fusedBlocksPerRow = 0;  ///< TPCOMM_FUSED_BLOCKS_PER_ROW, read at create
   bool pdl = false;  // programmatic dependent launch (sm_90+, TPCOMM_PDL)
 
   // Selections already made, by call shape (kind, dtype, op, bytes), for both stream modes: the

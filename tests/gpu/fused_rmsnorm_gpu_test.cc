@@ -8,6 +8,8 @@
 //     arithmetic, fused_rmsnorm.h), which also makes every algorithm agree bit for bit,
 //   - within the stated fp64 tolerance (tests/unit/fused_rmsnorm_check.h).
 // Then fused and plain all-reduces interleaved back to back (they share epochs and scratch).
+// These groups set TPCOMM_FUSED_BLOCKS_PER_ROW=0 so the fused kernels run at every row count;
+// FusedRmsNormRouting checks the default rule (many rows: all-reduce, then the norm kernel).
 // Needs 2 GPUs with P2P for the P2P algorithms; skips otherwise.
 #include <gtest/gtest.h>
 
@@ -17,6 +19,7 @@
 
 #include "gpu_allreduce_util.h"
 #include "unit/fused_rmsnorm_check.h"
+#include "unit/test_util.h"
 
 namespace tpcomm_test {
 namespace {
@@ -39,14 +42,17 @@ struct Group {
   int n() const { return static_cast<int>(devices.size()); }
 };
 
-Group* groupFor(const std::string& algo) {
+Group* groupFor(const std::string& algo, bool alwaysFused = true) {
   static std::map<std::string, std::unique_ptr<Group>> groups;
-  auto it = groups.find(algo);
+  const std::string key = algo + (alwaysFused ? "" : "/default-rule");
+  auto it = groups.find(key);
   if (it != groups.end()) return it->second.get();
   auto g = std::make_unique<Group>();
   for (int i = 0; i < gpuCount(); ++i) g->devices.push_back(i);
   Config cfg;
   cfg.algo = algo == "auto" ? "" : algo;
+  // Read at create: the fused kernels at every row count, or the library's default rule.
+  tpcomm::test::ScopedEnv rule("TPCOMM_FUSED_BLOCKS_PER_ROW", alwaysFused ? "0" : nullptr);
   if (Communicator::createGroup(g->devices, cfg, &g->comms) != Status::kOk) {
     ADD_FAILURE() << "createGroup(" << algo << "): " << tpcomm::lastErrorMessage();
     return nullptr;
@@ -57,7 +63,7 @@ Group* groupFor(const std::string& algo) {
     cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
     g->streams.push_back(st);
   }
-  return (groups[algo] = std::move(g)).get();
+  return (groups[key] = std::move(g)).get();
 }
 
 // Inputs, fp64 reference and the host path's bits for one shape, shared by every algorithm.
@@ -80,7 +86,8 @@ const Expected& expectedFor(int n, DataType dt, size_t rows, size_t hidden) {
   tpcomm::hostReduce(x.data(), srcs.data(), n, count, dt, ReduceOp::kSum);
   e.residual = e.problem->residual;
   e.out = tpcomm::fused_test::poisoned(count, dt);
-  tpcomm::hostResidualRmsNorm(x.data(), e.residual.data(), e.problem->weight.data(), kEps, e.out.data(), rows, hidden, dt);
+  tpcomm::hostResidualRmsNorm(x.data(), e.residual.data(), e.problem->weight.data(), kEps, e.out.data(), rows, hidden,
+                              dt);
   return cache.emplace(key, std::move(e)).first->second;
 }
 
@@ -98,7 +105,12 @@ struct Buffers {
 };
 
 // The fused call's expected lastAlgorithm() for a forced algorithm, or "" when it may fall back.
-std::string expectedName(const std::string& algo, size_t bytes) {
+std::string expectedName(const std::string& algo, size_t bytes, size_t rows, bool alwaysFused) {
+  // Default TPCOMM_FUSED_BLOCKS_PER_ROW (2) and block counts (P2P 32, two-shot 128): more rows
+  // than blocks / 2 run the plain all-reduce, then the norm kernel.
+  if (!alwaysFused && (algo == "lamport_p2p" || algo == "oneshot_p2p" || algo == "twoshot_p2p") &&
+      2 * rows > (algo == "twoshot_p2p" ? 128u : 32u))
+    return algo;
   if (algo == "lamport_p2p") return bytes <= (1u << 20) ? "fused_lamport_p2p" : "";
   if (algo == "oneshot_p2p") return bytes <= (2u << 20) ? "fused_oneshot_p2p" : "";
   if (algo == "twoshot_p2p") return "fused_twoshot_p2p";
@@ -106,8 +118,8 @@ std::string expectedName(const std::string& algo, size_t bytes) {
   return "";
 }
 
-void runCase(const std::string& algo, DataType dt, size_t rows, size_t hidden, bool graph) {
-  Group* g = groupFor(algo);
+void runCase(const std::string& algo, DataType dt, size_t rows, size_t hidden, bool graph, bool alwaysFused = true) {
+  Group* g = groupFor(algo, alwaysFused);
   ASSERT_NE(g, nullptr);
   const int n = g->n();
   const Expected& ex = expectedFor(n, dt, rows, hidden);
@@ -199,12 +211,11 @@ void runCase(const std::string& algo, DataType dt, size_t rows, size_t hidden, b
       cudaGraphDestroy(graphs[r]);
     }
   }
-  const std::string want = expectedName(algo, bytes);
+  const std::string want = expectedName(algo, bytes, rows, alwaysFused);
   if (!want.empty()) EXPECT_EQ(g->comms[0]->lastAlgorithm(), want);
 }
 
-class FusedRmsNormMatrix
-    : public testing::TestWithParam<std::tuple<const char*, DataType, size_t, size_t, bool>> {};
+class FusedRmsNormMatrix : public testing::TestWithParam<std::tuple<const char*, DataType, size_t, size_t, bool>> {};
 
 TEST_P(FusedRmsNormMatrix, BitExactAcrossRanksAndPaths) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << gpuCount();
@@ -216,8 +227,23 @@ TEST_P(FusedRmsNormMatrix, BitExactAcrossRanksAndPaths) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, FusedRmsNormMatrix,
-                         testing::Combine(testing::ValuesIn(kAlgos), testing::ValuesIn(kTypes), testing::ValuesIn(kRows),
-                                          testing::ValuesIn(kHidden), testing::Bool()));
+                         testing::Combine(testing::ValuesIn(kAlgos), testing::ValuesIn(kTypes),
+                                          testing::ValuesIn(kRows), testing::ValuesIn(kHidden), testing::Bool()));
+
+// The default rule (TPCOMM_FUSED_BLOCKS_PER_ROW=2): a fused P2P kernel up to blocks / 2 rows, the
+// all-reduce then the norm kernel beyond (measured faster there); same bits either way.
+TEST(FusedRmsNormRouting, ManyRowsRunTheAllReduceThenTheNormKernel) {
+  if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << gpuCount();
+  for (const char* algo : {"lamport_p2p", "oneshot_p2p"})
+    for (size_t rows : {1, 16, 17, 64}) {
+      SCOPED_TRACE(std::string(algo) + " rows " + std::to_string(rows));
+      runCase(algo, DataType::kBF16, rows, 128, false, /*alwaysFused=*/false);
+    }
+  for (size_t rows : {64, 65}) {
+    SCOPED_TRACE("twoshot_p2p rows " + std::to_string(rows));
+    runCase("twoshot_p2p", DataType::kBF16, rows, 128, false, /*alwaysFused=*/false);
+  }
+}
 
 // Fused and plain all-reduces of the same algorithm back to back, 200 rounds: they share the
 // per-block epochs, flags and scratch, so a divergence shows as a wrong element or a timeout.
@@ -248,7 +274,8 @@ TEST(FusedRmsNormInterleaved, SharesEpochsWithPlainAllReduce) {
     for (int round = 0; round < 200 && !HasFailure(); ++round) {
       for (int r = 0; r < n; ++r) {
         CUDA_OK(cudaSetDevice(g->devices[r]));
-        CUDA_OK(cudaMemcpyAsync(residual[r], ex.problem->residual.data(), bytes, cudaMemcpyHostToDevice, g->streams[r]));
+        CUDA_OK(
+            cudaMemcpyAsync(residual[r], ex.problem->residual.data(), bytes, cudaMemcpyHostToDevice, g->streams[r]));
         CUDA_OK(cudaMemsetAsync(out[r], 0xff, bytes, g->streams[r]));
         CUDA_OK(cudaMemsetAsync(pout[r], 0xff, bytes, g->streams[r]));
       }
@@ -271,7 +298,8 @@ TEST(FusedRmsNormInterleaved, SharesEpochsWithPlainAllReduce) {
         CUDA_OK(cudaMemcpy(p.data(), pout[r], bytes, cudaMemcpyDeviceToHost));
         EXPECT_TRUE(o == ex.out) << "round " << round << " rank " << r << ": fused out wrong";
         EXPECT_TRUE(res == ex.residual) << "round " << round << " rank " << r << ": fused residual wrong";
-        EXPECT_EQ(firstMismatch(p, plainRef, 2), -1) << "round " << round << " rank " << r << ": plain all-reduce wrong";
+        EXPECT_EQ(firstMismatch(p, plainRef, 2), -1)
+            << "round " << round << " rank " << r << ": plain all-reduce wrong";
       }
     }
   }
