@@ -24,7 +24,7 @@ namespace tpcomm {
   X(Pdl, "PDL", "1", "programmatic dependent launch of the P2P kernels on sm_90+ (0: off)")        \
   X(TwoshotBlocks, "TWOSHOT_BLOCKS", "128", "CUDA blocks of the two-shot P2P kernel")            \
   X(FusedBlocksPerRow, "FUSED_BLOCKS_PER_ROW", "2", "allReduceResidualRmsNorm runs a fused P2P kernel only when its blocks >= this x rows, else all-reduce + norm kernel (0: always fused)") \
-  X(LamportMaxBytes, "LAMPORT_MAX_BYTES", "1048576", "largest message for lamport_p2p (scratch: 3 x ranks x this)") \
+  X(LamportMaxBytes, "LAMPORT_MAX_BYTES", "2097152", "largest message for lamport_p2p (scratch: 3 x ranks x this)") \
   X(OneshotMaxBytes, "ONESHOT_MAX_BYTES", "2097152", "largest message for oneshot_p2p (scratch: 2 x ranks x this)") \
   X(TwoshotChunkBytes, "TWOSHOT_CHUNK_BYTES", "33554432", "twoshot_p2p bytes per chunk (scratch: about 4 x this)") \
   X(TopoCache, "TOPO_CACHE", "1", "reuse the cached topology probe ($XDG_CACHE_HOME/tpcomm); 0: re-probe and refresh it") \

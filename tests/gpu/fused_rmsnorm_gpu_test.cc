@@ -17,6 +17,7 @@
 #include <memory>
 #include <tuple>
 
+#include "common/params.h"
 #include "gpu_allreduce_util.h"
 #include "unit/fused_rmsnorm_check.h"
 #include "unit/test_util.h"
@@ -111,7 +112,8 @@ std::string expectedName(const std::string& algo, size_t bytes, size_t rows, boo
   if (!alwaysFused && (algo == "lamport_p2p" || algo == "oneshot_p2p" || algo == "twoshot_p2p") &&
       2 * rows > (algo == "twoshot_p2p" ? 128u : 32u))
     return algo;
-  if (algo == "lamport_p2p") return bytes <= (1u << 20) ? "fused_lamport_p2p" : "";
+  if (algo == "lamport_p2p")
+    return bytes <= static_cast<size_t>(tpcomm::paramInt(tpcomm::ParamId::kLamportMaxBytes)) ? "fused_lamport_p2p" : "";
   if (algo == "oneshot_p2p") return bytes <= (2u << 20) ? "fused_oneshot_p2p" : "";
   if (algo == "twoshot_p2p") return "fused_twoshot_p2p";
   if (algo == "ring_nccl" || algo == "staged_host") return algo;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <map>
 
+#include "common/params.h"
 #include "gpu_allreduce_util.h"
 #include "tpcomm/mpi_bootstrap.h"
 
@@ -45,9 +46,10 @@ Communicator* commFor(const std::string& algo) {
 }
 
 // Whether a forced `algo` runs (does not fall back) at `bytes`: Lamport at any element count whose
-// size padded to 16 bytes fits TPCOMM_LAMPORT_MAX_BYTES (1 MiB). Only Lamport is checked here.
+// size padded to 16 bytes fits TPCOMM_LAMPORT_MAX_BYTES. Only Lamport is checked here.
 bool expectRuns(const std::string& algo, size_t bytes) {
-  return algo == "lamport_p2p" && (bytes + 15) / 16 * 16 <= (1u << 20);
+  return algo == "lamport_p2p" &&
+         (bytes + 15) / 16 * 16 <= static_cast<size_t>(tpcomm::paramInt(tpcomm::ParamId::kLamportMaxBytes));
 }
 
 class MpiAllReduce : public testing::TestWithParam<std::tuple<const char*, DataType, ReduceOp, size_t, bool, bool>> {};

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 
+#include "common/params.h"
 #include "gpu_allreduce_util.h"
 
 namespace tpcomm_test {
@@ -89,8 +90,9 @@ struct DeviceBuffers {
 // Whether `algo` is expected to run (not fall back) for this call. Lamport takes any element count;
 // its last 16-byte pack is padded, and the padded size must fit TPCOMM_LAMPORT_MAX_BYTES.
 bool expectRuns(const std::string& algo, size_t bytes) {
-  if (algo == "lamport_p2p") return (bytes + 15) / 16 * 16 <= (1u << 20);
-  if (algo == "oneshot_p2p") return bytes <= (2u << 20);
+  if (algo == "lamport_p2p")
+    return (bytes + 15) / 16 * 16 <= static_cast<size_t>(tpcomm::paramInt(tpcomm::ParamId::kLamportMaxBytes));
+  if (algo == "oneshot_p2p") return bytes <= static_cast<size_t>(tpcomm::paramInt(tpcomm::ParamId::kOneshotMaxBytes));
   return algo != "auto";
 }
 
@@ -215,13 +217,14 @@ INSTANTIATE_TEST_SUITE_P(Small, AllReduceMatrix,
                                           testing::Bool(), testing::Bool()));
 
 // Lamport's partial last pack: every tail length of f32 (4 per pack) and f16/bf16 (8 per pack),
-// tails after several packs and blocks, and the largest counts whose padded size fits its 1 MiB
-// (262143 f32, 524287 f16/bf16; the other dtype's count falls back or fits anyway).
-INSTANTIATE_TEST_SUITE_P(LamportTails, AllReduceMatrix,
-                         testing::Combine(testing::Values("lamport_p2p"), testing::ValuesIn(kTypes),
-                                          testing::ValuesIn(kOps),
-                                          testing::Values<size_t>(2, 3, 4, 5, 6, 9, 15, 17, 4097, 262143, 524287),
-                                          testing::Bool(), testing::Bool()));
+// tails after several packs and blocks, and counts whose padded size is just under 1 MiB (262143
+// f32, 524287 f16/bf16) and 2 MiB, the default TPCOMM_LAMPORT_MAX_BYTES (524287 f32, 1048575
+// f16/bf16); a dtype whose count does not fit falls back.
+INSTANTIATE_TEST_SUITE_P(
+    LamportTails, AllReduceMatrix,
+    testing::Combine(testing::Values("lamport_p2p"), testing::ValuesIn(kTypes), testing::ValuesIn(kOps),
+                     testing::Values<size_t>(2, 3, 4, 5, 6, 9, 15, 17, 4097, 262143, 524287, 1048575), testing::Bool(),
+                     testing::Bool()));
 
 // Large messages (sum; 64 MB and 256 MB of bf16, 256 MB of f32) on the bandwidth algorithms.
 INSTANTIATE_TEST_SUITE_P(Large, AllReduceMatrix,
