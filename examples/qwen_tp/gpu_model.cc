@@ -343,6 +343,50 @@ bool GpuModel::timeTargetStep(int n, int pos, int iters, double* ms, std::string
   return true;
 }
 
+bool GpuModel::timeStepGemms(int n, int iters, double* ms, size_t* bytes, std::string* error) {
+  const int H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, I = shape_.inter;
+  *bytes = 2 * (static_cast<size_t>(shape_.vocab) * H +
+                layers_.size() * (static_cast<size_t>(qkvRows_) * H + static_cast<size_t>(H) * hq * D +
+                                  static_cast<size_t>(2 * I) * H + static_cast<size_t>(H) * I));
+  // The same gemm() calls and buffers as enqueueLayer / enqueueGreedy (contents do not matter).
+  auto enqueue = [&] {
+    for (const Layer& L : layers_) {
+      gemm(L.wqkv, qkvRows_, H, hn_, n, qkv_, false);
+      gemm(L.wo, H, hq * D, att_, n, proj_, false);
+      gemm(L.wgu, 2 * I, H, hn_, n, gu_, false);
+      gemm(L.wd, H, I, act_, n, proj_, false);
+    }
+    gemm(lmHead_, shape_.vocab, H, hn_, n, logits_, true);
+  };
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  QWEN_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  enqueue();
+  QWEN_CUDA(cudaStreamEndCapture(stream_, &graph));
+  QWEN_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t a, b;
+  QWEN_CUDA(cudaEventCreate(&a));
+  QWEN_CUDA(cudaEventCreate(&b));
+  QWEN_CUDA(cudaGraphLaunch(exec, stream_));  // warm-up
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    QWEN_CUDA(cudaEventRecord(a, stream_));
+    QWEN_CUDA(cudaGraphLaunch(exec, stream_));
+    QWEN_CUDA(cudaEventRecord(b, stream_));
+    QWEN_CUDA(cudaEventSynchronize(b));
+    float t;
+    QWEN_CUDA(cudaEventElapsedTime(&t, a, b));
+    times.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  std::sort(times.begin(), times.end());
+  *ms = times[times.size() / 2];
+  return true;
+}
+
 bool GpuModel::lastLogits(int n, std::vector<float>* out, std::string* error) {
   out->resize(static_cast<size_t>(n) * shape_.vocab);
   QWEN_CUDA(cudaMemcpy(out->data(), logits_, out->size() * 4, cudaMemcpyDeviceToHost));

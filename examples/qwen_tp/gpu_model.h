@@ -66,6 +66,10 @@ class GpuModel : public DecoderEngine {
   void setSkipAllReduce(bool skip);
   /// Median milliseconds of `iters` replays of the target step of n tokens at position pos.
   bool timeTargetStep(int n, int pos, int iters, double* ms, std::string* error);
+  /// The weight GEMMs of one target step at n tokens alone (every layer's qkv, o, gate/up and
+  /// down, and the lm_head), captured in one CUDA graph and replayed iters times: median ms, and
+  /// the weight bytes they read (what a decode step must read; the roofline's numerator).
+  bool timeStepGemms(int n, int iters, double* ms, size_t* bytes, std::string* error);
   /// This rank's logits of the last target() call, [n, shape.vocab] (copied to the host).
   bool lastLogits(int n, std::vector<float>* out, std::string* error);
   /// Bytes of weights on this GPU, and of everything this model allocated.

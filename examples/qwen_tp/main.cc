@@ -166,7 +166,8 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
   } else {
     out = ref;
   }
-  double stepMs = 0, stepNoArMs = 0, verifyMs = 0, verifyNoArMs = 0;
+  double stepMs = 0, stepNoArMs = 0, verifyMs = 0, verifyNoArMs = 0, gemmMs = 0;
+  size_t gemmBytes = 0;
   // Share of a decode step spent in all-reduce: with vs without them. Without, the layer epilogue
   // is the addRmsNorm kernel alone, so with the fused norm the share is the fused call's time
   // beyond that kernel's.
@@ -179,6 +180,8 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
     if (!model.timeTargetStep(1, pos, 50, &stepNoArMs, err)) return false;
     if (nv > 1 && nv <= GpuModel::kGraphMaxTokens && !model.timeTargetStep(nv, pos, 50, &verifyNoArMs, err)) return false;
     model.setSkipAllReduce(false);
+    // Where the rest of the step goes: the weight GEMMs alone, in one graph.
+    if (!model.timeStepGemms(1, 20, &gemmMs, &gemmBytes, err)) return false;
   }
   if (rank != 0) return true;
   // Roofline: weight bytes / device copy bandwidth, measured now on this GPU.
@@ -222,6 +225,11 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
   if (stepMs > 0)
     std::printf("decode step %.3f ms (%.1f%% of roofline), without all-reduce %.3f ms -> all-reduce share %.1f%%\n", stepMs,
                 bw > 0 ? wb / bw * 1e3 / stepMs * 100 : 0, stepNoArMs, (stepMs - stepNoArMs) / stepMs * 100);
+  if (gemmMs > 0)
+    std::printf("decode step's weight GEMMs alone (one graph, %s): %.3f ms for %.2f GB = %.0f GB/s (%.1f%% of the copy "
+                "rate); everything else in the step: %.3f ms\n",
+                f.gemv.c_str(), gemmMs, gemmBytes / 1e9, gemmBytes / (gemmMs * 1e-3) / 1e9,
+                bw > 0 ? gemmBytes / (gemmMs * 1e-3) / bw * 100 : 0, stepMs - gemmMs);
   if (verifyMs > 0)
     std::printf("verify step (%d tokens) %.3f ms, without all-reduce %.3f ms -> all-reduce share %.1f%%\n", f.draftNMax + 1,
                 verifyMs, verifyNoArMs, (verifyMs - verifyNoArMs) / verifyMs * 100);
