@@ -42,6 +42,9 @@ int multicastBlocks(size_t count, size_t elemBytes, int nRanks, const MulticastL
 /// Launches the kernel (twoshot_multicast_kernel.cu); kNotSupported for an op multimem cannot
 /// reduce or a GPU older than sm_90.
 Status launchTwoshotMulticast(const MulticastLaunch& p, cudaStream_t stream);
+/// Loads every instantiation launchTwoshotMulticast can pick into the current device's context
+/// (dev::preload in p2p_common.cuh: lazy loading may wait for the device to go idle at a first launch).
+Status preloadTwoshotMulticastKernels();
 
 class TwoshotMulticastAlgorithm : public Algorithm {
  public:

@@ -211,6 +211,23 @@ cudaError_t launchTyped(const MulticastLaunch& p, cudaStream_t stream, bool* old
 
 }  // namespace
 
+Status preloadTwoshotMulticastKernels() {
+  // The instantiations launchTwoshotMulticast can launch (f32: sum only). launchTyped's own
+  // cudaFuncGetAttributes comes at the first launch (too late) and once per process, not per device.
+  cudaFuncAttributes a;
+  cudaError_t e = cudaSuccess;
+  for (cudaError_t x : {cudaFuncGetAttributes(&a, twoshotMulticastKernel<float, 0>),
+                        cudaFuncGetAttributes(&a, twoshotMulticastKernel<__half, 0>),
+                        cudaFuncGetAttributes(&a, twoshotMulticastKernel<__half, 1>),
+                        cudaFuncGetAttributes(&a, twoshotMulticastKernel<__half, 2>),
+                        cudaFuncGetAttributes(&a, twoshotMulticastKernel<__nv_bfloat16, 0>),
+                        cudaFuncGetAttributes(&a, twoshotMulticastKernel<__nv_bfloat16, 1>),
+                        cudaFuncGetAttributes(&a, twoshotMulticastKernel<__nv_bfloat16, 2>)})
+    if (e == cudaSuccess) e = x;
+  if (e == cudaSuccess) return Status::kOk;
+  return TPCOMM_ERROR(kCudaError, "loading the twoshot_multicast kernels: %s", cudaGetErrorString(e));
+}
+
 Status launchTwoshotMulticast(const MulticastLaunch& p, cudaStream_t stream) {
   const DataType dt = static_cast<DataType>(p.dtype);
   const ReduceOp op = static_cast<ReduceOp>(p.op);

@@ -15,6 +15,7 @@
 #include "algos/p2p_algorithm.h"
 #include "algos/p2p_kernels.h"
 #include "algos/staged_host.h"
+#include "algos/twoshot_multicast.h"
 #include "collectives/algo_override.h"
 #include "collectives/comm_context.h"
 #include "collectives/communicator_impl.h"
@@ -41,6 +42,7 @@ Status preloadKernels() {
   TPCOMM_TRY(preloadFusedOneshotKernels());
   TPCOMM_TRY(preloadFusedTwoshotKernels());
   TPCOMM_TRY(preloadResidualRmsNormKernels());
+  TPCOMM_TRY(preloadTwoshotMulticastKernels());
   return preloadStagedDeviceKernels();
 }
 #else
