@@ -49,6 +49,37 @@ Status preloadKernels() {
 Status preloadKernels() { return Status::kOk; }
 #endif
 
+// Parameters that shape what ranks exchange (scratch layouts, grids, which algorithm runs) must
+// be equal on every rank: a mismatch would not fail, it would corrupt data or hang. Every rank
+// sees every rank's values, so all return the same error, naming the parameter.
+Status checkSharedParams(Bootstrap& bs, const std::string& algoText) {
+  static const ParamId kShared[] = {ParamId::kP2pBlocks,        ParamId::kTwoshotBlocks,   ParamId::kFusedBlocksPerRow,
+                                    ParamId::kLamportMaxBytes,  ParamId::kOneshotMaxBytes, ParamId::kTwoshotChunkBytes,
+                                    ParamId::kStagedChunkBytes, ParamId::kStagedSlots,     ParamId::kStagedBlocks};
+  constexpr size_t kN = sizeof(kShared) / sizeof(kShared[0]);
+  struct Shared {
+    int64_t v[kN];
+    uint64_t algoHash;  // FNV-1a of the selection override text
+  } mine{};
+  for (size_t i = 0; i < kN; ++i) mine.v[i] = paramInt(kShared[i]);
+  mine.algoHash = 1469598103934665603ull;
+  for (unsigned char ch : algoText) mine.algoHash = (mine.algoHash ^ ch) * 1099511628211ull;
+  std::vector<Shared> all(static_cast<size_t>(bs.size()));
+  TPCOMM_TRY(bs.allGather(&mine, all.data(), sizeof(Shared)));
+  for (int r = 1; r < bs.size(); ++r) {
+    for (size_t i = 0; i < kN; ++i)
+      if (all[r].v[i] != all[0].v[i])
+        return TPCOMM_INVALID(
+            "create: TPCOMM_%s is %lld on rank %d but %lld on rank 0: it must be the same on every rank",
+            params()[static_cast<size_t>(kShared[i])].name, static_cast<long long>(all[r].v[i]), r,
+            static_cast<long long>(all[0].v[i]));
+    if (all[r].algoHash != all[0].algoHash)
+      return TPCOMM_INVALID(
+          "create: TPCOMM_ALGO / Config::algo on rank %d differs from rank 0's: it must be the same on every rank", r);
+  }
+  return Status::kOk;
+}
+
 // Every rank agrees whether a transport came up; one rank's failure drops it everywhere so the
 // algorithm lists (and therefore selections) stay identical.
 Status agree(Bootstrap& bs, bool mine, bool* all) {
@@ -159,6 +190,7 @@ Status Communicator::create(Bootstrap& bootstrap, int device, const Config& conf
   TPCOMM_TRY(agree(bootstrap, ovrStatus == Status::kOk, &ovrOk));
   if (ovrStatus != Status::kOk) return ovrStatus;
   if (!ovrOk) return TPCOMM_INVALID("create: another rank rejected its TPCOMM_ALGO / config.algo");
+  TPCOMM_TRY(checkSharedParams(bootstrap, algoText));
 
   TPCOMM_TRY(probeTopology(bootstrap, device, &c.topo));
 

@@ -167,6 +167,30 @@ TEST(BadInput, OneRankWithABadOverrideFailsEveryRank) {
   EXPECT_NE(messages[1].find("abc"), std::string::npos) << messages[1];
 }
 
+// Valid but different selection overrides would make ranks run different algorithms (a hang or
+// wrong data): create fails on every rank and says which rank differs.
+TEST(BadInput, RanksWithDifferentOverridesFailEveryRank) {
+  auto group = ThreadGroup::create(2);
+  std::vector<Status> status(2);
+  std::vector<std::string> messages(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      std::unique_ptr<Bootstrap> bs;
+      ASSERT_EQ(makeThreadBootstrap(group, r, &bs), Status::kOk);
+      Config cfg;
+      cfg.algo = r == 0 ? "staged_host" : "";
+      std::unique_ptr<Communicator> comm;
+      status[r] = Communicator::create(*bs, -1, cfg, &comm);
+      messages[r] = lastErrorMessage();
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(status[r], Status::kInvalidArgument) << messages[r];
+    EXPECT_NE(messages[r].find("rank 1 differs from rank 0"), std::string::npos) << messages[r];
+  }
+}
+
 TEST(BadInput, CreateGroupArguments) {
   std::vector<std::unique_ptr<Communicator>> comms;
   expectInvalid(Communicator::createGroup({}, Config{}, &comms), "devices", "createGroup with no devices");
