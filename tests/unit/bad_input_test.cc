@@ -131,7 +131,8 @@ TEST(BadInput, CreateArguments) {
   Config ncclOnHost;
   int notAComm = 0;
   ncclOnHost.ncclComm = &notAComm;
-  expectInvalid(Communicator::create(*bs, -1, ncclOnHost, &comm), "ncclComm", "create with an NCCL comm on a host rank");
+  expectInvalid(Communicator::create(*bs, -1, ncclOnHost, &comm), "ncclComm",
+                "create with an NCCL comm on a host rank");
   Config badAlgo;
   badAlgo.algo = "0-64K:nosuch";
   expectInvalid(Communicator::create(*bs, -1, badAlgo, &comm), "nosuch", "create with a bad config.algo");
@@ -145,22 +146,36 @@ TEST(BadInput, CreateArguments) {
   EXPECT_EQ(comm->destroy(), Status::kOk);
 }
 
-TEST(BadInput, OneRankWithABadOverrideFailsEveryRank) {
-  auto group = ThreadGroup::create(2);
-  std::vector<Status> status(2);
-  std::vector<std::string> messages(2);
+// Creates one host communicator per rank on threads, rank r with configFor(r); returns each
+// rank's create status and last error message.
+void createOnThreads(int n, const std::function<Config(int)>& configFor, std::vector<Status>* status,
+                     std::vector<std::string>* messages) {
+  auto group = ThreadGroup::create(n);
+  status->assign(n, Status::kOk);
+  messages->assign(n, "");
   std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
+  for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       std::unique_ptr<Bootstrap> bs;
       ASSERT_EQ(makeThreadBootstrap(group, r, &bs), Status::kOk);
-      Config cfg;
-      if (r == 1) cfg.algo = "abc";
       std::unique_ptr<Communicator> comm;
-      status[r] = Communicator::create(*bs, -1, cfg, &comm);
-      messages[r] = lastErrorMessage();
+      (*status)[r] = Communicator::create(*bs, -1, configFor(r), &comm);
+      (*messages)[r] = lastErrorMessage();
     });
   for (auto& t : threads) t.join();
+}
+
+TEST(BadInput, OneRankWithABadOverrideFailsEveryRank) {
+  std::vector<Status> status;
+  std::vector<std::string> messages;
+  createOnThreads(
+      2,
+      [](int r) {
+        Config cfg;
+        if (r == 1) cfg.algo = "abc";
+        return cfg;
+      },
+      &status, &messages);
   EXPECT_EQ(status[0], Status::kInvalidArgument) << messages[0];
   EXPECT_NE(messages[0].find("another rank"), std::string::npos) << messages[0];
   EXPECT_EQ(status[1], Status::kInvalidArgument) << messages[1];
@@ -170,21 +185,16 @@ TEST(BadInput, OneRankWithABadOverrideFailsEveryRank) {
 // Valid but different selection overrides would make ranks run different algorithms (a hang or
 // wrong data): create fails on every rank and says which rank differs.
 TEST(BadInput, RanksWithDifferentOverridesFailEveryRank) {
-  auto group = ThreadGroup::create(2);
-  std::vector<Status> status(2);
-  std::vector<std::string> messages(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      std::unique_ptr<Bootstrap> bs;
-      ASSERT_EQ(makeThreadBootstrap(group, r, &bs), Status::kOk);
-      Config cfg;
-      cfg.algo = r == 0 ? "staged_host" : "";
-      std::unique_ptr<Communicator> comm;
-      status[r] = Communicator::create(*bs, -1, cfg, &comm);
-      messages[r] = lastErrorMessage();
-    });
-  for (auto& t : threads) t.join();
+  std::vector<Status> status;
+  std::vector<std::string> messages;
+  createOnThreads(
+      2,
+      [](int r) {
+        Config cfg;
+        cfg.algo = r == 0 ? "staged_host" : "";
+        return cfg;
+      },
+      &status, &messages);
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(status[r], Status::kInvalidArgument) << messages[r];
     EXPECT_NE(messages[r].find("rank 1 differs from rank 0"), std::string::npos) << messages[r];
