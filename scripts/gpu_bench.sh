@@ -5,7 +5,9 @@
 # runs past its limit: the full-range tables (auto vs NCCL, 8 B..1 GB) carry the targets; the
 # per-algorithm tables stop at 64 MB (a forced algorithm past its own limit falls back to the
 # selector's choice, which the auto table already shows). Then the fused epilogue table and the
-# Qwen3-32B TP=2 matrix (examples/qwen_tp). Logs in OUTDIR/logs.tgz.
+# Qwen3-32B TP=2 matrix (examples/qwen_tp). Logs in OUTDIR/logs.tgz. PART=allreduce or
+# PART=qwen runs one half (each fits one 10-minute device call); default both.
+PART=${PART:-all}
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 [ -x "$B/bench/allreduce_perf" ] || gpu_build
 { echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; git -C "$root" log --oneline -1; } > "$L/env.txt" 2>&1
@@ -16,12 +18,15 @@ b() {  # NAME SECONDS COMMAND...
   timeout -k 5 "$t" "$@" >> "$L/$name.txt" 2>&1
   echo "$name rc=$? $(el)"
 }
+if [ "$PART" != qwen ]; then
 b graph 120 $P -c 1 -b 8 -e 1G -f 2 -G 20 -A auto -A nccl --json "$L/graph.json"
 b graph_algos 90 $P -c 1 -b 8 -e 64M -f 2 -G 20 -A lamport_p2p -A oneshot_p2p -A twoshot_p2p -A nccl --json "$L/graph_algos.json"
 b eager 120 $P -c 1 -b 8 -e 1G -f 2 -A auto -A staged_host -A nccl --json "$L/eager.json"
 b eager_algos 90 $P -c 1 -b 8 -e 64M -f 2 -A lamport_p2p -A oneshot_p2p -A twoshot_p2p -A nccl --json "$L/eager_algos.json"
 b oneproc 50 "$B/bench/allreduce_perf" -d bf16 -c 1 -g 2 -b 8 -e 64M -f 4 -A auto -A nccl
 b fused 50 $P -c 1 --fused-rmsnorm -G 20
+fi
+if [ "$PART" != allreduce ]; then
 Q="$B/examples/qwen_tp/qwen_tp --model-preset qwen3-32b --tp 2 --prompt-tokens 512 --n-predict 256 --ctx-size 1024"
 for ar in auto nccl staged_host; do
   b "qwen_${ar}_off" 60 $Q --allreduce $ar
@@ -32,10 +37,12 @@ b qwen_nccl_eager_off 40 $Q --allreduce nccl --no-graphs
 # examples/qwen_tp's own GEMV for n <= 8 tokens (--gemv custom, off by default until measured)
 b qwen_auto_gemv_off 60 $Q --allreduce auto --gemv custom
 b qwen_auto_gemv_0.485 60 $Q --allreduce auto --gemv custom --spec-type draft-mtp --spec-draft-n-max 5 --sim-acceptance 0.485 --no-profile
+fi
 for f in graph graph_algos eager eager_algos oneproc; do
+  [ -f "$L/$f.txt" ] || continue
   echo "== $f"; sed -n '/Side by side/,/^#$/p' "$L/$f.txt" | head -34; grep -aE "Out of bounds" "$L/$f.txt" | sort | uniq -c | head -3
 done
-grep -a "^#  rows\|^ *[0-9]" "$L/fused.txt" | tail -11
+[ -f "$L/fused.txt" ] && grep -a "^#  rows\|^ *[0-9]" "$L/fused.txt" | tail -11
 for f in "$L"/qwen_*.txt; do echo "== $(basename "$f")"; grep -aE "eval time|acceptance|roofline|decode step" "$f"; done
 tar czf "$OUTDIR/logs.tgz" -C "$OUTDIR" logs && rm -rf "$L"
 echo "total $(el); logs: $OUTDIR/logs.tgz"
