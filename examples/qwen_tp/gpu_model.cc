@@ -128,7 +128,9 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   const int64_t H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads, I = shape_.inter,
                 Vl = shape_.vocab, T = std::max(opt_.maxTokensPerCall, kGraphMaxTokens);
   qkvRows_ = static_cast<int>((hq + 2 * hk) * D);
-  chunk_ = std::max(256, (opt_.ctxSize + 31) / 32);
+  // 64-slot chunks up to a 4096-slot context (one load round per block of the decode attention
+  // kernel at head_dim 128), then at most 64 chunks.
+  chunk_ = std::max(64, (opt_.ctxSize + 63) / 64);
   splits_ = (opt_.ctxSize + chunk_ - 1) / chunk_;
   auto a = [&](auto** w, int64_t bytes) { return alloc(reinterpret_cast<void**>(w), static_cast<size_t>(bytes), error); };
   if (!a(&embed_, Vl * H * 2) || !a(&finalNorm_, H * 2)) return false;

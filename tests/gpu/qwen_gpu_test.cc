@@ -22,6 +22,8 @@
 //    deterministic, the same bits for a token whatever n, and rows t >= n never written. Then
 //    the tiny model with customGemv against the CPU reference (prompt in chunks of 8, 7, 5 so the
 //    GEMV serves prefill too) and speculative == greedy with customGemv (N = 2, 5).
+//  - The decode attention (gpu::attention) against an fp64 host reference, head_dim 16..256,
+//    vectorised and scalar kernels; a query's bits independent of the call's token count.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -282,6 +284,88 @@ TEST(QwenGpu, CustomGemvMatchesCublas) {
   EXPECT_FALSE(gpu::gemvBf16(nullptr, 16, 16, nullptr, 0, nullptr, true, nullptr));
   EXPECT_FALSE(gpu::gemvBf16(nullptr, 16, 16, nullptr, kN + 1, nullptr, true, nullptr));
   cublasDestroy(h);
+}
+
+// ---- gpu::attention (split-sequence decode attention) against an fp64 host reference ----
+// head_dim 16/64/128/256 take the vectorised kernel (KL = 2..32 lanes per key), 48 the scalar
+// one; 64-slot chunks (the model's choice up to 4096 slots) and 256-slot chunks (several load
+// rounds per block). Random bf16 q, K, V in [-1, 1); GQA 8 query heads on 2 KV heads; queries at
+// slots pos .. pos + n - 1. Tolerance: |out - ref| <= 2^-7 |ref| + 2e-3 (one bf16 rounding of the
+// output plus fp32 softmax sums over <= 700 keys). A query's bits must not depend on n (the
+// verify call of speculative decoding must reproduce the one-token decode).
+TEST(QwenGpu, AttentionMatchesReference) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  uint64_t rng = 0x2545f4914f6cdd1dull;
+  auto next = [&]() {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return floatToBf16(static_cast<float>(static_cast<int64_t>(rng >> 40) - (1 << 23)) / static_cast<float>(1 << 23));
+  };
+  const int hq = 8, hk = 2, ctx = 700, pos = 600, n = 3;
+  std::string err;
+  for (int D : {16, 48, 64, 128, 256}) {
+    for (int chunk : {64, 256}) {
+      const int splits = (ctx + chunk - 1) / chunk;
+      const std::string what = "D " + std::to_string(D) + " chunk " + std::to_string(chunk);
+      std::vector<uint16_t> q(static_cast<size_t>(n) * hq * D), k(static_cast<size_t>(ctx) * hk * D), v(k.size());
+      for (auto* vec : {&q, &k, &v})
+        for (auto& x : *vec) x = next();
+      __nv_bfloat16 *dq, *dk, *dv, *dout;
+      float* dpart;
+      int32_t* dpos;
+      ASSERT_TRUE(cudaCheck(cudaMalloc(&dq, q.size() * 2), &err)) << err;
+      ASSERT_TRUE(cudaCheck(cudaMalloc(&dk, k.size() * 2), &err)) << err;
+      ASSERT_TRUE(cudaCheck(cudaMalloc(&dv, v.size() * 2), &err)) << err;
+      ASSERT_TRUE(cudaCheck(cudaMalloc(&dout, q.size() * 2), &err)) << err;
+      ASSERT_TRUE(cudaCheck(cudaMalloc(&dpart, static_cast<size_t>(n) * hq * splits * (D + 2) * 4), &err)) << err;
+      ASSERT_TRUE(cudaCheck(cudaMalloc(&dpos, 4), &err)) << err;
+      ASSERT_TRUE(cudaCheck(cudaMemcpy(dq, q.data(), q.size() * 2, cudaMemcpyHostToDevice), &err)) << err;
+      ASSERT_TRUE(cudaCheck(cudaMemcpy(dk, k.data(), k.size() * 2, cudaMemcpyHostToDevice), &err)) << err;
+      ASSERT_TRUE(cudaCheck(cudaMemcpy(dv, v.data(), v.size() * 2, cudaMemcpyHostToDevice), &err)) << err;
+      // all n queries in one call
+      ASSERT_TRUE(cudaCheck(cudaMemcpy(dpos, &pos, 4, cudaMemcpyHostToDevice), &err)) << err;
+      gpu::attention(dq, dk, dv, dpos, n, hq, hk, D, splits, chunk, dpart, dout, nullptr);
+      ASSERT_TRUE(cudaCheck(cudaDeviceSynchronize(), &err)) << what << ": " << err;
+      std::vector<uint16_t> out(q.size()), alone(static_cast<size_t>(hq) * D);
+      ASSERT_TRUE(cudaCheck(cudaMemcpy(out.data(), dout, out.size() * 2, cudaMemcpyDeviceToHost), &err)) << err;
+      int bad = 0;
+      for (int t = 0; t < n; ++t) {
+        // query t alone at its own position (n = 1): the same bits
+        const int p1 = pos + t;
+        ASSERT_TRUE(cudaCheck(cudaMemcpy(dpos, &p1, 4, cudaMemcpyHostToDevice), &err)) << err;
+        gpu::attention(dq + static_cast<size_t>(t) * hq * D, dk, dv, dpos, 1, hq, hk, D, splits, chunk, dpart, dout, nullptr);
+        ASSERT_TRUE(cudaCheck(cudaMemcpy(alone.data(), dout, alone.size() * 2, cudaMemcpyDeviceToHost), &err)) << err;
+        EXPECT_EQ(0, std::memcmp(alone.data(), out.data() + static_cast<size_t>(t) * hq * D, alone.size() * 2))
+            << what << ": query " << t << "'s bits depend on n";
+        for (int h = 0; h < hq; ++h) {
+          const int kvh = h / (hq / hk), last = pos + t;
+          std::vector<double> sc(static_cast<size_t>(last) + 1);
+          double mx = -1e300;
+          for (int j = 0; j <= last; ++j) {
+            double d = 0;
+            for (int e = 0; e < D; ++e)
+              d += static_cast<double>(bf16ToFloatHost(q[(static_cast<size_t>(t) * hq + h) * D + e])) *
+                   bf16ToFloatHost(k[(static_cast<size_t>(j) * hk + kvh) * D + e]);
+            sc[j] = d / std::sqrt(static_cast<double>(D));
+            mx = std::max(mx, sc[j]);
+          }
+          double sum = 0;
+          for (double& x : sc) sum += (x = std::exp(x - mx));
+          for (int e = 0; e < D; ++e) {
+            double r = 0;
+            for (int j = 0; j <= last; ++j) r += sc[j] * bf16ToFloatHost(v[(static_cast<size_t>(j) * hk + kvh) * D + e]);
+            r /= sum;
+            const double g = bf16ToFloatHost(out[(static_cast<size_t>(t) * hq + h) * D + e]);
+            if (!(std::fabs(g - r) <= std::ldexp(std::fabs(r), -7) + 2e-3) && ++bad <= 3)
+              ADD_FAILURE() << what << ": t " << t << " head " << h << " dim " << e << " gpu " << g << " ref " << r;
+          }
+        }
+      }
+      EXPECT_EQ(bad, 0) << what;
+      for (void* ptr : {static_cast<void*>(dq), static_cast<void*>(dk), static_cast<void*>(dv), static_cast<void*>(dout),
+                        static_cast<void*>(dpart), static_cast<void*>(dpos)})
+        cudaFree(ptr);
+    }
+  }
 }
 
 // Runs generate() on tp GPUs (createGroup, one thread per GPU) and returns rank 0's output.
