@@ -28,15 +28,25 @@ b fused 50 $P -c 1 --fused-rmsnorm -G 20
 fi
 if [ "$PART" != allreduce ]; then
 Q="$B/examples/qwen_tp/qwen_tp --model-preset qwen3-32b --tp 2 --prompt-tokens 512 --n-predict 256 --ctx-size 1024"
+# The decoder's own choices first (tpcomm auto, MTP off, 128 tokens): GEMMs of <= 8 tokens on
+# cuBLAS or the custom GEMV, kernels with or without PDL. The matrix runs with the fastest by
+# decode tok/s (every log's first line names the flags); the four picks stay in the logs.
+tps() { grep -a "^ *eval time" "$1" | head -1 | sed -E 's/.*, *([0-9.]+) tokens per second.*/\1/'; }
+best=0; X=""
+for g in cublas custom; do for p in pdl no-pdl; do
+  f=""; [ $p = no-pdl ] && f=--no-pdl
+  b "qwen_pick_${g}_$p" 40 $Q --n-predict 128 --allreduce auto --gemv $g $f --no-profile
+  t=$(tps "$L/qwen_pick_${g}_$p.txt"); echo "  $g $p: ${t:-?} tok/s"
+  if [ -n "$t" ] && awk "BEGIN{exit !($t > $best)}"; then best=$t; X="--gemv $g $f"; fi
+done; done
+echo "matrix flags: $X"
 for ar in auto nccl staged_host; do
-  b "qwen_${ar}_off" 60 $Q --allreduce $ar
-  b "qwen_${ar}_0.485" 60 $Q --allreduce $ar --spec-type draft-mtp --spec-draft-n-max 5 --sim-acceptance 0.485 --no-profile
+  b "qwen_${ar}_off" 60 $Q $X --allreduce $ar
+  b "qwen_${ar}_0.485" 60 $Q $X --allreduce $ar --spec-type draft-mtp --spec-draft-n-max 5 --sim-acceptance 0.485 --no-profile
 done
-for a in 0.3 0.7; do b "qwen_auto_$a" 40 $Q --allreduce auto --spec-type draft-mtp --spec-draft-n-max 5 --sim-acceptance $a --no-profile; done
-b qwen_nccl_eager_off 40 $Q --allreduce nccl --no-graphs
-# examples/qwen_tp's own GEMV for n <= 8 tokens (--gemv custom, off by default until measured)
-b qwen_auto_gemv_off 60 $Q --allreduce auto --gemv custom
-b qwen_auto_gemv_0.485 60 $Q --allreduce auto --gemv custom --spec-type draft-mtp --spec-draft-n-max 5 --sim-acceptance 0.485 --no-profile
+for a in 0.3 0.7; do b "qwen_auto_$a" 40 $Q $X --allreduce auto --spec-type draft-mtp --spec-draft-n-max 5 --sim-acceptance $a --no-profile; done
+b qwen_nccl_eager_off 40 $Q $X --allreduce nccl --no-graphs
+b qwen_auto_eager_off 40 $Q $X --allreduce auto --no-graphs
 fi
 for f in graph graph_algos eager eager_algos oneproc; do
   [ -f "$L/$f.txt" ] || continue

@@ -3,7 +3,7 @@
 # run takes ~5 min): builds with Ninja into $BUILD (default /tmp/tpcomm-gpu-build), then runs
 # tpcomm_gpu_tests (createGroup), tpcomm_gpu_mpi_tests (mpirun -np 2), qwen_gpu_test, the shim
 # tests, the topology probe (all GPUs and one), the GEMV benchmark and one-rank (single-GPU overhead) tables, each under its own time limit, logs in OUTDIR/logs (default
-# $OUT or ./gpu-logs), a one-line result per step. Multicast stays off (DESIGN.md): gpu_common.sh
+# $OUT or ./gpu-logs), a one-line result per step. SKIP="name ..." leaves steps out. Multicast stays off (DESIGN.md): gpu_common.sh
 # exports the variables for every child and mpirun forwards them.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
@@ -13,6 +13,7 @@ ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 gpu_build
 step() {  # NAME SECONDS COMMAND...: runs it under a limit, prints rc and the summary lines
   local name=$1 t=$2; shift 2
+  case " ${SKIP:-} " in *" $name "*) echo "$name skipped (SKIP)"; return 0 ;; esac
   timeout -k 5 "$t" "$@" > "$L/$name.txt" 2>&1
   local rc=$?
   echo "$name rc=$rc $(el) | $(grep -aE 'tests ran|PASSED|FAILED  \] [0-9]|ok  |FAIL|Passed|Failed|equal for' "$L/$name.txt" | tail -4 | tr '\n' ' ' | cut -c1-300)"

@@ -13,6 +13,23 @@ namespace qwen {
 namespace gpu {
 namespace {
 
+// Programmatic dependent launch (sm_90+; no-ops elsewhere and when a kernel was launched without
+// the attribute). Every kernel launched through launchPdl calls pdlWait before it touches memory
+// an earlier kernel of the stream writes or reads (its inputs and its outputs); only constant
+// weights are touched before (gemvKernel's L2 prefetch). pdlLaunch lets the next kernel's blocks
+// be scheduled while this one runs; that kernel's pdlWait still waits for this grid to complete
+// and its writes to be visible.
+__device__ __forceinline__ void pdlWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdlLaunch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
 __device__ __forceinline__ float warpSum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -50,6 +67,8 @@ __global__ void initSyntheticKernel(__nv_bfloat16* dst, int64_t rows, int64_t co
 
 __global__ void embedKernel(const int32_t* tokens, const __nv_bfloat16* E, int vocabBegin, int vocabLocal, int H,
                             __nv_bfloat16* x) {
+  pdlLaunch();
+  pdlWait();
   const int t = blockIdx.x;
   const int local = tokens[t] - vocabBegin;
   const bool mine = local >= 0 && local < vocabLocal;
@@ -63,6 +82,8 @@ __global__ void embedKernel(const int32_t* tokens, const __nv_bfloat16* E, int v
 // (so the two paths agree to within an ulp of bf16, not bitwise).
 __global__ void addRmsNormKernel(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int H, float eps,
                                  __nv_bfloat16* out) {
+  pdlLaunch();
+  pdlWait();
   __nv_bfloat16* xr = x + static_cast<int64_t>(blockIdx.x) * H;
   const __nv_bfloat16* ar = add ? add + static_cast<int64_t>(blockIdx.x) * H : nullptr;
   float ss = 0.f;
@@ -88,6 +109,8 @@ __device__ __forceinline__ float toF<__nv_bfloat16>(__nv_bfloat16 v) { return __
 
 template <typename T>
 __global__ void rmsNormKernel(const T* in, int ldIn, const __nv_bfloat16* w, int H, float eps, __nv_bfloat16* out, int ldOut) {
+  pdlLaunch();
+  pdlWait();
   const T* r = in + static_cast<int64_t>(blockIdx.x) * ldIn;
   float ss = 0.f;
   for (int i = threadIdx.x; i < H; i += blockDim.x) {
@@ -103,6 +126,8 @@ __global__ void rmsNormKernel(const T* in, int ldIn, const __nv_bfloat16* w, int
 __global__ void qkNormRopeKernel(const __nv_bfloat16* qkv, int hq, int hk, int D, const __nv_bfloat16* qNorm,
                                  const __nv_bfloat16* kNorm, float eps, float theta, const int32_t* pos, int ropeOffset,
                                  __nv_bfloat16* q, __nv_bfloat16* kCache, __nv_bfloat16* vCache) {
+  pdlLaunch();
+  pdlWait();
   const int t = blockIdx.x, h = blockIdx.y, half = D / 2, i = threadIdx.x;
   const int width = (hq + 2 * hk) * D;
   const __nv_bfloat16* src = qkv + static_cast<int64_t>(t) * width + static_cast<int64_t>(h) * D;
@@ -138,6 +163,8 @@ constexpr int kMaxDPerLane = 8;  // D <= 256
 // its chunk's (m, l, acc[D]) to part.
 __global__ void attnPartialKernel(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache,
                                   const int32_t* pos, int hq, int hk, int D, int splits, int chunk, float* part) {
+  pdlLaunch();
+  pdlWait();
   const int sp = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int last = *pos + t;  // attend slots 0..last
@@ -205,6 +232,8 @@ template <int KL>
 __global__ void __launch_bounds__(32 * kAttnWarps)
     attnPartialVecKernel(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache,
                          const int32_t* pos, int hq, int hk, int splits, int chunk, float* part) {
+  pdlLaunch();
+  pdlWait();
   constexpr int D = 8 * KL, P = 32 / KL, kParts = kAttnWarps * P, kStep = kParts * kAttnUnroll;
   const int sp = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = lane / KL, sub = lane % KL;
@@ -279,6 +308,8 @@ __global__ void __launch_bounds__(32 * kAttnWarps)
 
 // grid (hq, n), block D threads (rounded to a warp): merge the splits of one (query, head).
 __global__ void attnCombineKernel(const float* part, int hq, int D, int splits, __nv_bfloat16* out) {
+  pdlLaunch();
+  pdlWait();
   const int h = blockIdx.x, t = blockIdx.y, i = threadIdx.x;
   const float* p = part + (static_cast<int64_t>(t) * hq + h) * splits * (D + 2);
   float M = -FLT_MAX;
@@ -296,6 +327,8 @@ __global__ void attnCombineKernel(const float* part, int hq, int D, int splits, 
 }
 
 __global__ void swigluKernel(const __nv_bfloat16* gu, int I, __nv_bfloat16* act) {
+  pdlLaunch();
+  pdlWait();
   const int t = blockIdx.y;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < I; i += gridDim.x * blockDim.x) {
     const float g = __bfloat162float(gu[static_cast<int64_t>(t) * 2 * I + i]);
@@ -306,6 +339,8 @@ __global__ void swigluKernel(const __nv_bfloat16* gu, int I, __nv_bfloat16* act)
 
 // One block per row; lowest index wins ties.
 __global__ void localArgmaxKernel(const float* logits, int V, int vocabBegin, int tp, int rank, float* table) {
+  pdlLaunch();
+  pdlWait();
   const int t = blockIdx.x;
   const float* l = logits + static_cast<int64_t>(t) * V;
   float best = -FLT_MAX;
@@ -334,6 +369,8 @@ __global__ void localArgmaxKernel(const float* logits, int V, int vocabBegin, in
 }
 
 __global__ void pickArgmaxKernel(const float* table, int n, int tp, int32_t* tokens) {
+  pdlLaunch();
+  pdlWait();
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= n) return;
   int br = 0;
@@ -343,6 +380,8 @@ __global__ void pickArgmaxKernel(const float* table, int n, int tp, int32_t* tok
 }
 
 __global__ void copyRowsKernel(const __nv_bfloat16* src, int ldSrc, __nv_bfloat16* dst, int ldDst, int cols) {
+  pdlLaunch();
+  pdlWait();
   for (int i = threadIdx.x; i < cols; i += blockDim.x)
     dst[static_cast<int64_t>(blockIdx.x) * ldDst + i] = src[static_cast<int64_t>(blockIdx.x) * ldSrc + i];
 }
@@ -414,6 +453,16 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2)
   const int units = (in + 31) / 32;
   float d[4] = {0.f, 0.f, 0.f, 0.f};
   int u = warp;
+  // W is constant: its first kGemvUnroll units per warp are prefetched into L2 before waiting for
+  // the previous kernel (which produced X), so the weight stream starts during its tail.
+  pdlLaunch();
+  if (kVec)
+    for (int j = 0; j < kGemvUnroll && u + j * warps < in / 32; ++j) {
+      const int k = (u + j * warps) * 32 + c * 8;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(wLo + k));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(wHi + k));
+    }
+  pdlWait();
   if (kVec) {
     // Rounds of kGemvUnroll whole units: unpredicated 16-byte loads, all issued before the MMAs
     // (guarded loads let ptxas interleave load -> MMA pairs, one unit in flight per warp).
@@ -471,6 +520,23 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2)
 
 int roundWarp(int n) { return (n + 31) / 32 * 32; }
 
+bool gPdl = false;
+
+// kernel<<<grid, block, 0, s>>>(args...), with programmatic dependent launch when setPdl(true).
+template <typename... KArgs, typename... Args>
+void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = gPdl ? 1 : 0;
+  cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
+}
+
 }  // namespace
 
 void initSynthetic(__nv_bfloat16* dst, int64_t rows, int64_t cols, int64_t fullCols, int64_t rowOff, int64_t colOff,
@@ -482,23 +548,23 @@ void initSynthetic(__nv_bfloat16* dst, int64_t rows, int64_t cols, int64_t fullC
 
 void embed(const int32_t* tokens, int n, const __nv_bfloat16* E, int vocabBegin, int vocabLocal, int H, __nv_bfloat16* x,
            cudaStream_t s) {
-  embedKernel<<<n, 256, 0, s>>>(tokens, E, vocabBegin, vocabLocal, H, x);
+  launch(embedKernel, n, 256, s, tokens, E, vocabBegin, vocabLocal, H, x);
 }
 
 void addRmsNorm(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int n, int H, float eps, __nv_bfloat16* out,
                 cudaStream_t s) {
-  addRmsNormKernel<<<n, 512, 0, s>>>(x, add, w, H, eps, out);
+  launch(addRmsNormKernel, n, 512, s, x, add, w, H, eps, out);
 }
 
 void rmsNormBf16(const __nv_bfloat16* in, int ldIn, const __nv_bfloat16* w, int n, int H, float eps, __nv_bfloat16* out,
                  int ldOut, cudaStream_t s) {
-  rmsNormKernel<__nv_bfloat16><<<n, 512, 0, s>>>(in, ldIn, w, H, eps, out, ldOut);
+  launch(rmsNormKernel<__nv_bfloat16>, n, 512, s, in, ldIn, w, H, eps, out, ldOut);
 }
 
 void qkNormRopeStore(const __nv_bfloat16* qkv, int n, int hq, int hk, int D, const __nv_bfloat16* qNorm,
                      const __nv_bfloat16* kNorm, float eps, float theta, const int32_t* pos, int ropeOffset,
                      __nv_bfloat16* q, __nv_bfloat16* kCache, __nv_bfloat16* vCache, cudaStream_t s) {
-  qkNormRopeKernel<<<dim3(n, hq + 2 * hk), roundWarp(D / 2), 0, s>>>(qkv, hq, hk, D, qNorm, kNorm, eps, theta, pos,
+  launch(qkNormRopeKernel, dim3(n, hq + 2 * hk), roundWarp(D / 2), s, qkv, hq, hk, D, qNorm, kNorm, eps, theta, pos,
                                                                      ropeOffset, q, kCache, vCache);
 }
 
@@ -508,32 +574,34 @@ void attention(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_b
   const bool vec = D % 8 == 0 && 32 % (D / 8) == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(kCache) % 16 == 0 && reinterpret_cast<uintptr_t>(vCache) % 16 == 0;
   switch (vec ? D / 8 : 0) {
-    case 1: attnPartialVecKernel<1><<<grid, block, 0, s>>>(q, kCache, vCache, pos, hq, hk, splits, chunk, part); break;
-    case 2: attnPartialVecKernel<2><<<grid, block, 0, s>>>(q, kCache, vCache, pos, hq, hk, splits, chunk, part); break;
-    case 4: attnPartialVecKernel<4><<<grid, block, 0, s>>>(q, kCache, vCache, pos, hq, hk, splits, chunk, part); break;
-    case 8: attnPartialVecKernel<8><<<grid, block, 0, s>>>(q, kCache, vCache, pos, hq, hk, splits, chunk, part); break;
-    case 16: attnPartialVecKernel<16><<<grid, block, 0, s>>>(q, kCache, vCache, pos, hq, hk, splits, chunk, part); break;
-    case 32: attnPartialVecKernel<32><<<grid, block, 0, s>>>(q, kCache, vCache, pos, hq, hk, splits, chunk, part); break;
-    default: attnPartialKernel<<<grid, block, 0, s>>>(q, kCache, vCache, pos, hq, hk, D, splits, chunk, part);
+    case 1: launch(attnPartialVecKernel<1>, grid, block, s, q, kCache, vCache, pos, hq, hk, splits, chunk, part); break;
+    case 2: launch(attnPartialVecKernel<2>, grid, block, s, q, kCache, vCache, pos, hq, hk, splits, chunk, part); break;
+    case 4: launch(attnPartialVecKernel<4>, grid, block, s, q, kCache, vCache, pos, hq, hk, splits, chunk, part); break;
+    case 8: launch(attnPartialVecKernel<8>, grid, block, s, q, kCache, vCache, pos, hq, hk, splits, chunk, part); break;
+    case 16: launch(attnPartialVecKernel<16>, grid, block, s, q, kCache, vCache, pos, hq, hk, splits, chunk, part); break;
+    case 32: launch(attnPartialVecKernel<32>, grid, block, s, q, kCache, vCache, pos, hq, hk, splits, chunk, part); break;
+    default: launch(attnPartialKernel, grid, block, s, q, kCache, vCache, pos, hq, hk, D, splits, chunk, part);
   }
-  attnCombineKernel<<<dim3(hq, n), roundWarp(D), 0, s>>>(part, hq, D, splits, out);
+  launch(attnCombineKernel, dim3(hq, n), roundWarp(D), s, part, hq, D, splits, out);
 }
 
 void swiglu(const __nv_bfloat16* gu, int n, int I, __nv_bfloat16* act, cudaStream_t s) {
-  swigluKernel<<<dim3((I + 255) / 256, n), 256, 0, s>>>(gu, I, act);
+  launch(swigluKernel, dim3((I + 255) / 256, n), 256, s, gu, I, act);
 }
 
 void localArgmax(const float* logits, int n, int V, int vocabBegin, int tp, int rank, float* table, cudaStream_t s) {
-  localArgmaxKernel<<<n, 1024, 0, s>>>(logits, V, vocabBegin, tp, rank, table);
+  launch(localArgmaxKernel, n, 1024, s, logits, V, vocabBegin, tp, rank, table);
 }
 
 void pickArgmax(const float* table, int n, int tp, int32_t* tokens, cudaStream_t s) {
-  pickArgmaxKernel<<<(n + 127) / 128, 128, 0, s>>>(table, n, tp, tokens);
+  launch(pickArgmaxKernel, (n + 127) / 128, 128, s, table, n, tp, tokens);
 }
 
 void copyRowsBf16(const __nv_bfloat16* src, int ldSrc, __nv_bfloat16* dst, int ldDst, int n, int cols, cudaStream_t s) {
-  copyRowsKernel<<<n, 256, 0, s>>>(src, ldSrc, dst, ldDst, cols);
+  launch(copyRowsKernel, n, 256, s, src, ldSrc, dst, ldDst, cols);
 }
+
+void setPdl(bool on) { gPdl = on; }
 
 bool gemvVectorizable(const void* W, const void* X, int in) {
   return in % 8 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0;
@@ -549,13 +617,13 @@ bool gemvBf16(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, i
   const dim3 grid((out + 15) / 16), block(32 * warps);
   const bool vec = gemvVectorizable(W, X, in);
   if (vec && yF32)
-    gemvKernel<true, true><<<grid, block, 0, s>>>(W, out, in, X, n, Y);
+    launch(gemvKernel<true, true>, grid, block, s, W, out, in, X, n, Y);
   else if (vec)
-    gemvKernel<true, false><<<grid, block, 0, s>>>(W, out, in, X, n, Y);
+    launch(gemvKernel<true, false>, grid, block, s, W, out, in, X, n, Y);
   else if (yF32)
-    gemvKernel<false, true><<<grid, block, 0, s>>>(W, out, in, X, n, Y);
+    launch(gemvKernel<false, true>, grid, block, s, W, out, in, X, n, Y);
   else
-    gemvKernel<false, false><<<grid, block, 0, s>>>(W, out, in, X, n, Y);
+    launch(gemvKernel<false, false>, grid, block, s, W, out, in, X, n, Y);
   return true;
 }
 

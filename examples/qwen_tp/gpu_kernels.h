@@ -14,6 +14,13 @@
 namespace qwen {
 namespace gpu {
 
+/// Launch every kernel below (but initSynthetic) with programmatic dependent launch (sm_90+), so
+/// a kernel's blocks are scheduled while the previous kernel of the stream finishes, and
+/// gemvBf16 prefetches its first weights into L2 before waiting for its input. Process-wide;
+/// off by default (GpuModelOptions::pdl sets it). Each kernel waits for its predecessor before
+/// touching anything but constant weights, so results are the same bits either way.
+void setPdl(bool on);
+
 /// dst[r * cols + c] = bf16(synthValue(seed, id, (rowOff + r) * fullCols + colOff + c)).
 void initSynthetic(__nv_bfloat16* dst, int64_t rows, int64_t cols, int64_t fullCols, int64_t rowOff, int64_t colOff,
                    uint64_t seed, uint32_t id, float scale, float offset, cudaStream_t s);

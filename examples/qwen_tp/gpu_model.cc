@@ -119,6 +119,7 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
     QWEN_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
     if (major < 8) return *error = "customGemv needs compute capability 8.0+ (mma.sync bf16)", false;
   }
+  gpu::setPdl(opt_.pdl);
   QWEN_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) return *error = "cublasCreate failed", false;
   cublasSetStream(cublas_, stream_);

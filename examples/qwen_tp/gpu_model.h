@@ -43,6 +43,8 @@ struct GpuModelOptions {
   /// cuBLAS). Off by default: unmeasured until the next GPU run (written for the 45%-of-roofline
   /// decode step of bench/results/qwen_tp_h200x2.md). Needs sm_80+ (init fails otherwise).
   bool customGemv = false;
+  /// Programmatic dependent launch for the decoder's own kernels (gpu::setPdl; process-wide).
+  bool pdl = true;
 };
 
 class GpuModel : public DecoderEngine {

@@ -35,7 +35,7 @@ struct Flags {
   int promptTokens = 32, nPredict = 32, ctxSize = 0, tp = 1, draftNMax = 0;
   double simAcceptance = -1;
   uint64_t seed = 1;
-  bool mpi = false, noGraphs = false, profile = true, fusedNorm = true;
+  bool mpi = false, noGraphs = false, profile = true, fusedNorm = true, pdl = true;
 };
 
 void usage() {
@@ -56,7 +56,8 @@ void usage() {
       "  --no-fused-norm         all-reduce, then a separate residual + RMSNorm kernel (default: one\n"
       "                          Communicator::allReduceResidualRmsNorm call after o_proj and down_proj)\n"
       "  --gemv cublas|custom    GEMMs of <= 8 tokens (decode, MTP verify): cuBLAS (default) or the\n"
-      "                          example's tensor-core GEMV (gpu::gemvBf16; unmeasured, see README)\n"
+      "                          example's tensor-core GEMV (gpu::gemvBf16; see README)\n"
+      "  --no-pdl                launch the decoder's own kernels without programmatic dependent launch\n"
       "  --seed S  --no-graphs  --no-profile\n");
 }
 
@@ -75,6 +76,7 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
     else if (a == "--no-graphs") f->noGraphs = true;
     else if (a == "--no-profile") f->profile = false;
     else if (a == "--no-fused-norm") f->fusedNorm = false;
+    else if (a == "--no-pdl") f->pdl = false;
     QWEN_FLAG("--model-preset", f->preset = v)
     QWEN_FLAG("--model-dir", f->modelDir = v)
     QWEN_FLAG("--prompt-tokens", f->promptTokens = std::atoi(v))
@@ -149,6 +151,7 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
   o.useGraphs = !f.noGraphs && f.allreduce != "staged_host";
   o.fusedNorm = f.fusedNorm;
   o.customGemv = f.gemv == "custom";
+  o.pdl = f.pdl;
   if (!model.init(o, err)) return false;
   std::vector<int32_t> ref, out;
   GenerateStats plain, spec;
@@ -209,12 +212,12 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
   cudaMemGetInfo(&freeB, &totalB);
   std::printf(
       "qwen_tp: model %s, TP=%d, allreduce %s (last algorithm: %s), layer epilogue %s (%s), prompt %zu, "
-      "n-predict %d, %s, GEMMs of <= 8 tokens: %s\n",
+      "n-predict %d, %s, GEMMs of <= 8 tokens: %s, PDL %s\n",
       sh.cfg.name.c_str(), f.tp, f.allreduce.c_str(), model.lastAlgorithm().c_str(),
       f.fusedNorm ? "fused all-reduce + residual + RMSNorm" : "all-reduce, then residual + RMSNorm kernel",
       model.lastNormAlgorithm().c_str(), sh.prompt.size(), f.nPredict,
       o.useGraphs ? "decode in CUDA graphs" : "eager decode (no CUDA graphs)",
-      o.customGemv ? "custom GEMV (--gemv custom)" : "cuBLAS");
+      o.customGemv ? "custom GEMV (--gemv custom)" : "cuBLAS", o.pdl ? "on" : "off (--no-pdl)");
   if (needPlain) std::printf("--- plain greedy ---\n%s", formatTimings(plain).c_str());
   if (f.draftNMax > 0)
     std::printf("--- draft-mtp n-max %d ---\n%s", f.draftNMax, formatTimings(spec).c_str());
