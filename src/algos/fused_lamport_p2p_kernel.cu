@@ -2,9 +2,8 @@
 // + residual add + RMSNorm in one kernel (TensorRT-LLM's low-latency fused all-reduce + norm).
 // It is lamport_p2p_kernel.cu with whole rows per block (splitRange over rows), so the block that
 // reduces a row also normalises it:
-//   1. Push: block b stores its splitRange share of all rows' packs of `in` (-0.0 sent as +0.0)
-//      into every peer's buffer e%3, slot = own rank: the bytes, places and split of the plain
-//      kernel (so the NVLink stores spread over every block even when there is one row).
+//   1. Push: block b stores its rows of `in` (-0.0 sent as +0.0) into every peer's buffer e%3,
+//      slot = own rank, at the rows' pack offsets: the bytes and places the plain kernel uses.
 //   2. Poll, reduce, normalise: per row, each thread polls its units in every peer slot
 //      (ld.global.cv until no word is the sentinel), reduces in rank order in fp32 (allReduce's
 //      bits), then the residual add and the norm (fused_rmsnorm_common.cuh).
@@ -54,13 +53,8 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
   size_t rowLo, rowHi;
   dev::splitRange(f.rows, gridDim.x, blockIdx.x, 1, &rowLo, &rowHi);
 
-  // 1. push: every block a splitRange share of all rows' packs, as the plain kernel does, not
-  // just its own rows: with few rows most blocks own none, and one SM pushing a whole 10 KB row
-  // over NVLink is slower than 32 SMs pushing a slice each. Which block pushes a pack does not
-  // matter to the reader (sentinels are per pack).
-  size_t pushLo, pushHi;
-  dev::splitRange(f.rows * packsPerRow, gridDim.x, blockIdx.x, 1, &pushLo, &pushHi);
-  for (size_t i = pushLo + threadIdx.x; i < pushHi; i += blockDim.x) {
+  // 1. push
+  for (size_t i = rowLo * packsPerRow + threadIdx.x; i < rowHi * packsPerRow; i += blockDim.x) {
     Pack v = dev::lamportScrub<T>(src[i]);
     for (int r = 0; r < n; ++r)
       if (r != me) slot(p.peers[r], buf, me)[i] = v;

@@ -16,7 +16,7 @@ struct P2pCostModel {
 
 inline P2pCostModel p2pCostModel(const Topology& topo) {
   LinkKind k = topo.weakestLink();
-  if (k == LinkKind::kNvlink || k == LinkKind::kNvswitch) return {2.7, 250.0, 5.6, 205.0, 13.0, 330.0};
+  if (k == LinkKind::kNvlink || k == LinkKind::kNvswitch) return {2.7, 250.0, 5.6, 205.0, 13.0, 320.0};
   return {6.0, 12.0, 8.0, 20.0, 12.0, 22.0};  // PCIe P2P
 }
 
