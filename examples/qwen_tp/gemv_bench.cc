@@ -103,15 +103,27 @@ int main(int argc, char** argv) {
   void* ws;
   CK(cudaMalloc(&ws, 32u << 20));
   cublasSetWorkspace(cublas, ws, 32u << 20);
-  // Copy rate, as qwen_tp's roofline measures it.
+  // Copy rate, as qwen_tp's roofline measures it: stream-ordered 1 GiB copies, not graph memcpy
+  // nodes (those measured 2768 GB/s against 4265 for the same copies on 2x H200).
   double copyGBs = 0;
   {
     const size_t bytes = 1u << 30;
     void *a, *b;
     CK(cudaMalloc(&a, bytes));
     CK(cudaMalloc(&b, bytes));
-    const double us = timeGraph(s, 4, iters, [&](int) { cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s); });
-    copyGBs = 2.0 * bytes / (us * 1e3);
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
+    CK(cudaEventRecord(e0, s));
+    for (int i = 0; i < 10; ++i) CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    copyGBs = 2.0 * 10 * bytes / (ms * 1e6);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
     cudaFree(a);
     cudaFree(b);
   }
