@@ -2,8 +2,9 @@
 # scripts/gpu_check.sh [OUTDIR]: every GPU test on a machine with 1+ NVIDIA GPUs (the 2x H200
 # run takes ~5 min): builds with Ninja into $BUILD (default /tmp/tpcomm-gpu-build), then runs
 # tpcomm_gpu_tests (createGroup), tpcomm_gpu_mpi_tests (mpirun -np 2), qwen_gpu_test, the shim
-# tests, the topology probe (all GPUs and one), the GEMV benchmark and one-rank (single-GPU overhead) tables, each under its own time limit, logs in OUTDIR/logs (default
-# $OUT or ./gpu-logs), a one-line result per step. SKIP="name ..." leaves steps out. Multicast stays off (DESIGN.md): gpu_common.sh
+# tests, the topology probe, the GEMV benchmark and one-rank (single-GPU overhead) tables, each
+# under its own time limit; logs in OUTDIR/logs (default $OUT or ./gpu-logs), a one-line result
+# per step. SKIP="name ..." leaves steps out. Multicast stays off (DESIGN.md): gpu_common.sh
 # exports the variables for every child and mpirun forwards them.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
@@ -24,7 +25,8 @@ step qwen_gpu 200 "$B/examples/qwen_tp/tests/qwen_gpu_test"
 [ "$ngpu" -ge 2 ] && step shim_ctest 200 ctest --test-dir "$B" -R "shim|consumer" --output-on-failure
 [ "$ngpu" -ge 2 ] && step torch_preload 300 bash "$root/tests/shim/run_torch_preload.sh" "$B/libtpcomm_nccl.so" "$L/torch"
 step probe 60 bash "$root/tools/gpu_probe_check.sh" "$B" "$ngpu"
-# The probe as a one-GPU machine sees it (one H200 of this machine, the other hidden).
+# createGroup's probe over one GPU (the other hidden from CUDA). Not a 1x-machine probe: the
+# doctor's NVML view still lists every GPU of the machine.
 [ "$ngpu" -ge 2 ] && step probe_1gpu 60 env CUDA_VISIBLE_DEVICES=0 bash "$root/tools/gpu_probe_check.sh" "$B" 1
 # The decode step's weight products: cuBLAS vs qwen_tp's gemvBf16, GB/s per layer shape.
 step gemv_bench 90 env CUDA_VISIBLE_DEVICES=0 "$B/examples/qwen_tp/gemv_bench" --preset qwen3-32b --tp 2
