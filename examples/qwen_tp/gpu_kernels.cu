@@ -14,7 +14,7 @@ namespace gpu {
 namespace {
 
 // Programmatic dependent launch (sm_90+; no-ops elsewhere and when a kernel was launched without
-// the attribute). Every kernel launched through launchPdl calls pdlWait before it touches memory
+// the attribute). Every kernel launched through launch() below calls pdlWait before it touches memory
 // an earlier kernel of the stream writes or reads (its inputs and its outputs); only constant
 // weights are touched before (gemvKernel's L2 prefetch). pdlLaunch lets the next kernel's blocks
 // be scheduled while this one runs; that kernel's pdlWait still waits for this grid to complete
