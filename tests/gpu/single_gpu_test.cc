@@ -1,0 +1,190 @@
+// GPU tests that need one GPU only, so that a 1-GPU machine checks something: one-rank
+// communicators (createGroup({0})) on ring_nccl, staged_host and auto. Over one rank every
+// collective is the identity, so each output must equal its input bit for bit (outputs poisoned
+// first), in place and out of place, eager and under CUDA-graph replay; the fused residual +
+// RMSNorm call must give the host path's bits. A forced algorithm that cannot run a call
+// (staged_host under capture, or for allGather on GPU ranks) falls back to the next candidate,
+// ring_nccl, and lastAlgorithm() says so.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "gpu_allreduce_util.h"
+#include "unit/fused_rmsnorm_check.h"
+
+namespace tpcomm_test {
+namespace {
+
+using tpcomm::Communicator;
+using tpcomm::Config;
+using tpcomm::Status;
+
+constexpr DataType kTypes[] = {DataType::kF32, DataType::kF16, DataType::kBF16};
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin};
+constexpr size_t kCounts[] = {1, 7, 4097, (1u << 20) + 3};
+
+struct OneRank {
+  std::unique_ptr<Communicator> comm;
+  cudaStream_t stream = nullptr;
+};
+
+// One communicator per algorithm on GPU 0, kept for the whole program.
+OneRank* oneRank(const std::string& algo) {
+  static std::map<std::string, std::unique_ptr<OneRank>> made;
+  auto it = made.find(algo);
+  if (it != made.end()) return it->second.get();
+  Config cfg;
+  cfg.algo = algo == "auto" ? "" : algo;
+  std::vector<std::unique_ptr<Communicator>> comms;
+  if (Communicator::createGroup({0}, cfg, &comms) != Status::kOk) {
+    ADD_FAILURE() << "createGroup({0}, " << algo << "): " << tpcomm::lastErrorMessage();
+    return nullptr;
+  }
+  auto o = std::make_unique<OneRank>();
+  o->comm = std::move(comms[0]);
+  cudaSetDevice(0);
+  cudaStreamCreateWithFlags(&o->stream, cudaStreamNonBlocking);
+  return (made[algo] = std::move(o)).get();
+}
+
+struct DevBuf {
+  void* p = nullptr;
+  explicit DevBuf(size_t bytes) {
+    if (cudaMalloc(&p, bytes) != cudaSuccess) p = nullptr;
+  }
+  ~DevBuf() { cudaFree(p); }
+};
+
+std::vector<uint8_t> download(const void* d, size_t bytes) {
+  std::vector<uint8_t> h(bytes);
+  if (cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) h.assign(bytes, 0xEE);
+  return h;
+}
+
+class OneRankAllReduce : public testing::TestWithParam<std::tuple<const char*, DataType, ReduceOp, size_t, bool, bool>> {};
+
+TEST_P(OneRankAllReduce, OutputIsTheInputBitForBit) {
+  const auto [algo, dt, op, count, inPlace, graph] = GetParam();
+  OneRank* o = oneRank(algo);
+  ASSERT_NE(o, nullptr);
+  CUDA_OK(cudaSetDevice(0));
+  const size_t es = tpcomm::dataTypeSize(dt), bytes = count * es;
+  const std::vector<uint8_t> in = makeHost(dt, count, [&](size_t i) { return intInput(0, i, count); });
+  DevBuf send(bytes), recvBuf(bytes);
+  ASSERT_TRUE(send.p && recvBuf.p);
+  void* recv = inPlace ? send.p : recvBuf.p;
+  // On the communicator's stream: a legacy-stream memset would race the non-blocking stream.
+  auto prepare = [&] {
+    CUDA_OK(cudaMemcpyAsync(send.p, in.data(), bytes, cudaMemcpyHostToDevice, o->stream));
+    if (!inPlace) CUDA_OK(cudaMemsetAsync(recvBuf.p, 0xff, bytes, o->stream));
+  };
+  prepare();
+  if (!graph) {
+    ASSERT_EQ(o->comm->allReduce(send.p, recv, count, dt, op, o->stream), Status::kOk) << tpcomm::lastErrorMessage();
+  } else {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CUDA_OK(cudaStreamBeginCapture(o->stream, cudaStreamCaptureModeRelaxed));
+    Status s = o->comm->allReduce(send.p, recv, count, dt, op, o->stream);
+    CUDA_OK(cudaStreamEndCapture(o->stream, &g));
+    ASSERT_EQ(s, Status::kOk) << tpcomm::lastErrorMessage();
+    CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+    for (int rep = 0; rep < 3; ++rep) {  // replays on fresh data: the graph does the work each time
+      prepare();
+      CUDA_OK(cudaGraphLaunch(ge, o->stream));
+    }
+    CUDA_OK(cudaStreamSynchronize(o->stream));
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+  }
+  CUDA_OK(cudaStreamSynchronize(o->stream));
+  ASSERT_EQ(o->comm->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
+  // auto over one rank: ring_nccl or staged_host (the cost model's pick); staged_host under
+  // capture falls back to ring_nccl (its sequence numbers are host-side).
+  const std::string ran = o->comm->lastAlgorithm(), want = std::string(algo);
+  if (want == "auto")
+    EXPECT_TRUE(ran == "ring_nccl" || (ran == "staged_host" && !graph)) << ran;
+  else
+    EXPECT_EQ(ran, want == "staged_host" && graph ? "ring_nccl" : want);
+  const std::vector<uint8_t> out = download(recv, bytes);
+  long long bad = firstMismatch(out, in, es);
+  EXPECT_EQ(bad, -1) << "element " << bad << ": got " << tpcomm::loadAsFloat(out.data(), bad, dt) << ", input "
+                     << tpcomm::loadAsFloat(in.data(), bad, dt);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, OneRankAllReduce,
+                         testing::Combine(testing::Values("ring_nccl", "staged_host", "auto"), testing::ValuesIn(kTypes),
+                                          testing::ValuesIn(kOps), testing::ValuesIn(kCounts), testing::Bool(),
+                                          testing::Bool()));
+
+// reduceScatter and allGather over one rank: the identity too. staged_host on GPU ranks is
+// all-reduce only, so its communicator hands them to ring_nccl.
+TEST(OneRank, ReduceScatterAndAllGatherAreTheIdentity) {
+  for (const char* algo : {"auto", "staged_host"}) {
+    OneRank* o = oneRank(algo);
+    ASSERT_NE(o, nullptr);
+    CUDA_OK(cudaSetDevice(0));
+    const size_t count = 100003, bytes = count * 2;
+    const std::vector<uint8_t> in = makeHost(DataType::kBF16, count, [](size_t i) { return intInput(0, i, 3); });
+    DevBuf send(bytes), recv(bytes);
+    ASSERT_TRUE(send.p && recv.p);
+    for (const char* what : {"reduceScatter", "allGather"}) {
+      SCOPED_TRACE(std::string(algo) + " " + what);
+      CUDA_OK(cudaMemcpyAsync(send.p, in.data(), bytes, cudaMemcpyHostToDevice, o->stream));
+      CUDA_OK(cudaMemsetAsync(recv.p, 0xff, bytes, o->stream));
+      Status s = std::string(what) == "reduceScatter"
+                     ? o->comm->reduceScatter(send.p, recv.p, count, DataType::kBF16, ReduceOp::kSum, o->stream)
+                     : o->comm->allGather(send.p, recv.p, count, DataType::kBF16, o->stream);
+      ASSERT_EQ(s, Status::kOk) << tpcomm::lastErrorMessage();
+      CUDA_OK(cudaStreamSynchronize(o->stream));
+      EXPECT_STREQ(o->comm->lastAlgorithm(), "ring_nccl");
+      EXPECT_EQ(firstMismatch(download(recv.p, bytes), in, 2), -1);
+    }
+  }
+}
+
+class OneRankFused : public testing::TestWithParam<std::tuple<const char*, DataType, size_t, size_t>> {};
+
+// Over one rank the fused call is residual += in, out = rmsnorm(residual) * weight: the host
+// path's bits (hostReduce of one input, hostResidualRmsNorm).
+TEST_P(OneRankFused, MatchesTheHostPath) {
+  const auto [algo, dt, rows, hidden] = GetParam();
+  OneRank* o = oneRank(algo);
+  ASSERT_NE(o, nullptr);
+  CUDA_OK(cudaSetDevice(0));
+  const float eps = 1e-6f;
+  const tpcomm::fused_test::Problem pb(1, rows, hidden, dt, eps);
+  const size_t count = rows * hidden, es = tpcomm::dataTypeSize(dt), bytes = count * es;
+  std::vector<char> x = tpcomm::fused_test::poisoned(count, dt), res = pb.residual,
+                    out = tpcomm::fused_test::poisoned(count, dt);
+  const void* src = pb.inputs[0].data();
+  tpcomm::hostReduce(x.data(), &src, 1, count, dt, ReduceOp::kSum);
+  tpcomm::hostResidualRmsNorm(x.data(), res.data(), pb.weight.data(), eps, out.data(), rows, hidden, dt);
+  DevBuf in(bytes), residual(bytes), weight(hidden * es), dout(bytes);
+  ASSERT_TRUE(in.p && residual.p && weight.p && dout.p);
+  CUDA_OK(cudaMemcpy(in.p, pb.inputs[0].data(), bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(residual.p, pb.residual.data(), bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(weight.p, pb.weight.data(), hidden * es, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaDeviceSynchronize());  // pageable set-up copies may still be in flight
+  CUDA_OK(cudaMemsetAsync(dout.p, 0xff, bytes, o->stream));
+  ASSERT_EQ(o->comm->allReduceResidualRmsNorm(in.p, residual.p, weight.p, eps, dout.p, rows, hidden, dt, o->stream),
+            Status::kOk)
+      << tpcomm::lastErrorMessage();
+  CUDA_OK(cudaStreamSynchronize(o->stream));
+  ASSERT_EQ(o->comm->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
+  const std::vector<uint8_t> gotOut = download(dout.p, bytes), gotRes = download(residual.p, bytes);
+  EXPECT_EQ(firstMismatch(gotOut, std::vector<uint8_t>(out.begin(), out.end()), es), -1) << "out";
+  EXPECT_EQ(firstMismatch(gotRes, std::vector<uint8_t>(res.begin(), res.end()), es), -1) << "residual";
+  std::string first;
+  EXPECT_EQ(pb.countOutOfTolerance(gotRes.data(), gotOut.data(), &first), 0u) << first;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, OneRankFused,
+                         testing::Combine(testing::Values("ring_nccl", "staged_host", "auto"), testing::ValuesIn(kTypes),
+                                          testing::Values<size_t>(1, 7, 64), testing::Values<size_t>(128, 5120)));
+
+}  // namespace
+}  // namespace tpcomm_test
