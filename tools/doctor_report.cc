@@ -82,8 +82,10 @@ DoctorReport buildDoctorReport(const MachineProbe& m, const ProbeSource& src, co
     add(&o, "\ndevices:\n");
     for (int g : gpus) {
       const GpuFacts& f = m.gpus[g];
-      add(&o, "  GPU%d %s  cc %d.%d  %d SMs  bus %s  NUMA %d  PCIe gen%d x%d  uuid %s\n", f.index, f.name.c_str(), f.ccMajor,
-          f.ccMinor, f.smCount, f.busId.c_str(), f.numaNode(), f.pcieGen(), f.pcieWidth(), f.uuid.c_str());
+      // sysfs numa_node is -1 where the firmware gives none (VMs, one-socket boxes).
+      const std::string numa = f.numaNode() >= 0 ? std::to_string(f.numaNode()) : "unknown";
+      add(&o, "  GPU%d %s  cc %d.%d  %d SMs  bus %s  NUMA %s  PCIe gen%d x%d  uuid %s\n", f.index, f.name.c_str(), f.ccMajor,
+          f.ccMinor, f.smCount, f.busId.c_str(), numa.c_str(), f.pcieGen(), f.pcieWidth(), f.uuid.c_str());
       add(&o, "       multicast: %s\n", multicastLine(f.multicastSupported).c_str());
       for (const PciBridge& b : f.pci.bridges) add(&o, "       bridge %s ACS %s\n", b.busId.c_str(), b.acs.describe().c_str());
     }
@@ -98,7 +100,7 @@ DoctorReport buildDoctorReport(const MachineProbe& m, const ProbeSource& src, co
     }
     add(&o, "  legend: NV# = # NVLinks, NVS# = # links into an NVSwitch, PIX/PXB = one/several PCIe switches,\n"
             "          PHB = same host bridge, NODE = same NUMA node, SYS = across CPU sockets\n");
-    add(&o, "\npairs:\n");
+    add(&o, "\npairs:%s\n", gpus.size() < 2 ? " none (one GPU)" : "");
     for (size_t ra = 0; ra < gpus.size(); ++ra)
       for (size_t rb = 0; rb < gpus.size(); ++rb) {
         const int a = gpus[ra], b = gpus[rb];
