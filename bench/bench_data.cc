@@ -1,9 +1,11 @@
 // bench_data: verifiable integer-valued inputs and the bitwise result check (see bench_data.h).
 #include "bench_data.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 namespace tpcomm_bench {
 namespace {
@@ -23,7 +25,27 @@ uint64_t mix(uint64_t x) {  // splitmix64 finalizer
 
 inline int valueWithAmp(size_t i, int rank, int amp) {
   uint64_t h = mix(static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(rank + 1) * 0xd1b54a32d192ed03ull);
-  return static_cast<int>(h % static_cast<uint64_t>(2 * amp + 1)) - amp;
+  // Multiply-shift onto [0, 2a]: a 64-bit division per element made a 1 GB fill + check cost
+  // ~30 s per algorithm (session 4).
+  return static_cast<int>(((h >> 32) * static_cast<uint64_t>(2 * amp + 1)) >> 32) - amp;
+}
+
+constexpr size_t kMaxThreads = 16;
+
+// Runs f(part, begin, end) over [0, count) in up to kMaxThreads parts on their own threads (1 GB
+// of bf16 is 512M elements to fill and check per algorithm); small counts stay on this thread.
+template <typename F>
+void forParts(size_t count, F f) {
+  const size_t kMinPerThread = size_t{1} << 20;
+  size_t threads = std::min<size_t>({kMaxThreads, std::max(1u, std::thread::hardware_concurrency()), count / kMinPerThread});
+  if (threads <= 1) return f(size_t{0}, size_t{0}, count);
+  std::vector<std::thread> pool;
+  const size_t per = (count + threads - 1) / threads;
+  for (size_t t = 0; t < threads; ++t) {
+    size_t b = t * per, e = std::min(count, b + per);
+    if (b < e) pool.emplace_back(f, t, b, e);
+  }
+  for (auto& th : pool) th.join();
 }
 
 inline uint32_t floatBits(float v) {
@@ -70,23 +92,25 @@ int inputValue(size_t i, int rank, int nRanks) { return valueWithAmp(i, rank, am
 
 void fillInput(void* dst, size_t count, tpcomm::DataType dtype, int rank, int nRanks) {
   const int amp = amplitude(nRanks);
-  switch (dtype) {
-    case tpcomm::DataType::kF32: {
-      float* p = static_cast<float*>(dst);
-      for (size_t i = 0; i < count; ++i) p[i] = static_cast<float>(valueWithAmp(i, rank, amp));
-      break;
+  forParts(count, [=](size_t, size_t b, size_t e) {
+    switch (dtype) {
+      case tpcomm::DataType::kF32: {
+        float* p = static_cast<float*>(dst);
+        for (size_t i = b; i < e; ++i) p[i] = static_cast<float>(valueWithAmp(i, rank, amp));
+        break;
+      }
+      case tpcomm::DataType::kF16: {
+        uint16_t* p = static_cast<uint16_t*>(dst);
+        for (size_t i = b; i < e; ++i) p[i] = floatToHalfBits(static_cast<float>(valueWithAmp(i, rank, amp)));
+        break;
+      }
+      case tpcomm::DataType::kBF16: {
+        uint16_t* p = static_cast<uint16_t*>(dst);
+        for (size_t i = b; i < e; ++i) p[i] = floatToBf16Bits(static_cast<float>(valueWithAmp(i, rank, amp)));
+        break;
+      }
     }
-    case tpcomm::DataType::kF16: {
-      uint16_t* p = static_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < count; ++i) p[i] = floatToHalfBits(static_cast<float>(valueWithAmp(i, rank, amp)));
-      break;
-    }
-    case tpcomm::DataType::kBF16: {
-      uint16_t* p = static_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < count; ++i) p[i] = floatToBf16Bits(static_cast<float>(valueWithAmp(i, rank, amp)));
-      break;
-    }
-  }
+  });
 }
 
 int64_t countWrong(const void* got, size_t count, tpcomm::DataType dtype, tpcomm::ReduceOp op, int nRanks) {
@@ -101,26 +125,32 @@ int64_t countWrong(const void* got, size_t count, tpcomm::DataType dtype, tpcomm
                                                    : floatToBf16Bits(f);
     bits[static_cast<size_t>(v - lo)] = b;
   }
+  std::vector<int64_t> wrongPer(kMaxThreads, 0);
+  forParts(count, [&](size_t part, size_t b, size_t e) {
+    int64_t wrong = 0;
+    for (size_t i = b; i < e; ++i) {
+      int acc = valueWithAmp(i, 0, amp);
+      for (int r = 1; r < nRanks; ++r) {
+        int x = valueWithAmp(i, r, amp);
+        if (op == tpcomm::ReduceOp::kSum) acc += x;
+        else if (op == tpcomm::ReduceOp::kMax) acc = std::max(acc, x);
+        else acc = std::min(acc, x);
+      }
+      uint32_t want = bits[static_cast<size_t>(acc - lo)];
+      uint32_t have;
+      if (dtype == tpcomm::DataType::kF32) {
+        std::memcpy(&have, static_cast<const char*>(got) + i * 4, 4);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, static_cast<const char*>(got) + i * 2, 2);
+        have = h;
+      }
+      wrong += have != want;
+    }
+    wrongPer[part] = wrong;
+  });
   int64_t wrong = 0;
-  for (size_t i = 0; i < count; ++i) {
-    int acc = valueWithAmp(i, 0, amp);
-    for (int r = 1; r < nRanks; ++r) {
-      int x = valueWithAmp(i, r, amp);
-      if (op == tpcomm::ReduceOp::kSum) acc += x;
-      else if (op == tpcomm::ReduceOp::kMax) acc = std::max(acc, x);
-      else acc = std::min(acc, x);
-    }
-    uint32_t want = bits[static_cast<size_t>(acc - lo)];
-    uint32_t have;
-    if (dtype == tpcomm::DataType::kF32) {
-      std::memcpy(&have, static_cast<const char*>(got) + i * 4, 4);
-    } else {
-      uint16_t h;
-      std::memcpy(&h, static_cast<const char*>(got) + i * 2, 2);
-      have = h;
-    }
-    wrong += have != want;
-  }
+  for (int64_t w : wrongPer) wrong += w;
   return wrong;
 }
 

@@ -83,6 +83,28 @@ int main() {
   fillInput(b.data(), count, DataType::kF32, 1, 4);
   EXPECT(std::memcmp(a.data(), b.data(), count * 4) != 0);
 
+  // Large counts split over threads (fillInput and countWrong): the same answer as one pass,
+  // and a wrong element in every part, the first and the last, is counted once.
+  {
+    const size_t big = (size_t{5} << 20) + 3;
+    std::vector<char> good = encode(reference(big, ReduceOp::kSum, 2), DataType::kBF16);
+    EXPECT(countWrong(good.data(), big, DataType::kBF16, ReduceOp::kSum, 2) == 0);
+    std::vector<char> bad = good;
+    for (size_t i : {size_t{0}, big / 3, big / 2, big - 1}) bad[i * 2] ^= 0x01;
+    EXPECT(countWrong(bad.data(), big, DataType::kBF16, ReduceOp::kSum, 2) == 4);
+    std::vector<float> whole(big), firstPart(1037);
+    fillInput(whole.data(), big, DataType::kF32, 1, 2);
+    fillInput(firstPart.data(), 1037, DataType::kF32, 1, 2);
+    EXPECT(std::memcmp(whole.data(), firstPart.data(), 1037 * 4) == 0);
+    bool allInRange = true, sawBothEnds[2] = {false, false};
+    for (float v : whole) {
+      allInRange = allInRange && v >= -5 && v <= 5;
+      sawBothEnds[0] = sawBothEnds[0] || v == -5;
+      sawBothEnds[1] = sawBothEnds[1] || v == 5;
+    }
+    EXPECT(allInRange && sawBothEnds[0] && sawBothEnds[1]);  // the whole range [-a, a], a = 5 for 2 ranks
+  }
+
   if (failures) std::fprintf(stderr, "bench_data_test: %d failures\n", failures);
   else std::printf("bench_data_test: all checks passed\n");
   return failures ? 1 : 0;
