@@ -33,18 +33,11 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
   const P2pLaunch& p = f.p2p;
   const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
   const int me = p.rank, n = p.nRanks;
-  const P2pLayout& L = p.layout;
   char* local = p.peers[me];
   dev::pdlLaunchDependents();
   dev::pdlWait();  // inputs, residual, the epoch and the used-bytes words may come from the previous kernel
-  uint64_t* epochPtr = dev::epochAt(local, L, kP2pLamport, blockIdx.x);
-  uint64_t* used = dev::epochAt(local, L, kP2pLamport, 0) + L.maxBlocks * kP2pAlgoCount;
-  const uint64_t epoch = *epochPtr + 1;
-  const int buf = static_cast<int>(epoch % 3), clearBuf = static_cast<int>((epoch + 2) % 3);
-  auto slot = [&](char* base, int b, int from) {
-    return reinterpret_cast<Pack*>(base + L.lamportOffset + b * L.lamportBufferBytes() +
-                                   static_cast<size_t>(from) * L.lamportBytes);
-  };
+  const dev::LamportRound round(p);
+  const int buf = round.buf;
   const Pack* src = static_cast<const Pack*>(p.send);
   T* dst = static_cast<T*>(p.recv);
   T* residual = static_cast<T*>(f.residual);
@@ -57,7 +50,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
   for (size_t i = rowLo * packsPerRow + threadIdx.x; i < rowHi * packsPerRow; i += blockDim.x) {
     Pack v = dev::lamportScrub<T>(src[i]);
     for (int r = 0; r < n; ++r)
-      if (r != me) slot(p.peers[r], buf, me)[i] = v;
+      if (r != me) round.slot(p.peers[r], buf, me)[i] = v;
   }
   // 2. poll, reduce, normalise
   bool failed = false;
@@ -73,15 +66,9 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
             if (r == me) {
               v = src[i];
             } else {
-              const Pack* q = slot(local, buf, r) + i;
+              const Pack* q = round.slot(local, buf, r) + i;
               v = __ldcv(q);
-              for (uint32_t spin = 0; !failed && !dev::lamportArrived(v); ++spin) {
-                if ((spin & 1023u) == 1023u && dev::globalTimerNs() > deadline) {
-                  dev::reportTimeout(p.errorWord, r);
-                  failed = true;
-                }
-                v = __ldcv(q);
-              }
+              if (!failed && !dev::lamportWait(q, v, deadline, p.errorWord, r)) failed = true;
             }
             if (r == 0)
               PackOf<T>::toFloats(v, acc);
@@ -94,22 +81,8 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
         [](size_t, int, const T(&)[kEpp]) {}, [](size_t, int, const T(&)[kEpp]) {});
   }
   // 3. clear the buffer read in the previous call (as lamport_p2p_kernel.cu)
-  {
-    const size_t clearPacks = used[clearBuf] / sizeof(Pack);
-    size_t clo, chi;
-    dev::splitRange(clearPacks, gridDim.x, blockIdx.x, 1, &clo, &chi);
-    const Pack s = make_uint4(kLamportSentinel, kLamportSentinel, kLamportSentinel, kLamportSentinel);
-    for (int r = 0; r < n; ++r) {
-      if (r == me) continue;
-      Pack* q = slot(local, clearBuf, r);
-      for (size_t i = clo + threadIdx.x; i < chi; i += blockDim.x) q[i] = s;
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    *epochPtr = epoch;
-    if (blockIdx.x == 0) used[buf] = f.rows * f.hidden * sizeof(T);
-  }
+  round.clearOldest(local, n, me);
+  round.finish(f.rows * f.hidden * sizeof(T));
 }
 
 }  // namespace

@@ -85,19 +85,11 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
   constexpr int kEpp = PackOf<T>::kElems;
   const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
   const int me = p.rank, n = p.nRanks;
-  const P2pLayout& L = p.layout;
   char* local = p.peers[me];
   dev::pdlLaunchDependents();
   dev::pdlWait();  // inputs, the epoch and the used-bytes words may come from the previous kernel
-  uint64_t* epochPtr = dev::epochAt(local, L, kP2pLamport, blockIdx.x);
-  // Bytes used per buffer: three words right after the epoch table (P2pLayout reserves them).
-  uint64_t* used = dev::epochAt(local, L, kP2pLamport, 0) + L.maxBlocks * kP2pAlgoCount;
-  const uint64_t epoch = *epochPtr + 1;
-  const int buf = static_cast<int>(epoch % 3), clearBuf = static_cast<int>((epoch + 2) % 3);
-  auto slot = [&](char* base, int b, int from) {
-    return reinterpret_cast<Pack*>(base + L.lamportOffset + b * L.lamportBufferBytes() +
-                                   static_cast<size_t>(from) * L.lamportBytes);
-  };
+  const dev::LamportRound round(p);
+  const int buf = round.buf;
   const size_t packs = (p.count + kEpp - 1) / kEpp;  // the last one may be partial
 
   // 1. push
@@ -106,7 +98,7 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
   for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
     Pack v = dev::lamportScrub<T>(loadUserPack<T, kVec>(p.send, i, p.count));
     for (int r = 0; r < n; ++r)
-      if (r != me) slot(p.peers[r], buf, me)[i] = v;
+      if (r != me) round.slot(p.peers[r], buf, me)[i] = v;
   }
   // 2. poll and reduce
   for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
@@ -116,15 +108,9 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
         in[r] = loadUserPack<T, kVec>(p.send, i, p.count);
         continue;
       }
-      const Pack* q = slot(local, buf, r) + i;
+      const Pack* q = round.slot(local, buf, r) + i;
       Pack v = __ldcv(q);
-      for (uint32_t spin = 0; !dev::lamportArrived(v); ++spin) {
-        if ((spin & 1023u) == 1023u && dev::globalTimerNs() > deadline) {
-          dev::reportTimeout(p.errorWord, r);
-          return;
-        }
-        v = __ldcv(q);
-      }
+      if (!dev::lamportWait(q, v, deadline, p.errorWord, r)) return;
       in[r] = v;
     }
     float acc[kEpp];
@@ -133,22 +119,8 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
     storeUserPack<T, kVec>(p.recv, i, p.count, PackOf<T>::fromFloats(acc));
   }
   // 3. clear the buffer read in the previous call
-  {
-    const size_t clearPacks = used[clearBuf] / sizeof(Pack);
-    size_t clo, chi;
-    dev::splitRange(clearPacks, gridDim.x, blockIdx.x, 1, &clo, &chi);
-    const Pack s = make_uint4(kLamportSentinel, kLamportSentinel, kLamportSentinel, kLamportSentinel);
-    for (int r = 0; r < n; ++r) {
-      if (r == me) continue;
-      Pack* q = slot(local, clearBuf, r);
-      for (size_t i = clo + threadIdx.x; i < chi; i += blockDim.x) q[i] = s;
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    *epochPtr = epoch;
-    if (blockIdx.x == 0) used[buf] = packs * sizeof(Pack);  // padded: peers wrote whole packs
-  }
+  round.clearOldest(local, n, me);
+  round.finish(packs * sizeof(Pack));  // padded: peers wrote whole packs
 }
 
 __global__ void fillSentinel(uint32_t* p, size_t words) {

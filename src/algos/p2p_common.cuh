@@ -113,6 +113,69 @@ __device__ __forceinline__ bool lamportArrived(const Pack& v) {
   return v.x != kLamportSentinel && v.y != kLamportSentinel && v.z != kLamportSentinel && v.w != kLamportSentinel;
 }
 
+// Spins on a peer's pack at q (v holds a first ld.global.cv of it) until it has arrived; false,
+// with a timeout of `peer` reported, once past the deadline.
+__device__ __forceinline__ bool lamportWait(const Pack* q, Pack& v, uint64_t deadlineNs, uint32_t* errorWord,
+                                            int peer) {
+  for (uint32_t spin = 0; !lamportArrived(v); ++spin) {
+    if ((spin & 1023u) == 1023u && globalTimerNs() > deadlineNs) {
+      reportTimeout(errorWord, peer);
+      return false;
+    }
+    v = __ldcv(q);
+  }
+  return true;
+}
+
+// One call's view of the Lamport triple buffer (the protocol is in lamport_p2p_kernel.cu),
+// shared by lamport_p2p and fused_lamport_p2p, which interleave on the same epochs and buffers.
+// Call e writes buffer e%3 and clears (e+2)%3; `used` records the bytes each buffer last
+// carried (three words after the epoch table, reserved by P2pLayout). Construct after pdlWait():
+// the epoch and the used words may come from the previous kernel.
+struct LamportRound {
+  const P2pLayout& L;
+  uint64_t* epochPtr;
+  uint64_t* used;
+  uint64_t epoch;
+  int buf, clearBuf;
+
+  __device__ __forceinline__ explicit LamportRound(const P2pLaunch& p)
+      : L(p.layout),
+        epochPtr(epochAt(p.peers[p.rank], L, kP2pLamport, blockIdx.x)),
+        used(epochAt(p.peers[p.rank], L, kP2pLamport, 0) + L.maxBlocks * kP2pAlgoCount),
+        epoch(*epochPtr + 1),
+        buf(static_cast<int>(epoch % 3)),
+        clearBuf(static_cast<int>((epoch + 2) % 3)) {}
+
+  // Rank `from`'s slot of buffer b in the scratch at base.
+  __device__ __forceinline__ Pack* slot(char* base, int b, int from) const {
+    return reinterpret_cast<Pack*>(base + L.lamportOffset + b * L.lamportBufferBytes() +
+                                   static_cast<size_t>(from) * L.lamportBytes);
+  }
+
+  // Step 3: this block's share of every peer slot of clearBuf back to the sentinel, over the
+  // bytes that buffer carried last time (messages may change size between calls).
+  __device__ __forceinline__ void clearOldest(char* local, int n, int me) const {
+    size_t lo, hi;
+    splitRange(used[clearBuf] / sizeof(Pack), gridDim.x, blockIdx.x, 1, &lo, &hi);
+    const Pack s = make_uint4(kLamportSentinel, kLamportSentinel, kLamportSentinel, kLamportSentinel);
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      Pack* q = slot(local, clearBuf, r);
+      for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) q[i] = s;
+    }
+  }
+
+  // Last: the block's epoch advances and block 0 records the bytes buf carried this call.
+  __device__ __forceinline__ void finish(uint64_t usedBytes) const {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      *epochPtr = epoch;
+      if (blockIdx.x == 0) used[buf] = usedBytes;
+    }
+  }
+};
+
 // Programmatic dependent launch (sm_90+): let the next kernel in the stream be scheduled now,
 // and wait here until the previous one has finished and its memory is visible. Everything a
 // kernel reads that an earlier kernel may write (inputs, epochs) comes after pdlWait().
