@@ -18,18 +18,20 @@ bool RingNcclAlgorithm::supports(const Topology& topo, const AlgoQuery&, std::st
 
 double RingNcclAlgorithm::costUs(const Topology& topo, const AlgoQuery& q) const {
   // NCCL moves 2(n-1)/n of the message per rank. Fitted to NCCL 2.28 on 2x H200 NV18, bf16
-  // (bench/results/h200x2.md): ~6 us per call in CUDA graphs, ~9.5 us eager; ~170 GB/s bus
-  // bandwidth below 16 MB (LL/LL128 protocols), ~290 GB/s above (Simple), rising to 330 GB/s at
-  // 1 GB (sessions 3 and 4, graph and eager), past twoshot_p2p's ~320: 335 from 768 MB hands
-  // auto to NCCL there. (Session 3's "unfinished 1 GB call" was the benchmark's 1 GB set-up and
-  // check outlasting its step limit: session 4 ran ring_nccl at 1 GB in graphs normally.)
+  // (bench/results/h200x2.md, sessions 3 and 4, graph): ~6 us per call in CUDA graphs, ~9.5 us
+  // eager; bus bandwidth ~170 GB/s below 16 MB (LL/LL128), 222-262 GB/s from 16 to 64 MB (75.5 us
+  // at 16 MB, 134.5 at 32 MB: modelled 240), ~290 from 64 MB (Simple), 330 at 1 GB, past
+  // twoshot_p2p's ~320: 335 from 768 MB hands auto to NCCL there. A flat 290 from 16 MB made
+  // auto pick NCCL at exactly 16 MB (75.3 us in session 4, where two-shot took 63.9 in session
+  // 3). Session 3's "unfinished 1 GB call" was the benchmark's host-side 1 GB set-up and check
+  // outlasting its step limit: session 4 ran ring_nccl at 1 GB in graphs normally.
   int n = topo.nRanks();
   double busBytes = n > 1 ? static_cast<double>(q.bytes) * 2.0 * (n - 1) / n : 0.0;
   double gbps;
   switch (topo.weakestLink()) {
     case LinkKind::kNvswitch:
     case LinkKind::kNvlink:
-      gbps = q.bytes < (16u << 20) ? 170.0 : q.bytes < (768u << 20) ? 290.0 : 335.0;
+      gbps = q.bytes < (16u << 20) ? 170.0 : q.bytes < (64u << 20) ? 240.0 : q.bytes < (768u << 20) ? 290.0 : 335.0;
       break;
     case LinkKind::kPcieP2p:
       gbps = 20.0;

@@ -222,6 +222,28 @@ TEST(Selector, InvariantsOverEverySizeDtypeAndFixture) {
           }
 }
 
+// The cost model against what was measured on 2x H200 (NVSwitch, NV18), bf16, graph and eager
+// (bench/results/h200x2.md, sessions 3 and 4): Lamport through 2 MB, two-shot from 4 MB to
+// 512 MB (16 MB included: NCCL took 75.5 us there, two-shot 63.9), NCCL at 1 GB (330 vs 322 GB/s).
+// When a new measurement moves a crossover, change the model and this table together.
+TEST(Selector, FirstChoicesMatchTheMeasured2xH200Crossovers) {
+  auto algos = makeAlgorithms(nullptr);
+  std::vector<Algorithm*> list = rawList(algos);
+  Topology topo = Topology::uniform(2, LinkKind::kNvswitch, 18);
+  const std::pair<size_t, const char*> kMeasured[] = {
+      {8, "lamport_p2p"},         {128 * K, "lamport_p2p"},   {512 * K, "lamport_p2p"},  {2 * M, "lamport_p2p"},
+      {4 * M, "twoshot_p2p"},     {16 * M, "twoshot_p2p"},    {32 * M, "twoshot_p2p"},   {128 * M, "twoshot_p2p"},
+      {512 * M, "twoshot_p2p"},   {1024 * M, "ring_nccl"}};
+  for (bool capturing : {true, false})
+    for (const auto& [bytes, want] : kMeasured) {
+      AlgoQuery q{AR, DataType::kBF16, ReduceOp::kSum, bytes, capturing};
+      std::vector<Candidate> c = selectAlgorithms(list, topo, q, AlgoOverride{});
+      ASSERT_FALSE(c.empty());
+      EXPECT_STREQ(c[0].algo->name(), want) << bytes << " bytes, " << (capturing ? "graph" : "eager") << ": "
+                                            << describe(c);
+    }
+}
+
 TEST(Selector, MulticastCandidatesStayOffUnderTheSafetySwitches) {
   // Whatever multicast algorithms the registry gains, none may be chosen on a multicast-capable
   // 8x NVSwitch fixture while NCCL_NVLS_ENABLE=0 or TPCOMM_MULTICAST=0.
