@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -43,7 +44,12 @@ void forParts(size_t count, F f) {
   const size_t per = (count + threads - 1) / threads;
   for (size_t t = 0; t < threads; ++t) {
     size_t b = t * per, e = std::min(count, b + per);
-    if (b < e) pool.emplace_back(f, t, b, e);
+    if (b >= e) continue;
+    try {
+      pool.emplace_back(f, t, b, e);
+    } catch (const std::system_error&) {  // no thread to be had (a container's limit): do it here
+      f(t, b, e);
+    }
   }
   for (auto& th : pool) th.join();
 }

@@ -83,15 +83,19 @@ int main() {
   fillInput(b.data(), count, DataType::kF32, 1, 4);
   EXPECT(std::memcmp(a.data(), b.data(), count * 4) != 0);
 
-  // Large counts split over threads (fillInput and countWrong): the same answer as one pass,
-  // and a wrong element in every part, the first and the last, is counted once.
+  // Large counts split over threads (fillInput and countWrong): the same answer as one pass.
+  // Wrong elements every 100003 (and the last) land in every part of any split up to 16
+  // threads (parts of >= 327K elements), and each is counted once.
   {
     const size_t big = (size_t{5} << 20) + 3;
     std::vector<char> good = encode(reference(big, ReduceOp::kSum, 2), DataType::kBF16);
     EXPECT(countWrong(good.data(), big, DataType::kBF16, ReduceOp::kSum, 2) == 0);
     std::vector<char> bad = good;
-    for (size_t i : {size_t{0}, big / 3, big / 2, big - 1}) bad[i * 2] ^= 0x01;
-    EXPECT(countWrong(bad.data(), big, DataType::kBF16, ReduceOp::kSum, 2) == 4);
+    int64_t flipped = 0;
+    for (size_t i = 0; i < big; i += 100003, ++flipped) bad[i * 2] ^= 0x01;
+    bad[(big - 1) * 2] ^= 0x01;
+    ++flipped;
+    EXPECT(countWrong(bad.data(), big, DataType::kBF16, ReduceOp::kSum, 2) == flipped);
     std::vector<float> whole(big), firstPart(1037);
     fillInput(whole.data(), big, DataType::kF32, 1, 2);
     fillInput(firstPart.data(), 1037, DataType::kF32, 1, 2);

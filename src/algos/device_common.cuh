@@ -110,7 +110,7 @@ __device__ __forceinline__ void reportTimeout(uint32_t* errorWord, int peer) {
 }
 
 // Spins until *flag >= target. false on timeout (reported) or when another block already
-// reported an error. Call from one thread.
+// reported an error. One thread per flag (several threads may wait on different flags).
 __device__ __forceinline__ bool waitFlagAtLeast(const uint64_t* flag, uint64_t target, uint64_t deadlineNs,
                                                 uint32_t* errorWord, int peer) {
   for (uint32_t spin = 0; loadAcquireSys(flag) < target; ++spin) {

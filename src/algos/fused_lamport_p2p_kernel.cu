@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
         [](size_t, int, const T(&)[kEpp]) {}, [](size_t, int, const T(&)[kEpp]) {});
   }
   // 3. clear the buffer read in the previous call (as lamport_p2p_kernel.cu)
-  round.clearOldest(local, n, me);
+  round.clearPrevious(local, n, me);
   round.finish(f.rows * f.hidden * sizeof(T));
 }
 

@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
     storeUserPack<T, kVec>(p.recv, i, p.count, PackOf<T>::fromFloats(acc));
   }
   // 3. clear the buffer read in the previous call
-  round.clearOldest(local, n, me);
+  round.clearPrevious(local, n, me);
   round.finish(packs * sizeof(Pack));  // padded: peers wrote whole packs
 }
 

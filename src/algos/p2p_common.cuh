@@ -153,9 +153,10 @@ struct LamportRound {
                                    static_cast<size_t>(from) * L.lamportBytes);
   }
 
-  // Step 3: this block's share of every peer slot of clearBuf back to the sentinel, over the
-  // bytes that buffer carried last time (messages may change size between calls).
-  __device__ __forceinline__ void clearOldest(char* local, int n, int me) const {
+  // Step 3: this block's share of every peer slot of clearBuf, (e+2)%3 = the buffer the
+  // previous call read, back to the sentinel, over the bytes it carried (messages may change
+  // size between calls). The third buffer, (e+1)%3, was cleared by the previous call.
+  __device__ __forceinline__ void clearPrevious(char* local, int n, int me) const {
     size_t lo, hi;
     splitRange(used[clearBuf] / sizeof(Pack), gridDim.x, blockIdx.x, 1, &lo, &hi);
     const Pack s = make_uint4(kLamportSentinel, kLamportSentinel, kLamportSentinel, kLamportSentinel);

@@ -4,7 +4,8 @@
 // over the SHM transport (each rank reads every peer's full input).
 //
 // Blocks [0, B) publish, blocks [B, 2B) reduce. The message is cut into chunks of chunkBytes,
-// chunk c lives in slot (seqBase + c) % S of every rank, and each chunk is split into B pieces:
+// chunk c lives in slot (seqBase + c) % S of every rank, and each slot is split into B fixed
+// pieces (clipped to the chunk's length):
 // publisher b copies piece b of its input into its slot, then releases ready[me][slot][b] = seq;
 // reducer b acquires ready[r][slot][b] >= seq for every r, reduces piece b in rank order 0..n-1
 // in fp32 (own data read from device memory), writes it, then releases

@@ -1,8 +1,10 @@
 // GPU tests that need one GPU only, so that a 1-GPU machine checks something: one-rank
 // communicators (createGroup({0})) on ring_nccl, staged_host and auto. Over one rank every
-// collective is the identity, so each output must equal its input bit for bit (outputs poisoned
-// first), in place and out of place, eager and under CUDA-graph replay; the fused residual +
-// RMSNorm call must give the host path's bits. A forced algorithm that cannot run a call
+// collective is the identity, so each output must equal its input bit for bit: out of place the
+// output is poisoned first, so the call must write it; in place the identity leaves the buffer
+// as it was, so those cases only check that nothing is corrupted. Eager and under CUDA-graph
+// replay; the fused residual + RMSNorm call must give the host path's bits. A forced algorithm
+// that cannot run a call
 // (staged_host under capture, or for allGather on GPU ranks) falls back to the next candidate,
 // ring_nccl, and lastAlgorithm() says so.
 #include <gtest/gtest.h>
@@ -92,7 +94,7 @@ TEST_P(OneRankAllReduce, OutputIsTheInputBitForBit) {
     CUDA_OK(cudaStreamEndCapture(o->stream, &g));
     ASSERT_EQ(s, Status::kOk) << tpcomm::lastErrorMessage();
     CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
-    for (int rep = 0; rep < 3; ++rep) {  // replays on fresh data: the graph does the work each time
+    for (int rep = 0; rep < 3; ++rep) {  // each replay re-poisons the output: the graph must rewrite it
       prepare();
       CUDA_OK(cudaGraphLaunch(ge, o->stream));
     }
