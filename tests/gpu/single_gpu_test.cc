@@ -4,9 +4,8 @@
 // output is poisoned first, so the call must write it; in place the identity leaves the buffer
 // as it was, so those cases only check that nothing is corrupted. Eager and under CUDA-graph
 // replay; the fused residual + RMSNorm call must give the host path's bits. A forced algorithm
-// that cannot run a call
-// (staged_host under capture, or for allGather on GPU ranks) falls back to the next candidate,
-// ring_nccl, and lastAlgorithm() says so.
+// that cannot run a call (staged_host under capture, or for allGather on GPU ranks) falls back
+// to the next candidate, ring_nccl, and lastAlgorithm() says so.
 #include <gtest/gtest.h>
 
 #include <map>
