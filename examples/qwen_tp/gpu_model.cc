@@ -326,13 +326,17 @@ void GpuModel::setSkipAllReduce(bool skip) {
 bool GpuModel::timeTargetStep(int n, int pos, int iters, double* ms, std::string* error) {
   std::vector<int32_t> toks(static_cast<size_t>(n), 0), out(static_cast<size_t>(n));
   if (!target(toks.data(), n, pos, out.data(), error)) return false;  // captures the graph
+  return medianGraphMs(graphs_.at({kTarget, n}), iters, ms, error);
+}
+
+bool GpuModel::medianGraphMs(cudaGraphExec_t exec, int iters, double* ms, std::string* error) {
   cudaEvent_t a, b;
   QWEN_CUDA(cudaEventCreate(&a));
   QWEN_CUDA(cudaEventCreate(&b));
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
     QWEN_CUDA(cudaEventRecord(a, stream_));
-    QWEN_CUDA(cudaGraphLaunch(graphs_.at({kTarget, n}), stream_));
+    QWEN_CUDA(cudaGraphLaunch(exec, stream_));
     QWEN_CUDA(cudaEventRecord(b, stream_));
     QWEN_CUDA(cudaEventSynchronize(b));
     float t;
@@ -367,27 +371,11 @@ bool GpuModel::timeStepGemms(int n, int iters, double* ms, size_t* bytes, std::s
   enqueue();
   QWEN_CUDA(cudaStreamEndCapture(stream_, &graph));
   QWEN_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t a, b;
-  QWEN_CUDA(cudaEventCreate(&a));
-  QWEN_CUDA(cudaEventCreate(&b));
   QWEN_CUDA(cudaGraphLaunch(exec, stream_));  // warm-up
-  std::vector<double> times;
-  for (int i = 0; i < iters; ++i) {
-    QWEN_CUDA(cudaEventRecord(a, stream_));
-    QWEN_CUDA(cudaGraphLaunch(exec, stream_));
-    QWEN_CUDA(cudaEventRecord(b, stream_));
-    QWEN_CUDA(cudaEventSynchronize(b));
-    float t;
-    QWEN_CUDA(cudaEventElapsedTime(&t, a, b));
-    times.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
+  const bool ok = medianGraphMs(exec, iters, ms, error);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
-  std::sort(times.begin(), times.end());
-  *ms = times[times.size() / 2];
-  return true;
+  return ok;
 }
 
 bool GpuModel::lastLogits(int n, std::vector<float>* out, std::string* error) {

@@ -105,6 +105,8 @@ class GpuModel : public DecoderEngine {
   bool allReduceAddNorm(const __nv_bfloat16* w, int n, __nv_bfloat16* out, std::string* error);
   void gemm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32);
   bool run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* out, std::string* error);
+  // Median of `iters` timed launches of exec on stream_ (CUDA events), in ms.
+  bool medianGraphMs(cudaGraphExec_t exec, int iters, double* ms, std::string* error);
 
   ModelConfig cfg_;
   TpShape shape_;
