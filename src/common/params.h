@@ -30,6 +30,8 @@ namespace tpcomm {
   X(TopoCache, "TOPO_CACHE", "1", "reuse the cached topology probe ($XDG_CACHE_HOME/tpcomm); 0: re-probe and refresh it") \
   X(TopoTimeoutMs, "TOPO_TIMEOUT_MS", "8000", "time limit of the P2P-check child process (keep below TIMEOUT_MS)") \
   X(TopoHelper, "TOPO_HELPER", "", "path of the probe helper (tpcomm-doctor); default: found beside libtpcomm") \
+  X(SocketIfname, "SOCKET_IFNAME", "", "socket bootstrap interface, as NCCL_SOCKET_IFNAME: 'eth0' prefix, '=eth0' exact, '^docker,lo' exclude") \
+  X(SocketFamily, "SOCKET_FAMILY", "", "socket bootstrap address family: AF_INET or AF_INET6 (empty: either, IPv4 first)") \
   X(Shim, "SHIM", "1", "libtpcomm_nccl.so routes eligible ncclAllReduce calls to tpcomm (0: pure passthrough)") \
   X(NcclLibrary, "NCCL_LIBRARY", "", "path of the real NCCL under libtpcomm_nccl.so; default: the engine's loaded libnccl.so.2")
 

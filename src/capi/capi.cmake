@@ -1,0 +1,13 @@
+# The C API (include/tpcomm/tpcomm_c.h) and the socket bootstrap it uses
+# (include/tpcomm/socket_bootstrap.h), compiled into libtpcomm. Included from the top-level
+# CMakeLists.txt after the tpcomm target exists.
+target_sources(tpcomm PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/tpcomm_c.cc
+  ${PROJECT_SOURCE_DIR}/src/bootstrap/socket_bootstrap.cc)
+
+# `pip install .` (scikit-build-core sets SKBUILD): the Python package loads libtpcomm.so by
+# that name from its own folder, and a wheel cannot hold the .so.0 / .so.0.1.0 symlinks (they
+# would become copies), so the library there is unversioned.
+if(SKBUILD)
+  set_target_properties(tpcomm PROPERTIES VERSION "" SOVERSION "" INSTALL_RPATH "$ORIGIN")
+endif()
