@@ -1,10 +1,15 @@
 // config.cc: config.json parsing (nlohmann_json), presets and the tensor-parallel split.
 #include "config.h"
 
+#include <sys/stat.h>
+
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "json_limits.h"
 
 namespace qwen {
 namespace {
@@ -23,9 +28,11 @@ bool readInt(const json& j, const char* key, bool required, int* out, const std:
     if (required) return fail(error, src + ": missing required field \"" + key + "\"");
     return true;
   }
-  if (!it->is_number_integer()) return fail(error, src + ": field \"" + key + "\" must be an integer, got " + it->dump());
-  long long v = it->get<long long>();
-  if (v < 0 || v > (1LL << 31) - 1) return fail(error, src + ": field \"" + key + "\" out of range: " + it->dump());
+  if (!it->is_number_integer())
+    return fail(error, src + ": field \"" + key + "\" must be an integer, got " + it->type_name());
+  long long v = it->is_number_unsigned() && it->get<unsigned long long>() > (1ULL << 62) ? -1 : it->get<long long>();
+  if (v < 0 || v > (1LL << 31) - 1)
+    return fail(error, src + ": field \"" + key + "\" out of range (0 .. 2^31 - 1)");
   *out = static_cast<int>(v);
   return true;
 }
@@ -33,7 +40,7 @@ bool readInt(const json& j, const char* key, bool required, int* out, const std:
 bool readFloat(const json& j, const char* key, float* out, const std::string& src, std::string* error) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return true;
-  if (!it->is_number()) return fail(error, src + ": field \"" + key + "\" must be a number, got " + it->dump());
+  if (!it->is_number()) return fail(error, src + ": field \"" + key + "\" must be a number, got " + it->type_name());
   *out = it->get<float>();
   return true;
 }
@@ -41,7 +48,7 @@ bool readFloat(const json& j, const char* key, float* out, const std::string& sr
 bool readBool(const json& j, const char* key, bool* out, const std::string& src, std::string* error) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return true;
-  if (!it->is_boolean()) return fail(error, src + ": field \"" + key + "\" must be true or false, got " + it->dump());
+  if (!it->is_boolean()) return fail(error, src + ": field \"" + key + "\" must be true or false, got " + it->type_name());
   *out = it->get<bool>();
   return true;
 }
@@ -63,12 +70,37 @@ bool validateConfig(const ModelConfig& c, std::string* error) {
   if (c.headDim > 256) return fail(error, s + ": head_dim " + std::to_string(c.headDim) + " > 256 is not supported");
   if (!(c.rmsNormEps > 0)) return fail(error, s + ": rms_norm_eps must be > 0");
   if (!(c.ropeTheta > 0)) return fail(error, s + ": rope_theta must be > 0");
+  // Every size the decoder forms as an int must fit one: q/k/v widths, the fused q|k|v and
+  // gate|up rows (int64 here, so the check itself cannot overflow).
+  const int64_t kIntMax = 2147483647;
+  const int64_t qkvRows = (static_cast<int64_t>(c.numHeads) + 2 * static_cast<int64_t>(c.numKvHeads)) * c.headDim;
+  if (qkvRows > kIntMax)
+    return fail(error, s + ": (num_attention_heads + 2 * num_key_value_heads) * head_dim = " + std::to_string(qkvRows) +
+                           " exceeds 2^31 - 1");
+  if (2 * static_cast<int64_t>(c.intermediateSize) > kIntMax || 2 * static_cast<int64_t>(c.hiddenSize) > kIntMax)
+    return fail(error, s + ": 2 * intermediate_size or 2 * hidden_size exceeds 2^31 - 1");
   if (c.mtpLayers < 0 || c.mtpLayers > 1)
     return fail(error, s + ": mtp_num_hidden_layers " + std::to_string(c.mtpLayers) + ": only 0 or 1 is supported");
   return true;
 }
 
+bool checkCtxSize(const ModelConfig& c, int ctx, std::string* error) {
+  if (ctx < 1 || ctx > c.maxPositionEmbeddings)
+    return fail(error, c.name + ": --ctx-size " + std::to_string(ctx) + " must be in 1 .. max_position_embeddings (" +
+                           std::to_string(c.maxPositionEmbeddings) + ")");
+  return true;
+}
+
+size_t kvCacheBytes(const ModelConfig& c, const TpShape& s, int ctx) {
+  const size_t layers = static_cast<size_t>(c.numLayers) + (c.mtpLayers > 0 ? 1 : 0);
+  return layers * 2 /* K, V */ * static_cast<size_t>(ctx) * static_cast<size_t>(s.kvHeads) *
+         static_cast<size_t>(c.headDim) * 2 /* bf16 */;
+}
+
 bool parseConfigJson(const std::string& text, const std::string& src, ModelConfig* out, std::string* error) {
+  std::string why;
+  if (!jsonWithinLimits(text.data(), text.data() + text.size(), kMaxConfigJsonBytes, kMaxConfigJsonDepth, &why))
+    return fail(error, src + ": " + why);
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return fail(error, src + ": not valid JSON");
   if (!j.is_object()) return fail(error, src + ": expected a JSON object at the top level");
@@ -93,13 +125,20 @@ bool parseConfigJson(const std::string& text, const std::string& src, ModelConfi
   if (bias) return fail(error, src + ": attention_bias=true is not supported (Qwen3 has none)");
   auto rs = j.find("rope_scaling");
   if (rs != j.end() && !rs->is_null())
-    return fail(error, src + ": rope_scaling is not supported by this decoder (got " + rs->dump() + ")");
+    return fail(error, src + ": rope_scaling is not supported by this decoder (got a " + std::string(rs->type_name()) + ")");
   if (!validateConfig(c, error)) return false;
   *out = c;
   return true;
 }
 
 bool loadConfigFile(const std::string& path, ModelConfig* out, std::string* error) {
+  // A regular file of bounded size only (a FIFO would block, a huge file be read whole).
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return fail(error, path + ": cannot open");
+  if (!S_ISREG(st.st_mode)) return fail(error, path + ": not a regular file");
+  if (static_cast<size_t>(st.st_size) > kMaxConfigJsonBytes)
+    return fail(error, path + ": " + std::to_string(st.st_size) + " bytes exceed the config.json limit of " +
+                           std::to_string(kMaxConfigJsonBytes));
   std::ifstream f(path);
   if (!f) return fail(error, path + ": cannot open");
   std::stringstream ss;

@@ -4,6 +4,7 @@
 // Errors are returned as a bool plus a message naming the file and field; nothing throws out.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,9 @@ struct ModelConfig {
   int maxPositionEmbeddings = 40960;  ///< max_position_embeddings
   int mtpLayers = 0;            ///< mtp_num_hidden_layers (0: no MTP head; 1 supported)
 
+  /// num_attention_heads * head_dim; validateConfig rejects configs where it exceeds INT_MAX.
   int qDim() const { return numHeads * headDim; }
+  /// num_key_value_heads * head_dim (bounded like qDim).
   int kvDim() const { return numKvHeads * headDim; }
 };
 
@@ -43,6 +46,15 @@ std::vector<std::string> presetNames();
 
 /// Checks the config is one this decoder runs (positive sizes, GQA grouping, head_dim even).
 bool validateConfig(const ModelConfig& c, std::string* error);
+
+/// Checks a KV cache of `ctx` positions: 1 .. max_position_embeddings (the model's rotary
+/// range), with a message naming --ctx-size otherwise.
+bool checkCtxSize(const ModelConfig& c, int ctx, std::string* error);
+
+struct TpShape;
+/// Bytes of one rank's bf16 KV cache of `ctx` positions: K and V of every target layer, and of
+/// the MTP layer when the model has one.
+size_t kvCacheBytes(const ModelConfig& c, const TpShape& s, int ctx);
 
 /// Megatron split of one model over `tp` ranks: whole heads and whole GQA groups per rank,
 /// column-parallel q/k/v and gate/up, row-parallel o/down, vocab-parallel embedding and lm_head.

@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_limits.h"
+
 namespace qwen {
 namespace {
 
@@ -121,6 +123,7 @@ int64_t TensorView::numel() const {
 void TensorView::toFloat(std::vector<float>* out) const {
   size_t n = static_cast<size_t>(numel());
   out->resize(n);
+  if (n == 0) return;  // data and out->data() may be null: memcpy(nullptr, .., 0) is undefined
   if (dtype == StDtype::kF32) {
     std::memcpy(out->data(), data, n * 4);
     return;
@@ -183,6 +186,10 @@ bool SafetensorsFile::parse(std::string* error) {
   if (n > size_ - 8)
     return fail(error, p + ": truncated: header length " + std::to_string(n) + " but only " + std::to_string(size_ - 8) +
                            " bytes follow");
+  std::string why;
+  const char* hb = reinterpret_cast<const char*>(base_ + 8);
+  if (!jsonWithinLimits(hb, hb + n, kMaxHeaderBytes, kMaxSafetensorsJsonDepth, &why))
+    return fail(error, p + ": corrupt header: " + why);
   json h = json::parse(base_ + 8, base_ + 8 + n, nullptr, /*allow_exceptions=*/false);
   if (h.is_discarded()) return fail(error, p + ": corrupt header: not valid JSON");
   if (!h.is_object()) return fail(error, p + ": corrupt header: expected a JSON object");
@@ -206,9 +213,13 @@ bool SafetensorsFile::parse(std::string* error) {
     if (sh == t.end() || !sh->is_array()) return fail(error, where + "missing or non-array \"shape\"");
     uint64_t numel = 1;
     for (const json& d : *sh) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0) return fail(error, where + "bad shape " + sh->dump());
+      if (!d.is_number_integer() || (d.is_number_unsigned() && d.get<uint64_t>() > (uint64_t(1) << 62)) ||
+          d.get<int64_t>() < 0)
+        return fail(error, where + "bad shape: dimension " + std::to_string(v.shape.size()) +
+                               " is not a non-negative integer");
       int64_t dim = d.get<int64_t>();
-      if (dim > 0 && numel > (uint64_t(1) << 48) / static_cast<uint64_t>(dim)) return fail(error, where + "shape too large " + sh->dump());
+      if (dim > 0 && numel > (uint64_t(1) << 48) / static_cast<uint64_t>(dim))
+        return fail(error, where + "shape too large: more than 2^48 elements");
       numel *= static_cast<uint64_t>(dim);
       v.shape.push_back(dim);
     }
@@ -251,7 +262,11 @@ bool SafetensorsModel::open(const std::string& dir, std::unique_ptr<SafetensorsM
   if (idx) {
     std::stringstream ss;
     ss << idx.rdbuf();
-    json j = json::parse(ss.str(), nullptr, false);
+    const std::string text = ss.str();
+    std::string why;
+    if (!jsonWithinLimits(text.data(), text.data() + text.size(), kMaxIndexJsonBytes, kMaxSafetensorsJsonDepth, &why))
+      return fail(error, indexPath + ": " + why);
+    json j = json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object()) return fail(error, indexPath + ": not a valid JSON object");
     auto wm = j.find("weight_map");
     if (wm == j.end() || !wm->is_object()) return fail(error, indexPath + ": missing \"weight_map\" object");
