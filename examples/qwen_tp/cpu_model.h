@@ -39,7 +39,9 @@ class CpuModel : public DecoderEngine {
   bool hasMtp() const override { return cfg_.mtpLayers > 0; }
   int vocabSize() const override { return cfg_.vocabSize; }
   int ctxSize() const override { return ctx_; }
-  int maxTokensPerCall() const override { return ctx_; }
+  int maxTokensPerCall() const override { return ubatch_ > 0 ? ubatch_ : ctx_; }
+  /// The prefill chunk generate() uses (0: the whole context); for testing chunked prefill.
+  void setMaxTokensPerCall(int n) { ubatch_ = n; }
 
   /// This rank's logits of the last target() call: [n, shape.vocab], vocab rows from
   /// shape.vocabBegin().
@@ -74,7 +76,7 @@ class CpuModel : public DecoderEngine {
   std::vector<Cache> caches_;  // target layers
   Cache mtpCache_;
   std::vector<float> hidden_, logits_, mtpHidden_;
-  int allReduces_ = 0, fusedNorms_ = 0;
+  int allReduces_ = 0, fusedNorms_ = 0, ubatch_ = 0;
 };
 
 }  // namespace qwen

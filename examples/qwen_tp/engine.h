@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace qwen {
 
@@ -22,6 +23,15 @@ class DecoderEngine {
   /// next[i] = greedy next token after position pos+i. Keeps the n final hidden states
   /// (after the final RMSNorm) for mtpFromTarget.
   virtual bool target(const int32_t* tokens, int n, int pos, int32_t* next, std::string* error) = 0;
+  /// Like target(), but only the greedy token after the last position is wanted (*last): a
+  /// prefill chunk. An engine may skip the other rows' logits (the GPU decoder computes the
+  /// lm_head for the last row only). The n final hidden states are kept as target() keeps them.
+  virtual bool prefill(const int32_t* tokens, int n, int pos, int32_t* last, std::string* error) {
+    std::vector<int32_t> next(static_cast<size_t>(n > 0 ? n : 1));
+    if (!target(tokens, n, pos, next.data(), error)) return false;
+    *last = next[static_cast<size_t>(n - 1)];
+    return true;
+  }
   /// MTP forward over n pairs (hidden row i of the last target() call, tokens[i]) at MTP slots
   /// slot..slot+n-1; *draft = greedy token predicted by the last pair. Keeps the last output
   /// hidden for mtpChain.
@@ -33,7 +43,8 @@ class DecoderEngine {
   virtual int vocabSize() const = 0;
   /// KV cache capacity in positions (target and MTP alike).
   virtual int ctxSize() const = 0;
-  /// Largest n target() accepts in one call.
+  /// Largest n target() and prefill() accept in one call (the prefill chunk, --ubatch-size);
+  /// generate() cuts longer prompts into chunks of this size.
   virtual int maxTokensPerCall() const = 0;
 };
 

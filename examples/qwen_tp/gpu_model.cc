@@ -24,6 +24,23 @@ bool cudaOk(cudaError_t e, const char* what, std::string* error) {
     if (!cudaOk((call), #call, error)) return false; \
   } while (0)
 
+// Owners that free on every path out (the early returns of QWEN_CUDA included).
+struct EventPair {
+  cudaEvent_t a = nullptr, b = nullptr;
+  ~EventPair() {
+    if (a) cudaEventDestroy(a);
+    if (b) cudaEventDestroy(b);
+  }
+};
+struct GraphOwner {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ~GraphOwner() {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+  }
+};
+
 const TensorSpec* findSpec(const std::vector<TensorSpec>& specs, const std::string& name) {
   for (const TensorSpec& s : specs)
     if (s.name == name) return &s;
@@ -96,6 +113,7 @@ bool GpuModel::loadLayer(const std::string& p, Layer* L, std::string* error) {
     return false;
   const size_t kv = static_cast<size_t>(opt_.ctxSize) * hk * D;
   if (!a(&L->kCache, static_cast<int64_t>(kv)) || !a(&L->vCache, static_cast<int64_t>(kv))) return false;
+  kvBytes_ += 2 * kv * 2;
   QWEN_CUDA(cudaMemsetAsync(L->kCache, 0, kv * 2, stream_));
   QWEN_CUDA(cudaMemsetAsync(L->vCache, 0, kv * 2, stream_));
   return fill(L->ln1, p + "input_layernorm.weight", 0, 1, 0, H, error) &&
@@ -113,7 +131,10 @@ bool GpuModel::loadLayer(const std::string& p, Layer* L, std::string* error) {
 
 bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   opt_ = opt;
+  if (!checkCtxSize(cfg_, opt_.ctxSize, error)) return false;
+  if (opt_.maxTokensPerCall < 1) return *error = "maxTokensPerCall (--ubatch-size) must be >= 1", false;
   QWEN_CUDA(cudaSetDevice(device_));
+  prefillAttn_ = opt_.prefillAttention && gpu::attentionPrefillSupported(cfg_.headDim, device_);
   if (opt_.customGemv) {
     int major = 0;
     QWEN_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
@@ -129,9 +150,9 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   const int64_t H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads, I = shape_.inter,
                 Vl = shape_.vocab, T = std::max(opt_.maxTokensPerCall, kGraphMaxTokens);
   qkvRows_ = static_cast<int>((hq + 2 * hk) * D);
-  // 64-slot chunks up to a 4096-slot context (one load round per block of the decode attention
-  // kernel at head_dim 128), then at most 64 chunks.
-  chunk_ = std::max(64, (opt_.ctxSize + 63) / 64);
+  // Split-K decode attention: 64-slot chunks (one load round per block at head_dim 128) up to an
+  // 8192-slot context, then 128 chunks (a 32K cache: 256 slots a block, 128 x kv heads blocks).
+  chunk_ = std::max(64, (opt_.ctxSize + 127) / 128);
   splits_ = (opt_.ctxSize + chunk_ - 1) / chunk_;
   auto a = [&](auto** w, int64_t bytes) { return alloc(reinterpret_cast<void**>(w), static_cast<size_t>(bytes), error); };
   if (!a(&embed_, Vl * H * 2) || !a(&finalNorm_, H * 2)) return false;
@@ -153,8 +174,11 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
         !loadLayer("mtp.layers.0.", &mtpLayer_, error))
       return false;
   }
-  if (!a(&x_, T * H * 2) || !a(&logits_, T * Vl * 4) || !a(&table_, T * shape_.tp * 2 * 4) ||
-      !a(&attnPart_, T * hq * splits_ * (D + 2) * 4) || !a(&hn_, T * H * 2) || !a(&qkv_, T * qkvRows_ * 2) ||
+  // The decode kernel's partials serve calls of up to kGraphMaxTokens tokens (all calls when the
+  // prefill kernel does not run this head_dim); logits kLogitsRows rows at a time.
+  const int64_t attnRows = prefillAttn_ ? kGraphMaxTokens : T;
+  if (!a(&x_, T * H * 2) || !a(&logits_, kLogitsRows * Vl * 4) || !a(&table_, T * shape_.tp * 2 * 4) ||
+      !a(&attnPart_, attnRows * hq * splits_ * (D + 2) * 4) || !a(&hn_, T * H * 2) || !a(&qkv_, T * qkvRows_ * 2) ||
       !a(&q_, T * hq * D * 2) || !a(&att_, T * hq * D * 2) || !a(&proj_, T * H * 2) || !a(&gu_, T * 2 * I * 2) ||
       !a(&act_, T * I * 2) || !a(&hidden_, T * H * 2) || !a(&mtpOut_, T * H * 2) || !a(&mtpHidden_, H * 2) ||
       !a(&cat_, T * 2 * H * 2) || !a(&dTokens_, T * 4) || !a(&dPos_, 4) || !a(&dOut_, T * 4))
@@ -212,7 +236,7 @@ bool GpuModel::enqueueLayer(const Layer& L, int n, int ropeOffset, const __nv_bf
   gemm(L.wqkv, qkvRows_, H, hn_, n, qkv_, false);
   gpu::qkNormRopeStore(qkv_, n, hq, hk, D, L.qn, L.kn, cfg_.rmsNormEps, cfg_.ropeTheta, dPos_, ropeOffset, q_, L.kCache,
                        L.vCache, stream_);
-  gpu::attention(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, splits_, chunk_, attnPart_, att_, stream_);
+  enqueueAttention(L, n);
   gemm(L.wo, H, hq * D, att_, n, proj_, false);
   if (!allReduceAddNorm(L.ln2, n, hn_, error)) return false;  // all-reduce + residual add + norm
   gemm(L.wgu, 2 * I, H, hn_, n, gu_, false);
@@ -221,9 +245,22 @@ bool GpuModel::enqueueLayer(const Layer& L, int n, int ropeOffset, const __nv_bf
   return allReduceAddNorm(nextNorm, n, normOut, error);
 }
 
+void GpuModel::enqueueAttention(const Layer& L, int n) {
+  const int D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads;
+  if (prefillAttn_ && n > kGraphMaxTokens)
+    gpu::attentionPrefill(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, att_, stream_);
+  else
+    gpu::attention(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, splits_, chunk_, attnPart_, att_, stream_);
+}
+
 bool GpuModel::enqueueGreedy(const __nv_bfloat16* hidden, int n, std::string* error) {
-  gemm(lmHead_, shape_.vocab, cfg_.hiddenSize, hidden, n, logits_, true);
-  gpu::localArgmax(logits_, n, shape_.vocab, shape_.vocabBegin(), shape_.tp, shape_.rank, table_, stream_);
+  const int H = cfg_.hiddenSize;
+  for (int r0 = 0; r0 < n; r0 += kLogitsRows) {
+    const int rows = std::min(kLogitsRows, n - r0);
+    gemm(lmHead_, shape_.vocab, H, hidden + static_cast<size_t>(r0) * H, rows, logits_, true);
+    gpu::localArgmax(logits_, rows, shape_.vocab, shape_.vocabBegin(), shape_.tp, shape_.rank,
+                     table_ + static_cast<size_t>(r0) * shape_.tp * 2, stream_);
+  }
   if (!allReduce(table_, static_cast<size_t>(n) * shape_.tp * 2, true, error)) return false;
   gpu::pickArgmax(table_, n, shape_.tp, dOut_, stream_);
   return true;
@@ -236,14 +273,16 @@ bool GpuModel::enqueue(Kind kind, int n, std::string* error) {
   QWEN_CUDA(cudaMemcpyAsync(dPos_, hPos_, 4, cudaMemcpyHostToDevice, stream_));
   gpu::embed(dTokens_, n, embed_, shape_.vocabBegin(), shape_.vocab, H, x_, stream_);
   if (!allReduce(x_, static_cast<size_t>(n) * H, false, error)) return false;  // vocab-parallel embedding (exact)
-  if (kind == kTarget) {
+  if (kind == kTarget || kind == kPrefill) {
     gpu::addRmsNorm(x_, nullptr, layers_[0].ln1, n, H, eps, hn_, stream_);
     for (int l = 0; l < cfg_.numLayers; ++l) {
       const bool last = l + 1 == cfg_.numLayers;
       if (!enqueueLayer(layers_[l], n, 0, last ? finalNorm_ : layers_[l + 1].ln1, last ? hidden_ : hn_, error)) return false;
     }
-    if (!enqueueGreedy(hidden_, n, error)) return false;
-    QWEN_CUDA(cudaMemcpyAsync(hOut_, dOut_, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost, stream_));
+    // A prefill chunk needs the greedy token after its last position only.
+    const int rows = kind == kPrefill ? 1 : n;
+    if (!enqueueGreedy(hidden_ + static_cast<size_t>(n - rows) * H, rows, error)) return false;
+    QWEN_CUDA(cudaMemcpyAsync(hOut_, dOut_, static_cast<size_t>(rows) * 4, cudaMemcpyDeviceToHost, stream_));
   } else {
     // MTP: fc(concat(norm_e(embed(token)), norm_h(hidden))) -> one decoder layer -> mtp.norm.
     const __nv_bfloat16* src = kind == kMtpFromTarget ? hidden_ : mtpHidden_;
@@ -275,17 +314,16 @@ bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* ou
     auto key = std::make_pair(static_cast<int>(kind), n);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
-      cudaGraph_t g;
+      GraphOwner g;
       QWEN_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       std::string captureError;
       bool ok = enqueue(kind, n, &captureError);
-      cudaError_t e = cudaStreamEndCapture(stream_, &g);
+      cudaError_t e = cudaStreamEndCapture(stream_, &g.graph);
       if (!ok) return *error = "during graph capture: " + captureError, false;
       QWEN_CUDA(e);
-      cudaGraphExec_t exec;
-      QWEN_CUDA(cudaGraphInstantiate(&exec, g, 0));
-      cudaGraphDestroy(g);
-      it = graphs_.emplace(key, exec).first;
+      QWEN_CUDA(cudaGraphInstantiate(&g.exec, g.graph, 0));
+      it = graphs_.emplace(key, g.exec).first;
+      g.exec = nullptr;  // owned by graphs_ now
     }
     QWEN_CUDA(cudaGraphLaunch(it->second, stream_));
   } else if (!enqueue(kind, n, error)) {
@@ -296,6 +334,7 @@ bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* ou
     tpcomm::Status s = comm_->checkError();
     if (s != tpcomm::Status::kOk) return *error = std::string("tpcomm: ") + tpcomm::lastErrorMessage(), false;
   }
+  lastLogitsRows_ = kind == kTarget ? (n - 1) % kLogitsRows + 1 : 1;
   std::memcpy(out, hOut_, static_cast<size_t>(kind == kTarget ? n : 1) * 4);
   return true;
 }
@@ -303,6 +342,11 @@ bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* ou
 bool GpuModel::target(const int32_t* tokens, int n, int pos, int32_t* next, std::string* error) {
   lastTargetN_ = n;
   return run(kTarget, tokens, n, pos, next, error);
+}
+
+bool GpuModel::prefill(const int32_t* tokens, int n, int pos, int32_t* last, std::string* error) {
+  lastTargetN_ = n;
+  return run(kPrefill, tokens, n, pos, last, error);
 }
 
 bool GpuModel::mtpFromTarget(const int32_t* tokens, int n, int slot, int32_t* draft, std::string* error) {
@@ -330,21 +374,20 @@ bool GpuModel::timeTargetStep(int n, int pos, int iters, double* ms, std::string
 }
 
 bool GpuModel::medianGraphMs(cudaGraphExec_t exec, int iters, double* ms, std::string* error) {
-  cudaEvent_t a, b;
-  QWEN_CUDA(cudaEventCreate(&a));
-  QWEN_CUDA(cudaEventCreate(&b));
+  if (iters < 1) return *error = "medianGraphMs: iters must be >= 1", false;
+  EventPair ev;  // destroyed on every return
+  QWEN_CUDA(cudaEventCreate(&ev.a));
+  QWEN_CUDA(cudaEventCreate(&ev.b));
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
-    QWEN_CUDA(cudaEventRecord(a, stream_));
+    QWEN_CUDA(cudaEventRecord(ev.a, stream_));
     QWEN_CUDA(cudaGraphLaunch(exec, stream_));
-    QWEN_CUDA(cudaEventRecord(b, stream_));
-    QWEN_CUDA(cudaEventSynchronize(b));
+    QWEN_CUDA(cudaEventRecord(ev.b, stream_));
+    QWEN_CUDA(cudaEventSynchronize(ev.b));
     float t;
-    QWEN_CUDA(cudaEventElapsedTime(&t, a, b));
+    QWEN_CUDA(cudaEventElapsedTime(&t, ev.a, ev.b));
     times.push_back(t);
   }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
   std::sort(times.begin(), times.end());
   *ms = times[times.size() / 2];
   return true;
@@ -365,22 +408,31 @@ bool GpuModel::timeStepGemms(int n, int iters, double* ms, size_t* bytes, std::s
     }
     gemm(lmHead_, shape_.vocab, H, hn_, n, logits_, true);
   };
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
+  GraphOwner g;  // graph and exec destroyed on every return
   QWEN_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   enqueue();
-  QWEN_CUDA(cudaStreamEndCapture(stream_, &graph));
-  QWEN_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  QWEN_CUDA(cudaGraphLaunch(exec, stream_));  // warm-up
-  const bool ok = medianGraphMs(exec, iters, ms, error);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return ok;
+  QWEN_CUDA(cudaStreamEndCapture(stream_, &g.graph));
+  QWEN_CUDA(cudaGraphInstantiate(&g.exec, g.graph, 0));
+  QWEN_CUDA(cudaGraphLaunch(g.exec, stream_));  // warm-up
+  return medianGraphMs(g.exec, iters, ms, error);
 }
 
-bool GpuModel::lastLogits(int n, std::vector<float>* out, std::string* error) {
-  out->resize(static_cast<size_t>(n) * shape_.vocab);
-  QWEN_CUDA(cudaMemcpy(out->data(), logits_, out->size() * 4, cudaMemcpyDeviceToHost));
+size_t GpuModel::decodeStepBytes(int pos) const {
+  const size_t H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads, I = shape_.inter;
+  const size_t layer = 2 * (static_cast<size_t>(qkvRows_) * H + H * hq * D + 2 * I * H + H * I + 2 * H + 2 * D);
+  const size_t kv = 2 * 2 * (static_cast<size_t>(pos) + 1) * hk * D;  // K and V, bf16, slots 0..pos
+  return layers_.size() * (layer + kv) + 2 * static_cast<size_t>(shape_.vocab) * H + 2 * H /* embedding row */ +
+         2 * H /* final norm */;
+}
+
+bool GpuModel::lastLogits(int rows, std::vector<float>* out, std::string* error) {
+  if (rows < 1 || rows > lastLogitsRows_)
+    return *error = "lastLogits: " + std::to_string(rows) + " rows asked, the last call kept " +
+                    std::to_string(lastLogitsRows_),
+           false;
+  out->resize(static_cast<size_t>(rows) * shape_.vocab);
+  const float* src = logits_ + static_cast<size_t>(lastLogitsRows_ - rows) * shape_.vocab;
+  QWEN_CUDA(cudaMemcpy(out->data(), src, out->size() * 4, cudaMemcpyDeviceToHost));
   return true;
 }
 

@@ -8,7 +8,11 @@
 // the three are one Communicator::allReduceResidualRmsNorm call (a fused kernel on the P2P
 // algorithms, tpcomm's all-reduce + norm kernel elsewhere), else allReduce + gpu::addRmsNorm.
 // Calls of up to kGraphMaxTokens tokens are captured once per shape as CUDA graphs (inputs and
-// outputs copied inside the graph through pinned buffers) and replayed.
+// outputs copied inside the graph through pinned buffers) and replayed. Attention: calls of more
+// than kGraphMaxTokens tokens (prefill chunks) take the tensor-core FlashAttention-2 kernel
+// (gpu::attentionPrefill), shorter ones the split-sequence decode kernel (gpu::attention).
+// Scratch is sized by the chunk (maxTokensPerCall), the KV cache by ctxSize; logits exist for at
+// most kLogitsRows rows at a time (prefill() computes the last row's only).
 #pragma once
 
 #include <cstdint>
@@ -32,8 +36,8 @@ namespace qwen {
 class SafetensorsModel;
 
 struct GpuModelOptions {
-  int ctxSize = 4096;
-  int maxTokensPerCall = 512;  ///< prefill chunk bound (prompt length)
+  int ctxSize = 4096;            ///< KV cache positions (1 .. max_position_embeddings)
+  int maxTokensPerCall = 2048;  ///< prefill chunk (--ubatch-size): tokens per call; sizes the scratch
   uint64_t seed = 1;           ///< synthetic weights when `checkpoint` is null
   const SafetensorsModel* checkpoint = nullptr;
   bool useGraphs = true;
@@ -46,17 +50,23 @@ struct GpuModelOptions {
   /// Programmatic dependent launch for the decoder's own kernels (gpu::setPdl; process-wide).
   /// Same bits either way; no measurable speed difference on 2x H200.
   bool pdl = true;
+  /// Calls of more than kGraphMaxTokens tokens through gpu::attentionPrefill (tensor cores) when
+  /// it supports the head_dim; false: every call through the decode kernel (for comparison).
+  bool prefillAttention = true;
 };
 
 class GpuModel : public DecoderEngine {
  public:
   static constexpr int kGraphMaxTokens = 16;
+  /// Rows of logits computed at a time (target() of more rows runs the lm_head in slices).
+  static constexpr int kLogitsRows = 16;
   GpuModel(const ModelConfig& cfg, const TpShape& shape, int device, tpcomm::Communicator* comm);
   ~GpuModel() override;
   /// Allocates, fills the weights, creates stream/cuBLAS. Must be called on every rank.
   bool init(const GpuModelOptions& opt, std::string* error);
 
   bool target(const int32_t* tokens, int n, int pos, int32_t* next, std::string* error) override;
+  bool prefill(const int32_t* tokens, int n, int pos, int32_t* last, std::string* error) override;
   bool mtpFromTarget(const int32_t* tokens, int n, int slot, int32_t* draft, std::string* error) override;
   bool mtpChain(int32_t token, int slot, int32_t* draft, std::string* error) override;
   bool hasMtp() const override { return cfg_.mtpLayers > 0; }
@@ -73,11 +83,21 @@ class GpuModel : public DecoderEngine {
   /// down, and the lm_head), captured in one CUDA graph and replayed iters times: median ms, and
   /// the weight bytes they read (what a decode step must read; the roofline's numerator).
   bool timeStepGemms(int n, int iters, double* ms, size_t* bytes, std::string* error);
-  /// This rank's logits of the last target() call, [n, shape.vocab] (copied to the host).
-  bool lastLogits(int n, std::vector<float>* out, std::string* error);
-  /// Bytes of weights on this GPU, and of everything this model allocated.
+  /// This rank's logits of the last `rows` rows of the last call, [rows, shape.vocab] (copied to
+  /// the host). Only the last slice of kLogitsRows rows is kept (one row after prefill() and the
+  /// MTP passes): fails when rows exceeds it.
+  bool lastLogits(int rows, std::vector<float>* out, std::string* error);
+  /// Bytes of weights on this GPU, of the KV caches, and of everything this model allocated
+  /// (the rest is scratch sized by the chunk and the cuBLAS workspace).
   size_t weightBytes() const { return weightBytes_; }
+  size_t kvCacheBytes() const { return kvBytes_; }
   size_t allocatedBytes() const { return allocBytes_; }
+  /// Bytes one plain decode step at position pos reads (the roofline's numerator): every layer's
+  /// weights, the lm_head shard, one embedding row, and K and V of slots 0..pos of every layer.
+  /// Not the rest of the embedding table, not the MTP head.
+  size_t decodeStepBytes(int pos) const;
+  /// True when calls of more than kGraphMaxTokens tokens use gpu::attentionPrefill.
+  bool prefillAttention() const { return prefillAttn_; }
   /// Name of the algorithm tpcomm ran for the last all-reduce ("" with tp == 1).
   std::string lastAlgorithm() const;
   /// Algorithm of the last layer epilogue (after o_proj / down_proj) as enqueued: tpcomm's name
@@ -90,7 +110,7 @@ class GpuModel : public DecoderEngine {
     __nv_bfloat16 *ln1, *ln2, *qn, *kn, *wqkv, *wo, *wgu, *wd;
     __nv_bfloat16 *kCache, *vCache;
   };
-  enum Kind { kTarget = 0, kMtpFromTarget = 1, kMtpChain = 2 };
+  enum Kind { kTarget = 0, kMtpFromTarget = 1, kMtpChain = 2, kPrefill = 3 };
   bool alloc(void** p, size_t bytes, std::string* error);
   bool fill(__nv_bfloat16* dst, const std::string& name, int64_t rowOff, int64_t rows, int64_t colOff, int64_t cols,
             std::string* error);
@@ -99,7 +119,9 @@ class GpuModel : public DecoderEngine {
   bool enqueue(Kind kind, int n, std::string* error);
   bool enqueueLayer(const Layer& L, int n, int ropeOffset, const __nv_bfloat16* nextNorm, __nv_bfloat16* normOut,
                     std::string* error);
+  // Greedy tokens of n hidden rows: the lm_head in slices of kLogitsRows rows, one argmax table.
   bool enqueueGreedy(const __nv_bfloat16* hidden, int n, std::string* error);
+  void enqueueAttention(const Layer& L, int n);
   bool allReduce(void* buf, size_t count, bool f32, std::string* error);
   // x_ += all-reduce(proj_ [n, H]); out = rmsnorm(x_) * w (proj_ is clobbered on the unfused path).
   bool allReduceAddNorm(const __nv_bfloat16* w, int n, __nv_bfloat16* out, std::string* error);
@@ -117,7 +139,9 @@ class GpuModel : public DecoderEngine {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   std::vector<void*> allocations_;
-  size_t weightBytes_ = 0, allocBytes_ = 0;
+  size_t weightBytes_ = 0, kvBytes_ = 0, allocBytes_ = 0;
+  bool prefillAttn_ = false;
+  int lastLogitsRows_ = 0;
   int qkvRows_ = 0, splits_ = 1, chunk_ = 256;
   // weights
   __nv_bfloat16 *embed_ = nullptr, *lmHead_ = nullptr, *finalNorm_ = nullptr;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -32,10 +33,10 @@ namespace {
 struct Flags {
   std::string preset = "tiny", modelDir, promptFile, promptList, allreduce = "auto", metricsFile = "qwen_tp_metrics.prom";
   std::string gemv = "cublas";
-  int promptTokens = 32, nPredict = 32, ctxSize = 0, tp = 1, draftNMax = 0;
+  int promptTokens = 32, nPredict = 32, ctxSize = 0, tp = 1, draftNMax = 0, ubatch = 2048;
   double simAcceptance = -1;
   uint64_t seed = 1;
-  bool mpi = false, noGraphs = false, profile = true, fusedNorm = true, pdl = true;
+  bool mpi = false, noGraphs = false, profile = true, fusedNorm = true, pdl = true, prefillAttn = true;
 };
 
 void usage() {
@@ -46,7 +47,10 @@ void usage() {
       "  --prompt-tokens N       synthetic prompt of N token ids (default 32)\n"
       "  --prompt-ids a,b,c      prompt token ids;  --prompt-file F: whitespace-separated ids\n"
       "  --n-predict N           tokens to generate (default 32)\n"
-      "  --ctx-size N            KV cache positions (default prompt + n-predict + 16)\n"
+      "  --ctx-size N            KV cache positions, up to max_position_embeddings (default prompt + n-predict + 16)\n"
+      "  --ubatch-size N         prefill chunk: tokens per forward call (default 2048); longer prompts go in chunks\n"
+      "  --no-prefill-attn       every call through the decode attention kernel (default: tensor-core\n"
+      "                          FlashAttention-2 kernel for calls of more than 16 tokens)\n"
       "  --tp N                  tensor-parallel ranks (GPUs 0..N-1 in one process; under --mpi: world size)\n"
       "  --mpi                   one process per GPU (run under mpirun)\n"
       "  --spec-type draft-mtp   MTP speculative decoding;  --spec-draft-n-max N: drafts per step\n"
@@ -77,6 +81,7 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
     else if (a == "--no-profile") f->profile = false;
     else if (a == "--no-fused-norm") f->fusedNorm = false;
     else if (a == "--no-pdl") f->pdl = false;
+    else if (a == "--no-prefill-attn") f->prefillAttn = false;
     QWEN_FLAG("--model-preset", f->preset = v)
     QWEN_FLAG("--model-dir", f->modelDir = v)
     QWEN_FLAG("--prompt-tokens", f->promptTokens = std::atoi(v))
@@ -84,6 +89,7 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
     QWEN_FLAG("--prompt-file", f->promptFile = v)
     QWEN_FLAG("--n-predict", f->nPredict = std::atoi(v))
     QWEN_FLAG("--ctx-size", f->ctxSize = std::atoi(v))
+    QWEN_FLAG("--ubatch-size", f->ubatch = std::atoi(v))
     QWEN_FLAG("--tp", f->tp = std::atoi(v))
     QWEN_FLAG("--spec-type", specType = v)
     QWEN_FLAG("--spec-draft-n-max", f->draftNMax = std::atoi(v))
@@ -104,6 +110,7 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
     return *err = "--gemv must be cublas or custom (got \"" + f->gemv + "\")", false;
   if (f->simAcceptance > 1) return *err = "--sim-acceptance must be in [0, 1]", false;
   if (f->tp < 1) return *err = "--tp must be >= 1", false;
+  if (f->ubatch < 1) return *err = "--ubatch-size must be >= 1", false;
   return true;
 }
 
@@ -135,14 +142,21 @@ struct Shared {
   std::vector<int32_t> prompt;
 };
 
-// Everything one rank does; rank 0 reports.
-bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm, std::string* err) {
+// What one rank measured; rank 0 reports it.
+struct RankResult {
+  std::vector<int32_t> out;
+  GenerateStats plain, spec;
+  double coldPrefillSeconds = 0;  // the first prefill of the process (lazy loading, cuBLAS heuristics)
+  bool needPlain = false;
+  // profile (decode step from its CUDA graph)
+  double stepMs = 0, stepNoArMs = 0, verifyMs = 0, verifyNoArMs = 0, gemmMs = 0;
+  size_t gemmBytes = 0;
+};
+
+GpuModelOptions modelOptions(const Shared& sh) {
   const Flags& f = sh.flags;
-  TpShape shape;
-  if (!makeTpShape(sh.cfg, f.tp, rank, &shape, err)) return false;
-  GpuModel model(sh.cfg, shape, device, comm);
   GpuModelOptions o;
-  o.maxTokensPerCall = std::max<int>(static_cast<int>(sh.prompt.size()), f.draftNMax + 1);
+  o.maxTokensPerCall = std::max(f.ubatch, f.draftNMax + 1);
   o.ctxSize = f.ctxSize > 0 ? f.ctxSize : static_cast<int>(sh.prompt.size()) + f.nPredict + f.draftNMax + 16;
   o.seed = f.seed;
   o.checkpoint = sh.ckpt.get();
@@ -152,95 +166,144 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
   o.fusedNorm = f.fusedNorm;
   o.customGemv = f.gemv == "custom";
   o.pdl = f.pdl;
-  if (!model.init(o, err)) return false;
-  std::vector<int32_t> ref, out;
-  GenerateStats plain, spec;
+  o.prefillAttention = f.prefillAttn;
+  return o;
+}
+
+// Run: plain greedy (the reference, and the "MTP off" numbers) and/or MTP speculation. A first,
+// short generation of the same prompt warms everything up (its prefill is the cold time); the
+// measured runs' prefills are warm calls of the same shape.
+bool runDecode(const Shared& sh, GpuModel& model, RankResult* r, std::string* err) {
+  const Flags& f = sh.flags;
   GenerateOptions g;
   g.nPredict = f.nPredict;
-  const bool needPlain = f.draftNMax == 0 || f.simAcceptance >= 0;
-  if (needPlain && !generate(model, sh.prompt, g, &ref, &plain, err)) return false;
+  r->needPlain = f.draftNMax == 0 || f.simAcceptance >= 0;
+  {
+    GenerateOptions w = g;
+    w.nPredict = std::min(f.nPredict, 4);
+    std::vector<int32_t> o;
+    GenerateStats st;
+    if (!generate(model, sh.prompt, w, &o, &st, err)) return false;
+    r->coldPrefillSeconds = st.prefillSeconds;
+  }
+  std::vector<int32_t> ref;
+  if (r->needPlain && !generate(model, sh.prompt, g, &ref, &r->plain, err)) return false;
   if (f.draftNMax > 0) {
     g.draftNMax = f.draftNMax;
     g.simAcceptance = f.simAcceptance;
     g.reference = f.simAcceptance >= 0 ? &ref : nullptr;
     g.seed = f.seed;
-    if (!generate(model, sh.prompt, g, &out, &spec, err)) return false;
-    if (f.simAcceptance >= 0 && out != ref) return *err = "speculative output differs from plain greedy", false;
+    if (!generate(model, sh.prompt, g, &r->out, &r->spec, err)) return false;
+    if (f.simAcceptance >= 0 && r->out != ref) return *err = "speculative output differs from plain greedy", false;
   } else {
-    out = ref;
+    r->out = ref;
   }
-  double stepMs = 0, stepNoArMs = 0, verifyMs = 0, verifyNoArMs = 0, gemmMs = 0;
-  size_t gemmBytes = 0;
-  // Share of a decode step spent in all-reduce: with vs without them. Without, the layer epilogue
-  // is the addRmsNorm kernel alone, so with the fused norm the share is the fused call's time
-  // beyond that kernel's.
-  if (f.profile && o.useGraphs) {  // timeTargetStep replays the captured graphs
-    const int pos = static_cast<int>(sh.prompt.size());
-    const int nv = f.draftNMax + 1;
-    if (!model.timeTargetStep(1, pos, 50, &stepMs, err)) return false;
-    if (nv > 1 && nv <= GpuModel::kGraphMaxTokens && !model.timeTargetStep(nv, pos, 50, &verifyMs, err)) return false;
-    model.setSkipAllReduce(true);
-    if (!model.timeTargetStep(1, pos, 50, &stepNoArMs, err)) return false;
-    if (nv > 1 && nv <= GpuModel::kGraphMaxTokens && !model.timeTargetStep(nv, pos, 50, &verifyNoArMs, err)) return false;
-    model.setSkipAllReduce(false);
-    // Where the rest of the step goes: the weight GEMMs alone, in one graph.
-    if (!model.timeStepGemms(1, 20, &gemmMs, &gemmBytes, err)) return false;
-  }
-  if (rank != 0) return true;
-  // Roofline: weight bytes / device copy bandwidth, measured now on this GPU.
+  return true;
+}
+
+// Profile: a decode step (and a verify step) replayed from its graph, with and without the
+// all-reduces (the all-reduce share; without them the layer epilogue is the addRmsNorm kernel
+// alone, so with the fused norm the share is the fused call's time beyond that kernel's), and the
+// step's weight GEMMs alone in one graph.
+bool profileStep(const Shared& sh, GpuModel& model, RankResult* r, std::string* err) {
+  const Flags& f = sh.flags;
+  const int pos = static_cast<int>(sh.prompt.size());
+  const int nv = f.draftNMax + 1;
+  const bool verify = nv > 1 && nv <= GpuModel::kGraphMaxTokens;
+  if (!model.timeTargetStep(1, pos, 50, &r->stepMs, err)) return false;
+  if (verify && !model.timeTargetStep(nv, pos, 50, &r->verifyMs, err)) return false;
+  model.setSkipAllReduce(true);
+  if (!model.timeTargetStep(1, pos, 50, &r->stepNoArMs, err)) return false;
+  if (verify && !model.timeTargetStep(nv, pos, 50, &r->verifyNoArMs, err)) return false;
+  model.setSkipAllReduce(false);
+  return model.timeStepGemms(1, 20, &r->gemmMs, &r->gemmBytes, err);
+}
+
+// Device copy rate (read + write bytes per second) of 1 GiB copies, for the roofline.
+double deviceCopyBandwidth() {
+  void *a = nullptr, *b = nullptr;
+  const size_t bytes = 1u << 30;
   double bw = 0;
-  {
-    void *a = nullptr, *b = nullptr;
-    const size_t bytes = 1u << 30;
-    if (cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess) {
-      cudaEvent_t e0, e1;
-      cudaEventCreate(&e0);
-      cudaEventCreate(&e1);
-      cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-      cudaEventRecord(e0);
-      for (int i = 0; i < 10; ++i) cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
-      cudaEventRecord(e1);
-      cudaEventSynchronize(e1);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
-      bw = 2.0 * 10 * bytes / (ms * 1e-3);
-    }
-    cudaFree(a);
-    cudaFree(b);
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  if (cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess &&
+      cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess) {
+    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e0);
+    for (int i = 0; i < 10; ++i) cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms > 0) bw = 2.0 * 10 * bytes / (ms * 1e-3);
   }
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  return bw;
+}
+
+// Report (rank 0): configuration, llama.cpp-style timings, memory, roofline, profile, output.
+void report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, const RankResult& r) {
+  const Flags& f = sh.flags;
+  const double bw = deviceCopyBandwidth();
   size_t freeB = 0, totalB = 0;
   cudaMemGetInfo(&freeB, &totalB);
+  const int P = static_cast<int>(sh.prompt.size());
   std::printf(
-      "qwen_tp: model %s, TP=%d, allreduce %s (last algorithm: %s), layer epilogue %s (%s), prompt %zu, "
-      "n-predict %d, %s, GEMMs of <= 8 tokens: %s, PDL %s\n",
+      "qwen_tp: model %s, TP=%d, allreduce %s (last algorithm: %s), layer epilogue %s (%s), prompt %d, "
+      "n-predict %d, ctx-size %d, ubatch %d, prefill attention %s, %s, GEMMs of <= 8 tokens: %s, PDL %s\n",
       sh.cfg.name.c_str(), f.tp, f.allreduce.c_str(), model.lastAlgorithm().c_str(),
       f.fusedNorm ? "fused all-reduce + residual + RMSNorm" : "all-reduce, then residual + RMSNorm kernel",
-      model.lastNormAlgorithm().c_str(), sh.prompt.size(), f.nPredict,
+      model.lastNormAlgorithm().c_str(), P, f.nPredict, o.ctxSize, o.maxTokensPerCall,
+      model.prefillAttention() ? "tensor-core FA2 kernel (calls > 16 tokens)" : "decode kernel for every call",
       o.useGraphs ? "decode in CUDA graphs" : "eager decode (no CUDA graphs)",
       o.customGemv ? "custom GEMV (--gemv custom)" : "cuBLAS", o.pdl ? "on" : "off (--no-pdl)");
-  if (needPlain) std::printf("--- plain greedy ---\n%s", formatTimings(plain).c_str());
-  if (f.draftNMax > 0)
-    std::printf("--- draft-mtp n-max %d ---\n%s", f.draftNMax, formatTimings(spec).c_str());
-  const double wb = static_cast<double>(model.weightBytes());
-  std::printf("weights/GPU %.2f GB; HBM copy %.0f GB/s; roofline %.3f ms/token; peak GPU memory rank 0: %.2f GB allocated by "
-              "the model, %.2f GB in use on the device\n",
-              wb / 1e9, bw / 1e9, bw > 0 ? wb / bw * 1e3 : 0, model.allocatedBytes() / 1e9, (totalB - freeB) / 1e9);
-  if (stepMs > 0)
-    std::printf("decode step %.3f ms (%.1f%% of roofline), without all-reduce %.3f ms -> all-reduce share %.1f%%\n", stepMs,
-                bw > 0 ? wb / bw * 1e3 / stepMs * 100 : 0, stepNoArMs, (stepMs - stepNoArMs) / stepMs * 100);
-  if (gemmMs > 0)
+  std::printf("prefill cold (first call of the process): %.2f ms / %d tokens (%.2f tokens per second); the timed runs "
+              "below are warm\n",
+              r.coldPrefillSeconds * 1e3, P, r.coldPrefillSeconds > 0 ? P / r.coldPrefillSeconds : 0);
+  if (r.needPlain) std::printf("--- plain greedy ---\n%s", formatTimings(r.plain).c_str());
+  if (f.draftNMax > 0) std::printf("--- draft-mtp n-max %d ---\n%s", f.draftNMax, formatTimings(r.spec).c_str());
+  const double wb = static_cast<double>(model.weightBytes()), kv = static_cast<double>(model.kvCacheBytes()),
+               all = static_cast<double>(model.allocatedBytes());
+  std::printf("memory rank 0: weights %.2f GB, KV cache %.2f GB (%d positions), scratch + cuBLAS workspace %.2f GB "
+              "(sized by the %d-token chunk); %.2f GB allocated by the model, %.2f GB in use on the device\n",
+              wb / 1e9, kv / 1e9, o.ctxSize, (all - wb - kv) / 1e9, o.maxTokensPerCall, all / 1e9,
+              (totalB - freeB) / 1e9);
+  // Roofline: the bytes a plain decode step reads at the prompt's end, over the copy rate.
+  const double stepBytes = static_cast<double>(model.decodeStepBytes(P));
+  const double roofMs = bw > 0 ? stepBytes / bw * 1e3 : 0;
+  std::printf("HBM copy %.0f GB/s; a decode step at position %d reads %.2f GB (layers' weights, lm_head shard, one "
+              "embedding row, KV slots 0..%d) -> roofline %.3f ms/token\n",
+              bw / 1e9, P, stepBytes / 1e9, P, roofMs);
+  if (r.stepMs > 0)
+    std::printf("decode step %.3f ms (%.1f%% of roofline), without all-reduce %.3f ms -> all-reduce share %.1f%%\n",
+                r.stepMs, roofMs / r.stepMs * 100, r.stepNoArMs, (r.stepMs - r.stepNoArMs) / r.stepMs * 100);
+  if (r.gemmMs > 0)
     std::printf("decode step's weight GEMMs alone (one graph, %s): %.3f ms for %.2f GB = %.0f GB/s (%.1f%% of the copy "
                 "rate); everything else in the step: %.3f ms\n",
-                f.gemv.c_str(), gemmMs, gemmBytes / 1e9, gemmBytes / (gemmMs * 1e-3) / 1e9,
-                bw > 0 ? gemmBytes / (gemmMs * 1e-3) / bw * 100 : 0, stepMs - gemmMs);
-  if (verifyMs > 0)
-    std::printf("verify step (%d tokens) %.3f ms, without all-reduce %.3f ms -> all-reduce share %.1f%%\n", f.draftNMax + 1,
-                verifyMs, verifyNoArMs, (verifyMs - verifyNoArMs) / verifyMs * 100);
+                f.gemv.c_str(), r.gemmMs, r.gemmBytes / 1e9, r.gemmBytes / (r.gemmMs * 1e-3) / 1e9,
+                bw > 0 ? r.gemmBytes / (r.gemmMs * 1e-3) / bw * 100 : 0, r.stepMs - r.gemmMs);
+  if (r.verifyMs > 0)
+    std::printf("verify step (%d tokens) %.3f ms, without all-reduce %.3f ms -> all-reduce share %.1f%%\n",
+                f.draftNMax + 1, r.verifyMs, r.verifyNoArMs, (r.verifyMs - r.verifyNoArMs) / r.verifyMs * 100);
   std::printf("output:");
-  for (size_t i = 0; i < out.size() && i < 64; ++i) std::printf(" %d", out[i]);
-  std::printf("%s\n", out.size() > 64 ? " ..." : "");
+  for (size_t i = 0; i < r.out.size() && i < 64; ++i) std::printf(" %d", r.out[i]);
+  std::printf("%s\n", r.out.size() > 64 ? " ..." : "");
   std::ofstream m(f.metricsFile);
-  m << formatPrometheus(f.draftNMax > 0 ? spec : plain, o.ctxSize);
+  m << formatPrometheus(f.draftNMax > 0 ? r.spec : r.plain, o.ctxSize);
+}
+
+// Everything one rank does: build the model, run, profile; rank 0 reports.
+bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm, std::string* err) {
+  TpShape shape;
+  if (!makeTpShape(sh.cfg, sh.flags.tp, rank, &shape, err)) return false;
+  GpuModel model(sh.cfg, shape, device, comm);
+  const GpuModelOptions o = modelOptions(sh);
+  if (!model.init(o, err)) return false;
+  RankResult r;
+  if (!runDecode(sh, model, &r, err)) return false;
+  if (sh.flags.profile && o.useGraphs && !profileStep(sh, model, &r, err)) return false;  // replays the graphs
+  if (rank == 0) report(sh, model, o, r);
   return true;
 }
 

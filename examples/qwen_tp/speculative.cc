@@ -31,6 +31,24 @@ int32_t simulateDraft(int32_t draft, int32_t reference, double a, uint64_t seed,
   return (reference + off) % vocab;  // never the reference
 }
 
+bool prefillChunked(DecoderEngine& e, std::vector<int32_t>* tokens, bool mtp, int32_t* draft, std::string* error) {
+  const int P = static_cast<int>(tokens->size()), U = e.maxTokensPerCall();
+  if (P <= 0) return fail(error, "the prompt is empty");
+  if (U <= 0) return fail(error, "the engine accepts no tokens per call");
+  if (P + 1 > e.ctxSize())
+    return fail(error, "prompt of " + std::to_string(P) + " tokens does not fit the KV cache of " +
+                           std::to_string(e.ctxSize()) + " positions (--ctx-size)");
+  for (int a = 0; a < P; a += U) {
+    const int n = std::min(U, P - a);
+    int32_t last = 0;
+    if (!e.prefill(tokens->data() + a, n, a, &last, error)) return false;
+    if (a + n == P) tokens->push_back(last);  // t_P: the first generated token
+    // MTP pairs (h_s, t_{s+1}) for s in [a, a + n): t_{s+1} is in the prompt, or t_P just made.
+    if (mtp && !e.mtpFromTarget(tokens->data() + a + 1, n, a, draft, error)) return false;
+  }
+  return true;
+}
+
 bool generate(DecoderEngine& e, const std::vector<int32_t>& prompt, const GenerateOptions& opt, std::vector<int32_t>* out,
               GenerateStats* st, std::string* error) {
   *st = GenerateStats();
@@ -48,17 +66,13 @@ bool generate(DecoderEngine& e, const std::vector<int32_t>& prompt, const Genera
   if (P + opt.nPredict + N + 1 > e.ctxSize())
     return fail(error, "--ctx-size " + std::to_string(e.ctxSize()) + " is too small for " + std::to_string(P) + " prompt + " +
                            std::to_string(opt.nPredict) + " generated + " + std::to_string(N + 1) + " verify tokens");
-  if (P > e.maxTokensPerCall())
-    return fail(error, "prompt of " + std::to_string(P) + " tokens exceeds the engine's " + std::to_string(e.maxTokensPerCall()));
 
   // tokens[i] = t_i: the prompt, then everything generated. t_n is the last committed token;
   // it is not in the target's KV cache yet.
-  std::vector<int32_t> tokens = prompt, next(static_cast<size_t>(std::max(P, N + 1)));
+  std::vector<int32_t> tokens = prompt, next(static_cast<size_t>(N + 1));
   double t0 = now();
-  if (!e.target(prompt.data(), P, 0, next.data(), error)) return false;
-  tokens.push_back(next[P - 1]);
   int32_t draft = 0;
-  if (N > 0 && !e.mtpFromTarget(tokens.data() + 1, P, 0, &draft, error)) return false;  // pairs (h_s, t_{s+1})
+  if (!prefillChunked(e, &tokens, N > 0, &draft, error)) return false;
   double t1 = now();
   st->prefillSeconds = t1 - t0;
 

@@ -46,6 +46,13 @@ struct GenerateStats {
 bool generate(DecoderEngine& engine, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
               std::vector<int32_t>* out, GenerateStats* stats, std::string* error);
 
+/// Prefill of the prompt in *tokens (t_0 .. t_{P-1}) in chunks of e.maxTokensPerCall() tokens
+/// (llama.cpp's --ubatch-size), each through e.prefill() at its positions; appends t_P, the
+/// greedy token after the prompt. With `mtp`, each chunk is followed by the MTP pass over its
+/// pairs (h_s, t_{s+1}), and *draft is the MTP's draft after the last chunk. Fails when the
+/// prompt does not fit the KV cache.
+bool prefillChunked(DecoderEngine& e, std::vector<int32_t>* tokens, bool mtp, int32_t* draft, std::string* error);
+
 /// A draft token made right with probability `a` (seeded by (seed, position)), else wrong.
 int32_t simulateDraft(int32_t draft, int32_t reference, double a, uint64_t seed, int64_t position, int vocab);
 

@@ -2,6 +2,9 @@
 // (each error must name the field), and the tensor-parallel split.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+
 #include "config.h"
 
 namespace qwen {
@@ -129,6 +132,99 @@ TEST(QwenConfig, TpSplitRejectsIndivisibleShapes) {
   EXPECT_FALSE(makeTpShape(c, 3, 0, &s, &err));
   EXPECT_FALSE(makeTpShape(c, 2, 2, &s, &err));
   EXPECT_FALSE(makeTpShape(c, 0, 0, &s, &err));
+}
+
+}  // namespace
+}  // namespace qwen
+
+// ---- bounds on untrusted input and on sizes formed as int (issue 21 items 8, 12) ----
+
+namespace qwen {
+namespace {
+
+std::string configWith(const std::string& extra) {
+  std::string s = kQwen3_8B;
+  s.pop_back();  // the closing brace
+  return s + ", " + extra + "}";
+}
+
+TEST(QwenConfig, DeeplyNestedJsonIsRejectedWithoutRecursion) {
+  // Before the bound, a 100000-deep value in an integer field reached it->dump() in the error
+  // message and overflowed the stack (a crash, so this test failed by dying).
+  std::string deep(100000, '[');
+  deep += std::string(100000, ']');
+  for (const std::string& text : {std::string(R"({"vocab_size": )") + deep + "}", configWith("\"x\": " + deep)}) {
+    ModelConfig c;
+    std::string err;
+    EXPECT_FALSE(parseConfigJson(text, "deep.json", &c, &err));
+    EXPECT_NE(err.find("nested deeper than"), std::string::npos) << err;
+    EXPECT_LT(err.size(), 200u) << "the message must not echo the input";
+  }
+  // Within the bound, still an error naming the field, not the value.
+  ModelConfig c;
+  std::string err;
+  EXPECT_FALSE(parseConfigJson(configWith("\"rope_scaling\": [[[[1]]]]"), "c.json", &c, &err));
+  EXPECT_NE(err.find("rope_scaling"), std::string::npos) << err;
+  EXPECT_EQ(err.find("[[[["), std::string::npos) << err;
+  // A string holding brackets is not nesting.
+  EXPECT_TRUE(parseConfigJson(configWith("\"note\": \"" + std::string(100, '[') + "\""), "c.json", &c, &err)) << err;
+}
+
+TEST(QwenConfig, OversizedConfigFileIsRejectedBeforeReading) {
+  const std::string path = ::testing::TempDir() + "/qwen_big_config.json";
+  {
+    std::ofstream f(path);
+    f << configWith("\"pad\": \"" + std::string(2u << 20, 'x') + "\"");
+  }
+  ModelConfig c;
+  std::string err;
+  EXPECT_FALSE(loadConfigFile(path, &c, &err));
+  EXPECT_NE(err.find("limit"), std::string::npos) << err;
+  std::remove(path.c_str());
+  EXPECT_FALSE(loadConfigFile("/dev/null", &c, &err));  // not a regular file
+  EXPECT_NE(err.find("not a regular file"), std::string::npos) << err;
+}
+
+TEST(QwenConfig, HeadProductsThatOverflowIntAreRejected) {
+  // 2^24 heads x head_dim 256 = 2^32: qDim() would overflow int. Before the check this config
+  // was accepted (numHeads % numKvHeads == 0, each field < 2^31).
+  ModelConfig c;
+  std::string err;
+  const std::string text = R"({"vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 1, "num_attention_heads": 16777216, "num_key_value_heads": 16777216,
+      "head_dim": 256})";
+  EXPECT_FALSE(parseConfigJson(text, "big.json", &c, &err));
+  EXPECT_NE(err.find("exceeds 2^31 - 1"), std::string::npos) << err;
+  // The fused q|k|v width counts too: (2^22 + 2 x 2^22) x 256 = 3 x 2^30 > 2^31 - 1, though
+  // qDim alone (2^30) fits.
+  const std::string qkv = R"({"vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 1, "num_attention_heads": 4194304, "num_key_value_heads": 4194304, "head_dim": 256})";
+  EXPECT_FALSE(parseConfigJson(qkv, "qkv.json", &c, &err));
+  EXPECT_NE(err.find("exceeds 2^31 - 1"), std::string::npos) << err;
+  // Just inside: (2^21 + 2 x 2^21) x 256 = 1.5 x 2^30.
+  const std::string ok = R"({"vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 1, "num_attention_heads": 2097152, "num_key_value_heads": 2097152, "head_dim": 256})";
+  ASSERT_TRUE(parseConfigJson(ok, "ok.json", &c, &err)) << err;
+  EXPECT_EQ(static_cast<int64_t>(c.qDim()), int64_t{2097152} * 256);
+}
+
+TEST(QwenConfig, ContextSizeAndKvCacheBytes) {
+  ModelConfig c;
+  std::string err;
+  ASSERT_TRUE(presetConfig("qwen3-8b", &c, &err));
+  EXPECT_TRUE(checkCtxSize(c, 32768, &err)) << err;
+  EXPECT_TRUE(checkCtxSize(c, c.maxPositionEmbeddings, &err)) << err;
+  EXPECT_FALSE(checkCtxSize(c, c.maxPositionEmbeddings + 1, &err));
+  EXPECT_NE(err.find("max_position_embeddings"), std::string::npos) << err;
+  EXPECT_FALSE(checkCtxSize(c, 0, &err));
+  TpShape s1, s2;
+  ASSERT_TRUE(makeTpShape(c, 1, 0, &s1, &err));
+  ASSERT_TRUE(makeTpShape(c, 2, 1, &s2, &err));
+  // 36 layers + the MTP layer, K and V, 32768 slots x 8 kv heads x 128 dims x 2 bytes.
+  EXPECT_EQ(kvCacheBytes(c, s1, 32768), size_t{37} * 2 * 32768 * 8 * 128 * 2);
+  EXPECT_EQ(kvCacheBytes(c, s2, 32768) * 2, kvCacheBytes(c, s1, 32768));
+  c.mtpLayers = 0;
+  EXPECT_EQ(kvCacheBytes(c, s1, 32768), size_t{36} * 2 * 32768 * 8 * 128 * 2);  // 4.83 GB
 }
 
 }  // namespace

@@ -110,6 +110,10 @@ TEST(QwenSafetensors, MalformedFilesGiveErrorsNamingFileAndTensor) {
       {"dtype/size mismatch", rawImage(R"({"w":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,16]}})", 16), "size mismatch", "w"},
       {"reversed offsets", rawImage(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[16,0]}})", 16), "< begin", "w"},
       {"bad offsets", rawImage(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0]}})", 16), "data_offsets", "w"},
+      {"deep nesting", rawImage("{\"w\":" + std::string(100000, '[') + std::string(100000, ']') + "}", 0),
+       "nested deeper than", nullptr},
+      {"nested shape", rawImage(R"({"w":{"dtype":"F32","shape":[[[[4]]]],"data_offsets":[0,16]}})", 16),
+       "dimension 0", "w"},
       {"overlap", rawImage(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", 16),
        "overlapping", "a"},
   };
@@ -123,6 +127,22 @@ TEST(QwenSafetensors, MalformedFilesGiveErrorsNamingFileAndTensor) {
     EXPECT_NE(err.find("bad.safetensors"), std::string::npos) << r.name << ": " << err;
     EXPECT_NE(err.find(r.mustMention), std::string::npos) << r.name << ": " << err;
     if (r.tensor) EXPECT_NE(err.find(std::string("\"") + r.tensor + "\""), std::string::npos) << r.name << ": " << err;
+  }
+}
+
+// Issue 21 item 12: toFloat on an empty tensor used to call memcpy(out->data() == nullptr,
+// data == nullptr, 0), undefined behaviour that UBSan reports (-fsanitize=nonnull-attribute);
+// this test fails before the fix only under UBSan (the sanitizer stage of CI).
+TEST(QwenSafetensors, EmptyTensorToFloatTouchesNothing) {
+  for (StDtype dt : {StDtype::kF32, StDtype::kBF16, StDtype::kF16}) {
+    TensorView v;
+    v.dtype = dt;
+    v.shape = {0, 4};
+    v.data = nullptr;
+    v.bytes = 0;
+    std::vector<float> out = {1.f, 2.f};
+    v.toFloat(&out);
+    EXPECT_TRUE(out.empty());
   }
 }
 

@@ -1,0 +1,271 @@
+// attention_prefill.cu: causal GQA attention for prefill chunks on the tensor cores, in the
+// FlashAttention-2 schedule (Dao, 2023): a block owns a tile of 64 query rows and streams the
+// K/V tiles of 64 cache slots it needs through shared memory (cp.async, double-buffered), with
+// S = Q K^T and O += P V as mma.sync m16n8k16 bf16 products (fp32 accumulation) and an online
+// softmax in fp32 (exp2 with log2(e) folded into the scale). GQA: the rows of a tile are the
+// (token, query head) pairs of one KV head's group, token-major ("packed GQA"), so each K/V tile
+// is read once for the whole group. Each of the 4 warps owns 16 rows; Q stays in registers as
+// A fragments; K fragments come from ldmatrix, V fragments from ldmatrix.trans; P is converted
+// from the S accumulators to A fragments in registers (the C and A layouts of m16n8k16 line up).
+// Shared rows are padded by 16 bytes so ldmatrix reads are free of bank conflicts. The causal
+// mask is applied only to tiles that reach past the block's first query position. Blocks are
+// issued longest-first (the last query tiles attend to the most keys).
+#include "kernels/attention_prefill.cuh"
+
+#include <cstdint>
+
+#include "kernels/common.cuh"
+
+namespace qwen {
+namespace gpu {
+namespace {
+
+constexpr int kPfWarps = 4;
+constexpr int kPfRows = 16 * kPfWarps;  // query rows (token, head) per block
+constexpr int kPfKeys = 64;             // cache slots per K/V tile
+
+__device__ __forceinline__ uint32_t smemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronously; zero-filled when !valid (src is then not read).
+__device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+#endif
+}
+__device__ __forceinline__ void cpAsyncCommit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cpAsyncWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// Four 8x8 b16 matrices from shared memory (lanes 8i..8i+7 give the row addresses of matrix i);
+// register i holds the lane's fragment of matrix i (trans: of its transpose).
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], uint32_t addr) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+#endif
+}
+__device__ __forceinline__ void ldsm4T(uint32_t (&r)[4], uint32_t addr) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+#endif
+}
+
+__device__ __forceinline__ float fastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+template <int D>
+constexpr int smemBytes() {
+  return 2 /* K, V */ * 2 /* buffers */ * kPfKeys * (D + 8) * 2;
+}
+
+// grid (ceil(n * group / 64), hk), block 128, smemBytes<D>() of dynamic shared memory.
+template <int D>
+__global__ void __launch_bounds__(kPfWarps * 32)
+    attnPrefillKernel(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache,
+                      const int32_t* pos, int n, int hq, int hk, float scaleLog2, __nv_bfloat16* out) {
+  constexpr int SD = D + 8;    // shared row stride in elements
+  constexpr int KS = D / 16;   // k-steps of Q K^T
+  constexpr int NT = D / 8;    // 8-column tiles of O
+  constexpr int ST = kPfKeys / 8;
+  extern __shared__ __align__(16) unsigned char smemRaw[];
+  __nv_bfloat16* Ks = reinterpret_cast<__nv_bfloat16*>(smemRaw);  // [2][kPfKeys][SD]
+  __nv_bfloat16* Vs = Ks + 2 * kPfKeys * SD;                      // [2][kPfKeys][SD]
+  pdlLaunch();
+  pdlWait();
+  const int G = hq / hk, kvh = blockIdx.y, rowsTotal = n * G;
+  const int tileRow0 = (gridDim.x - 1 - blockIdx.x) * kPfRows;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
+  const int p0 = *pos;
+
+  // This thread's two rows: g and g + 8 of the warp's 16. Rows past the call read the last row
+  // (never stored).
+  int qpos[2];
+  int64_t rowOff[2];
+  bool rowValid[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int f = tileRow0 + warp * 16 + g + 8 * r, fc = min(f, rowsTotal - 1);
+    const int t = fc / G, h = kvh * G + fc % G;
+    qpos[r] = p0 + t;
+    rowOff[r] = (static_cast<int64_t>(t) * hq + h) * D;
+    rowValid[r] = f < rowsTotal;
+  }
+  uint32_t qf[KS][4];
+#pragma unroll
+  for (int kk = 0; kk < KS; ++kk) {
+    qf[kk][0] = *reinterpret_cast<const uint32_t*>(q + rowOff[0] + kk * 16 + 2 * tig);
+    qf[kk][1] = *reinterpret_cast<const uint32_t*>(q + rowOff[1] + kk * 16 + 2 * tig);
+    qf[kk][2] = *reinterpret_cast<const uint32_t*>(q + rowOff[0] + kk * 16 + 8 + 2 * tig);
+    qf[kk][3] = *reinterpret_cast<const uint32_t*>(q + rowOff[1] + kk * 16 + 8 + 2 * tig);
+  }
+  float o[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+  const int lastRow = min(tileRow0 + kPfRows, rowsTotal) - 1;
+  const int kvEnd = p0 + lastRow / G + 1;         // the block reads slots [0, kvEnd)
+  const int maskFrom = p0 + tileRow0 / G + 1;     // slots below are visible to every row
+  const int tiles = (kvEnd + kPfKeys - 1) / kPfKeys;
+  const int64_t slotStride = static_cast<int64_t>(hk) * D;
+
+  auto loadTile = [&](int tile, int buf) {
+    constexpr int CH = D / 8;  // 16-byte chunks per row
+    const int s0 = tile * kPfKeys;
+    for (int c = threadIdx.x; c < kPfKeys * CH; c += kPfWarps * 32) {
+      const int r = c / CH, col = (c % CH) * 8, s = s0 + r;
+      const bool valid = s < kvEnd;
+      const int64_t off = static_cast<int64_t>(valid ? s : 0) * slotStride + static_cast<int64_t>(kvh) * D + col;
+      const int so = (buf * kPfKeys + r) * SD + col;
+      cpAsync16(smemAddr(Ks + so), kCache + off, valid);
+      cpAsync16(smemAddr(Vs + so), vCache + off, valid);
+    }
+    cpAsyncCommit();
+  };
+
+  const int li = lane >> 3, lr = lane & 7;  // ldmatrix: matrix index, row within it
+  loadTile(0, 0);
+  for (int it = 0; it < tiles; ++it) {
+    const int buf = it & 1;
+    if (it + 1 < tiles) {
+      loadTile(it + 1, buf ^ 1);
+      cpAsyncWait<1>();
+    } else {
+      cpAsyncWait<0>();
+    }
+    __syncthreads();
+    const __nv_bfloat16* Kb = Ks + buf * kPfKeys * SD;
+    const __nv_bfloat16* Vb = Vs + buf * kPfKeys * SD;
+
+    // S = Q K^T for the warp's 16 rows x 64 slots.
+    float sc[ST][4];
+#pragma unroll
+    for (int j = 0; j < ST; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk) {
+#pragma unroll
+      for (int j = 0; j < ST; j += 2) {
+        uint32_t b[4];  // b0, b1 of slot tiles j and j + 1
+        ldsm4(b, smemAddr(Kb + (j * 8 + (li >> 1) * 8 + lr) * SD + kk * 16 + (li & 1) * 8));
+        mmaBf16(sc[j], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b[0], b[1]);
+        mmaBf16(sc[j + 1], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b[2], b[3]);
+      }
+    }
+    // Causal mask, online softmax (base 2). A row's 64 scores are spread over its 4 lanes.
+    const int s0 = it * kPfKeys;
+    const bool needMask = s0 + kPfKeys > maskFrom;
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int j = 0; j < ST; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, slot = s0 + j * 8 + 2 * tig + (e & 1);
+        float v = sc[j][e] * scaleLog2;
+        if (needMask && slot > qpos[r]) v = -INFINITY;
+        sc[j][e] = v;
+        mx[r] = fmaxf(mx[r], v);
+      }
+    float corr[2], rs[2] = {0.f, 0.f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      corr[r] = fastExp2(m[r] - mx[r]);  // slot 0 is in the first tile: mx is finite
+      m[r] = mx[r];
+    }
+#pragma unroll
+    for (int j = 0; j < ST; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = fastExp2(sc[j][e] - m[e >> 1]);
+        sc[j][e] = p;
+        rs[e >> 1] += p;
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * corr[r] + rs[r];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) o[j][0] *= corr[0], o[j][1] *= corr[0], o[j][2] *= corr[1], o[j][3] *= corr[1];
+    // O += P V: P's A fragments are the S accumulators of slot tiles 2kk and 2kk + 1, in bf16.
+#pragma unroll
+    for (int kk = 0; kk < kPfKeys / 16; ++kk) {
+      const uint32_t a0 = packBf16(sc[2 * kk][0], sc[2 * kk][1]), a1 = packBf16(sc[2 * kk][2], sc[2 * kk][3]),
+                     a2 = packBf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                     a3 = packBf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+#pragma unroll
+      for (int j = 0; j < NT; j += 2) {
+        uint32_t b[4];  // b0, b1 of column tiles j and j + 1
+        ldsm4T(b, smemAddr(Vb + (kk * 16 + (li & 1) * 8 + lr) * SD + j * 8 + (li >> 1) * 8));
+        mmaBf16(o[j], a0, a1, a2, a3, b[0], b[1]);
+        mmaBf16(o[j + 1], a0, a1, a2, a3, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // the buffer is refilled by the next iteration's load
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    if (!rowValid[r]) continue;
+    const float inv = 1.f / l[r];
+    __nv_bfloat16* dst = out + rowOff[r];
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+      *reinterpret_cast<uint32_t*>(dst + j * 8 + 2 * tig) = packBf16(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+  }
+}
+
+template <int D>
+void launchPrefill(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache,
+                   const int32_t* pos, int n, int hq, int hk, __nv_bfloat16* out, cudaStream_t s) {
+  // A host-side attribute of the current device's context (not a stream op: fine under capture);
+  // set on every call so that every device of a one-process TP group has it.
+  cudaFuncSetAttribute(attnPrefillKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smemBytes<D>());
+  const float scaleLog2 = 1.4426950408889634f / sqrtf(static_cast<float>(D));
+  const int rows = n * (hq / hk);
+  launchSmem(attnPrefillKernel<D>, dim3((rows + kPfRows - 1) / kPfRows, hk), dim3(kPfWarps * 32), smemBytes<D>(), s, q,
+             kCache, vCache, pos, n, hq, hk, scaleLog2, out);
+}
+
+}  // namespace
+
+bool attentionPrefillSupported(int D, int device) {
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess || major < 8) return false;
+  return D == 16 || D == 32 || D == 64 || D == 128;
+}
+
+void attentionPrefill(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache,
+                      const int32_t* pos, int n, int hq, int hk, int D, __nv_bfloat16* out, cudaStream_t s) {
+  if (n <= 0) return;
+  switch (D) {
+    case 16: launchPrefill<16>(q, kCache, vCache, pos, n, hq, hk, out, s); break;
+    case 32: launchPrefill<32>(q, kCache, vCache, pos, n, hq, hk, out, s); break;
+    case 64: launchPrefill<64>(q, kCache, vCache, pos, n, hq, hk, out, s); break;
+    case 128: launchPrefill<128>(q, kCache, vCache, pos, n, hq, hk, out, s); break;
+    default: break;  // attentionPrefillSupported said no; the caller does not get here
+  }
+}
+
+}  // namespace gpu
+}  // namespace qwen

@@ -1,0 +1,164 @@
+// gemv.cu: small-n GEMM ("GEMV") on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation).
+#include "kernels/gemv.cuh"
+
+#include <algorithm>
+#include <cfloat>
+#include <cstdint>
+
+#include "kernels/common.cuh"
+
+namespace qwen {
+namespace gpu {
+namespace {
+
+// ---- small-n GEMM ("GEMV") on the tensor cores: Y[t, o] = sum_i X[t, i] W[o, i], t < n <= 8 ----
+// A block owns 16 consecutive rows of W: one m16n8k16 row tile, whose 8 columns are the n <= 8
+// tokens (columns past n are computed from a repeated token and never stored). `in` is cut into
+// units of 32 columns; warp w of the block takes units w, w + warps, w + 2 warps, ... In a unit,
+// lane (g = lane / 4, c = lane % 4) loads 16 bytes (8 bf16 from column 32 u + 8 c) of W rows g
+// and g + 8 and of X row g: the 4 lanes of a group read 64 contiguous bytes of each of the 16
+// rows (whole 32-byte sectors; the neighbouring units, on the other warps, read the rest of the
+// lines at the same time). The MMA's k order is a permutation of the physical columns (any
+// permutation applied to A and B alike gives the same dot products): the lane's {w.x, w.y} of
+// row g feed A's {a0, a2}, those of row g + 8 {a1, a3}, and X's {x.x, x.y} B's {b0, b1}, for
+// the first MMA; .z, .w for the second. kGemvUnroll units are loaded before any MMA, so a warp
+// keeps 4 KB of W in flight. The warps' 16 x 8 fp32 tiles are summed through shared memory in
+// warp order. Every sum has a fixed order (a function of `in` only, not of n or of the run):
+// deterministic, and a token's result does not depend on the other tokens of the call.
+constexpr int kGemvUnroll = 4;
+constexpr int kGemvMaxWarps = 8;
+
+
+// 8 bf16 of `row` from column k; columns >= len read as 0. kVec: 16-byte loads (row 16-byte
+// aligned and len % 8 == 0, so a chunk is whole or past the end); kStream: evict-first (W is
+// read once per step; keep L2 for X and the KV cache).
+template <bool kVec, bool kStream>
+__device__ __forceinline__ uint4 gemvLoad8(const __nv_bfloat16* row, int k, int len) {
+  if (kVec) {
+    if (k >= len) return make_uint4(0u, 0u, 0u, 0u);
+    const uint4* p = reinterpret_cast<const uint4*>(row + k);
+    return kStream ? __ldcs(p) : __ldg(p);
+  }
+  const unsigned short* r = reinterpret_cast<const unsigned short*>(row);
+  uint32_t v[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t lo = k + 2 * j < len ? r[k + 2 * j] : 0u;
+    const uint32_t hi = k + 2 * j + 1 < len ? r[k + 2 * j + 1] : 0u;
+    v[j] = lo | (hi << 16);
+  }
+  return make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+// minBlocks 2 (<= 128 registers): without it ptxas (CUDA 13) schedules each unit's loads right
+// before its MMAs, one unit in flight per warp; with it the kGemvUnroll units' 12 loads issue
+// back to back (checked in the SASS, 72 registers).
+template <bool kVec, bool kF32>
+__global__ void __launch_bounds__(kGemvMaxWarps * 32, 2)
+    gemvKernel(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y) {
+  __shared__ float part[kGemvMaxWarps][32][4];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int rLo = blockIdx.x * 16 + g, rHi = rLo + 8;
+  // Rows past `out` and tokens past n read a valid row (the last one) and are never stored: a
+  // row of A only reaches the same row of D, a column of B the same column of D.
+  const __nv_bfloat16* wLo = W + static_cast<int64_t>(min(rLo, out - 1)) * in;
+  const __nv_bfloat16* wHi = W + static_cast<int64_t>(min(rHi, out - 1)) * in;
+  const __nv_bfloat16* xr = X + static_cast<int64_t>(min(g, n - 1)) * in;
+  const int units = (in + 31) / 32;
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+  int u = warp;
+  // W is constant: its first kGemvUnroll units per warp are prefetched into L2 before waiting for
+  // the previous kernel (which produced X), so the weight stream starts during its tail.
+  pdlLaunch();
+  if (kVec)
+    for (int j = 0; j < kGemvUnroll && u + j * warps < in / 32; ++j) {
+      const int k = (u + j * warps) * 32 + c * 8;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(wLo + k));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(wHi + k));
+    }
+  pdlWait();
+  if (kVec) {
+    // Rounds of kGemvUnroll whole units: unpredicated 16-byte loads, all issued before the MMAs
+    // (guarded loads let ptxas interleave load -> MMA pairs, one unit in flight per warp).
+    const int whole = in / 32;
+    for (; u + (kGemvUnroll - 1) * warps < whole; u += kGemvUnroll * warps) {
+      uint4 a[kGemvUnroll], b[kGemvUnroll], x[kGemvUnroll];
+#pragma unroll
+      for (int j = 0; j < kGemvUnroll; ++j) {
+        const int k = (u + j * warps) * 32 + c * 8;
+        a[j] = __ldcs(reinterpret_cast<const uint4*>(wLo + k));
+        b[j] = __ldcs(reinterpret_cast<const uint4*>(wHi + k));
+        x[j] = __ldg(reinterpret_cast<const uint4*>(xr + k));
+      }
+#pragma unroll
+      for (int j = 0; j < kGemvUnroll; ++j) {
+        mmaBf16(d, a[j].x, b[j].x, a[j].y, b[j].y, x[j].x, x[j].y);
+        mmaBf16(d, a[j].z, b[j].z, a[j].w, b[j].w, x[j].z, x[j].w);
+      }
+    }
+  }
+  // The rest (all of it on the scalar path), a unit at a time, columns past `in` read as 0.
+  for (; u < units; u += warps) {
+    const int k = u * 32 + c * 8;
+    const uint4 a = gemvLoad8<kVec, true>(wLo, k, in), b = gemvLoad8<kVec, true>(wHi, k, in),
+                x = gemvLoad8<kVec, false>(xr, k, in);
+    mmaBf16(d, a.x, b.x, a.y, b.y, x.x, x.y);
+    mmaBf16(d, a.z, b.z, a.w, b.w, x.z, x.w);
+  }
+  if (warps > 1) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) part[warp][lane][j] = d[j];
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float s = part[0][lane][j];
+      for (int w = 1; w < warps; ++w) s += part[w][lane][j];
+      d[j] = s;
+    }
+  }
+  // D fragment: d0, d1 = (row g, tokens 2c, 2c + 1); d2, d3 = (row g + 8, the same tokens).
+  const int t0 = 2 * c, t1 = t0 + 1;
+  auto store = [&](int t, int o, float v) {
+    const int64_t i = static_cast<int64_t>(t) * out + o;
+    if (kF32)
+      static_cast<float*>(Y)[i] = v;
+    else
+      static_cast<__nv_bfloat16*>(Y)[i] = __float2bfloat16_rn(v);
+  };
+  if (rLo < out && t0 < n) store(t0, rLo, d[0]);
+  if (rLo < out && t1 < n) store(t1, rLo, d[1]);
+  if (rHi < out && t0 < n) store(t0, rHi, d[2]);
+  if (rHi < out && t1 < n) store(t1, rHi, d[3]);
+}
+
+}  // namespace
+
+bool gemvVectorizable(const void* W, const void* X, int in) {
+  return in % 8 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0;
+}
+
+bool gemvBf16(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32,
+              cudaStream_t s) {
+  if (n < 1 || n > kGemvMaxTokens || out < 0 || in < 0) return false;
+  if (out == 0) return true;
+  const int units = (in + 31) / 32;
+  // Split `in` over up to 8 warps, each with at least 2 unrolled rounds of units when possible.
+  const int warps = std::max(1, std::min(kGemvMaxWarps, units / (2 * kGemvUnroll)));
+  const dim3 grid((out + 15) / 16), block(32 * warps);
+  const bool vec = gemvVectorizable(W, X, in);
+  if (vec && yF32)
+    launch(gemvKernel<true, true>, grid, block, s, W, out, in, X, n, Y);
+  else if (vec)
+    launch(gemvKernel<true, false>, grid, block, s, W, out, in, X, n, Y);
+  else if (yF32)
+    launch(gemvKernel<false, true>, grid, block, s, W, out, in, X, n, Y);
+  else
+    launch(gemvKernel<false, false>, grid, block, s, W, out, in, X, n, Y);
+  return true;
+}
+
+
+}  // namespace gpu
+}  // namespace qwen

@@ -1,0 +1,27 @@
+// gemv.cuh: small-n GEMM (n <= 8 tokens) on the tensor cores, streaming W at HBM bandwidth.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace qwen {
+namespace gpu {
+
+/// Small-n GEMM on the tensor cores (mma.sync m16n8k16, fp32 accumulation), built to stream W at
+/// HBM bandwidth: Y[t, o] = sum_i X[t, i] * W[o, i] for t < n, o < out; W bf16 [out, in] and X
+/// bf16 [n, in] row-major (row stride = in), Y [n, out] fp32 (yF32) or bf16 (round to nearest).
+/// The same product as GpuModel::gemm's cublasGemmEx, for decode and MTP verify (n = 1..8).
+/// Deterministic: the order of every sum depends on `in` only, so a token's row is also the same
+/// whatever the other tokens of the call are. Any `in` and any alignment are correct; the fast
+/// path (16-byte loads) needs gemvVectorizable(W, X, in), else every element is loaded alone.
+/// Needs sm_80+. Returns false (and launches nothing) when n is outside 1..kGemvMaxTokens.
+constexpr int kGemvMaxTokens = 8;
+bool gemvBf16(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32,
+              cudaStream_t s);
+/// in % 8 == 0 and W, X 16-byte aligned: gemvBf16 runs on 16-byte vector loads.
+bool gemvVectorizable(const void* W, const void* X, int in);
+
+}  // namespace gpu
+}  // namespace qwen

@@ -1,0 +1,57 @@
+// rope.cu: q/k per-head RMSNorm + rotate-half rotary + KV store, one block per (token, head).
+#include "kernels/rope.cuh"
+
+#include <algorithm>
+#include <cfloat>
+#include <cstdint>
+
+#include "kernels/common.cuh"
+
+namespace qwen {
+namespace gpu {
+namespace {
+
+// grid (n, hq + 2 hk), block D/2 threads (D <= 256 so <= 128 threads, rounded up to a warp).
+__global__ void qkNormRopeKernel(const __nv_bfloat16* qkv, int hq, int hk, int D, const __nv_bfloat16* qNorm,
+                                 const __nv_bfloat16* kNorm, float eps, float theta, const int32_t* pos, int ropeOffset,
+                                 __nv_bfloat16* q, __nv_bfloat16* kCache, __nv_bfloat16* vCache) {
+  pdlLaunch();
+  pdlWait();
+  const int t = blockIdx.x, h = blockIdx.y, half = D / 2, i = threadIdx.x;
+  const int width = (hq + 2 * hk) * D;
+  const __nv_bfloat16* src = qkv + static_cast<int64_t>(t) * width + static_cast<int64_t>(h) * D;
+  const int slot = *pos + t;
+  if (h >= hq + hk) {  // v head: store as is
+    const int vh = h - hq - hk;
+    __nv_bfloat16* dst = vCache + (static_cast<int64_t>(slot) * hk + vh) * D;
+    if (i < half) dst[i] = src[i], dst[i + half] = src[i + half];
+    return;
+  }
+  float x1 = i < half ? __bfloat162float(src[i]) : 0.f, x2 = i < half ? __bfloat162float(src[i + half]) : 0.f;
+  const float inv = rsqrtf(blockSum(x1 * x1 + x2 * x2) / D + eps);
+  if (i >= half) return;
+  const __nv_bfloat16* nw = h < hq ? qNorm : kNorm;
+  // HF rounds the normed head to bf16 before rotary; so do we.
+  x1 = __bfloat162float(__float2bfloat16_rn(__bfloat162float(nw[i]) * (x1 * inv)));
+  x2 = __bfloat162float(__float2bfloat16_rn(__bfloat162float(nw[i + half]) * (x2 * inv)));
+  const float invFreq = 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(D));
+  float sn, cs;
+  sincosf(static_cast<float>(*pos + ropeOffset + t) * invFreq, &sn, &cs);
+  const float o1 = x1 * cs - x2 * sn, o2 = x2 * cs + x1 * sn;
+  __nv_bfloat16* dst = h < hq ? q + (static_cast<int64_t>(t) * hq + h) * D
+                              : kCache + (static_cast<int64_t>(slot) * hk + (h - hq)) * D;
+  dst[i] = __float2bfloat16_rn(o1);
+  dst[i + half] = __float2bfloat16_rn(o2);
+}
+
+}  // namespace
+
+void qkNormRopeStore(const __nv_bfloat16* qkv, int n, int hq, int hk, int D, const __nv_bfloat16* qNorm,
+                     const __nv_bfloat16* kNorm, float eps, float theta, const int32_t* pos, int ropeOffset,
+                     __nv_bfloat16* q, __nv_bfloat16* kCache, __nv_bfloat16* vCache, cudaStream_t s) {
+  launch(qkNormRopeKernel, dim3(n, hq + 2 * hk), roundWarp(D / 2), s, qkv, hq, hk, D, qNorm, kNorm, eps, theta, pos,
+                                                                     ropeOffset, q, kCache, vCache);
+}
+
+}  // namespace gpu
+}  // namespace qwen

@@ -1,0 +1,251 @@
+// GPU tests of the prefill path (label gpu; part of qwen_gpu_test, whose main skips without a GPU):
+//  - gpu::attentionPrefill against an fp64 host reference: causal, GQA (group 1, 4, 8), head_dim
+//    16/32/64/128, lengths 1 .. 16384 that are and are not multiples of the 64-row / 64-slot
+//    tiles, first chunks (pos 0) and later chunks (pos > 0, the cache prefix written before).
+//    Output poisoned (NaN) before the call; every element of every checked row compared (all
+//    rows where n x (pos + n) <= 4.2M; beyond, tile edges, the ends and 48 random rows). Queries are
+//    scaled up (x4) so softmaxes are peaked and a mask that is off by one slot shows.
+//    Tolerance |out - ref| <= 2^-7 |ref| + 4e-3: one bf16 rounding of the output, P rounded to
+//    bf16 before P V (as FlashAttention does), fp32 sums over <= 16K slots.
+//  - Chunked prefill equals one call: the tiny model (head_dim 16, prefill kernel) and a 4-layer
+//    qwen3-0.6b shape (head_dim 128): the prompt in one call and in chunks of --ubatch-size
+//    (20, 7: the last one only decode-kernel calls), plus the decode kernel for every call
+//    (prefillAttention = false: the greedy path as it was). Last-row logits of every variant
+//    within bf16 tolerance of the one-call run (and of the fp32 CPU reference on tiny), the next
+//    token equal wherever the top-2 margin exceeds twice the bound, then 8 teacher-forced
+//    decode steps through the graphs with the same checks.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cpu_model.h"
+#include "gpu_kernels.h"
+#include "gpu_model.h"
+#include "safetensors.h"
+#include "speculative.h"
+
+namespace qwen {
+namespace {
+
+uint16_t toBf16(float f) { return floatToBf16(f); }  // safetensors.h
+double fromBf16(uint16_t h) { return bf16ToFloat(h); }
+
+struct PrefillCase {
+  int D, hq, hk, pos, n;
+};
+
+TEST(QwenPrefillGpu, AttentionMatchesFp64Reference) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  if (!gpu::attentionPrefillSupported(128, 0)) GTEST_SKIP() << "attentionPrefill needs sm_80+";
+  const std::vector<PrefillCase> cases = {
+      {128, 8, 2, 0, 1},     {128, 8, 2, 0, 17},   {128, 8, 2, 0, 63},    {128, 8, 2, 0, 64},
+      {128, 8, 2, 0, 65},    {128, 32, 8, 0, 200}, {128, 4, 1, 100, 77},  {128, 8, 2, 1000, 33},
+      {64, 16, 2, 0, 300},   {64, 8, 8, 5, 129},   {32, 4, 4, 0, 97},     {16, 8, 4, 0, 33},
+      {16, 8, 4, 20, 45},    {128, 8, 1, 0, 2048}, {128, 4, 1, 0, 16384}, {128, 8, 2, 8191, 1999},
+  };
+  uint64_t rng = 0x9e3779b97f4a7c15ull;
+  auto uni = [&]() {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>((rng >> 40) & 0xffffff) / 8388608.f - 1.f;  // [-1, 1)
+  };
+  for (const PrefillCase& c : cases) {
+    const int ctx = c.pos + c.n, G = c.hq / c.hk;
+    const size_t qN = static_cast<size_t>(c.n) * c.hq * c.D, kvN = static_cast<size_t>(ctx) * c.hk * c.D;
+    std::vector<uint16_t> q(qN), k(kvN), v(kvN), out(qN);
+    for (auto& x : q) x = toBf16(4.f * uni());
+    for (auto& x : k) x = toBf16(uni());
+    for (auto& x : v) x = toBf16(uni());
+    void *dq, *dk, *dv, *dout, *dpos;
+    ASSERT_EQ(cudaMalloc(&dq, qN * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dk, kvN * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dv, kvN * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dout, qN * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dpos, 4), cudaSuccess);
+    cudaMemcpy(dq, q.data(), qN * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dk, k.data(), kvN * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dv, v.data(), kvN * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dpos, &c.pos, 4, cudaMemcpyHostToDevice);
+    cudaMemset(dout, 0xff, qN * 2);  // NaN poison
+    gpu::attentionPrefill(static_cast<__nv_bfloat16*>(dq), static_cast<__nv_bfloat16*>(dk),
+                          static_cast<__nv_bfloat16*>(dv), static_cast<int32_t*>(dpos), c.n, c.hq, c.hk, c.D,
+                          static_cast<__nv_bfloat16*>(dout), nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(out.data(), dout, qN * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    cudaFree(dq);
+    cudaFree(dk);
+    cudaFree(dv);
+    cudaFree(dout);
+    cudaFree(dpos);
+    // Rows to check: all up to 2048 tokens, else tile edges, ends and random rows.
+    std::vector<int> rows;
+    if (static_cast<int64_t>(c.n) * ctx <= 4200000) {
+      for (int t = 0; t < c.n; ++t) rows.push_back(t);
+    } else {
+      for (int t : {0, 1, 15, 16, 63, 64, 65, c.n / 2, c.n - 65, c.n - 64, c.n - 2, c.n - 1}) rows.push_back(t);
+      for (int i = 0; i < 48; ++i) rows.push_back(static_cast<int>((uni() * 0.5f + 0.5f) * (c.n - 1)));
+    }
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+    int bad = 0;
+    double worst = 0;
+    std::vector<double> sc(ctx), acc(c.D);
+    for (int t : rows)
+      for (int h = 0; h < c.hq; ++h) {
+        const int kvh = h / G, last = c.pos + t;
+        double mx = -1e300;
+        for (int s = 0; s <= last; ++s) {
+          double d = 0;
+          for (int i = 0; i < c.D; ++i)
+            d += fromBf16(q[(static_cast<size_t>(t) * c.hq + h) * c.D + i]) *
+                 fromBf16(k[(static_cast<size_t>(s) * c.hk + kvh) * c.D + i]);
+          sc[s] = d * scale;
+          mx = std::max(mx, sc[s]);
+        }
+        double l = 0;
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int s = 0; s <= last; ++s) {
+          const double p = std::exp(sc[s] - mx);
+          l += p;
+          for (int i = 0; i < c.D; ++i) acc[i] += p * fromBf16(v[(static_cast<size_t>(s) * c.hk + kvh) * c.D + i]);
+        }
+        for (int i = 0; i < c.D; ++i) {
+          const double ref = acc[i] / l, got = fromBf16(out[(static_cast<size_t>(t) * c.hq + h) * c.D + i]);
+          const double e = std::fabs(got - ref);
+          worst = std::max(worst, e);
+          if (!(e <= std::ldexp(std::fabs(ref), -7) + 4e-3) && ++bad <= 3)
+            ADD_FAILURE() << "D " << c.D << " hq " << c.hq << " hk " << c.hk << " pos " << c.pos << " n " << c.n
+                          << ": token " << t << " head " << h << " dim " << i << " got " << got << " ref " << ref;
+        }
+      }
+    EXPECT_EQ(bad, 0) << "D " << c.D << " n " << c.n << " pos " << c.pos << ": worst |out - ref| " << worst;
+    std::printf("attentionPrefill D %d hq %d hk %d pos %d n %d: %zu rows checked, worst |out - ref| %.2e\n", c.D, c.hq,
+                c.hk, c.pos, c.n, rows.size(), worst);
+  }
+}
+
+// ---- chunked prefill == one call, and the decode-kernel path, on a model ----
+
+struct Variant {
+  const char* name;
+  int ubatch;
+  bool prefillAttention;
+};
+
+// Per variant: prefillChunked over the prompt, then 8 decode steps teacher-forced with `follow`
+// (when non-empty) or the variant's own tokens. Returns the last-row logits of each step.
+void runVariant(const ModelConfig& c, const Variant& v, const std::vector<int32_t>& prompt,
+                const std::vector<int32_t>& follow, std::vector<std::vector<float>>* logits,
+                std::vector<int32_t>* tokens) {
+  TpShape s;
+  std::string err;
+  ASSERT_TRUE(makeTpShape(c, 1, 0, &s, &err)) << err;
+  GpuModel m(c, s, 0, nullptr);
+  GpuModelOptions o;
+  o.ctxSize = static_cast<int>(prompt.size()) + 16;
+  o.maxTokensPerCall = v.ubatch;
+  o.seed = 7;
+  o.prefillAttention = v.prefillAttention;
+  ASSERT_TRUE(m.init(o, &err)) << v.name << ": " << err;
+  std::vector<int32_t> toks = prompt;
+  int32_t draft = 0;
+  ASSERT_TRUE(prefillChunked(m, &toks, false, &draft, &err)) << v.name << ": " << err;
+  logits->assign(1, {});
+  ASSERT_TRUE(m.lastLogits(1, &(*logits)[0], &err)) << err;
+  tokens->assign(1, toks.back());
+  for (int i = 0; i < 8; ++i) {
+    const int pos = static_cast<int>(prompt.size()) + i;
+    int32_t in = follow.empty() ? tokens->back() : follow[static_cast<size_t>(i)], next = -1;
+    ASSERT_TRUE(m.target(&in, 1, pos, &next, &err)) << err;
+    logits->emplace_back();
+    ASSERT_TRUE(m.lastLogits(1, &logits->back(), &err)) << err;
+    tokens->push_back(next);
+  }
+}
+
+// |a - ref| <= tol * max|ref| per step, and equal argmax where ref's top-2 margin > 2 tol max|ref|.
+void compareSteps(const char* what, const std::vector<std::vector<float>>& a, const std::vector<int32_t>& ta,
+                  const std::vector<std::vector<float>>& ref, const std::vector<int32_t>& tref, float tol) {
+  ASSERT_EQ(a.size(), ref.size());
+  int checked = 0;
+  for (size_t st = 0; st < ref.size(); ++st) {
+    float mx = 0, e = 0, top = -1e30f, second = -1e30f;
+    for (size_t i = 0; i < ref[st].size(); ++i) {
+      const float r = ref[st][i];
+      mx = std::max(mx, std::fabs(r));
+      e = std::max(e, std::fabs(a[st][i] - r));
+      if (r > top)
+        second = top, top = r;
+      else if (r > second)
+        second = r;
+    }
+    EXPECT_LE(e, tol * mx) << what << ": step " << st;
+    if (top - second > 2 * tol * mx) {
+      EXPECT_EQ(ta[st], tref[st]) << what << ": step " << st;
+      ++checked;
+    }
+  }
+  std::printf("%s: %d of %zu steps with a clear margin, tokens equal there\n", what, checked, ref.size());
+}
+
+TEST(QwenPrefillGpu, ChunkedPrefillEqualsOneCallTiny) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ModelConfig c;
+  std::string err;
+  ASSERT_TRUE(presetConfig("tiny", &c, &err));
+  std::vector<int32_t> prompt(60);
+  for (int i = 0; i < 60; ++i) prompt[i] = (i * 389 + 17) % c.vocabSize;
+  // fp32 CPU reference (same synthetic weights, rounded to bf16), prompt in one call.
+  HostWeights w;
+  makeSyntheticHostWeights(c, 7, /*roundBf16=*/true, &w);
+  TpShape s;
+  ASSERT_TRUE(makeTpShape(c, 1, 0, &s, &err));
+  CpuModel cpu(c, s, &w, nullptr, 76);
+  std::vector<std::vector<float>> cl;
+  std::vector<int32_t> ct, cn(60);
+  ASSERT_TRUE(cpu.target(prompt.data(), 60, 0, cn.data(), &err)) << err;
+  cl.emplace_back(cpu.lastLogits().end() - c.vocabSize, cpu.lastLogits().end());
+  ct.push_back(cn[59]);
+  for (int i = 0; i < 8; ++i) {
+    int32_t in = ct.back(), next = -1;
+    ASSERT_TRUE(cpu.target(&in, 1, 60 + i, &next, &err)) << err;
+    cl.push_back(cpu.lastLogits());
+    ct.push_back(next);
+  }
+  const std::vector<int32_t> follow(ct.begin(), ct.end() - 1);
+  std::vector<std::vector<float>> one, l;
+  std::vector<int32_t> tOne, t;
+  runVariant(c, {"one call", 64, true}, prompt, follow, &one, &tOne);
+  compareSteps("tiny one call vs CPU", one, tOne, cl, ct, 0.03f);
+  for (const Variant& v : {Variant{"chunks of 20", 20, true}, Variant{"chunks of 7", 7, true},
+                           Variant{"decode kernel only", 64, false}}) {
+    runVariant(c, v, prompt, follow, &l, &t);
+    compareSteps((std::string("tiny ") + v.name + " vs CPU").c_str(), l, t, cl, ct, 0.03f);
+    compareSteps((std::string("tiny ") + v.name + " vs one call").c_str(), l, t, one, tOne, 0.02f);
+  }
+}
+
+TEST(QwenPrefillGpu, ChunkedPrefillEqualsOneCallHeadDim128) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ModelConfig c;
+  std::string err;
+  ASSERT_TRUE(presetConfig("qwen3-0.6b", &c, &err));
+  c.numLayers = 4;
+  c.mtpLayers = 0;
+  std::vector<int32_t> prompt(300);
+  for (int i = 0; i < 300; ++i) prompt[i] = (i * 7919 + 13) % c.vocabSize;
+  std::vector<std::vector<float>> one, l;
+  std::vector<int32_t> tOne, t;
+  runVariant(c, {"one call", 512, true}, prompt, {}, &one, &tOne);
+  const std::vector<int32_t> follow(tOne.begin(), tOne.end() - 1);
+  runVariant(c, {"one call", 512, true}, prompt, follow, &one, &tOne);
+  for (const Variant& v : {Variant{"chunks of 128", 128, true}, Variant{"chunks of 50", 50, true},
+                           Variant{"decode kernel only", 512, false}}) {
+    runVariant(c, v, prompt, follow, &l, &t);
+    compareSteps((std::string("0.6b-shape ") + v.name + " vs one call").c_str(), l, t, one, tOne, 0.02f);
+  }
+}
+
+}  // namespace
+}  // namespace qwen
