@@ -1,0 +1,85 @@
+#!/bin/bash
+# bench_h200x1.sh: qwen_tp on one H200 (TP=1) against the plain PyTorch decoder of
+# bench/baselines/torch_qwen_tp1.py, in the same device call: build, the qwen GPU tests, then the
+# benchmark in A B B A order (qwen_tp, torch, torch, qwen_tp) per model shape. Every log records
+# the commit, the date and the command. Usage (from a source tree):
+#   OUT=/path/to/logs examples/qwen_tp/bench_h200x1.sh [all|test|bench8|bench32|long]
+# COMMIT (env) names the commit the tree was archived from when it has no .git.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+PART=${1:-all}
+SRC=$(pwd)
+B=${BUILD:-$SRC/build-h200}
+OUT=${OUT:?set OUT}
+mkdir -p "$OUT"
+REV=${COMMIT:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)}
+Q=$B/examples/qwen_tp/qwen_tp
+T="python3 -u $SRC/bench/baselines/torch_qwen_tp1.py"
+
+header() {  # header <log> <command...>
+  { echo "# commit $REV"; echo "# date $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "# command: $*";
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/# gpu /'; } > "$1"
+}
+run() {  # run <name> <timeout s> <command...>: appends to $OUT/<name>.log
+  local name=$1 t=$2; shift 2
+  local log=$OUT/$name.log
+  [ -f "$log" ] || header "$log" "$@"
+  echo "## $(date -u +%H:%M:%S) $*" >> "$log"
+  timeout "$t" "$@" >> "$log" 2>&1
+  local rc=$?
+  echo "## rc=$rc" >> "$log"
+  echo "$name rc=$rc"
+}
+
+if [ ! -x "$Q" ] || [ "$PART" = all ] || [ "$PART" = test ]; then
+  header "$OUT/build.log" cmake build
+  { cmake -S "$SRC" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
+    cmake --build "$B" -j16 --target qwen_tp qwen_gpu_test qwen_prefill_test qwen_config_test; } >> "$OUT/build.log" 2>&1 ||
+    { echo "BUILD FAILED"; tail -30 "$OUT/build.log"; exit 1; }
+fi
+
+if [ "$PART" = all ] || [ "$PART" = test ]; then
+  run tests 240 "$B/examples/qwen_tp/tests/qwen_gpu_test" --gtest_filter='QwenPrefillGpu.*:QwenGpu.LogitsMatch*:QwenGpu.AttentionMatchesReference:QwenGpu.CustomGemv*'
+  run tests 60 "$B/examples/qwen_tp/tests/qwen_prefill_test"
+  run tests 60 "$B/examples/qwen_tp/tests/qwen_config_test"
+fi
+
+qwen8() {  # qwen8 <tag>: prefill 512/2048/8192 and decode, qwen3-8b shape
+  for P in 512 2048 8192; do
+    run "qwen8_$1" 120 $Q --model-preset qwen3-8b --prompt-tokens $P --n-predict 64 --ubatch-size 2048
+  done
+}
+if [ "$PART" = all ] || [ "$PART" = bench8 ]; then
+  qwen8 A
+  run torch8_B 300 $T --preset qwen3-8b --prefill 512,2048,8192 --decode 512,8192
+  run torch8_B2 300 $T --preset qwen3-8b --prefill 512,2048,8192 --decode 512,8192
+  qwen8 A2
+  # one variable at a time: the decode attention kernel for prefill too (the old path)
+  run qwen8_oldattn 120 $Q --model-preset qwen3-8b --prompt-tokens 2048 --n-predict 16 --ubatch-size 2048 --no-prefill-attn --no-profile
+fi
+if [ "$PART" = all ] || [ "$PART" = long ]; then
+  run qwen8_32k 300 $Q --model-preset qwen3-8b --prompt-tokens 32000 --ctx-size 32768 --n-predict 64 --ubatch-size 2048
+  run torch8_32k 300 $T --preset qwen3-8b --prefill 32000 --decode 32767 --no-eager-decode
+fi
+if [ "$PART" = all ] || [ "$PART" = bench32 ]; then
+  for P in 512 2048 8192; do run qwen32_A 120 $Q --model-preset qwen3-32b --prompt-tokens $P --n-predict 32 --ubatch-size 2048; done
+  run torch32_B 300 $T --preset qwen3-32b --prefill 512,2048,8192 --decode 512 --reps 2 --steps 20
+fi
+if [ "$PART" = compile ]; then
+  run torch8_compile 400 $T --preset qwen3-8b --prefill '' --decode 512 --compile --steps 50
+fi
+
+# Short table last.
+echo "== summary ($REV)"
+for f in "$OUT"/qwen*.log; do
+  [ -f "$f" ] || continue
+  echo "-- $(basename "$f")"
+  grep -aE "^## .*prompt-tokens|prompt eval time|       eval time|prefill cold|decode step [0-9]|memory rank|roofline" "$f" |
+    sed -E 's/^## [0-9:]+ .*--prompt-tokens ([0-9]+).*/P=\1/' | cut -c1-150
+done
+for f in "$OUT"/torch*.log; do
+  [ -f "$f" ] || continue
+  echo "-- $(basename "$f")"
+  grep -aE '"what": "(prefill|decode|peak_memory|compile_failed)"' "$f" | cut -c1-200
+done
+grep -ah "FAILED\|PASSED\|Segmentation\|error" "$OUT"/tests.log 2>/dev/null | head -20
