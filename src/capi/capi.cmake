@@ -9,5 +9,7 @@ target_sources(tpcomm PRIVATE
 # that name from its own folder, and a wheel cannot hold the .so.0 / .so.0.1.0 symlinks (they
 # would become copies), so the library there is unversioned.
 if(SKBUILD)
-  set_target_properties(tpcomm PROPERTIES VERSION "" SOVERSION "" INSTALL_RPATH "$ORIGIN")
+  set_property(TARGET tpcomm PROPERTY VERSION)  # unset
+  set_property(TARGET tpcomm PROPERTY SOVERSION)
+  set_property(TARGET tpcomm PROPERTY INSTALL_RPATH "$ORIGIN")
 endif()
