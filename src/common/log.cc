@@ -8,6 +8,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <sstream>
 #include <string>
 
@@ -34,26 +35,52 @@ unsigned subsysBit(const std::string& name) {
   return 0;
 }
 
-void configure() {
-  std::string level = upper(paramString(ParamId::kDebug));
-  int l = static_cast<int>(LogLevel::kWarn);
-  if (level == "NONE" || level == "0")
-    l = static_cast<int>(LogLevel::kNone);
-  else if (level == "INFO")
-    l = static_cast<int>(LogLevel::kInfo);
-  else if (level == "TRACE")
-    l = static_cast<int>(LogLevel::kTrace);
-  std::string list = upper(paramString(ParamId::kDebugSubsys));
+bool parseLevel(const std::string& text, int* out) {
+  std::string level = upper(text);
+  if (level == "NONE" || level == "0") *out = static_cast<int>(LogLevel::kNone);
+  else if (level == "WARN" || level.empty()) *out = static_cast<int>(LogLevel::kWarn);
+  else if (level == "INFO") *out = static_cast<int>(LogLevel::kInfo);
+  else if (level == "TRACE") *out = static_cast<int>(LogLevel::kTrace);
+  else return false;
+  return true;
+}
+
+// Subsystem mask of "INIT,TOPO" / "^COLL"; *bad names the first unknown item.
+unsigned parseSubsys(const std::string& text, std::string* bad) {
+  std::string list = upper(text);
   bool invert = !list.empty() && list[0] == '^';
   if (invert) list.erase(0, 1);
   unsigned mask = 0;
   std::stringstream ss(list);
   std::string item;
-  while (std::getline(ss, item, ',')) mask |= subsysBit(item);
+  while (std::getline(ss, item, ',')) {
+    unsigned bit = subsysBit(item);
+    if (!bit && bad && bad->empty()) *bad = item.empty() ? "(empty item)" : item;
+    mask |= bit;
+  }
   if (invert) mask = kAllSubsys & ~mask;
   if (list.empty()) mask = kAllSubsys;
-  gSubsys.store(mask);
+  return mask;
+}
+
+void configure() {
+  const std::string levelText = paramString(ParamId::kDebug), subsysText = paramString(ParamId::kDebugSubsys);
+  int l = static_cast<int>(LogLevel::kWarn);
+  bool levelOk = parseLevel(levelText, &l);
+  std::string bad;
+  gSubsys.store(parseSubsys(subsysText, &bad));
   gLevel.store(l);
+  // Report a bad value once per value: logMessage directly (logEnabled would re-enter here).
+  static std::mutex mu;
+  static std::string reported;
+  std::string key = levelText + '\n' + subsysText;
+  std::lock_guard<std::mutex> lock(mu);
+  if (reported == key) return;
+  reported = key;
+  if (!levelOk)
+    logMessage(LogLevel::kWarn, kInit, __FILE__, __LINE__, "%s", logConfigProblem(true, levelText).c_str());
+  if (!bad.empty() && l != static_cast<int>(LogLevel::kNone))
+    logMessage(LogLevel::kWarn, kInit, __FILE__, __LINE__, "%s", logConfigProblem(false, subsysText).c_str());
 }
 
 const char* levelName(LogLevel l) {
@@ -89,6 +116,19 @@ const char* subsysName(unsigned s) {
 }  // namespace
 
 void reloadLogConfig() { configure(); }
+
+std::string logConfigProblem(bool level, const std::string& value) {
+  if (level) {
+    int l;
+    if (parseLevel(value, &l)) return "";
+    return "TPCOMM_DEBUG='" + value + "': expected NONE, WARN, INFO or TRACE; using WARN";
+  }
+  std::string bad;
+  parseSubsys(value, &bad);
+  if (bad.empty()) return "";
+  return "TPCOMM_DEBUG_SUBSYS='" + value + "': unknown subsystem '" + bad +
+         "'; expected a comma list of INIT, TOPO, TUNE, COLL, BOOT, ALL (^ to exclude); it is ignored";
+}
 
 bool logEnabled(LogLevel level, unsigned subsys) {
   if (gLevel.load(std::memory_order_relaxed) < 0) configure();

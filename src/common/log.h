@@ -3,6 +3,8 @@
 // Lines go to stderr as "host:pid:tid tpcomm LEVEL SUBSYS message".
 #pragma once
 
+#include <string>
+
 namespace tpcomm {
 
 enum class LogLevel : int { kNone = 0, kWarn = 1, kInfo = 2, kTrace = 3 };
@@ -13,8 +15,12 @@ bool logEnabled(LogLevel level, unsigned subsys);
 /// printf-style log line (use the macros).
 void logMessage(LogLevel level, unsigned subsys, const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 5, 6)));
-/// Re-reads TPCOMM_DEBUG / TPCOMM_DEBUG_SUBSYS (after reloadParams()).
+/// Re-reads TPCOMM_DEBUG / TPCOMM_DEBUG_SUBSYS (after reloadParams()). An unknown level or
+/// subsystem name is reported once with a warning (and the level falls back to WARN).
 void reloadLogConfig();
+/// "" when `value` is a valid TPCOMM_DEBUG (level=true) or TPCOMM_DEBUG_SUBSYS (level=false),
+/// else what is wrong with it and what was expected.
+std::string logConfigProblem(bool level, const std::string& value);
 
 }  // namespace tpcomm
 

@@ -14,7 +14,7 @@ std::vector<ParamInfo>* gParams = nullptr;
 
 std::vector<ParamInfo> readParams() {
   std::vector<ParamInfo> table = {
-#define TPCOMM_PARAM_ROW(id, name, def, help) {name, def, help, def, false},
+#define TPCOMM_PARAM_ROW(id, name, def, kind, lo, hi, help) {name, def, ParamKind::kind, lo, hi, help, def, false},
       TPCOMM_PARAM_TABLE(TPCOMM_PARAM_ROW)
 #undef TPCOMM_PARAM_ROW
   };
@@ -78,17 +78,74 @@ bool parseSize(const std::string& text, uint64_t* out) {
   return true;
 }
 
+namespace {
+
+bool allDigits(const std::string& text) {
+  size_t b = text.find_first_not_of(" \t"), e = text.find_last_not_of(" \t");
+  if (b == std::string::npos) return false;
+  for (size_t i = b; i <= e; ++i)
+    if (!std::isdigit(static_cast<unsigned char>(text[i]))) return false;
+  return true;
+}
+
+// The value of a numeric parameter's text, if it is one and within range.
+bool parseParam(const ParamInfo& p, const std::string& text, int64_t* out) {
+  uint64_t v = 0;
+  if (p.kind == ParamKind::kText) return false;
+  if (p.kind != ParamKind::kSize && !allDigits(text)) return false;  // K/M/G only for sizes
+  if (!parseSize(text, &v)) return false;
+  if (v < static_cast<uint64_t>(p.min) || v > static_cast<uint64_t>(p.max)) return false;
+  *out = static_cast<int64_t>(v);
+  return true;
+}
+
+std::string numericProblem(const ParamInfo& p) {
+  int64_t v = 0;
+  if (parseParam(p, p.value, &v)) return "";
+  return std::string("TPCOMM_") + p.name + "='" + p.value + "': expected " + paramRangeText(p) + "; using the default " +
+         p.defaultValue;
+}
+
+}  // namespace
+
+std::string paramRangeText(const ParamInfo& p) {
+  switch (p.kind) {
+    case ParamKind::kText: return "";
+    case ParamKind::kBool: return "0 or 1";
+    case ParamKind::kInt: return "an integer in [" + std::to_string(p.min) + ", " + std::to_string(p.max) + "]";
+    case ParamKind::kSize:
+      return "a byte count in [" + std::to_string(p.min) + ", " + std::to_string(p.max) + "] (K/M/G suffixes allowed)";
+  }
+  return "";
+}
+
 int64_t paramInt(ParamId id) {
   const ParamInfo& p = params()[static_cast<int>(id)];
-  uint64_t v = 0;
-  if (parseSize(p.value, &v) && v <= static_cast<uint64_t>(INT64_MAX)) return static_cast<int64_t>(v);
-  static std::once_flag warned[static_cast<int>(ParamId::kCount)];
-  std::call_once(warned[static_cast<int>(id)], [&] {
-    TPCOMM_WARN(kInit, "TPCOMM_%s='%s' is not a non-negative integer; using default %s", p.name,
-                p.value.c_str(), p.defaultValue);
-  });
-  parseSize(p.defaultValue, &v);
-  return static_cast<int64_t>(v);
+  int64_t v = 0;
+  if (parseParam(p, p.value, &v)) return v;
+  // Warn once per parameter and value (a test or the doctor may change the environment).
+  static std::mutex warnMu;
+  static std::vector<std::string> warnedFor(static_cast<size_t>(ParamId::kCount));
+  bool warn = false;
+  {
+    std::lock_guard<std::mutex> lock(warnMu);
+    std::string& last = warnedFor[static_cast<size_t>(id)];
+    if (last != p.value || last.empty()) {
+      warn = true;
+      last = p.value.empty() ? std::string(1, '\0') : p.value;
+    }
+  }
+  if (warn) TPCOMM_WARN(kInit, "%s", numericProblem(p).c_str());
+  uint64_t d = 0;
+  parseSize(p.defaultValue, &d);  // defaults are within range (params_test checks)
+  return static_cast<int64_t>(d);
+}
+
+std::string paramProblem(ParamId id) {
+  const ParamInfo& p = params()[static_cast<int>(id)];
+  if (p.kind != ParamKind::kText) return numericProblem(p);
+  if (id == ParamId::kDebug || id == ParamId::kDebugSubsys) return logConfigProblem(id == ParamId::kDebug, p.value);
+  return "";
 }
 
 }  // namespace tpcomm

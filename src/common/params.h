@@ -4,47 +4,59 @@
 #pragma once
 
 #include <cstdint>
+#include <climits>
 #include <string>
 #include <vector>
 
 namespace tpcomm {
 
-// X(Id, "NAME", "default", "help")
+// X(Id, "NAME", "default", kind, min, max, "help"). kind: kText (free text, validated where it
+// is used), kBool (0 or 1), kInt (decimal), kSize (bytes; K/M/G binary suffixes). min and max
+// bound kBool/kInt/kSize values: every maximum fits the type the value is used as (int for
+// counts, milliseconds and blocks; size_t for bytes) and keeps the products the transports form
+// from them (e.g. chunk x slots x ranks) far from overflow. A value outside [min, max] or not a
+// number is rejected with a warning that names the parameter and the range, and the default is
+// used (issue 21, items 4 and 9: 2^32 ms used to become 0 ms, slots=-1 a huge count).
 #define TPCOMM_PARAM_TABLE(X)                                                                    \
-  X(Debug, "DEBUG", "WARN", "log level: NONE, WARN, INFO, TRACE (like NCCL_DEBUG)")              \
-  X(DebugSubsys, "DEBUG_SUBSYS", "ALL", "comma list of INIT,TOPO,TUNE,COLL,BOOT,ALL; ^ excludes") \
-  X(Algo, "ALGO", "", "selection override: '0-64K:oneshot_p2p,64K-inf:twoshot_p2p' or '^ring_nccl'") \
-  X(TimeoutMs, "TIMEOUT_MS", "10000", "bound on every wait for a peer (ms)")                     \
-  X(Nccl, "NCCL", "1", "create an NCCL communicator for the ring_nccl path (0: never)")          \
-  X(Multicast, "MULTICAST", "1", "allow NVSwitch multicast where the device supports it (0: never)") \
-  X(StagedChunkBytes, "STAGED_CHUNK_BYTES", "1048576", "staged_host: bytes per pipeline slot per rank") \
-  X(StagedSlots, "STAGED_SLOTS", "4", "staged_host: pipeline slots per rank (>= 2)")             \
-  X(StagedBlocks, "STAGED_BLOCKS", "16", "staged_host: CUDA blocks per role (publish, reduce)")  \
-  X(P2pBlocks, "P2P_BLOCKS", "32", "CUDA blocks of the one-shot and Lamport P2P kernels")     \
-  X(Pdl, "PDL", "1", "programmatic dependent launch of the P2P kernels on sm_90+ (0: off)")        \
-  X(TwoshotBlocks, "TWOSHOT_BLOCKS", "128", "CUDA blocks of the two-shot P2P kernel")            \
-  X(FusedBlocksPerRow, "FUSED_BLOCKS_PER_ROW", "2", "allReduceResidualRmsNorm runs a fused P2P kernel only when its blocks >= this x rows, else all-reduce + norm kernel (0: always fused)") \
-  X(LamportMaxBytes, "LAMPORT_MAX_BYTES", "2097152", "largest message for lamport_p2p (scratch: 3 x ranks x this)") \
-  X(OneshotMaxBytes, "ONESHOT_MAX_BYTES", "2097152", "largest message for oneshot_p2p (scratch: 2 x ranks x this)") \
-  X(TwoshotChunkBytes, "TWOSHOT_CHUNK_BYTES", "33554432", "twoshot_p2p bytes per chunk (scratch: about 4 x this)") \
-  X(TopoCache, "TOPO_CACHE", "1", "reuse the cached topology probe ($XDG_CACHE_HOME/tpcomm); 0: re-probe and refresh it") \
-  X(TopoTimeoutMs, "TOPO_TIMEOUT_MS", "8000", "time limit of the P2P-check child process (keep below TIMEOUT_MS)") \
-  X(TopoHelper, "TOPO_HELPER", "", "path of the probe helper (tpcomm-doctor); default: found beside libtpcomm") \
-  X(SocketIfname, "SOCKET_IFNAME", "", "socket bootstrap interface, as NCCL_SOCKET_IFNAME: 'eth0' prefix, '=eth0' exact, '^docker,lo' exclude") \
-  X(SocketFamily, "SOCKET_FAMILY", "", "socket bootstrap address family: AF_INET or AF_INET6 (empty: either, IPv4 first)") \
-  X(Shim, "SHIM", "1", "libtpcomm_nccl.so routes eligible ncclAllReduce calls to tpcomm (0: pure passthrough)") \
-  X(NcclLibrary, "NCCL_LIBRARY", "", "path of the real NCCL under libtpcomm_nccl.so; default: the engine's loaded libnccl.so.2")
+  X(Debug, "DEBUG", "WARN", kText, 0, 0, "log level: NONE, WARN, INFO, TRACE (like NCCL_DEBUG)")              \
+  X(DebugSubsys, "DEBUG_SUBSYS", "ALL", kText, 0, 0, "comma list of INIT,TOPO,TUNE,COLL,BOOT,ALL; ^ excludes") \
+  X(Algo, "ALGO", "", kText, 0, 0, "selection override: '0-64K:oneshot_p2p,64K-inf:twoshot_p2p' or '^ring_nccl'") \
+  X(TimeoutMs, "TIMEOUT_MS", "10000", kInt, 1, INT32_MAX, "bound on every wait for a peer (ms)")                     \
+  X(Nccl, "NCCL", "1", kBool, 0, 1, "create an NCCL communicator for the ring_nccl path (0: never)")          \
+  X(Multicast, "MULTICAST", "1", kBool, 0, 1, "allow NVSwitch multicast where the device supports it (0: never)") \
+  X(StagedChunkBytes, "STAGED_CHUNK_BYTES", "1048576", kSize, 4096, 1ll << 30, "staged_host: bytes per pipeline slot per rank (multiple of 4096)") \
+  X(StagedSlots, "STAGED_SLOTS", "4", kInt, 2, 64, "staged_host: pipeline slots per rank (>= 2)")             \
+  X(StagedBlocks, "STAGED_BLOCKS", "16", kInt, 1, 1024, "staged_host: CUDA blocks per role (publish, reduce)")  \
+  X(P2pBlocks, "P2P_BLOCKS", "32", kInt, 1, 1024, "CUDA blocks of the one-shot and Lamport P2P kernels")     \
+  X(Pdl, "PDL", "1", kBool, 0, 1, "programmatic dependent launch of the P2P kernels on sm_90+ (0: off)")        \
+  X(TwoshotBlocks, "TWOSHOT_BLOCKS", "128", kInt, 1, 1024, "CUDA blocks of the two-shot P2P kernel")            \
+  X(FusedBlocksPerRow, "FUSED_BLOCKS_PER_ROW", "2", kInt, 0, 1024, "allReduceResidualRmsNorm runs a fused P2P kernel only when its blocks >= this x rows, else all-reduce + norm kernel (0: always fused)") \
+  X(LamportMaxBytes, "LAMPORT_MAX_BYTES", "2097152", kSize, 0, 1ll << 30, "largest message for lamport_p2p (scratch: 3 x ranks x this)") \
+  X(OneshotMaxBytes, "ONESHOT_MAX_BYTES", "2097152", kSize, 0, 1ll << 30, "largest message for oneshot_p2p (scratch: 2 x ranks x this)") \
+  X(TwoshotChunkBytes, "TWOSHOT_CHUNK_BYTES", "33554432", kSize, 4096, 1ll << 30, "twoshot_p2p bytes per chunk (scratch: about 4 x this)") \
+  X(TopoCache, "TOPO_CACHE", "1", kBool, 0, 1, "reuse the cached topology probe ($XDG_CACHE_HOME/tpcomm); 0: re-probe and refresh it") \
+  X(TopoTimeoutMs, "TOPO_TIMEOUT_MS", "8000", kInt, 1, INT32_MAX, "time limit of the P2P-check child process (keep below TIMEOUT_MS)") \
+  X(TopoHelper, "TOPO_HELPER", "", kText, 0, 0, "path of the probe helper (tpcomm-doctor); default: found beside libtpcomm") \
+  X(Shim, "SHIM", "1", kBool, 0, 1, "libtpcomm_nccl.so routes eligible ncclAllReduce calls to tpcomm (0: pure passthrough)") \
+  X(NcclLibrary, "NCCL_LIBRARY", "", kText, 0, 0, "path of the real NCCL under libtpcomm_nccl.so; default: the engine's loaded libnccl.so.2") \
+  X(SocketFamily, "SOCKET_FAMILY", "", kText, 0, 0, "socket bootstrap: AF_INET, AF_INET6 or empty (either)") \
+  X(SocketIfname, "SOCKET_IFNAME", "", kText, 0, 0, "socket bootstrap: interfaces, as NCCL_SOCKET_IFNAME (prefixes; ^ excludes, = exact)")
 
 enum class ParamId : int {
-#define TPCOMM_PARAM_ENUM(id, name, def, help) k##id,
+#define TPCOMM_PARAM_ENUM(id, name, def, kind, lo, hi, help) k##id,
   TPCOMM_PARAM_TABLE(TPCOMM_PARAM_ENUM)
 #undef TPCOMM_PARAM_ENUM
       kCount
 };
 
+/// How a parameter's text is read.
+enum class ParamKind : int { kText, kBool, kInt, kSize };
+
 struct ParamInfo {
   const char* name;          // without the TPCOMM_ prefix
   const char* defaultValue;  // as text
+  ParamKind kind;
+  int64_t min, max;          // accepted range (kBool, kInt, kSize)
   const char* help;
   std::string value;         // in force (environment or default)
   bool fromEnv;
@@ -56,8 +68,16 @@ const std::vector<ParamInfo>& params();
 void reloadParams();
 /// Text value of a parameter.
 const std::string& paramString(ParamId id);
-/// Integer value; a malformed value logs a warning once and yields the default.
+/// Integer value of a kBool/kInt/kSize parameter, always within its [min, max]. A malformed or
+/// out-of-range value logs one warning naming the parameter, the value and the range, and
+/// yields the default.
 int64_t paramInt(ParamId id);
+/// "" when the value in force is acceptable, else what is wrong with it ("TPCOMM_TIMEOUT_MS=
+/// '4294967296': expected an integer in [1, 2147483647] ms; using the default 10000"). Covers
+/// the numeric kinds and TPCOMM_DEBUG / TPCOMM_DEBUG_SUBSYS (tpcomm-doctor reports these).
+std::string paramProblem(ParamId id);
+/// "[1, 2147483647]" (kBool: "0 or 1"; kSize adds "bytes"); "" for kText.
+std::string paramRangeText(const ParamInfo& p);
 
 /// Strict integer parse with optional K/M/G (binary) suffix; false on any junk.
 bool parseSize(const std::string& text, uint64_t* out);

@@ -102,6 +102,29 @@ TEST(Params, IntegersParseByValueAndFallBackToTheDefault) {
       {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "1M", 1 << 20},
       {ParamId::kStagedSlots, "TPCOMM_STAGED_SLOTS", "2", 2},
       {ParamId::kStagedSlots, "TPCOMM_STAGED_SLOTS", "two", defaultOf(ParamId::kStagedSlots)},
+      // Issue 21 item 9: values that used to truncate in the int the callers cast to (2^32 ms
+      // became 0, 2^31 negative), overflow the deadline (INT64_MAX) or time out at once (0).
+      {ParamId::kTimeoutMs, "TPCOMM_TIMEOUT_MS", "4294967296", defaultOf(ParamId::kTimeoutMs)},
+      {ParamId::kTimeoutMs, "TPCOMM_TIMEOUT_MS", "2147483648", defaultOf(ParamId::kTimeoutMs)},
+      {ParamId::kTimeoutMs, "TPCOMM_TIMEOUT_MS", "9223372036854775807", defaultOf(ParamId::kTimeoutMs)},
+      {ParamId::kTimeoutMs, "TPCOMM_TIMEOUT_MS", "0", defaultOf(ParamId::kTimeoutMs)},
+      {ParamId::kTimeoutMs, "TPCOMM_TIMEOUT_MS", "2147483647", 2147483647},
+      {ParamId::kTimeoutMs, "TPCOMM_TIMEOUT_MS", "1", 1},
+      {ParamId::kTimeoutMs, "TPCOMM_TIMEOUT_MS", "10K", defaultOf(ParamId::kTimeoutMs)},  // suffixes: sizes only
+      {ParamId::kStagedSlots, "TPCOMM_STAGED_SLOTS", "-1", defaultOf(ParamId::kStagedSlots)},
+      {ParamId::kStagedSlots, "TPCOMM_STAGED_SLOTS", "1", defaultOf(ParamId::kStagedSlots)},
+      {ParamId::kStagedSlots, "TPCOMM_STAGED_SLOTS", "4294967298", defaultOf(ParamId::kStagedSlots)},
+      {ParamId::kStagedBlocks, "TPCOMM_STAGED_BLOCKS", "0", defaultOf(ParamId::kStagedBlocks)},
+      {ParamId::kStagedBlocks, "TPCOMM_STAGED_BLOCKS", "4294967297", defaultOf(ParamId::kStagedBlocks)},
+      {ParamId::kP2pBlocks, "TPCOMM_P2P_BLOCKS", "2147483648", defaultOf(ParamId::kP2pBlocks)},
+      // Issue 21 item 4: sizes whose products overflowed the segment arithmetic.
+      {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "4611686018427387904", defaultOf(ParamId::kStagedChunkBytes)},
+      {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "1152921504606846976", defaultOf(ParamId::kStagedChunkBytes)},
+      {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "2G", defaultOf(ParamId::kStagedChunkBytes)},
+      {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "1G", 1 << 30},
+      {ParamId::kLamportMaxBytes, "TPCOMM_LAMPORT_MAX_BYTES", "16G", defaultOf(ParamId::kLamportMaxBytes)},
+      {ParamId::kTwoshotChunkBytes, "TPCOMM_TWOSHOT_CHUNK_BYTES", "0", defaultOf(ParamId::kTwoshotChunkBytes)},
+      {ParamId::kNccl, "TPCOMM_NCCL", "2", defaultOf(ParamId::kNccl)},
   };
   for (const IntRow& row : rows) {
     SCOPED_TRACE(std::string(row.env) + "=" + (row.value ? std::string("'") + row.value + "'" : "(unset)"));
@@ -111,6 +134,60 @@ TEST(Params, IntegersParseByValueAndFallBackToTheDefault) {
     EXPECT_EQ(p.fromEnv, row.value != nullptr);
     EXPECT_EQ(paramString(row.id), row.value ? row.value : p.defaultValue);
   }
+}
+
+// Every numeric parameter has a range that holds its default and fits the int its users cast
+// it to (counts, blocks, milliseconds) or a size_t (bytes).
+TEST(Params, EveryNumericParamHasARangeHoldingItsDefault) {
+  for (const ParamInfo& p : params()) {
+    SCOPED_TRACE(p.name);
+    if (p.kind == ParamKind::kText) continue;
+    EXPECT_LE(p.min, p.max);
+    EXPECT_LE(p.max, p.kind == ParamKind::kSize ? int64_t{1} << 40 : int64_t{INT32_MAX});
+    uint64_t d = 0;
+    ASSERT_TRUE(parseSize(p.defaultValue, &d));
+    EXPECT_GE(static_cast<int64_t>(d), p.min);
+    EXPECT_LE(static_cast<int64_t>(d), p.max);
+    EXPECT_FALSE(paramRangeText(p).empty());
+  }
+}
+
+// The problem text names the parameter, the value and the range; the doctor prints it.
+TEST(Params, ProblemNamesTheParameterAndTheRange) {
+  {
+    ScopedEnv env("TPCOMM_TIMEOUT_MS", "4294967296");
+    std::string why = paramProblem(ParamId::kTimeoutMs);
+    EXPECT_NE(why.find("TPCOMM_TIMEOUT_MS='4294967296'"), std::string::npos) << why;
+    EXPECT_NE(why.find("[1, 2147483647]"), std::string::npos) << why;
+  }
+  {
+    ScopedEnv env("TPCOMM_TIMEOUT_MS", "300");
+    EXPECT_EQ(paramProblem(ParamId::kTimeoutMs), "");
+  }
+  {
+    ScopedEnv env("TPCOMM_DEBUG", "garbage");
+    std::string why = paramProblem(ParamId::kDebug);
+    EXPECT_NE(why.find("TPCOMM_DEBUG='garbage'"), std::string::npos) << why;
+    EXPECT_NE(why.find("NONE, WARN, INFO or TRACE"), std::string::npos) << why;
+  }
+  for (const char* ok : {"WARN", "info", "TRACE", "NONE", "0"}) {
+    ScopedEnv env("TPCOMM_DEBUG", ok);
+    EXPECT_EQ(paramProblem(ParamId::kDebug), "") << ok;
+  }
+  {
+    ScopedEnv env("TPCOMM_DEBUG_SUBSYS", "INIT,BOGUS");
+    EXPECT_NE(paramProblem(ParamId::kDebugSubsys).find("'BOGUS'"), std::string::npos);
+  }
+}
+
+// TPCOMM_DEBUG=garbage used to be ignored silently (issue 21 item 12): now one warning.
+TEST(Params, BadDebugLevelIsWarnedAbout) {
+  testing::internal::CaptureStderr();
+  {
+    ScopedEnv env("TPCOMM_DEBUG", "garbage");
+  }
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("TPCOMM_DEBUG='garbage'"), std::string::npos) << err;
 }
 
 TEST(Params, ReloadSeesChangesAndRestores) {
