@@ -40,9 +40,16 @@ const char* kExternalEnv[] = {"NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTIC
 
 std::string paramsTable() {
   std::string out = "tpcomm parameters (environment TPCOMM_<NAME>; parsed by value, 0 means off):\n";
-  for (const ParamInfo& p : params())
-    add(&out, "  TPCOMM_%-20s default %-10s in force %-10s%s  %s\n", p.name, p.defaultValue[0] ? p.defaultValue : "\"\"",
-        p.value.empty() ? "\"\"" : p.value.c_str(), p.fromEnv ? " (env)" : "      ", p.help);
+  std::string problems;
+  for (const ParamInfo& p : params()) {
+    std::string range = paramRangeText(p);
+    add(&out, "  TPCOMM_%-20s default %-10s in force %-10s%s  %s%s%s\n", p.name, p.defaultValue[0] ? p.defaultValue : "\"\"",
+        p.value.empty() ? "\"\"" : p.value.c_str(), p.fromEnv ? " (env)" : "      ", p.help,
+        range.empty() ? "" : "; ", range.c_str());
+    std::string why = paramProblem(static_cast<ParamId>(&p - params().data()));
+    if (!why.empty()) problems += "  " + why + "\n";
+  }
+  if (!problems.empty()) out += "refused values:\n" + problems;
   return out;
 }
 
@@ -68,6 +75,12 @@ DoctorReport buildDoctorReport(const MachineProbe& m, const ProbeSource& src, co
   AlgoOverride ovr;
   if (parseAlgoOverride(paramString(ParamId::kAlgo), algorithmNames(), &ovr) != Status::kOk)
     r.problems.push_back(std::string("TPCOMM_ALGO is malformed: ") + lastErrorMessage());
+  // Values the library refuses (it warns and uses the default): TPCOMM_TIMEOUT_MS=abc,
+  // TPCOMM_DEBUG=garbage, a size out of range.
+  for (int id = 0; id < static_cast<int>(ParamId::kCount); ++id) {
+    std::string why = paramProblem(static_cast<ParamId>(id));
+    if (!why.empty()) r.problems.push_back(why);
+  }
 
   Topology topo;
   if (m.gpus.empty()) {

@@ -52,8 +52,9 @@ int main(int argc, char** argv) {
     else if (a == "--measure") measure = true;
     else if (a == "--no-cache") noCache = true;
     else if (a == "--params") {
-      std::fputs(paramsTable().c_str(), stdout);
-      return 0;
+      std::string table = paramsTable();
+      std::fputs(table.c_str(), stdout);
+      return table.find("refused values:") == std::string::npos ? 0 : 2;
     } else if (a == "--timeout-ms" || a == "--sysfs-root" || a == "--machine-json" || a == "--gpus") {
       const char* v = next();
       if (!v) {
@@ -84,11 +85,14 @@ int main(int argc, char** argv) {
   MachineProbe m;
   ProbeSource src;
   if (!machineJson.empty()) {
-    std::ifstream f(machineJson);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    if (!f || MachineProbe::fromJson(ss.str(), &m) != Status::kOk) {
-      std::fprintf(stderr, "tpcomm-doctor: %s: %s\n", machineJson.c_str(), f ? lastErrorMessage() : "cannot read");
+    // Same reader as the cache: regular files only, non-blocking open, size cap.
+    std::string text, why;
+    if (readCacheFile(machineJson, &text, &why) != Status::kOk) {
+      std::fprintf(stderr, "tpcomm-doctor: %s\n", why.c_str());
+      return 1;
+    }
+    if (MachineProbe::fromJson(text, &m) != Status::kOk) {
+      std::fprintf(stderr, "tpcomm-doctor: %s: %s\n", machineJson.c_str(), lastErrorMessage());
       return 1;
     }
     src.how = "file " + machineJson;

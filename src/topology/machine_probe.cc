@@ -4,10 +4,12 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "topology/json_fields.h"
 
 namespace tpcomm {
 
 using nlohmann::json;
+using namespace jsonfields;  // NOLINT: the strict field readers
 
 const char* p2pCheckName(P2pCheck c) {
   switch (c) {
@@ -53,9 +55,10 @@ json acsJson(const AcsState& a) {
 
 AcsState acsFrom(const json& j) {
   AcsState a;
-  a.read = static_cast<AcsState::Read>(j.value("read", 0));
-  a.control = j.value("control", 0u);
-  a.why = j.value("why", std::string());
+  int64_t read = getInt(j, "read", 0, 0, static_cast<int>(AcsState::Read::kRead));
+  a.read = static_cast<AcsState::Read>(read);
+  a.control = getU32(j, "control", 0u);
+  a.why = getString(j, "why");
   return a;
 }
 
@@ -104,91 +107,101 @@ std::string MachineProbe::toJson(int indent) const {
   return j.dump(indent);
 }
 
+// Every field is read with a type and range check (json_fields.h): a file of the right format
+// but with a wrong type, a float in an integer field or a null anywhere is kInvalidArgument,
+// never an exception out of here and never an undefined conversion.
 Status MachineProbe::fromJson(const std::string& text, MachineProbe* out) {
+  if (text.size() > kMaxJsonBytes)
+    return TPCOMM_INVALID("machine probe JSON: %zu bytes, more than the %zu a probe can have", text.size(),
+                          kMaxJsonBytes);
+  if (jsonDepth(text) > kMaxJsonDepth)
+    return TPCOMM_INVALID("machine probe JSON: nested deeper than %zu levels", kMaxJsonDepth);
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return TPCOMM_INVALID("machine probe JSON: not a JSON object");
-  if (j.value("format", std::string()) != "tpcomm-machine-probe-1")
-    return TPCOMM_INVALID("machine probe JSON: format is not tpcomm-machine-probe-1");
   MachineProbe m;
   try {
-    m.driverVersion = j.value("driver_version", std::string());
-    m.cudaDriverApi = j.value("cuda_driver_api", 0);
-    m.cudaRuntime = j.value("cuda_runtime", 0);
-    m.cmdline = j.value("cmdline", std::string());
-    m.gpuError = j.value("gpu_error", std::string());
-    m.nvmlLoaded = j.value("nvml_loaded", false);
-    m.nvmlWhy = j.value("nvml_why", std::string());
-    const json& io = j.value("iommu", json::object());
-    std::string mode = io.value("mode", std::string("unknown"));
+    if (getString(j, "format") != "tpcomm-machine-probe-1")
+      return TPCOMM_INVALID("machine probe JSON: format is not tpcomm-machine-probe-1");
+    m.driverVersion = getString(j, "driver_version");
+    m.cudaDriverApi = getI32(j, "cuda_driver_api", 0);
+    m.cudaRuntime = getI32(j, "cuda_runtime", 0);
+    m.cmdline = getString(j, "cmdline");
+    m.gpuError = getString(j, "gpu_error");
+    m.nvmlLoaded = getBool(j, "nvml_loaded", false);
+    m.nvmlWhy = getString(j, "nvml_why");
+    const json& io = getObject(j, "iommu");
+    std::string mode = getString(io, "mode", "unknown");
     for (IommuMode md : {IommuMode::kUnknown, IommuMode::kOff, IommuMode::kPassthrough, IommuMode::kTranslated})
       if (mode == iommuModeName(md)) m.iommu.mode = md;
-    m.iommu.hardwarePresent = io.value("hardware_present", false);
-    m.iommu.groups = io.value("groups", 0);
-    m.iommu.cmdlineFlags = io.value("cmdline_flags", std::string());
-    m.iommu.evidence = io.value("evidence", std::string());
-    m.measured = j.value("measured", false);
-    m.complete = j.value("complete", false);
-    m.checkError = j.value("check_error", std::string());
-    for (const json& g : j.value("gpus", json::array())) {
+    m.iommu.hardwarePresent = getBool(io, "hardware_present", false);
+    m.iommu.groups = getI32(io, "groups", 0);
+    m.iommu.cmdlineFlags = getString(io, "cmdline_flags");
+    m.iommu.evidence = getString(io, "evidence");
+    m.measured = getBool(j, "measured", false);
+    m.complete = getBool(j, "complete", false);
+    m.checkError = getString(j, "check_error");
+    const json& gpus = getArray(j, "gpus");
+    if (gpus.size() > kMaxGpus) return TPCOMM_INVALID("machine probe JSON: %zu GPUs (at most %zu)", gpus.size(), kMaxGpus);
+    for (const json& g : gpus) {
       GpuFacts f;
-      f.index = g.value("index", -1);
-      f.name = g.value("name", std::string());
-      f.busId = normalizeBusId(g.value("bus_id", std::string()));
-      f.uuid = g.value("uuid", std::string());
-      f.ccMajor = g.value("cc_major", 0);
-      f.ccMinor = g.value("cc_minor", 0);
-      f.smCount = g.value("sm_count", 0);
-      f.multicastSupported = g.value("multicast_supported", false);
-      const json& p = g.value("pci", json::object());
+      f.index = getI32(g, "index", -1);
+      f.name = getString(g, "name");
+      f.busId = normalizeBusId(getString(g, "bus_id"));
+      f.uuid = getString(g, "uuid");
+      f.ccMajor = getI32(g, "cc_major", 0);
+      f.ccMinor = getI32(g, "cc_minor", 0);
+      f.smCount = getI32(g, "sm_count", 0);
+      f.multicastSupported = getBool(g, "multicast_supported", false);
+      const json& p = getObject(g, "pci");
       f.pci.busId = f.busId;
-      f.pci.found = p.value("found", false);
-      f.pci.hostBridge = p.value("host_bridge", std::string());
-      for (const json& b : p.value("bridges", json::array()))
-        f.pci.bridges.push_back({b.value("bus_id", std::string()), acsFrom(b.value("acs", json::object()))});
-      f.pci.numaNode = p.value("numa_node", -1);
-      f.pci.linkGen = p.value("link_gen", 0);
-      f.pci.linkWidth = p.value("link_width", 0);
-      f.pci.maxLinkGen = p.value("max_link_gen", 0);
-      f.pci.maxLinkWidth = p.value("max_link_width", 0);
-      f.pci.iommuGroup = p.value("iommu_group", std::string());
-      f.pci.iommuGroupType = p.value("iommu_group_type", std::string());
-      const json& n = g.value("nvml", json::object());
-      f.nvml.found = n.value("found", false);
-      f.nvml.uuid = n.value("uuid", std::string());
-      f.nvml.pcieGen = n.value("pcie_gen", 0);
-      f.nvml.pcieWidth = n.value("pcie_width", 0);
-      f.nvml.activeLinks = n.value("active_links", 0);
-      f.nvml.switchLinks = n.value("switch_links", 0);
-      f.nvml.remoteBusIds = n.value("remote_bus_ids", std::vector<std::string>());
+      f.pci.found = getBool(p, "found", false);
+      f.pci.hostBridge = getString(p, "host_bridge");
+      for (const json& b : getArray(p, "bridges"))
+        f.pci.bridges.push_back({getString(b, "bus_id"), acsFrom(getObject(b, "acs"))});
+      f.pci.numaNode = getI32(p, "numa_node", -1);
+      f.pci.linkGen = getI32(p, "link_gen", 0);
+      f.pci.linkWidth = getI32(p, "link_width", 0);
+      f.pci.maxLinkGen = getI32(p, "max_link_gen", 0);
+      f.pci.maxLinkWidth = getI32(p, "max_link_width", 0);
+      f.pci.iommuGroup = getString(p, "iommu_group");
+      f.pci.iommuGroupType = getString(p, "iommu_group_type");
+      const json& n = getObject(g, "nvml");
+      f.nvml.found = getBool(n, "found", false);
+      f.nvml.uuid = getString(n, "uuid");
+      f.nvml.pcieGen = getI32(n, "pcie_gen", 0);
+      f.nvml.pcieWidth = getI32(n, "pcie_width", 0);
+      f.nvml.activeLinks = getI32(n, "active_links", 0);
+      f.nvml.switchLinks = getI32(n, "switch_links", 0);
+      f.nvml.remoteBusIds = getStrings(n, "remote_bus_ids");
       m.gpus.push_back(f);
     }
-    for (const json& row : j.value("pairs", json::array())) {
+    for (const json& row : getArray(j, "pairs")) {
+      if (!row.is_array()) return TPCOMM_INVALID("machine probe JSON: each 'pairs' row must be an array");
+      if (row.size() != m.gpus.size()) return TPCOMM_INVALID("machine probe JSON: pairs is not gpus x gpus");
       std::vector<PairFacts> r;
       for (const json& p : row) {
         PairFacts f;
-        f.canAccessPeer = p.value("can_access_peer", false);
-        f.perfRank = p.value("perf_rank", -1);
-        f.atomics = p.value("atomics", false);
-        f.nvlinks = p.value("nvlinks", 0);
-        f.viaSwitch = p.value("via_switch", false);
-        f.pciPath = p.value("pci_path", std::string());
-        if (!parseP2pCheck(p.value("kernel_check", std::string("not_run")), &f.kernelCheck) ||
-            !parseP2pCheck(p.value("copy_check", std::string("not_run")), &f.copyCheck))
+        f.canAccessPeer = getBool(p, "can_access_peer", false);
+        f.perfRank = getI32(p, "perf_rank", -1);
+        f.atomics = getBool(p, "atomics", false);
+        f.nvlinks = getI32(p, "nvlinks", 0);
+        f.viaSwitch = getBool(p, "via_switch", false);
+        f.pciPath = getString(p, "pci_path");
+        if (!parseP2pCheck(getString(p, "kernel_check", "not_run"), &f.kernelCheck) ||
+            !parseP2pCheck(getString(p, "copy_check", "not_run"), &f.copyCheck))
           return TPCOMM_INVALID("machine probe JSON: unknown P2P check result");
-        f.checkDetail = p.value("check_detail", std::string());
-        f.ceGBs = p.value("ce_gbs", 0.0);
-        f.smGBs = p.value("sm_gbs", 0.0);
-        f.rttUs = p.value("rtt_us", 0.0);
+        f.checkDetail = getString(p, "check_detail");
+        f.ceGBs = getDouble(p, "ce_gbs", 0.0);
+        f.smGBs = getDouble(p, "sm_gbs", 0.0);
+        f.rttUs = getDouble(p, "rtt_us", 0.0);
         r.push_back(f);
       }
       m.pairs.push_back(r);
     }
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // JsonFieldError, or anything nlohmann throws
     return TPCOMM_INVALID("machine probe JSON: %s", e.what());
   }
   if (m.pairs.size() != m.gpus.size()) return TPCOMM_INVALID("machine probe JSON: pairs is not gpus x gpus");
-  for (const auto& row : m.pairs)
-    if (row.size() != m.gpus.size()) return TPCOMM_INVALID("machine probe JSON: pairs is not gpus x gpus");
   *out = std::move(m);
   return Status::kOk;
 }

@@ -5,6 +5,7 @@
 // (diagnose.h). Pure data + JSON round trip.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -78,7 +79,13 @@ struct MachineProbe {
   /// such results are cached.
   bool cacheable() const;
   std::string toJson(int indent = -1) const;
+  /// Parses toJson's format. Untrusted input (the cache file): every field is type- and
+  /// range-checked; wrong input is kInvalidArgument with the field named, never an exception.
   static Status fromJson(const std::string& text, MachineProbe* out);
+
+  static constexpr size_t kMaxJsonBytes = 16u << 20;  ///< far above 64 GPUs' probe (~1 MB)
+  static constexpr size_t kMaxJsonDepth = 32;         ///< the format nests 6 deep
+  static constexpr size_t kMaxGpus = 1024;
 };
 
 }  // namespace tpcomm

@@ -2,6 +2,7 @@
 #include "topology/topo_cache.h"
 
 #include <cstdint>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/log.h"
 
 namespace tpcomm {
 namespace {
@@ -57,19 +59,54 @@ std::string topoCachePath(const std::string& dir, const std::string& driverVersi
   return dir + "/" + name;
 }
 
+Status readCacheFile(const std::string& path, std::string* text, std::string* why) {
+  // O_NONBLOCK: a FIFO (or device) put in place of the cache file must not block the open;
+  // fstat then admits regular files only, and the size is capped before anything is read.
+  int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    *why = (errno == ENOENT ? "no cache file " : "cannot open cache file ") + path +
+           (errno == ENOENT ? "" : std::string(": ") + std::strerror(errno));
+    return errno == ENOENT ? Status::kNotSupported : Status::kInvalidArgument;
+  }
+  struct stat st {};
+  Status s = Status::kOk;
+  if (fstat(fd, &st) != 0) {
+    *why = "cannot stat cache file " + path + ": " + std::strerror(errno);
+    s = Status::kInvalidArgument;
+  } else if (!S_ISREG(st.st_mode)) {
+    *why = "cache file " + path + " is not a regular file";
+    s = Status::kInvalidArgument;
+  } else if (static_cast<uint64_t>(st.st_size) > kTopoCacheMaxBytes) {
+    *why = "cache file " + path + " has " + std::to_string(st.st_size) + " bytes, more than the " +
+           std::to_string(kTopoCacheMaxBytes) + " a probe result can have";
+    s = Status::kInvalidArgument;
+  } else {
+    text->resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < text->size()) {
+      ssize_t r = read(fd, &(*text)[got], text->size() - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += static_cast<size_t>(r);
+    }
+    text->resize(got);  // a file that shrank meanwhile is parsed as far as it goes (and fails)
+  }
+  close(fd);
+  return s;
+}
+
 Status loadTopoCache(const std::string& path, const std::string& driverVersion, int cudaDriverApi,
                      const std::string& cmdline, const std::vector<GpuKey>& want, MachineProbe* out,
                      std::string* why) {
-  std::ifstream f(path);
-  if (!f) {
-    *why = "no cache file " + path;
-    return Status::kNotSupported;
-  }
-  std::stringstream ss;
-  ss << f.rdbuf();
+  std::string text;
+  Status rs = readCacheFile(path, &text, why);
+  if (rs == Status::kNotSupported) return Status::kNotSupported;  // no file: a plain miss
   MachineProbe m;
-  if (MachineProbe::fromJson(ss.str(), &m) != Status::kOk) {
-    *why = "unreadable cache file " + path;
+  if (rs != Status::kOk || MachineProbe::fromJson(text, &m) != Status::kOk) {
+    // Unusable: a miss (re-probe and rewrite it), with a warning that says why.
+    if (rs == Status::kOk) *why = "unreadable cache file " + path + ": " + lastErrorMessage();
+    clearError();
+    TPCOMM_WARN(kTopo, "topology cache: %s; ignoring it (re-probing)", why->c_str());
     return Status::kNotSupported;
   }
   if (m.driverVersion != driverVersion || m.cudaDriverApi != cudaDriverApi) {

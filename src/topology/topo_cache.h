@@ -26,8 +26,16 @@ std::string topoCacheDir();
 std::string topoCachePath(const std::string& dir, const std::string& driverVersion, int cudaDriverApi,
                           const std::string& cmdline);
 
+/// Largest cache file read (a probe of 64 GPUs is about 1 MB); a bigger one is a miss.
+constexpr size_t kTopoCacheMaxBytes = 4u << 20;
+
+/// Reads a cache file: regular files only (opened non-blocking, so a FIFO never hangs), at
+/// most kTopoCacheMaxBytes. kNotSupported: no file; kInvalidArgument: unusable (why says so).
+Status readCacheFile(const std::string& path, std::string* text, std::string* why);
+
 /// kOk on a hit (out filled); kNotSupported on a miss, with `why` ("no file", "driver changed",
-/// "GPU 0000:18:00.0 not in the cache", ...).
+/// "GPU 0000:18:00.0 not in the cache", ...). A malformed, oversized or non-regular file is a
+/// miss with a warning (never an exception or an abort): the probe runs and rewrites it.
 Status loadTopoCache(const std::string& path, const std::string& driverVersion, int cudaDriverApi,
                      const std::string& cmdline, const std::vector<GpuKey>& want, MachineProbe* out,
                      std::string* why);

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/params.h"
+#include "topology/json_fields.h"
 
 namespace tpcomm {
 
@@ -148,31 +149,33 @@ std::string Topology::toJson() const {
 }
 
 Status Topology::fromJson(const std::string& text, Topology* out) {
+  using namespace jsonfields;  // NOLINT: strict field readers (types and ranges checked)
+  if (jsonDepth(text) > 32) return TPCOMM_INVALID("topology JSON: nested deeper than 32 levels");
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return TPCOMM_INVALID("topology JSON: not valid JSON");
   if (!j.is_object() || !j.contains("ranks") || !j["ranks"].is_array() || !j.contains("links") || !j["links"].is_array())
     return TPCOMM_INVALID("topology JSON: expected an object with arrays 'ranks' and 'links'");
   Topology t;
-  // value() with a default never throws for missing keys, but throws on a type mismatch:
-  // catch that here so no exception leaves the library.
+  // The readers throw JsonFieldError on a wrong type or an out-of-range number (a float such as
+  // 1.21e33 in an int field would otherwise be an undefined conversion): caught below.
   try {
-    t.multicastAllowedByEnv = j.value("multicast_allowed_by_env", false);
-    t.multicastWhyNot = j.value("multicast_why_not", std::string());
+    t.multicastAllowedByEnv = getBool(j, "multicast_allowed_by_env", false);
+    t.multicastWhyNot = getString(j, "multicast_why_not");
     for (const auto& r : j["ranks"]) {
       RankDevice d;
-      d.cudaDevice = r.value("cuda_device", -1);
-      d.name = r.value("name", std::string());
-      d.ccMajor = r.value("cc_major", 0);
-      d.ccMinor = r.value("cc_minor", 0);
-      d.smCount = r.value("sm_count", 0);
-      d.busId = r.value("bus_id", std::string());
-      d.uuid = r.value("uuid", std::string());
-      d.numaNode = r.value("numa_node", -1);
-      d.pcieGen = r.value("pcie_gen", 0);
-      d.pcieWidth = r.value("pcie_width", 0);
-      d.hostId = r.value("host_id", 0);
-      d.processId = r.value("process_id", 0);
-      d.multicastSupported = r.value("multicast_supported", false);
+      d.cudaDevice = getI32(r, "cuda_device", -1);
+      d.name = getString(r, "name");
+      d.ccMajor = getI32(r, "cc_major", 0);
+      d.ccMinor = getI32(r, "cc_minor", 0);
+      d.smCount = getI32(r, "sm_count", 0);
+      d.busId = getString(r, "bus_id");
+      d.uuid = getString(r, "uuid");
+      d.numaNode = getI32(r, "numa_node", -1);
+      d.pcieGen = getI32(r, "pcie_gen", 0);
+      d.pcieWidth = getI32(r, "pcie_width", 0);
+      d.hostId = getI32(r, "host_id", 0);
+      d.processId = getI32(r, "process_id", 0);
+      d.multicastSupported = getBool(r, "multicast_supported", false);
       t.ranks.push_back(d);
     }
     for (const auto& row : j["links"]) {
@@ -180,18 +183,18 @@ Status Topology::fromJson(const std::string& text, Topology* out) {
       std::vector<PeerLink> links;
       for (const auto& l : row) {
         PeerLink p;
-        std::string kind = l.value("kind", std::string("none"));
+        std::string kind = getString(l, "kind", "none");
         if (!parseLinkKind(kind, &p.kind)) return TPCOMM_INVALID("topology JSON: unknown link kind '%s'", kind.c_str());
-        p.nvlinks = l.value("nvlinks", 0);
-        p.p2pVerified = l.value("p2p_verified", false);
-        p.atomics = l.value("atomics", false);
-        p.why = l.value("why", std::string());
-        p.canAccessPeer = l.value("can_access_peer", p.p2pVerified);
-        p.perfRank = l.value("perf_rank", -1);
-        p.pciPath = l.value("pci_path", std::string());
-        p.ceGBs = l.value("ce_gbs", 0.0);
-        p.smGBs = l.value("sm_gbs", 0.0);
-        p.rttUs = l.value("rtt_us", 0.0);
+        p.nvlinks = getI32(l, "nvlinks", 0);
+        p.p2pVerified = getBool(l, "p2p_verified", false);
+        p.atomics = getBool(l, "atomics", false);
+        p.why = getString(l, "why");
+        p.canAccessPeer = getBool(l, "can_access_peer", p.p2pVerified);
+        p.perfRank = getI32(l, "perf_rank", -1);
+        p.pciPath = getString(l, "pci_path");
+        p.ceGBs = getDouble(l, "ce_gbs", 0.0);
+        p.smGBs = getDouble(l, "sm_gbs", 0.0);
+        p.rttUs = getDouble(l, "rtt_us", 0.0);
         links.push_back(p);
       }
       t.links.push_back(links);
