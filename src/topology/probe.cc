@@ -247,26 +247,36 @@ Status probeTopology(Bootstrap& bootstrap, int device, Topology* out) {
     if ((records[r].cudaDevice < 0) != (records[0].cudaDevice < 0))
       return TPCOMM_INVALID("rank %d is a %s rank but rank 0 is a %s rank: a communicator is all-GPU or all-host", r,
                             records[r].cudaDevice < 0 ? "host" : "GPU", records[0].cudaDevice < 0 ? "host" : "GPU");
-  // The host leader (lowest rank on each host) obtains the machine probe once and fills the
-  // rows of every rank on its host; everyone gathers all leaders' n x n blocks.
+  // Link rows. GPU ranks: the host leader (lowest rank on each host) obtains the machine probe
+  // once and computes the rows of every rank on its host; host ranks need no probe and compute
+  // their own row. The rows travel in rounds: in round k each leader contributes the row of its
+  // k-th member (n records per rank and round), so the exchange holds n x n records at a time
+  // and takes as many rounds as the most ranks one leader serves (GPUs per host; 1 for host
+  // ranks). Gathering whole n x n blocks from every rank instead was n^3 (issue 21, item 11:
+  // 64 thread ranks peaked at 6.5 GB).
+  const bool hostRanks = records[0].cudaDevice < 0;
   std::vector<int> leader(n);
   for (int r = 0; r < n; ++r) {
     leader[r] = r;
+    if (hostRanks) continue;
     for (int q = 0; q < r; ++q)
       if (records[q].hostHash == records[r].hostHash) {
         leader[r] = q;
         break;
       }
   }
+  std::vector<std::vector<int>> members(n);  // members[l]: the ranks leader l serves, in order
+  for (int r = 0; r < n; ++r) members[leader[r]].push_back(r);
+  size_t rounds = 0;
+  for (const auto& m : members) rounds = std::max(rounds, m.size());
+
   const size_t nn = static_cast<size_t>(n) * n;
-  std::vector<LinkRecord> mineBlock(nn);
-  std::memset(mineBlock.data(), 0, sizeof(LinkRecord) * nn);
+  std::vector<LinkRecord> myRows;  // rows of members[me], in order (leaders only)
   if (leader[me] == me) {
     MachineProbe m;
-    if (records[me].cudaDevice >= 0) {
+    if (!hostRanks) {
       MachineRequest req = MachineRequest::fromParams();
-      for (int r = 0; r < n; ++r)
-        if (leader[r] == me) req.gpus.push_back({records[r].uuid, normalizeBusId(records[r].busId)});
+      for (int r : members[me]) req.gpus.push_back({records[r].uuid, normalizeBusId(records[r].busId)});
       ProbeSource src;
       Status ps = loadOrProbeMachine(req, &m, &src);
       if (ps != Status::kOk) m.checkError = lastErrorMessage();
@@ -275,18 +285,24 @@ Status probeTopology(Bootstrap& bootstrap, int device, Topology* out) {
                   src.cacheNote.empty() ? "" : "; cache: ", src.cacheNote.c_str());
     }
     std::vector<LinkRecord> row;
-    for (int r = 0; r < n; ++r) {
-      if (leader[r] != me) continue;
+    myRows.reserve(members[me].size() * n);
+    for (int r : members[me]) {
       TPCOMM_TRY(probeLinkRow(r, records, m, &row));
-      std::memcpy(&mineBlock[static_cast<size_t>(r) * n], row.data(), sizeof(LinkRecord) * n);
+      myRows.insert(myRows.end(), row.begin(), row.end());
     }
   }
-  std::vector<LinkRecord> blocks(nn * n);
-  TPCOMM_TRY(bootstrap.allGather(mineBlock.data(), blocks.data(), sizeof(LinkRecord) * nn));
   std::vector<LinkRecord> matrix(nn);
-  for (int a = 0; a < n; ++a)
-    std::memcpy(&matrix[static_cast<size_t>(a) * n], &blocks[static_cast<size_t>(leader[a]) * nn + static_cast<size_t>(a) * n],
-                sizeof(LinkRecord) * n);
+  std::vector<LinkRecord> contribution(n), gathered(nn);
+  for (size_t k = 0; k < rounds; ++k) {
+    std::memset(contribution.data(), 0, sizeof(LinkRecord) * n);
+    if (leader[me] == me && k < members[me].size())
+      std::memcpy(contribution.data(), &myRows[k * n], sizeof(LinkRecord) * n);
+    TPCOMM_TRY(bootstrap.allGather(contribution.data(), gathered.data(), sizeof(LinkRecord) * n));
+    for (int l = 0; l < n; ++l)
+      if (leader[l] == l && k < members[l].size())
+        std::memcpy(&matrix[static_cast<size_t>(members[l][k]) * n], &gathered[static_cast<size_t>(l) * n],
+                    sizeof(LinkRecord) * n);
+  }
 
   Topology t;
   std::vector<uint64_t> hosts;

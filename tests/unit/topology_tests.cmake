@@ -21,3 +21,9 @@ if(TPCOMM_BUILD_TOOLS)  # tpcomm_doctor_report comes from tools/ (target names r
   target_compile_definitions(tpcomm_unit_topology_doctor PRIVATE
     TPCOMM_DOCTOR_FIXTURES="${PROJECT_SOURCE_DIR}/tools/fixtures")
 endif()
+
+# The topology exchange's size (issue 21, item 11): probeTopology with many thread ranks.
+tpcomm_add_test(tpcomm_unit_topology_exchange LABELS cpu
+  LIBS tpcomm GTest::gtest_main
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/topology_exchange_test.cc)
+target_include_directories(tpcomm_unit_topology_exchange PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
