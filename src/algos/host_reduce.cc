@@ -29,6 +29,20 @@ inline uint32_t floatToBits(float f) {
   return u;
 }
 
+// Element loads through memcpy: the buffers are the caller's and need not be aligned to their
+// element size (a float* deref of a misaligned address is undefined: UBSan, issue 21 item 12).
+// GCC and Clang turn these into plain (unaligned) loads and still vectorize the loops.
+inline float loadF32(const char* p, size_t i) {
+  float f;
+  std::memcpy(&f, p + i * 4, 4);
+  return f;
+}
+inline uint16_t load16(const char* p, size_t i) {
+  uint16_t h;
+  std::memcpy(&h, p + i * 2, 2);
+  return h;
+}
+
 inline float widenBf16(uint16_t h) { return bitsToFloat(static_cast<uint32_t>(h) << 16); }
 
 // f16 -> f32, exact, in one path for all inputs. The f16 exponent and mantissa move to their f32
@@ -106,19 +120,22 @@ float f16ToFloat(uint16_t h) { return widenF16(h); }
 uint16_t floatToF16(float f) { return narrowF16(f); }
 
 float loadAsFloat(const void* buf, size_t i, DataType dtype) {
+  const char* p = static_cast<const char*>(buf);
   switch (dtype) {
-    case DataType::kF32: return static_cast<const float*>(buf)[i];
-    case DataType::kF16: return f16ToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case DataType::kBF16: return bf16ToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kF32: return loadF32(p, i);
+    case DataType::kF16: return f16ToFloat(load16(p, i));
+    case DataType::kBF16: return bf16ToFloat(load16(p, i));
   }
   return 0.0f;
 }
 
 void storeFromFloat(void* buf, size_t i, DataType dtype, float v) {
+  char* p = static_cast<char*>(buf);
+  uint16_t h;
   switch (dtype) {
-    case DataType::kF32: static_cast<float*>(buf)[i] = v; break;
-    case DataType::kF16: static_cast<uint16_t*>(buf)[i] = floatToF16(v); break;
-    case DataType::kBF16: static_cast<uint16_t*>(buf)[i] = floatToBf16(v); break;
+    case DataType::kF32: std::memcpy(p + i * 4, &v, 4); break;
+    case DataType::kF16: h = floatToF16(v), std::memcpy(p + i * 2, &h, 2); break;
+    case DataType::kBF16: h = floatToBf16(v), std::memcpy(p + i * 2, &h, 2); break;
   }
 }
 
@@ -140,19 +157,19 @@ inline float combine(float a, float b, ReduceOp op) {
 // std::fmax/fmin per element (their NaN and signed-zero choices are the library's). Each finished
 // block goes to storeBlock(base, acc, len).
 template <typename Widen, typename StoreBlock>
-void reduce16(size_t count, int n, ReduceOp op, const uint16_t* const* s, Widen widen, StoreBlock storeBlock) {
+void reduce16(size_t count, int n, ReduceOp op, const char* const* s, Widen widen, StoreBlock storeBlock) {
   alignas(64) float acc[kBlock];
   alignas(64) float wide[kBlock];
   for (size_t base = 0; base < count; base += kBlock) {
     size_t len = count - base < kBlock ? count - base : kBlock;
-    const uint16_t* __restrict s0 = s[0] + base;
-    for (size_t i = 0; i < len; ++i) acc[i] = widen(s0[i]);
+    const char* __restrict s0 = s[0] + base * 2;
+    for (size_t i = 0; i < len; ++i) acc[i] = widen(load16(s0, i));
     for (int r = 1; r < n; ++r) {
-      const uint16_t* __restrict sr = s[r] + base;
+      const char* __restrict sr = s[r] + base * 2;
       if (op == ReduceOp::kSum) {
-        for (size_t i = 0; i < len; ++i) acc[i] += widen(sr[i]);
+        for (size_t i = 0; i < len; ++i) acc[i] += widen(load16(sr, i));
       } else {
-        for (size_t i = 0; i < len; ++i) wide[i] = widen(sr[i]);
+        for (size_t i = 0; i < len; ++i) wide[i] = widen(load16(sr, i));
         for (size_t i = 0; i < len; ++i) acc[i] = combine(acc[i], wide[i], op);
       }
     }
@@ -163,18 +180,18 @@ void reduce16(size_t count, int n, ReduceOp op, const uint16_t* const* s, Widen 
 // f32 has its own loop with the source pointers hoisted so that the sum vectorizes at -O2/-O3
 // with baseline flags (SSE2 on x86-64): the lambdas above reload srcs[r] per element.
 template <typename StoreBlock>
-void reduceF32(size_t count, int n, ReduceOp op, const float* const* s, StoreBlock storeBlock) {
+void reduceF32(size_t count, int n, ReduceOp op, const char* const* s, StoreBlock storeBlock) {
   alignas(64) float acc[kBlock];
   for (size_t base = 0; base < count; base += kBlock) {
     size_t len = count - base < kBlock ? count - base : kBlock;
-    const float* s0 = s[0] + base;
-    for (size_t i = 0; i < len; ++i) acc[i] = s0[i];
+    const char* s0 = s[0] + base * 4;
+    for (size_t i = 0; i < len; ++i) acc[i] = loadF32(s0, i);
     for (int r = 1; r < n; ++r) {
-      const float* sr = s[r] + base;
+      const char* sr = s[r] + base * 4;
       if (op == ReduceOp::kSum) {
-        for (size_t i = 0; i < len; ++i) acc[i] += sr[i];
+        for (size_t i = 0; i < len; ++i) acc[i] += loadF32(sr, i);
       } else {
-        for (size_t i = 0; i < len; ++i) acc[i] = combine(acc[i], sr[i], op);
+        for (size_t i = 0; i < len; ++i) acc[i] = combine(acc[i], loadF32(sr, i), op);
       }
     }
     storeBlock(base, acc, len);
@@ -212,14 +229,14 @@ void hostReduceTo(void* const* dsts, int nDst, const void* const* srcs, int n, s
   auto streams = [streamMask](int d) { return d < 64 && ((streamMask >> d) & 1u) != 0; };
   switch (dtype) {
     case DataType::kF32:
-      reduceF32(count, n, op, reinterpret_cast<const float* const*>(srcs), [&](size_t base, const float* acc, size_t len) {
+      reduceF32(count, n, op, reinterpret_cast<const char* const*>(srcs), [&](size_t base, const float* acc, size_t len) {
         for (int d = 0; d < nDst; ++d)
           storeBytes(static_cast<char*>(dsts[d]) + base * 4, reinterpret_cast<const char*>(acc), len * 4, streams(d));
       });
       break;
     case DataType::kF16:
     case DataType::kBF16: {
-      auto s = reinterpret_cast<const uint16_t* const*>(srcs);
+      auto s = reinterpret_cast<const char* const*>(srcs);
       alignas(64) uint16_t out[kBlock];
       auto storeAll = [&](size_t base, size_t len) {
         for (int d = 0; d < nDst; ++d)

@@ -261,6 +261,36 @@ TEST(HostReduce, ReduceToEveryDestinationStreamingOrNot) {
     }
 }
 
+// Buffers need not be aligned to their element size (a user's f32 tensor may start at any byte):
+// sources and destinations at odd byte offsets give the same bits as aligned ones. Before the
+// fix the loads were float / uint16_t dereferences of misaligned addresses (UBSan:
+// "load of misaligned address"; the sanitizer stage of scripts/test.sh runs this test).
+TEST(HostReduce, MisalignedBuffersGiveTheAlignedResult) {
+  const size_t count = 1000;
+  for (DataType dt : {DataType::kF32, DataType::kF16, DataType::kBF16})
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax})
+      for (size_t shift : {1, 2, 3}) {
+        SCOPED_TRACE(std::string(dataTypeName(dt)) + " shift " + std::to_string(shift));
+        const size_t es = dataTypeSize(dt), bytes = count * es;
+        const int n = 3;
+        std::vector<std::vector<char>> aligned(n), odd(n);
+        std::vector<const void*> a(n), o(n);
+        for (int r = 0; r < n; ++r) {
+          aligned[r].resize(bytes);
+          for (size_t i = 0; i < count; ++i) storeFromFloat(aligned[r].data(), i, dt, static_cast<float>((i * 7 + r) % 19) - 9);
+          odd[r].assign(bytes + 8, 0);
+          std::memcpy(odd[r].data() + shift + r, aligned[r].data(), bytes);
+          a[r] = aligned[r].data();
+          o[r] = odd[r].data() + shift + r;
+        }
+        std::vector<char> want(bytes), gotBuf(bytes + 8, 0);
+        hostReduce(want.data(), a.data(), n, count, dt, op);
+        hostReduce(gotBuf.data() + shift, o.data(), n, count, dt, op);
+        EXPECT_EQ(std::memcmp(want.data(), gotBuf.data() + shift, bytes), 0);
+        EXPECT_EQ(loadAsFloat(gotBuf.data() + shift, 5, dt), loadAsFloat(want.data(), 5, dt));
+      }
+}
+
 TEST(HostReduce, CopyStreamingOrNot) {
   std::vector<char> src(4099), dst(4099 + 32);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 7 + 1);
