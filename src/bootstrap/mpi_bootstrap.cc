@@ -1,15 +1,64 @@
 // Bootstrap over MPI. Uses non-blocking collectives polled against a deadline so a rank that
 // never arrives yields kTimeout (TPCOMM_TIMEOUT_MS) rather than a hang.
+//
+// After a timeout (issue 21, items 5 and 10):
+// - MPI has no way to cancel a started collective (MPI_Cancel and MPI_Request_free are
+//   erroneous on one), so the timed-out MPI_Iallgather / MPI_Ibarrier stays pending. It runs on
+//   buffers the bootstrap owns, never the caller's, so a late peer that completes it later
+//   cannot write into memory the caller got back. Those buffers and the request are kept (not
+//   freed) for as long as the request is pending, and a bootstrap with a pending request never
+//   frees its duplicated communicator: MPI_Comm_free (or MPI_Finalize's clean-up of it) with a
+//   collective pending crashes or hangs Open MPI. The communicator is left to MPI; MPI_Finalize
+//   then returns normally.
+// - The bootstrap is then unusable: every later call fails at once with kRemoteError. MPI
+//   matches collectives in order, so a new one would pair with a peer's older call.
+// - The message names the missing ranks: before each collective every rank sends a small
+//   arrival note (its exchange number) to every peer; on timeout the notes not received name
+//   the ranks that never arrived. The unreceived notes' receives are cancelled (allowed for
+//   point-to-point receives) and the sends freed.
+// - makeMpiBootstrap duplicates the communicator with MPI_Comm_idup, polled against the same
+//   deadline, so a rank whose peers never call makeMpiBootstrap gets kTimeout too.
 #include "tpcomm/mpi_bootstrap.h"
 
 #include <chrono>
+#include <cstring>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "common/error.h"
 #include "common/params.h"
 
 namespace tpcomm {
 namespace {
+
+constexpr int kNoteTag = 7321;  // arrival notes; the duplicated communicator has no other traffic
+
+using Clock = std::chrono::steady_clock;
+
+Clock::time_point deadlineFromNow(int64_t* ms) {
+  *ms = paramInt(ParamId::kTimeoutMs);
+  return Clock::now() + std::chrono::milliseconds(*ms);
+}
+
+// Polls `req` until it completes or `deadline` passes. rc: MPI's error code, if any.
+bool pollUntil(MPI_Request* req, Clock::time_point deadline, int* rc) {
+  for (int spins = 0;; ++spins) {
+    int done = 0;
+    *rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (*rc != MPI_SUCCESS) return false;
+    if (done) return true;
+    if (Clock::now() > deadline) return false;
+    if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size() && i < 16; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 16) s += " and " + std::to_string(ranks.size() - 16) + " more";
+  return s.empty() ? std::string("(none: every rank sent its arrival note)") : s;
+}
 
 class MpiBootstrap : public Bootstrap {
  public:
@@ -20,47 +69,144 @@ class MpiBootstrap : public Bootstrap {
   ~MpiBootstrap() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm_);
+    if (finalized) return;
+    if (pending_) {
+      // A late peer may have completed it since; otherwise leave request, buffers and the
+      // communicator to MPI (see the top of this file): freeing any of them is unsafe.
+      int done = 0;
+      if (MPI_Test(&pending_->request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) {
+        pending_ = nullptr;  // intentionally leaked
+        return;
+      }
+      delete pending_;
+      pending_ = nullptr;
+    }
+    MPI_Comm_free(&comm_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
   Status allGather(const void* mine, void* all, size_t bytesPerRank) override {
     if ((!mine || !all) && bytesPerRank) return TPCOMM_INVALID("allGather: null buffer");
-    if (bytesPerRank > static_cast<size_t>(INT32_MAX))
-      return TPCOMM_INVALID("allGather: %zu bytes per rank exceeds MPI's int count", bytesPerRank);
-    MPI_Request req;
-    int rc = MPI_Iallgather(mine, static_cast<int>(bytesPerRank), MPI_BYTE, all, static_cast<int>(bytesPerRank),
-                            MPI_BYTE, comm_, &req);
-    if (rc != MPI_SUCCESS) return TPCOMM_ERROR(kSystemError, "MPI_Iallgather failed (%d)", rc);
-    return wait(&req, "allGather");
+    if (bytesPerRank > static_cast<size_t>(INT32_MAX) / static_cast<size_t>(size_))
+      return TPCOMM_INVALID("allGather: %zu bytes per rank x %d ranks exceeds MPI's int count", bytesPerRank, size_);
+    return run("allGather", mine, all, bytesPerRank);
   }
 
-  Status barrier() override {
-    MPI_Request req;
-    int rc = MPI_Ibarrier(comm_, &req);
-    if (rc != MPI_SUCCESS) return TPCOMM_ERROR(kSystemError, "MPI_Ibarrier failed (%d)", rc);
-    return wait(&req, "barrier");
-  }
+  Status barrier() override { return run("barrier", nullptr, nullptr, 0); }
 
  private:
-  Status wait(MPI_Request* req, const char* what) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(paramInt(ParamId::kTimeoutMs));
-    for (int spins = 0;; ++spins) {
-      int done = 0;
-      int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-      if (rc != MPI_SUCCESS) return TPCOMM_ERROR(kSystemError, "MPI_Test in %s failed (%d)", what, rc);
-      if (done) return Status::kOk;
-      if (std::chrono::steady_clock::now() > deadline)
-        // The request stays pending; MPI offers no portable cancel for collectives.
-        return TPCOMM_ERROR(kTimeout, "MPI bootstrap %s: rank %d waited TPCOMM_TIMEOUT_MS for the other ranks", what,
-                            rank_);
-      if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  // The collective in flight, on buffers of its own (they outlive a timed-out call).
+  struct Op {
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::vector<char> send, recv;
+    uint64_t noteOut = 0;           // this rank's arrival note (a freed send may still read it)
+    std::vector<uint64_t> notesIn;  // the peers' notes
+  };
+
+  Status run(const char* what, const void* mine, void* all, size_t bytes) {
+    if (!failed_.empty())
+      return TPCOMM_ERROR(kRemoteError, "MPI bootstrap %s on rank %d: unusable after an earlier failure: %s", what,
+                          rank_, failed_.c_str());
+    int64_t timeoutMs = 0;
+    const auto deadline = deadlineFromNow(&timeoutMs);
+    const uint64_t seq = seq_++;
+
+    // Arrival notes: one to and one from every peer, tagged so calls never mix.
+    Op* op = new Op;
+    const int tag = kNoteTag + static_cast<int>(seq % 16384);
+    op->noteOut = seq;
+    op->notesIn.assign(size_, 0);
+    std::vector<MPI_Request> recvs(size_, MPI_REQUEST_NULL), sends(size_, MPI_REQUEST_NULL);
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      MPI_Irecv(&op->notesIn[p], 1, MPI_UINT64_T, p, tag, comm_, &recvs[p]);
+      MPI_Isend(&op->noteOut, 1, MPI_UINT64_T, p, tag, comm_, &sends[p]);
     }
+
+    int rc;
+    if (bytes) {
+      op->send.assign(static_cast<const char*>(mine), static_cast<const char*>(mine) + bytes);
+      op->recv.resize(bytes * size_);
+      rc = MPI_Iallgather(op->send.data(), static_cast<int>(bytes), MPI_BYTE, op->recv.data(),
+                          static_cast<int>(bytes), MPI_BYTE, comm_, &op->request);
+    } else {
+      rc = MPI_Ibarrier(comm_, &op->request);
+    }
+    if (rc != MPI_SUCCESS) {
+      finishNotes(&recvs, &sends, /*cancel=*/true);
+      pending_ = op;  // its freed note sends may still read noteOut: kept
+      failed_ = std::string(what) + " could not start (MPI error " + std::to_string(rc) + ")";
+      return TPCOMM_ERROR(kSystemError, "MPI bootstrap %s on rank %d: %s", what, rank_, failed_.c_str());
+    }
+    if (!pollUntil(&op->request, deadline, &rc)) {
+      std::vector<int> missing;
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_) continue;
+        int got = 0;
+        MPI_Test(&recvs[p], &got, MPI_STATUS_IGNORE);
+        if (!got) missing.push_back(p);
+      }
+      finishNotes(&recvs, &sends, /*cancel=*/true);
+      pending_ = op;  // still pending: kept alive with its buffers
+      char buf[512];
+      if (rc != MPI_SUCCESS) {
+        std::snprintf(buf, sizeof(buf), "MPI_Test failed (%d) in %s %llu", rc, what,
+                      static_cast<unsigned long long>(seq));
+        failed_ = buf;
+        return TPCOMM_ERROR(kSystemError, "MPI bootstrap on rank %d: %s", rank_, buf);
+      }
+      std::snprintf(buf, sizeof(buf), "rank %d waited %lld ms (TPCOMM_TIMEOUT_MS) in %s %llu; rank(s) %s never arrived",
+                    rank_, static_cast<long long>(timeoutMs), what, static_cast<unsigned long long>(seq),
+                    rankList(missing).c_str());
+      failed_ = buf;
+      return TPCOMM_ERROR(kTimeout, "MPI bootstrap: %s", buf);
+    }
+    // Every peer entered the collective, so its note was sent before: the receives complete.
+    bool sent = finishNotes(&recvs, &sends, /*cancel=*/false, deadline);
+    if (bytes) std::memcpy(all, op->recv.data(), bytes * size_);
+    if (sent) {
+      delete op;
+    } else {  // a freed note send may still read op->noteOut: keep that much
+      std::vector<char>().swap(op->send);
+      std::vector<char>().swap(op->recv);
+    }
+    return Status::kOk;
+  }
+
+  // Completes (cancel=false) or cancels the note receives; completes the note sends if they
+  // complete by `deadline`, else frees them. False when a freed send may still read its buffer.
+  bool finishNotes(std::vector<MPI_Request>* recvs, std::vector<MPI_Request>* sends, bool cancel,
+                   Clock::time_point deadline = Clock::time_point()) {
+    for (MPI_Request& r : *recvs) {
+      if (r == MPI_REQUEST_NULL) continue;
+      if (cancel) {
+        int done = 0;
+        MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+        if (done) continue;
+        MPI_Cancel(&r);
+      }
+      MPI_Wait(&r, MPI_STATUS_IGNORE);  // a cancelled receive completes at once
+    }
+    bool allSent = true;
+    for (MPI_Request& r : *sends) {
+      if (r == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      while (MPI_Test(&r, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (!done) {
+        MPI_Request_free(&r);  // an 8-byte note: MPI delivers it; nobody waits for it
+        allSent = false;
+      }
+    }
+    return allSent;
   }
 
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  uint64_t seq_ = 0;
+  std::string failed_;    // non-empty: why every later call fails
+  Op* pending_ = nullptr;  // a timed-out collective MPI may still complete
 };
 
 }  // namespace
@@ -71,9 +217,30 @@ Status makeMpiBootstrap(MPI_Comm comm, std::unique_ptr<Bootstrap>* out) {
   MPI_Initialized(&init);
   if (!init) return TPCOMM_INVALID("makeMpiBootstrap: MPI is not initialized (call MPI_Init first)");
   if (comm == MPI_COMM_NULL) return TPCOMM_INVALID("makeMpiBootstrap: comm is MPI_COMM_NULL");
-  MPI_Comm dup;
-  if (MPI_Comm_dup(comm, &dup) != MPI_SUCCESS) return TPCOMM_ERROR(kSystemError, "MPI_Comm_dup failed");
-  out->reset(new MpiBootstrap(dup));
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  // MPI_Comm_dup is collective and blocks until every rank of comm calls it: the non-blocking
+  // form, polled against TPCOMM_TIMEOUT_MS, bounds it. On timeout the request stays pending (it
+  // cannot be cancelled) and the half-made communicator is left to MPI.
+  MPI_Comm* dup = new MPI_Comm(MPI_COMM_NULL);
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (MPI_Comm_idup(comm, dup, &req) != MPI_SUCCESS) {
+    delete dup;
+    return TPCOMM_ERROR(kSystemError, "makeMpiBootstrap: MPI_Comm_idup failed");
+  }
+  int64_t timeoutMs = 0;
+  int rc = MPI_SUCCESS;
+  if (!pollUntil(&req, deadlineFromNow(&timeoutMs), &rc)) {
+    // `dup` stays allocated: MPI may still write the new communicator into it.
+    if (rc != MPI_SUCCESS) return TPCOMM_ERROR(kSystemError, "makeMpiBootstrap: MPI_Test on MPI_Comm_idup failed");
+    return TPCOMM_ERROR(kTimeout,
+                        "makeMpiBootstrap: rank %d waited %lld ms (TPCOMM_TIMEOUT_MS) to duplicate the "
+                        "communicator; not every rank of it called makeMpiBootstrap",
+                        rank, static_cast<long long>(timeoutMs));
+  }
+  MPI_Comm c = *dup;
+  delete dup;
+  out->reset(new MpiBootstrap(c));
   return Status::kOk;
 }
 

@@ -1,0 +1,118 @@
+// Fault injection on the MPI bootstrap (issue 21, items 5 and 10), under mpiexec -n 2 and -n 4.
+// Own main(): what it checks is that every rank reaches MPI_Finalize and returns from it.
+//   1. Rank 0 enters an allGather the others enter only after it timed out: rank 0 gets
+//      kTimeout within the bound and a message naming the missing ranks; its buffer is never
+//      written after its call returned; its next call fails at once (kRemoteError).
+//   2. Rank 0 enters a barrier nobody else ever enters (left pending for good), then every rank
+//      destroys its bootstraps and calls MPI_Finalize: before the fix MPI_Comm_free ran with the
+//      MPI_Ibarrier pending and Open MPI crashed or hung in MPI_Finalize.
+//   3. Rank 0 alone calls makeMpiBootstrap on a communicator the others never duplicate: bounded
+//      by TPCOMM_TIMEOUT_MS (MPI_Comm_dup blocked without bound).
+// Exit status 0 only if every check passed on this rank (mpiexec reports the worst).
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/params.h"
+#include "tpcomm/mpi_bootstrap.h"
+
+namespace {
+
+int gFailures = 0;
+int gRank = 0;
+
+void check(bool ok, const std::string& what) {
+  if (!ok) {
+    ++gFailures;
+    std::fprintf(stderr, "rank %d: FAILED: %s\n", gRank, what.c_str());
+  }
+}
+
+double msSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string missingText(int size) {  // "rank(s) 1, 2, 3 never arrived"
+  std::string s = "rank(s) ";
+  for (int r = 1; r < size; ++r) s += (r > 1 ? ", " : "") + std::to_string(r);
+  return s + " never arrived";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tpcomm;
+  MPI_Init(&argc, &argv);
+  int size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &gRank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  constexpr int kBoundMs = 500;
+  setenv("TPCOMM_TIMEOUT_MS", std::to_string(kBoundMs).c_str(), 1);
+  reloadParams();
+
+  std::unique_ptr<Bootstrap> bs, bs2;
+  check(makeMpiBootstrap(MPI_COMM_WORLD, &bs) == Status::kOk, std::string("makeMpiBootstrap: ") + lastErrorMessage());
+  check(makeMpiBootstrap(MPI_COMM_WORLD, &bs2) == Status::kOk, std::string("makeMpiBootstrap 2: ") + lastErrorMessage());
+  check(bs->barrier() == Status::kOk, "first barrier");
+
+  // 1. Late ranks.
+  int mine = 1000 + gRank;
+  std::vector<int> all(size, -1);
+  if (gRank == 0) {
+    auto t0 = std::chrono::steady_clock::now();
+    Status s = bs->allGather(&mine, all.data(), sizeof(int));
+    double ms = msSince(t0);
+    std::string msg = lastErrorMessage();
+    check(s == Status::kTimeout, std::string("rank 0 alone in allGather: ") + statusName(s));
+    check(msg.find(missingText(size)) != std::string::npos, "message names the missing ranks: " + msg);
+    check(ms >= 0.9 * kBoundMs && ms <= 4.0 * kBoundMs, "bounded wait: " + std::to_string(ms) + " ms");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // the others arrive only now, after rank 0 gave up
+  if (gRank != 0) {
+    Status s = bs->allGather(&mine, all.data(), sizeof(int));
+    // MPI matches collectives in order: a late rank may complete the exchange rank 0 left,
+    // with the data rank 0 deposited then (the same exchange), or time out. Never other data.
+    if (s == Status::kOk)
+      for (int r = 0; r < size; ++r) check(all[r] == 1000 + r, "late rank got a value of another exchange");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // rank 0 makes MPI progress here while the late ranks complete
+  if (gRank == 0) {
+    for (int r = 0; r < size; ++r) check(all[r] == -1, "rank 0's buffer was written after its call returned");
+    auto t0 = std::chrono::steady_clock::now();
+    Status s = bs->barrier();
+    check(s == Status::kRemoteError, std::string("call after a timeout: ") + statusName(s));
+    check(msSince(t0) < kBoundMs / 2.0, "a call after a timeout fails at once");
+  }
+
+  // 2. A barrier left pending for good, then destroy + finalize.
+  if (gRank == 0) {
+    Status s = bs2->barrier();
+    check(s == Status::kTimeout, std::string("rank 0 alone in a barrier: ") + statusName(s));
+    check(std::string(lastErrorMessage()).find(missingText(size)) != std::string::npos,
+          std::string("barrier message names the missing ranks: ") + lastErrorMessage());
+  }
+
+  // 3. makeMpiBootstrap bounded: only rank 0 duplicates `sub`.
+  MPI_Comm sub;
+  MPI_Comm_dup(MPI_COMM_WORLD, &sub);
+  if (gRank == 0) {
+    std::unique_ptr<Bootstrap> bs3;
+    auto t0 = std::chrono::steady_clock::now();
+    Status s = makeMpiBootstrap(sub, &bs3);
+    double ms = msSince(t0);
+    check(s == Status::kTimeout, std::string("makeMpiBootstrap alone: ") + statusName(s) + " " + lastErrorMessage());
+    check(ms <= 4.0 * kBoundMs, "makeMpiBootstrap bounded: " + std::to_string(ms) + " ms");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  bs.reset();
+  bs2.reset();
+  std::fprintf(stderr, "rank %d: %d failure(s); calling MPI_Finalize\n", gRank, gFailures);
+  MPI_Finalize();
+  std::fprintf(stderr, "rank %d: MPI_Finalize returned\n", gRank);
+  return gFailures ? 1 : 0;
+}
