@@ -1,10 +1,21 @@
-// Bootstrap for ranks that are threads of one process: a generation-counted rendezvous under one
+// Bootstrap for ranks that are threads of one process: a sequence-numbered rendezvous under one
 // mutex. Every wait is bounded by TPCOMM_TIMEOUT_MS so a rank that never arrives yields kTimeout
 // instead of a hang.
+//
+// Fencing (issue 21, item 1): every rank numbers its own calls (exchange 0, 1, 2, ...) and ranks
+// meet only in an exchange of the same number. A rank that gives up on exchange k (timeout, or a
+// size mismatch) abandons it: k is marked abandoned with the reason, the ranks still waiting in
+// it fail at once with kRemoteError, and a rank that arrives at k later fails at once with
+// kRemoteError instead of completing k with what the others deposited. Nobody copies out of an
+// exchange that one of its ranks left, and the next exchange (k + 1) starts clean, so the ranks
+// are in step again.
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "common/error.h"
@@ -14,50 +25,125 @@
 namespace tpcomm {
 namespace {
 
+// "1, 3" (at most 16 listed, then "and N more").
+std::string rankList(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size() && i < 16; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 16) s += " and " + std::to_string(ranks.size() - 16) + " more";
+  return s;
+}
+
 class ThreadGroupImpl : public ThreadGroup {
  public:
-  explicit ThreadGroupImpl(int n) : n_(n) {}
+  explicit ThreadGroupImpl(int n) : n_(n), nextSeq_(n, 0), in_(n, false) {}
   int size() const override { return n_; }
 
   // Each rank deposits `bytes` from `mine`; once all have, each copies out the whole table.
-  // Two phases (deposit, then depart) so a fast rank's next call cannot overwrite the table
+  // Two phases (deposit, then depart) so a fast rank's next exchange cannot overwrite the table
   // while a slow rank is still copying out.
   Status exchange(int rank, const void* mine, void* all, size_t bytes) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(paramInt(ParamId::kTimeoutMs));
+    const int64_t timeoutMs = paramInt(ParamId::kTimeoutMs);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
     std::unique_lock<std::mutex> lock(mu_);
-    // Wait until the previous exchange has fully drained.
-    if (!cv_.wait_until(lock, deadline, [&] { return departing_ == 0; }))
-      return TPCOMM_ERROR(kTimeout, "thread bootstrap: rank %d waited for the previous exchange to drain", rank);
+    const uint64_t k = nextSeq_[rank]++;  // this rank's exchange number, taken whatever happens
+    // Wait until exchange k is the open one (exchange k-1 has drained) or k was abandoned.
+    if (!cv_.wait_until(lock, deadline, [&] { return abandoned(k) || (current_ == k && departing_ == 0); })) {
+      abandon(k, "rank " + std::to_string(rank) + " timed out waiting for the previous exchange to drain");
+      return TPCOMM_ERROR(kTimeout, "thread bootstrap: rank %d waited %lld ms for exchange %llu to open", rank,
+                          static_cast<long long>(timeoutMs), static_cast<unsigned long long>(k));
+    }
+    if (abandoned(k)) return lateArrival(rank, k);
     if (arrived_ == 0) {
       bytes_ = bytes;
       table_.assign(bytes * n_, 0);
     } else if (bytes != bytes_) {
-      return TPCOMM_INVALID("thread bootstrap: rank %d passed %zu bytes, others %zu", rank, bytes, bytes_);
+      char why[160];
+      std::snprintf(why, sizeof(why), "rank %d passed %zu bytes per rank, the ranks before it %zu", rank, bytes,
+                    bytes_);
+      abandon(k, why);
+      return TPCOMM_INVALID("thread bootstrap: exchange %llu: %s", static_cast<unsigned long long>(k), why);
     }
     if (bytes) std::memcpy(table_.data() + rank * bytes, mine, bytes);
-    uint64_t gen = generation_;
+    in_[rank] = true;
     if (++arrived_ == n_) {
-      arrived_ = 0;
       departing_ = n_;
-      ++generation_;
+      completed_ = k;
+      anyCompleted_ = true;
       cv_.notify_all();
-    } else if (!cv_.wait_until(lock, deadline, [&] { return generation_ != gen; })) {
-      --arrived_;
-      return TPCOMM_ERROR(kTimeout, "thread bootstrap: rank %d: only %d of %d ranks arrived within TPCOMM_TIMEOUT_MS",
-                          rank, arrived_ + 1, n_);
+    } else if (!cv_.wait_until(lock, deadline, [&] { return isComplete(k) || abandoned(k); })) {
+      std::vector<int> missing = missingRanks();
+      std::string why = "rank " + std::to_string(rank) + " timed out after " + std::to_string(timeoutMs) +
+                        " ms; missing: rank(s) " + rankList(missing);
+      abandon(k, why);
+      return TPCOMM_ERROR(kTimeout,
+                          "thread bootstrap: rank %d waited %lld ms (TPCOMM_TIMEOUT_MS) in exchange %llu; "
+                          "rank(s) %s never arrived (%d of %d arrived)",
+                          rank, static_cast<long long>(timeoutMs), static_cast<unsigned long long>(k),
+                          rankList(missing).c_str(), n_ - static_cast<int>(missing.size()), n_);
+    }
+    if (!isComplete(k)) {  // another rank abandoned k while this one waited in it
+      return TPCOMM_ERROR(kRemoteError, "thread bootstrap: rank %d: exchange %llu was abandoned: %s", rank,
+                          static_cast<unsigned long long>(k), reason(k).c_str());
     }
     if (bytes) std::memcpy(all, table_.data(), bytes * n_);
-    if (--departing_ == 0) cv_.notify_all();
+    if (--departing_ == 0) {
+      openNext();
+      cv_.notify_all();
+    }
     return Status::kOk;
   }
 
  private:
+  bool abandoned(uint64_t k) const { return abandoned_.count(k) != 0; }
+  bool isComplete(uint64_t k) const { return anyCompleted_ && completed_ == k; }
+  std::string reason(uint64_t k) const {
+    auto it = abandoned_.find(k);
+    return it == abandoned_.end() ? std::string("(no reason recorded)") : it->second;
+  }
+
+  std::vector<int> missingRanks() const {
+    std::vector<int> m;
+    for (int r = 0; r < n_; ++r)
+      if (!in_[r]) m.push_back(r);
+    return m;
+  }
+
+  // Marks exchange k abandoned. If k is the open exchange, its waiters are woken (they fail) and
+  // the next exchange opens; a k not yet open is skipped when the exchanges reach it.
+  void abandon(uint64_t k, const std::string& why) {
+    abandoned_.emplace(k, why);
+    if (current_ == k && departing_ == 0) openNext();
+    cv_.notify_all();
+  }
+
+  Status lateArrival(int rank, uint64_t k) {
+    return TPCOMM_ERROR(kRemoteError,
+                        "thread bootstrap: rank %d arrived at exchange %llu after it was abandoned (%s); "
+                        "it fails instead of completing it with stale data",
+                        rank, static_cast<unsigned long long>(k), reason(k).c_str());
+  }
+
+  void openNext() {
+    ++current_;
+    while (abandoned(current_)) ++current_;
+    arrived_ = 0;
+    std::fill(in_.begin(), in_.end(), false);
+    // Forget reasons far behind every rank (they can no longer be asked for).
+    uint64_t oldest = *std::min_element(nextSeq_.begin(), nextSeq_.end());
+    while (!abandoned_.empty() && abandoned_.begin()->first + 1 < oldest) abandoned_.erase(abandoned_.begin());
+  }
+
   const int n_;
   std::mutex mu_;
   std::condition_variable cv_;
+  std::vector<uint64_t> nextSeq_;  // per rank: the number of its next exchange
+  std::vector<bool> in_;           // per rank: deposited in the open exchange
+  uint64_t current_ = 0;           // the open exchange (or the one draining)
+  uint64_t completed_ = 0;         // the last exchange every rank reached
+  bool anyCompleted_ = false;
   int arrived_ = 0;
   int departing_ = 0;
-  uint64_t generation_ = 0;
+  std::map<uint64_t, std::string> abandoned_;  // exchange number -> why it was abandoned
   size_t bytes_ = 0;
   std::vector<char> table_;
 };

@@ -1,0 +1,54 @@
+// Fault injection on the host collectives with ranks as threads (issue 21, item 1, the whole
+// chain): rank 0's allReduce times out because rank 1 is late; rank 1 then arrives. Nobody may
+// touch rank 0's buffers after its call returned, and the late rank must not report success.
+//
+// PENDING: the pointer exchange of staged_host's thread path does not go through the bootstrap
+// (src/bootstrap/thread_bootstrap.cc, fenced) but through HostStagedTransport::barrier() in
+// src/transports/host_staged.cc, whose arrival count keeps the timed-out rank. Until that
+// barrier is fenced this test fails (see docs/reliability.md, "Pending"); tests/fault/
+// CMakeLists.txt registers it as a disabled ctest entry. Run it by hand:
+//   build/tests/fault/tpcomm_fault_staged_late_rank
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tpcomm/tpcomm.h"
+#include "unit/test_util.h"
+
+namespace tpcomm {
+namespace {
+
+TEST(StagedHostFault, LateRankNeverWritesIntoAPeerThatTimedOut) {
+  test::ScopedEnv env("TPCOMM_TIMEOUT_MS", "300");
+  const size_t count = 65536;
+  std::atomic<bool> rank0Returned{false};
+  std::atomic<bool> rank1Done{false};
+  test::runHostRanks(2, Config{}, [&](int me, Communicator& comm) {
+    std::vector<float> send(count, 1.0f + me);
+    if (me == 0) {
+      auto recv = std::make_unique<std::vector<float>>(count, -7.0f);
+      Status s = comm.allReduce(send.data(), recv->data(), count, DataType::kF32, ReduceOp::kSum, nullptr);
+      EXPECT_EQ(s, Status::kTimeout) << lastErrorMessage();
+      std::vector<float> snapshot = *recv;
+      rank0Returned = true;
+      while (!rank1Done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      size_t changed = 0;
+      for (size_t i = 0; i < count; ++i) changed += (*recv)[i] != snapshot[i];
+      EXPECT_EQ(changed, 0u) << changed << " of " << count
+                             << " elements of rank 0's recv changed after its allReduce returned kTimeout";
+    } else {
+      while (!rank0Returned) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::vector<float> recv(count, 0.0f);
+      Status s = comm.allReduce(send.data(), recv.data(), count, DataType::kF32, ReduceOp::kSum, nullptr);
+      EXPECT_NE(s, Status::kOk) << "rank 1 completed an allReduce its peer had left";
+      rank1Done = true;
+    }
+  });
+}
+
+}  // namespace
+}  // namespace tpcomm
