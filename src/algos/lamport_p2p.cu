@@ -28,7 +28,7 @@
 // The fused twin (all-reduce + residual add + RMSNorm):
 // low-latency one-shot all-reduce (Lamport sentinels, no barrier)
 // + residual add + RMSNorm in one kernel (TensorRT-LLM's low-latency fused all-reduce + norm).
-// It is lamport_p2p_kernel.cu with whole rows per block (splitRange over rows), so the block that
+// It is the plain kernel above with whole rows per block (splitRange over rows), so the block that
 // reduces a row also normalises it:
 //   1. Push: block b stores its rows of `in` (-0.0 sent as +0.0) into every peer's buffer e%3,
 //      slot = own rank, at the rows' pack offsets: the bytes and places the plain kernel uses.
@@ -39,7 +39,7 @@
 //      (e+2)%3, sized by the bytes recorded for it, and block 0 records this call's bytes.
 // It shares the Lamport epoch counters, buffers and used-bytes words with lamport_p2p (same grid,
 // TPCOMM_P2P_BLOCKS, every block +1 per call), so plain and fused calls interleave freely; the
-// three-buffer argument of lamport_p2p_kernel.cu holds as is because it rests on kernel
+// three-buffer argument of the plain kernel holds as is because it rests on kernel
 // completion, not on which block touched which bytes. Needs 16-byte aligned buffers and rows of
 // whole 16-byte units (the launcher declines otherwise and the caller falls back).
 // A timed-out poll reports kTimeout and stops waiting (the block still runs to its end, so no
@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
         },
         [](size_t, int, const T(&)[kEpp]) {}, [](size_t, int, const T(&)[kEpp]) {});
   }
-  // 3. clear the buffer read in the previous call (as lamport_p2p_kernel.cu)
+  // 3. clear the buffer read in the previous call (as the plain kernel)
   round.clearPrevious(local, n, me);
   round.finish(f.rows * f.hidden * sizeof(T));
 }

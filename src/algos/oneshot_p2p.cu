@@ -10,7 +10,7 @@
 // The fused twin (all-reduce + residual add + RMSNorm):
 // one-shot all-reduce + residual add + RMSNorm in one kernel (NCCL's
 // all-to-all one-shot with the norm as its epilogue; TensorRT-LLM's fused all-reduce + norm). It
-// is oneshot_p2p_kernel.cu with whole rows per block: block b takes rows [lo, hi) of
+// is the plain kernel above with whole rows per block: block b takes rows [lo, hi) of
 // splitRange(rows, blocks, b), so it holds every element of a row it normalises.
 //   Phase 1: block b pushes its rows of `in` into every peer's inbox (slot = own rank) at the
 //     rows' element offsets: exactly the bytes and places the plain kernel uses.

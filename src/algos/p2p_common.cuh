@@ -93,7 +93,7 @@ __device__ __forceinline__ T reduceRanksElem(int n, int me, const T* own, FromFn
   return Elem<T>::fromFloat(acc);
 }
 
-// Lamport wire format (lamport_p2p_kernel.cu): a pack has arrived when none of its 32-bit words
+// Lamport wire format (lamport_p2p.cu): a pack has arrived when none of its 32-bit words
 // is the sentinel; lamportScrub sends -0.0 as +0.0 so no payload word can equal it.
 template <typename T>
 __device__ __forceinline__ Pack lamportScrub(Pack v) {

@@ -8,7 +8,7 @@
 //
 // UNTESTED ON HARDWARE. The machines this project runs on keep multicast off (a program using
 // it can take a shared host's GPUs out of service). It is built and reachable only behind the
-// gate of DESIGN.md, checked three times: Communicator::create agrees the gate on every rank
+// gate of docs/multicast.md, checked three times: Communicator::create agrees the gate on every rank
 // before calling create(); create() returns before anything else when Topology::multicastUsable()
 // is false; and the environment switches (NCCL_NVLS_ENABLE=0, TPCOMM_MULTICAST=0) are read
 // again immediately before each multicast driver call. Driver symbols are resolved at run time

@@ -1,4 +1,4 @@
-// The NVSwitch multicast gate (DESIGN.md: SAFETY; transports/multicast.h), proven without a GPU.
+// The NVSwitch multicast gate (docs/multicast.md: the gate; transports/multicast.h), proven without a GPU.
 // Multicast can take a shared machine's GPUs out of service, so on every machine we have it
 // must stay off. For each way the gate can be closed (a row of kClosed: NCCL_NVLS_ENABLE=0,
 // TPCOMM_MULTICAST=0, two ranks, a link that is not NVSwitch, a device without the attribute,
