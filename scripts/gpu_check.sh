@@ -4,7 +4,7 @@
 # tpcomm_gpu_tests (createGroup), tpcomm_gpu_mpi_tests (mpirun -np 2), qwen_gpu_test, the shim
 # tests, the topology probe, the GEMV benchmark and one-rank (single-GPU overhead) tables, each
 # under its own time limit; logs in OUTDIR/logs (default $OUT or ./gpu-logs), a one-line result
-# per step. SKIP="name ..." leaves steps out. Multicast stays off (DESIGN.md): gpu_common.sh
+# per step. SKIP="name ..." leaves steps out. Multicast stays off (docs/multicast.md): gpu_common.sh
 # exports the variables for every child and mpirun forwards them.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')

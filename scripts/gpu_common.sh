@@ -1,5 +1,5 @@
 # scripts/gpu_common.sh: sourced by gpu_check.sh and gpu_bench.sh (a GPU session). Sets the
-# safety environment (multicast off, DESIGN.md; mpirun forwards these with -x), root, OUTDIR
+# safety environment (multicast off, docs/multicast.md; mpirun forwards these with -x), root, OUTDIR
 # (argument 1, else $OUT, else ./gpu-logs), B (the build, $BUILD or /tmp/tpcomm-gpu-build), L
 # (the log folder), el (seconds since start) and gpu_build (configure + build with Ninja).
 set -o pipefail

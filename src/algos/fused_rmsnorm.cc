@@ -3,6 +3,7 @@
 // P2P kernels. Built with -ffp-contract=off (root CMakeLists.txt): a fused multiply-add the
 // compiler chose on its own would change bits the GPU path does not change.
 #include "algos/fused_rmsnorm.h"
+#include "algos/launch_params.h"
 
 #include <cmath>
 #include <cstdint>
@@ -113,11 +114,5 @@ bool fusedTwoshotGeometry(const P2pLayout& layout, size_t rows, size_t rowBytes,
   return true;
 }
 
-#ifndef TPCOMM_HAVE_CUDA
-Status launchResidualRmsNorm(const RmsNormLaunch&, cudaStream_t) { return TPCOMM_ERROR(kNotSupported, "built without CUDA"); }
-Status launchFusedOneshot(const FusedP2pLaunch&, cudaStream_t) { return TPCOMM_ERROR(kNotSupported, "built without CUDA"); }
-Status launchFusedLamport(const FusedP2pLaunch&, cudaStream_t) { return TPCOMM_ERROR(kNotSupported, "built without CUDA"); }
-Status launchFusedTwoshot(const FusedP2pLaunch&, cudaStream_t) { return TPCOMM_ERROR(kNotSupported, "built without CUDA"); }
-#endif
 
 }  // namespace tpcomm

@@ -17,7 +17,6 @@
 
 #include <cstddef>
 
-#include "algos/p2p_kernels.h"
 #include "tpcomm/status.h"
 #include "tpcomm/types.h"
 
@@ -53,49 +52,8 @@ struct RmsNormLaunch {
   int dtype;  // DataType
   int pdl;    // launch with programmatic dependent launch (sm_90+)
 };
+/// Enqueues the kernel (fused_rmsnorm.cu). Loading it: preloadResidualRmsNorm().
 Status launchResidualRmsNorm(const RmsNormLaunch& p, cudaStream_t stream);
-
-/// A fused P2P all-reduce + residual + norm: the plain kernel's parameters (send = in, recv =
-/// out, count = rows * hidden, op sum, blocks = the plain kernel's grid) plus the norm's.
-struct FusedP2pLaunch {
-  P2pLaunch p2p;
-  void* residual;
-  const void* weight;
-  float eps;
-  size_t rows, hidden;
-  // two-shot only: rows per chunk and rows each rank owns per chunk (fusedTwoshotGeometry).
-  size_t rowsPerChunk, rowsPerRank;
-};
-
-/// Whether the fused kernels may use 16-byte vectors: every buffer aligned, rows whole units.
-bool fusedVectorizable(const FusedP2pLaunch& f);
-
-/// Two-shot geometry: rows per chunk such that the chunk's rows (normalised + residual, 2 x
-/// rowBytes each) fit the gather area and each rank's share fits its inbox slice. false when one
-/// row does not fit (the caller falls back to the unfused path).
-bool fusedTwoshotGeometry(const P2pLayout& layout, size_t rows, size_t rowBytes, size_t* rowsPerChunk,
-                          size_t* rowsPerRank);
-
-Status launchFusedOneshot(const FusedP2pLaunch& f, cudaStream_t stream);
-Status launchFusedLamport(const FusedP2pLaunch& f, cudaStream_t stream);
-Status launchFusedTwoshot(const FusedP2pLaunch& f, cudaStream_t stream);
-
-/// Load every variant of the fused kernels and of the residual + norm kernel into the current
-/// device's context (see dev::preload in p2p_common.cuh).
-Status preloadFusedLamportKernels();
-Status preloadFusedOneshotKernels();
-Status preloadFusedTwoshotKernels();
-Status preloadResidualRmsNormKernels();
-
-}  // namespace tpcomm
-
-namespace tpcomm {
-
-/// Group bookkeeping (Communicator::groupStart / groupEnd call these). Inside a group NCCL defers
-/// its all-reduce to the outermost ncclGroupEnd, so an unfused norm that must follow a ring_nccl
-/// all-reduce is queued on this thread and launched right after that groupEnd.
-void fusedNormGroupStarted();
-/// Returns `groupEndStatus`, or the first failure of a queued norm launch.
-Status fusedNormGroupEnded(Status groupEndStatus);
+Status preloadResidualRmsNorm();
 
 }  // namespace tpcomm

@@ -203,21 +203,5 @@ cudaError_t forEachNormVariant(F f) {
   return cudaSuccess;
 }
 
-// Launches kernel(f) with the P2P kernel's grid (f.p2p.blocks) and kRmsNormThreads threads,
-// with programmatic dependent launch when f.p2p.pdl is set (launchP2p's FusedP2pLaunch twin).
-template <typename Kernel>
-cudaError_t launchFused(Kernel kernel, const FusedP2pLaunch& f, cudaStream_t stream) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(f.p2p.blocks);
-  cfg.blockDim = dim3(kRmsNormThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = f.p2p.pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, f);
-}
-
 }  // namespace dev
 }  // namespace tpcomm

@@ -1,21 +1,13 @@
 #include "algos/p2p_algorithm.h"
 
 #include <cstdint>
-#include <cstring>
 
-#include "collectives/comm_context.h"
 #include "common/error.h"
-#include "common/params.h"
 
 namespace tpcomm {
 
-P2pAlgorithm::P2pAlgorithm(CommContext* ctx)
-    : ctx_(ctx),
-      p2pBlocks_(static_cast<int>(paramInt(ParamId::kP2pBlocks))),
-      twoshotBlocks_(static_cast<int>(paramInt(ParamId::kTwoshotBlocks))) {
-  // Programmatic dependent launch needs sm_90+; the kernels' griddepcontrol is a no-op below.
-  pdl_ = ctx && ctx->topo.ranks[ctx->rank].ccMajor >= 9 && paramInt(ParamId::kPdl) != 0;
-}
+P2pAlgorithm::P2pAlgorithm(const AlgoContext* ctx, const char* name, const char* fusedName)
+    : ctx_(ctx), name_(name), fusedName_(fusedName) {}
 
 bool P2pAlgorithm::available() const { return !ctx_ || ctx_->p2p != nullptr; }
 
@@ -66,8 +58,8 @@ P2pLaunch P2pAlgorithm::launchParams(const CollArgs& a, int blocks) const {
     for (int r = 0; r < t.nRanks(); ++r) b.peers[r] = t.base(r);
     b.layout = t.layout();
     b.errorWord = ctx_->asyncError.deviceWord;
-    b.timeoutNs = static_cast<uint64_t>(ctx_->timeoutMs) * 1000000ull;
-    b.pdl = pdl_;
+    b.timeoutNs = ctx_->timeoutNs();
+    b.pdl = ctx_->launch.pdl;
     launchBaseReady_ = true;
   }
   P2pLaunch p = launchBase_;
@@ -80,13 +72,36 @@ P2pLaunch P2pAlgorithm::launchParams(const CollArgs& a, int blocks) const {
   return p;
 }
 
-bool isP2pAlgorithm(const Algorithm* a) { return dynamic_cast<const P2pAlgorithm*>(a) != nullptr; }
+Status P2pAlgorithm::run(const CollArgs& a) {
+  TPCOMM_TRY(checkSize(a));
+  return launchPlain(launchParams(a, blocks()), a.stream);
+}
 
-#ifndef TPCOMM_HAVE_CUDA
-Status launchOneshot(const P2pLaunch&, cudaStream_t) { return TPCOMM_ERROR(kNotSupported, "built without CUDA"); }
-Status launchTwoshot(const P2pLaunch&, cudaStream_t) { return TPCOMM_ERROR(kNotSupported, "built without CUDA"); }
-Status launchLamport(const P2pLaunch&, cudaStream_t) { return TPCOMM_ERROR(kNotSupported, "built without CUDA"); }
-Status launchLamportFill(char*, size_t, cudaStream_t) { return TPCOMM_ERROR(kNotSupported, "built without CUDA"); }
-#endif
+// The fused kernels give whole rows to blocks, so with many rows per block the row work queues
+// inside each block, while the plain all-reduce spreads over every block and the norm kernel
+// runs one block per row: the fused kernel runs only while blocks >= TPCOMM_FUSED_BLOCKS_PER_ROW
+// x rows (0: always; measurements in docs/fused_rmsnorm.md). The rule depends on the call's
+// shape only, so every rank takes the same path.
+Status P2pAlgorithm::runFusedNorm(const CollArgs& a, const NormArgs& norm) {
+  TPCOMM_TRY(checkSize(a));
+  const int grid = blocks();
+  const LaunchSettings& s = ctx_->launch;
+  if (s.fusedBlocksPerRow > 0 && norm.rows * static_cast<size_t>(s.fusedBlocksPerRow) > static_cast<size_t>(grid))
+    return TPCOMM_ERROR(kNotSupported, "%s: %zu rows exceed %d blocks / TPCOMM_FUSED_BLOCKS_PER_ROW %d", fusedName(),
+                        norm.rows, grid, s.fusedBlocksPerRow);
+  if (grid < 1 || grid > ctx_->p2p->layout().maxBlocks)
+    return TPCOMM_ERROR(kNotSupported, "%s: %d blocks outside the transport's 1..%d", fusedName(), grid,
+                        ctx_->p2p->layout().maxBlocks);
+  CollArgs sum = a;
+  sum.op = ReduceOp::kSum;
+  FusedP2pLaunch f{};
+  f.p2p = launchParams(sum, grid);
+  f.residual = norm.residual;
+  f.weight = norm.weight;
+  f.eps = norm.eps;
+  f.rows = norm.rows;
+  f.hidden = norm.hidden;
+  return launchFused(f, a.stream);
+}
 
 }  // namespace tpcomm

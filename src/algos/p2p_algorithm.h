@@ -1,45 +1,50 @@
-// Common base of the algorithms that run over the cuda_p2p transport: availability, the shared
-// support rules (GPU ranks of one node with verified P2P, all-reduce), and the kernel launch
-// parameters.
+// Common base of the algorithms that run over the cuda_p2p transport (oneshot_p2p, twoshot_p2p,
+// lamport_p2p): availability, the shared support rules (GPU ranks of one node with verified P2P,
+// all-reduce), the one place their kernel parameters are filled (launchParams), and the fused
+// all-reduce + residual + RMSNorm entry point. A subclass names itself, its scratch limit, its
+// grid and its two launchers.
 #pragma once
 
-#include "algos/p2p_kernels.h"
-#include "collectives/algorithm.h"
+#include "algos/algorithm.h"
+#include "algos/launch_params.h"
 
 namespace tpcomm {
 
 class P2pAlgorithm : public Algorithm {
  public:
-  explicit P2pAlgorithm(CommContext* ctx);
+  P2pAlgorithm(const AlgoContext* ctx, const char* name, const char* fusedName);
+  const char* name() const override { return name_; }
+  const char* fusedName() const override { return fusedName_; }
   bool available() const override;
   bool supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const override;
+  bool launchesOnly() const override { return true; }
+  Status run(const CollArgs& args) override;
+  Status runFusedNorm(const CollArgs& args, const NormArgs& norm) override;
 
  protected:
   /// Largest message in bytes (0: no limit), from the transport's layout or the params table.
   virtual size_t maxBytes() const = 0;
-  /// Launch parameters for `a` with `blocks` blocks.
-  P2pLaunch launchParams(const CollArgs& a, int blocks) const;
+  /// Grid of both kernels (they share per-block epochs): one of ctx->launch's block counts.
+  virtual int blocks() const = 0;
+  virtual Status launchPlain(const P2pLaunch& p, cudaStream_t stream) = 0;
+  /// May fill the fused launch's algorithm-specific fields (two-shot's row geometry) first.
+  virtual Status launchFused(FusedP2pLaunch& f, cudaStream_t stream) = 0;
   /// kNotSupported when the message exceeds maxBytes().
   Status checkSize(const CollArgs& a) const;
-  CommContext* ctx_;
-  // Read once: the launch path runs per call and must stay cheap.
-  int p2pBlocks_, twoshotBlocks_;
-  bool pdl_ = false;
+  const AlgoContext* ctx_;
 
  private:
+  /// Launch parameters for `a` with `blocks` blocks.
+  P2pLaunch launchParams(const CollArgs& a, int blocks) const;
   /// maxBytes() read once per communicator (see p2p_algorithm.cc for why that is safe).
   size_t cachedMaxBytes() const;
+  const char* name_;
+  const char* fusedName_;
   mutable size_t maxBytes_ = 0;
   mutable bool maxBytesRead_ = false;
   /// The call-independent part of launchParams(), built on the first launch.
   mutable P2pLaunch launchBase_{};
   mutable bool launchBaseReady_ = false;
 };
-
-/// Whether `a` is one of the P2P algorithms above. Their run() refuses only by call shape
-/// (kNotSupported, before any CUDA call) and otherwise enqueues one kernel on the call's stream,
-/// whose launch fails on an invalid stream; the communicator relies on this to defer the
-/// stream's capture query (communicator_impl.h).
-bool isP2pAlgorithm(const Algorithm* a);
 
 }  // namespace tpcomm

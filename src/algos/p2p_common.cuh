@@ -3,8 +3,8 @@
 #pragma once
 
 #include "algos/device_common.cuh"
-#include "algos/p2p_kernels.h"
-#include "common/error.h"
+#include "algos/launch.cuh"
+#include "algos/launch_params.h"
 
 namespace tpcomm {
 namespace dev {
@@ -93,7 +93,7 @@ __device__ __forceinline__ T reduceRanksElem(int n, int me, const T* own, FromFn
   return Elem<T>::fromFloat(acc);
 }
 
-// Lamport wire format (lamport_p2p_kernel.cu): a pack has arrived when none of its 32-bit words
+// Lamport wire format (lamport_p2p.cu): a pack has arrived when none of its 32-bit words
 // is the sentinel; lamportScrub sends -0.0 as +0.0 so no payload word can equal it.
 template <typename T>
 __device__ __forceinline__ Pack lamportScrub(Pack v) {
@@ -176,103 +176,6 @@ struct LamportRound {
     }
   }
 };
-
-// Programmatic dependent launch (sm_90+): let the next kernel in the stream be scheduled now,
-// and wait here until the previous one has finished and its memory is visible. Everything a
-// kernel reads that an earlier kernel may write (inputs, epochs) comes after pdlWait().
-__device__ __forceinline__ void pdlLaunchDependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdlWait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-template <typename T>
-struct TypeTag {
-  using type = T;
-};
-template <int V>
-struct IntTag {
-  static constexpr int value = V;
-};
-
-// Launches kernel(p) with `blocks` x `threads`, with programmatic dependent launch when
-// p.pdl is set. Returns this launch's own error (not a stale one from earlier calls).
-template <typename Kernel>
-cudaError_t launchP2p(Kernel kernel, const P2pLaunch& p, int threads, cudaStream_t stream) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(p.blocks);
-  cfg.blockDim = dim3(threads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = p.pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, p);
-}
-
-// Calls launch(TypeTag<T>{}, IntTag<Op>{}, IntTag<Vec>{}) for the call's dtype, op, alignment;
-// launch returns the cudaError_t of its launch.
-template <typename Launch>
-cudaError_t dispatchKernel(const P2pLaunch& p, bool vec, Launch launch) {
-  auto byOp = [&](auto t) -> cudaError_t {
-    auto byVec = [&](auto op) -> cudaError_t { return vec ? launch(t, op, IntTag<1>{}) : launch(t, op, IntTag<0>{}); };
-    switch (p.op) {
-      case 0:
-        return byVec(IntTag<0>{});
-      case 1:
-        return byVec(IntTag<1>{});
-      default:
-        return byVec(IntTag<2>{});
-    }
-  };
-  switch (static_cast<DataType>(p.dtype)) {
-    case DataType::kF32:
-      return byOp(TypeTag<float>{});
-    case DataType::kF16:
-      return byOp(TypeTag<__half>{});
-    default:
-      return byOp(TypeTag<__nv_bfloat16>{});
-  }
-}
-
-// Loads `kernel` into the current device's context now. Under CUDA's lazy loading (the default
-// since CUDA 12.2) a kernel is loaded at its first launch, and that load may wait for the device
-// to go idle: a P2P kernel already spinning on a peer whose launch comes later from the same
-// thread (createGroup, a grouped call) then never finishes until its timeout. So every kernel a
-// communicator may launch is loaded when the communicator is created (preloadKernels()).
-template <typename Kernel>
-cudaError_t preload(Kernel kernel) {
-  cudaFuncAttributes attr;
-  return cudaFuncGetAttributes(&attr, kernel);
-}
-
-// A preload's result as a Status naming what failed to load (e.g. no kernel image for this GPU).
-inline Status preloaded(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status::kOk;
-  return TPCOMM_ERROR(kCudaError, "loading the %s kernels: %s", what, cudaGetErrorString(e));
-}
-
-// Calls f(TypeTag<T>{}, IntTag<Op>{}, IntTag<Vec>{}) for every dtype, op and alignment variant
-// (what dispatchKernel can pick); stops at the first error.
-template <typename F>
-cudaError_t forEachP2pVariant(F f) {
-  for (int dt = 0; dt < 3; ++dt)
-    for (int op = 0; op < 3; ++op)
-      for (int vec = 0; vec < 2; ++vec) {
-        P2pLaunch p{};
-        p.dtype = dt;
-        p.op = op;
-        cudaError_t e = dispatchKernel(p, vec != 0, f);
-        if (e != cudaSuccess) return e;
-      }
-  return cudaSuccess;
-}
 
 }  // namespace dev
 }  // namespace tpcomm

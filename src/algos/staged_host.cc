@@ -1,15 +1,34 @@
-#include "algos/staged_host.h"
+// staged_host: every collective through host memory (the host_staged transport). The path for
+// GPUs without P2P and for CPU ranks.
+//
+// Host ranks, threads of one process: zero-copy. Ranks swap (send, recv) pointers (one
+// barrier), rank r reduces slice r of every rank's send buffer (rank order 0..n-1, fp32
+// accumulation) and stores it into slice r of every rank's recv, then a barrier. Per rank and
+// message byte: one read, one write, the least possible; two barriers per call.
+// Host ranks, separate processes: recv buffers are private, so results travel through the
+// shared segment. A three-stage pipeline over chunks with one barrier per round: copy in the
+// slices the peers reduce, reduce my slice (my own input read in place) into recv and the
+// shared result, copy the peers' slices out of the shared result (allReduceProcesses in the
+// .cc explains why one barrier per round is enough).
+// Outputs of 8 MiB and more are written with non-temporal stores (no read-for-ownership).
+// GPU ranks: one kernel per call (staged_host.cu), no host thread involved; see there.
+#include "algos/algorithm.h"
+#include "algos/launch_params.h"
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "algos/host_reduce.h"
-#include "collectives/comm_context.h"
 #include "common/error.h"
 #include "transports/host_staged.h"
 
 namespace tpcomm {
+
+// staged_host.cu
+Status launchStagedDevice(const StagedDeviceLaunch& p, cudaStream_t stream);
+Status preloadStagedDevice();
 
 namespace {
 constexpr size_t kVecBytes = 16;
@@ -77,11 +96,25 @@ Status allReduceProcesses(HostStagedTransport& t, const CollArgs& a) {
   if (streaming) hostStreamFence();
   return Status::kOk;
 }
+class StagedHost final : public Algorithm {
+ public:
+  explicit StagedHost(const AlgoContext* ctx) : ctx_(ctx) {}
+  const char* name() const override { return "staged_host"; }
+  bool supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const override;
+  bool available() const override { return !ctx_ || ctx_->hostStaged != nullptr; }
+  Status preload() override { return TPCOMM_CUDA_ONLY(preloadStagedDevice()); }
+  Status run(const CollArgs& args) override;
+
+ private:
+  Status runHostThreads(const CollArgs& a);
+  Status runHostProcesses(const CollArgs& a);
+  Status runDevice(const CollArgs& a);
+  const AlgoContext* ctx_;
+};
+
 }  // namespace
 
-bool StagedHostAlgorithm::available() const { return !ctx_ || ctx_->hostStaged != nullptr; }
-
-bool StagedHostAlgorithm::supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const {
+bool StagedHost::supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const {
   if (!topo.singleNode()) {
     if (whyNot) *whyNot = "ranks span several nodes";
     return false;
@@ -104,20 +137,7 @@ bool StagedHostAlgorithm::supports(const Topology& topo, const AlgoQuery& q, std
   return true;
 }
 
-double StagedHostAlgorithm::costUs(const Topology& topo, const AlgoQuery& q) const {
-  int n = topo.nRanks();
-  double b = static_cast<double>(q.bytes);
-  if (topo.allGpu()) {
-    // Kernel launch plus flag round trips over PCIe to host memory; each GPU streams N bytes
-    // out and (n-1) N bytes back in, ~20 GB/s effective after the pipeline's bubbles.
-    return alphaBetaUs(12.0, 20.0 / (n > 1 ? n - 1 : 1), b);
-  }
-  // Host ranks: two or three barriers, ~2 N bytes of memory traffic per rank and a pipeline
-  // round per staging chunk across processes.
-  return alphaBetaUs(3.0 * n, 4.0, b);
-}
-
-Status StagedHostAlgorithm::run(const CollArgs& a) {
+Status StagedHost::run(const CollArgs& a) {
   if (!ctx_ || !ctx_->hostStaged) return TPCOMM_ERROR(kInternal, "staged_host: no transport");
   if (ctx_->device >= 0) return runDevice(a);
   Status s = ctx_->hostStaged->sameProcess() ? runHostThreads(a) : runHostProcesses(a);
@@ -129,7 +149,7 @@ Status StagedHostAlgorithm::run(const CollArgs& a) {
   return s;
 }
 
-Status StagedHostAlgorithm::runHostThreads(const CollArgs& a) {
+Status StagedHost::runHostThreads(const CollArgs& a) {
   HostStagedTransport& t = *ctx_->hostStaged;
   const int n = t.nRanks(), me = t.rank();
   const size_t es = a.elemSize();
@@ -171,7 +191,7 @@ Status StagedHostAlgorithm::runHostThreads(const CollArgs& a) {
   return TPCOMM_ERROR(kInternal, "staged_host: unknown collective");
 }
 
-Status StagedHostAlgorithm::runHostProcesses(const CollArgs& a) {
+Status StagedHost::runHostProcesses(const CollArgs& a) {
   HostStagedTransport& t = *ctx_->hostStaged;
   const int n = t.nRanks(), me = t.rank();
   const size_t es = a.elemSize();
@@ -207,7 +227,7 @@ Status StagedHostAlgorithm::runHostProcesses(const CollArgs& a) {
   return TPCOMM_ERROR(kInternal, "staged_host: unknown collective");
 }
 
-Status StagedHostAlgorithm::runDevice(const CollArgs& a) {
+Status StagedHost::runDevice(const CollArgs& a) {
   HostStagedTransport& t = *ctx_->hostStaged;
   const auto& g = t.geometry();
   StagedDeviceLaunch p{};
@@ -227,14 +247,10 @@ Status StagedHostAlgorithm::runDevice(const CollArgs& a) {
   size_t chunks = (a.count * a.elemSize() + g.chunkBytes - 1) / g.chunkBytes;
   p.seqBase = t.takeSequence(chunks);
   p.errorWord = ctx_->asyncError.deviceWord;
-  p.timeoutNs = static_cast<uint64_t>(ctx_->timeoutMs) * 1000000ull;
-  return launchStagedDevice(p, a.stream);
+  p.timeoutNs = ctx_->timeoutNs();
+  return TPCOMM_CUDA_ONLY(launchStagedDevice(p, a.stream));
 }
 
-#ifndef TPCOMM_HAVE_CUDA
-Status launchStagedDevice(const StagedDeviceLaunch&, cudaStream_t) {
-  return TPCOMM_ERROR(kNotSupported, "staged_host: built without CUDA");
-}
-#endif
+std::unique_ptr<Algorithm> makeStagedHost(const AlgoContext* ctx) { return std::make_unique<StagedHost>(ctx); }
 
 }  // namespace tpcomm

@@ -1,13 +1,26 @@
-#include "algos/twoshot_multicast.h"
+// twoshot_multicast: all-reduce as reduce-scatter then all-gather through an NVSwitch multicast
+// object (TensorRT-LLM's MultiShot with NVLS; NCCL's NVLS algorithm, RSxLD_AGxST done by the
+// switch: multimem.ld_reduce then multimem.st). Kernel and memory ordering:
+// twoshot_multicast.cu; transport and gate: transports/multicast.h.
+//
+// UNTESTED ON HARDWARE: no machine this project runs on may enable multicast. supports() is
+// false unless Topology::multicastUsable() (so the selector never offers it with the gate
+// closed), run() re-reads the environment switches, and the transport exists only where every
+// rank's gate was open at creation. Cost constants are estimates, not measurements.
+#include "algos/algorithm.h"
+#include "algos/launch_params.h"
 
 #include <algorithm>
+#include <memory>
 #include <string>
 
-#include "collectives/comm_context.h"
 #include "common/error.h"
-#include "common/params.h"
 
 namespace tpcomm {
+
+// twoshot_multicast.cu
+Status launchTwoshotMulticast(const MulticastLaunch& p, cudaStream_t stream);
+Status preloadTwoshotMulticast();
 
 namespace {
 constexpr size_t kPacksPerBlock = 512;  // one 16-byte pack per thread per pass (512 threads)
@@ -20,6 +33,7 @@ bool multicastReducible(DataType dtype, ReduceOp op) {
   return false;
 }
 
+// Blocks for a call of `count` elements of `elemBytes` (the same on every rank).
 int multicastBlocks(size_t count, size_t elemBytes, int nRanks, const MulticastLayout& l, int maxBlocks) {
   size_t chunk = std::min(count * elemBytes, l.dataBytes);
   size_t packs = (chunk + 15) / 16;
@@ -29,12 +43,24 @@ int multicastBlocks(size_t count, size_t elemBytes, int nRanks, const MulticastL
   return static_cast<int>(std::max<size_t>(1, std::min(blocks, cap)));
 }
 
-TwoshotMulticastAlgorithm::TwoshotMulticastAlgorithm(CommContext* ctx)
-    : ctx_(ctx), maxBlocks_(static_cast<int>(paramInt(ParamId::kTwoshotBlocks))) {}
+namespace {
 
-bool TwoshotMulticastAlgorithm::available() const { return !ctx_ || ctx_->multicast != nullptr; }
+class TwoshotMulticast final : public Algorithm {
+ public:
+  explicit TwoshotMulticast(const AlgoContext* ctx) : ctx_(ctx) {}
+  const char* name() const override { return "twoshot_multicast"; }
+  bool available() const override { return !ctx_ || ctx_->multicast != nullptr; }
+  bool supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const override;
+  Status preload() override { return TPCOMM_CUDA_ONLY(preloadTwoshotMulticast()); }
+  Status run(const CollArgs& args) override;
 
-bool TwoshotMulticastAlgorithm::supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const {
+ private:
+  const AlgoContext* ctx_;
+};
+
+}  // namespace
+
+bool TwoshotMulticast::supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const {
   std::string why;
   if (!topo.multicastUsable(&why)) {
     why = "multicast gate closed: " + why;
@@ -52,16 +78,7 @@ bool TwoshotMulticastAlgorithm::supports(const Topology& topo, const AlgoQuery& 
   return why.empty();
 }
 
-double TwoshotMulticastAlgorithm::costUs(const Topology& topo, const AlgoQuery& q) const {
-  // ESTIMATE (never measured: multicast is off on every machine we have). Two switch barriers
-  // plus a launch; each rank moves 2/n of the message over NVLink (the switch reduces and
-  // replicates) and copies the message in and out of its buffer in HBM.
-  const double n = std::max(1, topo.nRanks());
-  const double bytes = static_cast<double>(q.bytes);
-  return alphaBetaUs(q.capturing ? 7.0 : 10.0, 400.0, 2.0 * bytes / n) + bytes * 2.0 / (2000.0 * 1e3);
-}
-
-Status TwoshotMulticastAlgorithm::run(const CollArgs& a) {
+Status TwoshotMulticast::run(const CollArgs& a) {
   if (!ctx_ || !ctx_->multicast) return TPCOMM_ERROR(kInternal, "twoshot_multicast: no multicast transport");
   std::string why;
   if (multicastDisabledByEnv(&why)) return TPCOMM_ERROR(kNotSupported, "twoshot_multicast: %s", why.c_str());
@@ -78,18 +95,16 @@ Status TwoshotMulticastAlgorithm::run(const CollArgs& a) {
   p.rank = t.rank();
   p.nRanks = t.nRanks();
   p.layout = t.layout();
-  p.blocks = multicastBlocks(a.count, a.elemSize(), t.nRanks(), p.layout, maxBlocks_);
+  p.blocks = multicastBlocks(a.count, a.elemSize(), t.nRanks(), p.layout, ctx_->launch.twoshotBlocks);
   p.uc = t.unicast();
   p.mc = t.multicast();
   p.errorWord = ctx_->asyncError.deviceWord;
-  p.timeoutNs = static_cast<uint64_t>(ctx_->timeoutMs) * 1000000ull;
-  return launchTwoshotMulticast(p, a.stream);
+  p.timeoutNs = ctx_->timeoutNs();
+  return TPCOMM_CUDA_ONLY(launchTwoshotMulticast(p, a.stream));
 }
 
-#ifndef TPCOMM_HAVE_CUDA
-Status launchTwoshotMulticast(const MulticastLaunch&, cudaStream_t) {
-  return TPCOMM_ERROR(kNotSupported, "twoshot_multicast: tpcomm was built without CUDA");
+std::unique_ptr<Algorithm> makeTwoshotMulticast(const AlgoContext* ctx) {
+  return std::make_unique<TwoshotMulticast>(ctx);
 }
-#endif
 
 }  // namespace tpcomm

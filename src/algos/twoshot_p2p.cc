@@ -1,20 +1,45 @@
-#include "algos/twoshot_p2p.h"
+// twoshot_p2p: reduce-scatter then all-gather, both by push (kernels and memory ordering:
+// twoshot_p2p.cu). Two barrier round trips; each rank sends 2(n-1)/n x the message, the
+// bandwidth-optimal amount, so it wins from medium sizes up. Any size: the kernel loops over
+// chunks of TPCOMM_TWOSHOT_CHUNK_BYTES. Fused twin: fused_twoshot_p2p.
+#include <memory>
 
-#include "algos/p2p_costs.h"
+#include "algos/p2p_algorithm.h"
 #include "common/error.h"
-#include "common/params.h"
 
 namespace tpcomm {
 
-double TwoshotP2pAlgorithm::costUs(const Topology& topo, const AlgoQuery& q) const {
-  const P2pCostModel m = p2pCostModel(topo);
-  const int n = topo.nRanks();
-  return alphaBetaUs(m.twoshotAlphaUs, m.twoshotGBps, static_cast<double>(q.bytes) * 2.0 * (n - 1) / n);
-}
+// twoshot_p2p.cu
+Status launchTwoshot(const P2pLaunch& p, cudaStream_t stream);
+Status launchFusedTwoshot(const FusedP2pLaunch& f, cudaStream_t stream);
+Status preloadTwoshotKernels();
+Status preloadFusedTwoshotKernels();
 
-Status TwoshotP2pAlgorithm::run(const CollArgs& a) {
-  TPCOMM_TRY(checkSize(a));
-  return launchTwoshot(launchParams(a, twoshotBlocks_), a.stream);
-}
+namespace {
+
+class TwoshotP2p final : public P2pAlgorithm {
+ public:
+  explicit TwoshotP2p(const AlgoContext* ctx) : P2pAlgorithm(ctx, "twoshot_p2p", "fused_twoshot_p2p") {}
+  Status preload() override {
+    TPCOMM_TRY(TPCOMM_CUDA_ONLY(preloadTwoshotKernels()));
+    return TPCOMM_CUDA_ONLY(preloadFusedTwoshotKernels());
+  }
+
+ protected:
+  size_t maxBytes() const override { return 0; }  // loops over chunks
+  int blocks() const override { return ctx_->launch.twoshotBlocks; }
+  Status launchPlain(const P2pLaunch& p, cudaStream_t s) override { return TPCOMM_CUDA_ONLY(launchTwoshot(p, s)); }
+  Status launchFused(FusedP2pLaunch& f, cudaStream_t s) override {
+    const size_t rowBytes = f.hidden * dataTypeSize(static_cast<DataType>(f.p2p.dtype));
+    if (!fusedTwoshotGeometry(f.p2p.layout, f.rows, rowBytes, &f.rowsPerChunk, &f.rowsPerRank))
+      return TPCOMM_ERROR(kNotSupported, "fused twoshot_p2p: a %zu-byte row does not fit the two-shot chunk",
+                          rowBytes);
+    return TPCOMM_CUDA_ONLY(launchFusedTwoshot(f, s));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> makeTwoshotP2p(const AlgoContext* ctx) { return std::make_unique<TwoshotP2p>(ctx); }
 
 }  // namespace tpcomm

@@ -1,24 +1,31 @@
 #include "collectives/registry.h"
 
-#include "algos/lamport_p2p.h"
-#include "algos/oneshot_p2p.h"
-#include "algos/ring_nccl.h"
-#include "algos/staged_host.h"
-#include "algos/twoshot_multicast.h"
-#include "algos/twoshot_p2p.h"
-
 namespace tpcomm {
 
-std::vector<std::unique_ptr<Algorithm>> makeAlgorithms(CommContext* ctx) {
+// One factory per algorithm, each defined in its own file under src/algos/.
+std::unique_ptr<Algorithm> makeLamportP2p(const AlgoContext* ctx);       // lamport_p2p.cc
+std::unique_ptr<Algorithm> makeOneshotP2p(const AlgoContext* ctx);       // oneshot_p2p.cc
+std::unique_ptr<Algorithm> makeTwoshotP2p(const AlgoContext* ctx);       // twoshot_p2p.cc
+std::unique_ptr<Algorithm> makeTwoshotMulticast(const AlgoContext* ctx);  // twoshot_multicast.cc
+std::unique_ptr<Algorithm> makeRingNccl(const AlgoContext* ctx);         // ring_nccl.cc
+std::unique_ptr<Algorithm> makeStagedHost(const AlgoContext* ctx);       // staged_host.cc
+
+std::vector<std::unique_ptr<Algorithm>> makeAlgorithms(const AlgoContext* ctx) {
   std::vector<std::unique_ptr<Algorithm>> list;
   // The one list. Order breaks cost ties (earlier wins).
-  list.emplace_back(new LamportP2pAlgorithm(ctx));
-  list.emplace_back(new OneshotP2pAlgorithm(ctx));
-  list.emplace_back(new TwoshotP2pAlgorithm(ctx));
-  list.emplace_back(new TwoshotMulticastAlgorithm(ctx));  // gated: see transports/multicast.h
-  list.emplace_back(new RingNcclAlgorithm(ctx));
-  list.emplace_back(new StagedHostAlgorithm(ctx));
+  list.push_back(makeLamportP2p(ctx));
+  list.push_back(makeOneshotP2p(ctx));
+  list.push_back(makeTwoshotP2p(ctx));
+  list.push_back(makeTwoshotMulticast(ctx));  // gated: see transports/multicast.h
+  list.push_back(makeRingNccl(ctx));
+  list.push_back(makeStagedHost(ctx));
   return list;
+}
+
+std::unique_ptr<Algorithm> makeAlgorithm(const std::string& name, const AlgoContext* ctx) {
+  for (auto& a : makeAlgorithms(ctx))
+    if (name == a->name()) return std::move(a);
+  return nullptr;
 }
 
 std::vector<std::string> algorithmNames() {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "collectives/cost_model.h"
+
 namespace tpcomm {
 
 std::vector<Candidate> selectAlgorithms(const std::vector<Algorithm*>& algos, const Topology& topo, const AlgoQuery& q,
@@ -12,7 +14,7 @@ std::vector<Candidate> selectAlgorithms(const std::vector<Algorithm*>& algos, co
     if (!a->available() || ovr.excludes(a->name())) continue;
     std::string why;
     if (!a->supports(topo, q, &why)) continue;
-    byCost.push_back({a, a->costUs(topo, q), false});
+    byCost.push_back({a, modelCostUs(a->name(), topo, q), false});
   }
   // stable: equal costs keep registry order, so the choice is deterministic on every rank.
   std::stable_sort(byCost.begin(), byCost.end(),

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "collectives/algo_override.h"
-#include "collectives/algorithm.h"
+#include "algos/algorithm.h"
 
 namespace tpcomm {
 

@@ -57,40 +57,12 @@ const char* statusName(Status s) {
   return "kUnknownStatus";
 }
 
-size_t dataTypeSize(DataType t) {
-  switch (t) {
-    case DataType::kF32:
-      return 4;
-    case DataType::kF16:
-      return 2;
-    case DataType::kBF16:
-      return 2;
-  }
-  return 0;
-}
+}  // namespace tpcomm
 
-const char* dataTypeName(DataType t) {
-  switch (t) {
-    case DataType::kF32:
-      return "f32";
-    case DataType::kF16:
-      return "f16";
-    case DataType::kBF16:
-      return "bf16";
-  }
-  return "invalid";
-}
+namespace tpcomm {
 
-const char* reduceOpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kMax:
-      return "max";
-    case ReduceOp::kMin:
-      return "min";
-  }
-  return "invalid";
+Status builtWithoutCuda(const char* what, const char* file, int line) {
+  return setError(Status::kNotSupported, file, line, "%s: tpcomm was built without CUDA", what);
 }
 
 }  // namespace tpcomm

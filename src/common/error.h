@@ -13,6 +13,12 @@ Status setError(Status s, const char* file, int line, const char* fmt, ...) __at
 /// Clears this thread's last error (start of each API call).
 void clearError();
 
+/// kCudaError for a failed CUDA runtime call `what` (error code `err`, a cudaError_t), with
+/// CUDA's own text; clears CUDA's sticky last error. Defined in cuda_error.cc (CUDA builds).
+Status cudaFailure(int err, const char* what, const char* file, int line);
+/// kNotSupported: `what` needs CUDA and this build has none.
+Status builtWithoutCuda(const char* what, const char* file, int line);
+
 }  // namespace tpcomm
 
 #define TPCOMM_ERROR(status, ...) ::tpcomm::setError(::tpcomm::Status::status, __FILE__, __LINE__, __VA_ARGS__)
@@ -24,3 +30,18 @@ void clearError();
     ::tpcomm::Status tpcomm_s_ = (expr);                      \
     if (tpcomm_s_ != ::tpcomm::Status::kOk) return tpcomm_s_; \
   } while (0)
+
+// The one CUDA check: returns kCudaError naming the call and CUDA's message when it fails.
+#define TPCOMM_CUDA_TRY(call)                                                                       \
+  do {                                                                                              \
+    const int tpcomm_e_ = static_cast<int>(call);                                                   \
+    if (tpcomm_e_ != 0) return ::tpcomm::cudaFailure(tpcomm_e_, #call, __FILE__, __LINE__);         \
+  } while (0)
+
+// A call into a .cu file: the call itself in CUDA builds, kNotSupported in host-only builds
+// (so host-only builds need no stub definitions of the kernels' launchers).
+#ifdef TPCOMM_HAVE_CUDA
+#define TPCOMM_CUDA_ONLY(call) (call)
+#else
+#define TPCOMM_CUDA_ONLY(call) ::tpcomm::builtWithoutCuda(#call, __FILE__, __LINE__)
+#endif

@@ -93,18 +93,6 @@ bool isInShim(const void* addr) {
   return mine && objectBase(addr) == mine;
 }
 
-NcclFunctions RealNccl::bootstrapFunctions() const {
-  NcclFunctions f;
-  f.allGather = allGather;
-  f.commGetAsyncError = commGetAsyncError;
-  f.commAbort = commAbort;
-  f.getErrorString = getErrorString;
-  f.commCount = commCount;
-  f.commUserRank = commUserRank;
-  f.commCuDevice = commCuDevice;
-  return f;
-}
-
 Status loadRealNccl(const std::string& path, RealNccl* out) {
   if (!out) return TPCOMM_INVALID("loadRealNccl: out is null");
   if (!path.empty()) return fromPath(path, "TPCOMM_NCCL_LIBRARY=" + path, out);

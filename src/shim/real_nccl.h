@@ -16,7 +16,9 @@
 namespace tpcomm {
 namespace shim {
 
-struct RealNccl {
+// The functions the NCCL bootstrap needs (NcclFunctions, tpcomm/nccl_bootstrap.h) are the base:
+// one table, so a RealNccl is handed to makeNcclBootstrap as it is.
+struct RealNccl : NcclFunctions {
   std::string path;        ///< file the functions came from
   std::string how;         ///< "TPCOMM_NCCL_LIBRARY", "RTLD_NEXT", "dlopen(libnccl.so.2)", ...
   void* handle = nullptr;  ///< dlopen handle (kept open for the life of the process)
@@ -29,21 +31,15 @@ struct RealNccl {
   decltype(&ncclCommSplit) commSplit = nullptr;  // optional (NCCL >= 2.18)
   decltype(&ncclCommDestroy) commDestroy = nullptr;
   decltype(&ncclCommFinalize) commFinalize = nullptr;  // optional (NCCL >= 2.14)
-  decltype(&ncclCommAbort) commAbort = nullptr;
+  // commAbort: NcclFunctions.
   decltype(&ncclGroupStart) groupStart = nullptr;
   decltype(&ncclGroupEnd) groupEnd = nullptr;
   decltype(&ncclAllReduce) allReduce = nullptr;
-  // Not intercepted; the shim calls them itself.
+  // Not intercepted; the shim calls it itself (the rest are in NcclFunctions).
   decltype(&ncclGetVersion) getVersion = nullptr;
-  decltype(&ncclAllGather) allGather = nullptr;
-  decltype(&ncclCommGetAsyncError) commGetAsyncError = nullptr;
-  decltype(&ncclGetErrorString) getErrorString = nullptr;
-  decltype(&ncclCommCount) commCount = nullptr;
-  decltype(&ncclCommUserRank) commUserRank = nullptr;
-  decltype(&ncclCommCuDevice) commCuDevice = nullptr;
 
   /// The subset the NCCL bootstrap needs.
-  NcclFunctions bootstrapFunctions() const;
+  const NcclFunctions& bootstrapFunctions() const { return *this; }
 };
 
 /// Resolves the table from the library at `path` (dlopen by path; "" means the default search

@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-#include "algos/ring_nccl.h"
+#include "collectives/registry.h"
 #include "collectives/selector.h"
 
 namespace tpcomm {
@@ -96,11 +96,12 @@ RouteDecision decideRoute(const RouteContext& ctx, const RouteCall& call) {
     if (a->available() && a->supports(*ctx.topo, q, &why) && !ctx.override->excludes(a->name())) anySupports = true;
   }
   if (!anySupports) return d.why = "the topology allows no tpcomm algorithm for this call", d;
-  RingNcclAlgorithm nccl(nullptr);  // selection-only: stands for the real NCCL
+  const std::unique_ptr<Algorithm> ncclAlgo = makeAlgorithm("ring_nccl", nullptr);  // stands for the real NCCL
+  const Algorithm& nccl = *ncclAlgo;
   std::vector<Algorithm*> list;
   for (Algorithm* a : *ctx.algos)
     if (std::string(a->name()) != nccl.name()) list.push_back(a);
-  list.push_back(&nccl);
+  list.push_back(ncclAlgo.get());
   std::vector<Candidate> c = selectAlgorithms(list, *ctx.topo, q, *ctx.override);
   char line[256];
   if (c.empty() || c[0].algo == &nccl) {

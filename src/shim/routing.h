@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "collectives/algo_override.h"
-#include "collectives/algorithm.h"
+#include "algos/algorithm.h"
 #include "topology/topology.h"
 
 namespace tpcomm {

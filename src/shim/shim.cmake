@@ -6,7 +6,7 @@
 #   - the CUDA runtime is linked statically: the engine keeps its own libcudart.
 #   - src/shim/exports.map exports exactly the intercepted NCCL names (tests/shim checks it).
 get_target_property(_tpcomm_shim_lib_sources tpcomm SOURCES)
-list(FILTER _tpcomm_shim_lib_sources EXCLUDE REGEX "mpi_bootstrap\\.cc$")
+list(FILTER _tpcomm_shim_lib_sources EXCLUDE REGEX "(mpi|nccl)_bootstrap\\.cc$")
 
 # Everything but the exported entry points, as a static library the CPU tests link too.
 add_library(tpcomm_shim_internal STATIC ${_tpcomm_shim_lib_sources}

@@ -7,10 +7,8 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#include "algos/p2p_kernels.h"
-#include "collectives/comm_context.h"
 #include "common/error.h"
-#include "common/params.h"
+#include "common/log.h"
 
 namespace tpcomm {
 
@@ -45,16 +43,7 @@ P2pLayout P2pLayout::make(int nRanks, int maxBlocks, size_t lamportBytes, size_t
 
 #ifdef TPCOMM_HAVE_CUDA
 
-#define P2P_CUDA(call)                                                                    \
-  do {                                                                                    \
-    cudaError_t e_ = (call);                                                              \
-    if (e_ != cudaSuccess) {                                                              \
-      cudaGetLastError();                                                                 \
-      return TPCOMM_ERROR(kCudaError, "cuda_p2p: %s: %s", #call, cudaGetErrorString(e_)); \
-    }                                                                                     \
-  } while (0)
-
-Status CudaP2pTransport::create(CommContext& ctx, std::unique_ptr<CudaP2pTransport>* out) {
+Status CudaP2pTransport::create(const TransportEnv& ctx, const Sizes& sizes, std::unique_ptr<CudaP2pTransport>* out) {
   const Topology& topo = ctx.topo;
   if (ctx.device < 0) return TPCOMM_ERROR(kNotSupported, "cuda_p2p: host ranks");
   if (!topo.allPairsP2p()) {
@@ -69,25 +58,22 @@ Status CudaP2pTransport::create(CommContext& ctx, std::unique_ptr<CudaP2pTranspo
     return TPCOMM_ERROR(kNotSupported, "cuda_p2p: %d ranks exceed %d", ctx.nRanks, kMaxP2pRanks);
   if (ctx.nRanks < 2) return TPCOMM_ERROR(kNotSupported, "cuda_p2p: one rank needs no peers");
 
-  int maxBlocks = static_cast<int>(std::max(paramInt(ParamId::kP2pBlocks), paramInt(ParamId::kTwoshotBlocks)));
-  if (maxBlocks < 1 || maxBlocks > 1024)
-    return TPCOMM_INVALID("cuda_p2p: TPCOMM_P2P_BLOCKS / TPCOMM_TWOSHOT_BLOCKS must be 1..1024");
+  if (sizes.maxBlocks < 1 || sizes.maxBlocks > 1024)
+    return TPCOMM_INVALID("cuda_p2p: %d blocks: TPCOMM_P2P_BLOCKS / TPCOMM_TWOSHOT_BLOCKS must be 1..1024",
+                          sizes.maxBlocks);
   std::unique_ptr<CudaP2pTransport> t(new CudaP2pTransport());
-  t->layout_ = P2pLayout::make(ctx.nRanks, maxBlocks, static_cast<size_t>(paramInt(ParamId::kLamportMaxBytes)),
-                               static_cast<size_t>(paramInt(ParamId::kOneshotMaxBytes)),
-                               static_cast<size_t>(paramInt(ParamId::kTwoshotChunkBytes)));
+  t->layout_ = P2pLayout::make(ctx.nRanks, sizes.maxBlocks, sizes.lamportBytes, sizes.oneshotBytes, sizes.twoshotChunk);
   t->rank_ = ctx.rank;
   t->nRanks_ = ctx.nRanks;
   t->device_ = ctx.device;
   t->ipc_ = !topo.singleProcess();
   t->peers_.assign(ctx.nRanks, nullptr);
 
-  // Allocate and initialize before anyone maps: zero flags and epochs, sentinel-fill the
-  // Lamport buffers. The synchronize makes the fill complete before the handles go out.
-  P2P_CUDA(cudaMalloc(reinterpret_cast<void**>(&t->local_), t->layout_.totalBytes));
-  P2P_CUDA(cudaMemset(t->local_, 0, t->layout_.lamportOffset));
-  TPCOMM_TRY(launchLamportFill(t->local_ + t->layout_.lamportOffset, 3 * t->layout_.lamportBufferBytes(), nullptr));
-  P2P_CUDA(cudaDeviceSynchronize());
+  // Allocate and zero before anyone maps (flags, epochs, scratch). The synchronize makes the
+  // memset complete before the handles go out.
+  TPCOMM_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&t->local_), t->layout_.totalBytes));
+  TPCOMM_CUDA_TRY(cudaMemset(t->local_, 0, t->layout_.totalBytes));
+  TPCOMM_CUDA_TRY(cudaDeviceSynchronize());
   t->peers_[ctx.rank] = t->local_;
 
   struct Offer {
@@ -110,7 +96,7 @@ Status CudaP2pTransport::create(CommContext& ctx, std::unique_ptr<CudaP2pTranspo
     if (r == ctx.rank) continue;
     if (t->ipc_) {
       void* p = nullptr;
-      P2P_CUDA(cudaIpcOpenMemHandle(&p, all[r].handle, cudaIpcMemLazyEnablePeerAccess));
+      TPCOMM_CUDA_TRY(cudaIpcOpenMemHandle(&p, all[r].handle, cudaIpcMemLazyEnablePeerAccess));
       t->peers_[r] = static_cast<char*>(p);
     } else {
       int peerDev = topo.ranks[r].cudaDevice;
@@ -144,7 +130,7 @@ CudaP2pTransport::~CudaP2pTransport() {
 
 #else
 
-Status CudaP2pTransport::create(CommContext&, std::unique_ptr<CudaP2pTransport>*) {
+Status CudaP2pTransport::create(const TransportEnv&, const Sizes&, std::unique_ptr<CudaP2pTransport>*) {
   return TPCOMM_ERROR(kNotSupported, "cuda_p2p: tpcomm was built without CUDA");
 }
 CudaP2pTransport::~CudaP2pTransport() = default;

@@ -10,7 +10,8 @@
 // Layout of each rank's buffer (identical on every rank, offsets in P2pLayout):
 //   flags    [algo][from rank][block] u64, written by peers with st.release.sys
 //   epochs   [algo][block] u64, this rank's own per-block call counters (never read by peers)
-//   lamport  3 buffers x [from rank][lamportBytes], words pre-filled with the sentinel
+//   lamport  3 buffers x [from rank][lamportBytes] (zero here; lamport_p2p's setUp() fills
+//            them with its sentinel before any peer can write)
 //   oneshot  2 buffers x [from rank][oneshotBytes]
 //   twoshot  2 buffers x ([from rank][sliceCap] reduce-scatter inbox + [chunkBytes] gather area)
 #pragma once
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "tpcomm/status.h"
+#include "transports/transport_env.h"
 
 // Layout accessors are used by host code and kernels alike.
 #ifdef __CUDACC__
@@ -30,8 +32,6 @@
 #endif
 
 namespace tpcomm {
-
-struct CommContext;
 
 enum P2pAlgo : int { kP2pLamport = 0, kP2pOneshot = 1, kP2pTwoshot = 2, kP2pAlgoCount = 3 };
 
@@ -63,8 +63,13 @@ constexpr int kMaxP2pRanks = 16;
 
 class CudaP2pTransport {
  public:
+  /// What the buffer must hold (rounded up by P2pLayout::make).
+  struct Sizes {
+    int maxBlocks = 0;  ///< flag and epoch slots per (algorithm, rank): the largest grid
+    size_t lamportBytes = 0, oneshotBytes = 0, twoshotChunk = 0;
+  };
   /// Collective. kNotSupported when some pair lacks verified P2P or this is not one node.
-  static Status create(CommContext& ctx, std::unique_ptr<CudaP2pTransport>* out);
+  static Status create(const TransportEnv& env, const Sizes& sizes, std::unique_ptr<CudaP2pTransport>* out);
   ~CudaP2pTransport();
 
   const P2pLayout& layout() const { return layout_; }

@@ -15,7 +15,6 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#include "collectives/comm_context.h"
 #include "common/error.h"
 
 namespace tpcomm {
@@ -39,7 +38,7 @@ struct HostStagedTransport::Header {
   } pointers[kMaxRanks];
 };
 
-Status HostStagedTransport::create(CommContext& ctx, const Geometry& g, std::unique_ptr<HostStagedTransport>* out) {
+Status HostStagedTransport::create(const TransportEnv& ctx, const Geometry& g, std::unique_ptr<HostStagedTransport>* out) {
   const Topology& topo = ctx.topo;
   if (!topo.singleNode()) return TPCOMM_ERROR(kNotSupported, "host_staged: ranks span several nodes");
   if (ctx.nRanks > kMaxRanks)

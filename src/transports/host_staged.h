@@ -17,10 +17,9 @@
 #include <string>
 
 #include "tpcomm/status.h"
+#include "transports/transport_env.h"
 
 namespace tpcomm {
-
-struct CommContext;
 
 class HostStagedTransport {
  public:
@@ -30,8 +29,8 @@ class HostStagedTransport {
     int blocks = 16;              ///< GPU blocks per role; one flag per (rank, slot, block)
   };
 
-  /// Collective over ctx.bootstrap. Requires all ranks on one node.
-  static Status create(CommContext& ctx, const Geometry& g, std::unique_ptr<HostStagedTransport>* out);
+  /// Collective over env.bootstrap. Requires all ranks on one node.
+  static Status create(const TransportEnv& env, const Geometry& g, std::unique_ptr<HostStagedTransport>* out);
   ~HostStagedTransport();
 
   const Geometry& geometry() const { return geo_; }

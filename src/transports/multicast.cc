@@ -30,9 +30,7 @@
 #include <unistd.h>
 #endif
 
-#include "collectives/comm_context.h"
 #include "common/error.h"
-#include "common/params.h"
 #include "topology/topology.h"
 
 namespace tpcomm {
@@ -170,7 +168,8 @@ struct StepReport {
 
 // The set-up steps, with access to the transport's private state.
 struct MulticastSetup {
-  CommContext& ctx;
+  const TransportEnv& ctx;
+  MulticastTransport::Sizes sizes;
   MulticastTransport& t;
   MulticastDriver& d;
   CUmulticastObjectProp mcProp{};
@@ -312,8 +311,8 @@ struct MulticastSetup {
     StepReport rep{};
     Status s = prepare(&granularity);
     rep.value = granularity;
-    rep.maxBlocks = static_cast<int32_t>(paramInt(ParamId::kTwoshotBlocks));
-    rep.dataBytes = static_cast<uint64_t>(paramInt(ParamId::kTwoshotChunkBytes));
+    rep.maxBlocks = static_cast<int32_t>(sizes.maxBlocks);
+    rep.dataBytes = static_cast<uint64_t>(sizes.dataBytes);
     TPCOMM_TRY(agree(s, rep, "driver check", &all));
     // One layout everywhere: rank 0's geometry, the coarsest granularity.
     for (const StepReport& r : all) granularity = std::max<size_t>(granularity, r.value);
@@ -342,7 +341,7 @@ struct MulticastSetup {
   }
 };
 
-Status MulticastTransport::create(CommContext& ctx, std::unique_ptr<MulticastTransport>* out) {
+Status MulticastTransport::create(const TransportEnv& ctx, const Sizes& sizes, std::unique_ptr<MulticastTransport>* out) {
   // The gate, before anything: no driver symbol is resolved and no peer is contacted unless it
   // is open (every rank agreed it before calling, see multicast.h).
   std::string why;
@@ -354,7 +353,7 @@ Status MulticastTransport::create(CommContext& ctx, std::unique_ptr<MulticastTra
   t->rank_ = ctx.rank;
   t->nRanks_ = ctx.nRanks;
   t->device_ = ctx.device;
-  MulticastSetup setup{ctx, *t, *t->driver_};
+  MulticastSetup setup{ctx, sizes, *t, *t->driver_};
   TPCOMM_TRY(setup.run());
   TPCOMM_INFO(kInit, "multicast: rank %d bound %zu bytes into a %d-rank multicast object (%s)", ctx.rank,
               t->layout_.totalBytes, ctx.nRanks, setup.crossProcess ? "fd via pidfd_getfd" : "one process");
@@ -387,7 +386,7 @@ MulticastTransport::~MulticastTransport() {
 
 struct MulticastDriver {};
 
-Status MulticastTransport::create(CommContext& ctx, std::unique_ptr<MulticastTransport>*) {
+Status MulticastTransport::create(const TransportEnv& ctx, const Sizes&, std::unique_ptr<MulticastTransport>*) {
   std::string why;
   if (!ctx.topo.multicastUsable(&why)) return TPCOMM_ERROR(kNotSupported, "multicast: gate closed: %s", why.c_str());
   return TPCOMM_ERROR(kNotSupported, "multicast: tpcomm was built without CUDA");

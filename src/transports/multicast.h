@@ -8,7 +8,7 @@
 //
 // UNTESTED ON HARDWARE. The machines this project runs on keep multicast off (a program using
 // it can take a shared host's GPUs out of service). It is built and reachable only behind the
-// gate of DESIGN.md, checked three times: Communicator::create agrees the gate on every rank
+// gate of docs/multicast.md, checked three times: Communicator::create agrees the gate on every rank
 // before calling create(); create() returns before anything else when Topology::multicastUsable()
 // is false; and the environment switches (NCCL_NVLS_ENABLE=0, TPCOMM_MULTICAST=0) are read
 // again immediately before each multicast driver call. Driver symbols are resolved at run time
@@ -33,6 +33,7 @@
 #include <memory>
 
 #include "tpcomm/status.h"
+#include "transports/transport_env.h"
 
 #ifdef __CUDACC__
 #define TPCOMM_MC_HD __host__ __device__
@@ -42,7 +43,6 @@
 
 namespace tpcomm {
 
-struct CommContext;
 struct MulticastDriver;  // the resolved driver functions (multicast.cc)
 
 /// Most ranks one multicast object serves here (an NVSwitch domain of one node).
@@ -67,11 +67,16 @@ void setMulticastSymbolLoader(MulticastSymbolLoader loader);
 
 class MulticastTransport {
  public:
-  /// Collective over ctx.bootstrap, except that it returns kNotSupported at once, touching
-  /// neither the driver nor the bootstrap, when ctx.topo.multicastUsable() is false: callers
+  /// Collective over env.bootstrap, except that it returns kNotSupported at once, touching
+  /// neither the driver nor the bootstrap, when env.topo.multicastUsable() is false: callers
   /// must agree the gate on every rank first (Communicator::create does). Any later failure is
   /// agreed inside, so every rank returns the same Status class.
-  static Status create(CommContext& ctx, std::unique_ptr<MulticastTransport>* out);
+  /// What each rank asks for; rank 0's values are used everywhere.
+  struct Sizes {
+    int maxBlocks = 0;     ///< barrier counters: the largest grid
+    size_t dataBytes = 0;  ///< one chunk of a message
+  };
+  static Status create(const TransportEnv& env, const Sizes& sizes, std::unique_ptr<MulticastTransport>* out);
   ~MulticastTransport();
   MulticastTransport(const MulticastTransport&) = delete;
   MulticastTransport& operator=(const MulticastTransport&) = delete;

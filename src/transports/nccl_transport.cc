@@ -3,7 +3,6 @@
 #include <cstring>
 #include <vector>
 
-#include "collectives/comm_context.h"
 #include "common/error.h"
 
 #ifdef TPCOMM_HAVE_NCCL
@@ -27,6 +26,11 @@ ncclDataType_t toNccl(DataType t) {
   }
 }
 
+Status check(ncclResult_t r, const char* what) {
+  if (r == ncclSuccess) return Status::kOk;
+  return TPCOMM_ERROR(kRemoteError, "NCCL %s: %s", what, ncclGetErrorString(r));
+}
+
 ncclRedOp_t toNccl(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
@@ -45,21 +49,17 @@ class NcclTransportImpl : public NcclTransport {
     if (comm_ && owned_) ncclCommDestroy(comm_);
   }
   void* handle() const override { return comm_; }
-  Status run(const CollArgs& a) override {
-    ncclResult_t r;
-    switch (a.kind) {
-      case CollKind::kAllReduce:
-        r = ncclAllReduce(a.send, a.recv, a.count, toNccl(a.dtype), toNccl(a.op), comm_, a.stream);
-        break;
-      case CollKind::kReduceScatter:
-        r = ncclReduceScatter(a.send, a.recv, a.count, toNccl(a.dtype), toNccl(a.op), comm_, a.stream);
-        break;
-      default:
-        r = ncclAllGather(a.send, a.recv, a.count, toNccl(a.dtype), comm_, a.stream);
-        break;
-    }
-    if (r != ncclSuccess) return TPCOMM_ERROR(kRemoteError, "NCCL %s: %s", collKindName(a.kind), ncclGetErrorString(r));
-    return Status::kOk;
+  Status allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                   cudaStream_t stream) override {
+    return check(ncclAllReduce(send, recv, count, toNccl(dtype), toNccl(op), comm_, stream), "ncclAllReduce");
+  }
+  Status reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op,
+                       cudaStream_t stream) override {
+    return check(ncclReduceScatter(send, recv, recvCount, toNccl(dtype), toNccl(op), comm_, stream),
+                 "ncclReduceScatter");
+  }
+  Status allGather(const void* send, void* recv, size_t sendCount, DataType dtype, cudaStream_t stream) override {
+    return check(ncclAllGather(send, recv, sendCount, toNccl(dtype), comm_, stream), "ncclAllGather");
   }
 
  private:
@@ -69,7 +69,7 @@ class NcclTransportImpl : public NcclTransport {
 
 }  // namespace
 
-Status NcclTransport::create(CommContext& ctx, std::unique_ptr<NcclTransport>* out) {
+Status NcclTransport::create(const TransportEnv& ctx, std::unique_ptr<NcclTransport>* out) {
   if (ctx.device < 0) return TPCOMM_ERROR(kNotSupported, "nccl: host ranks");
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
@@ -89,7 +89,7 @@ Status NcclTransport::create(CommContext& ctx, std::unique_ptr<NcclTransport>* o
   return Status::kOk;
 }
 
-Status NcclTransport::adopt(CommContext& ctx, void* ncclComm, std::unique_ptr<NcclTransport>* out) {
+Status NcclTransport::adopt(const TransportEnv& ctx, void* ncclComm, std::unique_ptr<NcclTransport>* out) {
   if (ctx.device < 0) return TPCOMM_INVALID("config.ncclComm: a host communicator (device -1) cannot use NCCL");
   ncclComm_t comm = static_cast<ncclComm_t>(ncclComm);
   int count = 0, rank = 0, device = 0;
@@ -115,10 +115,10 @@ Status ncclGroupEndIfAny() {
 
 #else
 
-Status NcclTransport::create(CommContext&, std::unique_ptr<NcclTransport>*) {
+Status NcclTransport::create(const TransportEnv&, std::unique_ptr<NcclTransport>*) {
   return TPCOMM_ERROR(kNotSupported, "nccl: tpcomm was built without NCCL (TPCOMM_WITH_NCCL)");
 }
-Status NcclTransport::adopt(CommContext&, void*, std::unique_ptr<NcclTransport>*) {
+Status NcclTransport::adopt(const TransportEnv&, void*, std::unique_ptr<NcclTransport>*) {
   return TPCOMM_INVALID("config.ncclComm: tpcomm was built without NCCL (TPCOMM_WITH_NCCL)");
 }
 Status ncclGroupStartIfAny() { return Status::kOk; }

@@ -5,27 +5,30 @@
 
 #include <memory>
 
-#include "collectives/coll_args.h"
 #include "tpcomm/status.h"
+#include "tpcomm/types.h"
+#include "transports/transport_env.h"
 
 namespace tpcomm {
-
-struct CommContext;
 
 class NcclTransport {
  public:
   virtual ~NcclTransport() = default;
-  /// Runs the collective through NCCL on args.stream.
-  virtual Status run(const CollArgs& args) = 0;
+  /// NCCL's collectives on `stream` (counts as NCCL takes them: per-rank piece for the last two).
+  virtual Status allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                           cudaStream_t stream) = 0;
+  virtual Status reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op,
+                               cudaStream_t stream) = 0;
+  virtual Status allGather(const void* send, void* recv, size_t sendCount, DataType dtype, cudaStream_t stream) = 0;
   /// The underlying ncclComm_t (as void*).
   virtual void* handle() const = 0;
 
-  /// Collective: creates an NCCL communicator for ctx's ranks. kNotSupported when tpcomm was
+  /// Collective: creates an NCCL communicator for env's ranks. kNotSupported when tpcomm was
   /// built without NCCL or the communicator is a host one.
-  static Status create(CommContext& ctx, std::unique_ptr<NcclTransport>* out);
+  static Status create(const TransportEnv& env, std::unique_ptr<NcclTransport>* out);
   /// Wraps an engine's ncclComm_t without owning it, after checking that its size, rank and
-  /// device match ctx (kInvalidArgument naming the mismatch otherwise).
-  static Status adopt(CommContext& ctx, void* ncclComm, std::unique_ptr<NcclTransport>* out);
+  /// device match env (kInvalidArgument naming the mismatch otherwise).
+  static Status adopt(const TransportEnv& env, void* ncclComm, std::unique_ptr<NcclTransport>* out);
 };
 
 /// ncclGroupStart / ncclGroupEnd where NCCL is built in; kOk no-ops otherwise.

@@ -29,6 +29,19 @@ set(cxx_arg)
 if(CXX_COMPILER)
   set(cxx_arg -DCMAKE_CXX_COMPILER=${CXX_COMPILER})
 endif()
+# The installed tools run from the prefix alone (install RUNPATH $ORIGIN/../lib), and the doctor
+# finds its probe helper where the install put it (bin/).
+if(EXISTS ${prefix}/bin/tpcomm-doctor)
+  step("installed tpcomm-doctor --params" ${prefix}/bin/tpcomm-doctor --params)
+  if(NOT step_output MATCHES "TPCOMM_TIMEOUT_MS")
+    message(FATAL_ERROR "consumer test: the installed doctor did not print the params table")
+  endif()
+  step("installed tpcomm-doctor" ${CMAKE_COMMAND} -E env TPCOMM_TOPO_CACHE=0 XDG_CACHE_HOME=${WORK_DIR}/cache
+       ${prefix}/bin/tpcomm-doctor)
+  if(step_output MATCHES "no probe helper")
+    message(FATAL_ERROR "consumer test: the installed doctor did not find its probe helper:\n${step_output}")
+  endif()
+endif()
 step("configure" ${CMAKE_COMMAND} -S ${PROJECT_DIR} -B ${build} -G ${GENERATOR} ${cxx_arg}
      -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_BUILD_TYPE=Release)
 step("build" ${CMAKE_COMMAND} --build ${build})

@@ -12,7 +12,6 @@
 #include <memory>
 #include <sstream>
 
-#include "algos/ring_nccl.h"
 #include "collectives/registry.h"
 #include "collectives/selector.h"
 #include "tpcomm/status.h"
@@ -36,7 +35,6 @@ class Unavailable : public Algorithm {
   explicit Unavailable(Algorithm* a) : a_(a) {}
   const char* name() const override { return a_->name(); }
   bool supports(const Topology& t, const AlgoQuery& q, std::string* w) const override { return a_->supports(t, q, w); }
-  double costUs(const Topology& t, const AlgoQuery& q) const override { return a_->costUs(t, q); }
   Status run(const CollArgs&) override { return Status::kInternal; }
   bool available() const override { return false; }
 
@@ -144,11 +142,12 @@ TEST_P(RoutingTest, Decides) {
   ReduceOp op;
   if (row.shimOn && row.ready && call.count > 0 && tpcommDataType(row.dtype, &dt) && tpcommReduceOp(row.op, &op) &&
       topo.singleNode()) {
-    RingNcclAlgorithm nccl(nullptr);
+    const std::unique_ptr<Algorithm> ncclAlgo = makeAlgorithm("ring_nccl", nullptr);
+    const Algorithm& nccl = *ncclAlgo;
     std::vector<Algorithm*> list;
     for (Algorithm* a : algos)
       if (std::string(a->name()) != "ring_nccl") list.push_back(a);
-    list.push_back(&nccl);
+    list.push_back(ncclAlgo.get());
     AlgoQuery q{CollKind::kAllReduce, dt, op, call.count * dataTypeSize(dt), call.capturing};
     std::vector<Candidate> c = selectAlgorithms(list, topo, q, ovr);
     bool tp = !c.empty() && c[0].algo != &nccl;

@@ -13,7 +13,7 @@ root="$(cd "$here/../.." && pwd)"
 shim=$(realpath "${1:-$root/build/libtpcomm_nccl.so}")
 out=${2:-$root/build/results/torch_preload}
 mkdir -p "$out"
-# SAFETY (DESIGN.md): multicast stays off on the shared H200 machines.
+# SAFETY (docs/multicast.md): multicast stays off on the shared H200 machines.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 ngpu=$(python3 -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
 if [ "$ngpu" -lt 2 ]; then echo "SKIP: needs PyTorch with 2 GPUs (found $ngpu)"; exit 77; fi

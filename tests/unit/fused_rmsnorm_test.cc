@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "algos/fused_rmsnorm.h"
+#include "algos/launch_params.h"
 #include "transports/cuda_p2p.h"
 #include "unit/fused_rmsnorm_check.h"
 #include "unit/test_util.h"

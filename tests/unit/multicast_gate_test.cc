@@ -1,4 +1,4 @@
-// The NVSwitch multicast gate (DESIGN.md: SAFETY; transports/multicast.h), proven without a GPU.
+// The NVSwitch multicast gate (docs/multicast.md: the gate; transports/multicast.h), proven without a GPU.
 // Multicast can take a shared machine's GPUs out of service, so on every machine we have it
 // must stay off. For each way the gate can be closed (a row of kClosed: NCCL_NVLS_ENABLE=0,
 // TPCOMM_MULTICAST=0, two ranks, a link that is not NVSwitch, a device without the attribute,
@@ -28,9 +28,8 @@
 #define TPCOMM_TEST_HAVE_CUDA_H 1
 #endif
 
-#include "algos/twoshot_multicast.h"
+#include "algos/launch_params.h"
 #include "collectives/algo_override.h"
-#include "collectives/comm_context.h"
 #include "collectives/registry.h"
 #include "collectives/selector.h"
 #include "common/params.h"
@@ -40,6 +39,8 @@
 
 namespace tpcomm {
 namespace {
+
+const MulticastTransport::Sizes kSizes{128, 32u << 20};  // the defaults of TPCOMM_TWOSHOT_*
 
 // --- stub driver: counts lookups, provides nothing ---
 std::atomic<int> gLookups{0};
@@ -175,19 +176,14 @@ TEST(MulticastGate, ClosedGateKeepsEverythingOff) {
     EXPECT_FALSE(why.empty());
 
     EXPECT_FALSE(contains(everyCandidate(topo), "twoshot_multicast"));
-    TwoshotMulticastAlgorithm algo(nullptr);
-    EXPECT_FALSE(algo.supports(topo, {CollKind::kAllReduce, DataType::kBF16, ReduceOp::kSum, 1 << 20, false}, nullptr));
+    const std::unique_ptr<Algorithm> algo = makeAlgorithm("twoshot_multicast", nullptr);
+    EXPECT_FALSE(algo->supports(topo, {CollKind::kAllReduce, DataType::kBF16, ReduceOp::kSum, 1 << 20, false}, nullptr));
 
     // The transport: no driver symbol is looked up, the bootstrap (null) is never touched.
     ScopedLoader stub(countingNullLoader);
-    CommContext ctx;
-    ctx.nRanks = topo.nRanks();
-    ctx.rank = 0;
-    ctx.device = 0;
-    ctx.bootstrap = nullptr;
-    ctx.topo = topo;
+    TransportEnv tenv{0, topo.nRanks(), 0, nullptr, topo, 10000};
     std::unique_ptr<MulticastTransport> t;
-    EXPECT_EQ(MulticastTransport::create(ctx, &t), Status::kNotSupported);
+    EXPECT_EQ(MulticastTransport::create(tenv, kSizes, &t), Status::kNotSupported);
     EXPECT_EQ(t, nullptr);
     EXPECT_EQ(gLookups.load(), 0) << "a driver symbol was looked up with the gate closed";
     EXPECT_NE(std::string(lastErrorMessage()).find("gate closed"), std::string::npos) << lastErrorMessage();
@@ -216,13 +212,13 @@ TEST(MulticastGate, ControlOpenGateOffersTheAlgorithm) {
   bool found = false;
   for (const Candidate& x : c) found = found || std::string(x.algo->name()) == "twoshot_multicast";
   EXPECT_TRUE(found);
-  TwoshotMulticastAlgorithm algo(nullptr);
+  const std::unique_ptr<Algorithm> algo = makeAlgorithm("twoshot_multicast", nullptr);
   std::string why;
-  EXPECT_FALSE(algo.supports(topo, {CollKind::kAllReduce, DataType::kF32, ReduceOp::kMax, 1024, false}, &why));
-  EXPECT_FALSE(algo.supports(topo, {CollKind::kReduceScatter, DataType::kBF16, ReduceOp::kSum, 1024, false}, &why));
+  EXPECT_FALSE(algo->supports(topo, {CollKind::kAllReduce, DataType::kF32, ReduceOp::kMax, 1024, false}, &why));
+  EXPECT_FALSE(algo->supports(topo, {CollKind::kReduceScatter, DataType::kBF16, ReduceOp::kSum, 1024, false}, &why));
   Topology old = capable(8);
   old.ranks[3].ccMajor = 8;
-  EXPECT_FALSE(algo.supports(old, {CollKind::kAllReduce, DataType::kBF16, ReduceOp::kSum, 1024, false}, &why));
+  EXPECT_FALSE(algo->supports(old, {CollKind::kAllReduce, DataType::kBF16, ReduceOp::kSum, 1024, false}, &why));
 }
 
 TEST(MulticastGate, ControlOpenGateConsultsTheStubAndEveryRankAgrees) {
@@ -240,14 +236,10 @@ TEST(MulticastGate, ControlOpenGateConsultsTheStubAndEveryRankAgrees) {
     threads.emplace_back([&, r] {
       std::unique_ptr<Bootstrap> bs;
       ASSERT_EQ(makeThreadBootstrap(group, r, &bs), Status::kOk);
-      CommContext ctx;
-      ctx.rank = r;
-      ctx.nRanks = n;
-      ctx.device = r;
-      ctx.bootstrap = bs.get();
-      ctx.topo = capable(n);
+      const Topology topo = capable(n);
+      TransportEnv env{r, n, r, bs.get(), topo, 10000};
       std::unique_ptr<MulticastTransport> t;
-      status[r] = MulticastTransport::create(ctx, &t);
+      status[r] = MulticastTransport::create(env, kSizes, &t);
       message[r] = lastErrorMessage();
     });
   for (auto& t : threads) t.join();
@@ -355,14 +347,10 @@ Status createWithFakeDriver(bool flip) {
   gFlipDuringSetup = flip;
   ScopedLoader fake(fakeLoader);
   MirrorBootstrap bs(8);
-  CommContext ctx;
-  ctx.rank = 0;
-  ctx.nRanks = 8;
-  ctx.device = 0;
-  ctx.bootstrap = &bs;
-  ctx.topo = capable(8);
+  const Topology topo = capable(8);
+  TransportEnv env{0, 8, 0, &bs, topo, 10000};
   std::unique_ptr<MulticastTransport> t;
-  Status s = MulticastTransport::create(ctx, &t);
+  Status s = MulticastTransport::create(env, kSizes, &t);
   EXPECT_EQ(t, nullptr);
   return s;
 }

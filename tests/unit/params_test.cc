@@ -2,7 +2,7 @@
 // Params are parsed by value, never by presence (TPCOMM_X=0 means off); a malformed integer
 // falls back to the default. The multicast gate must stay closed under NCCL_NVLS_ENABLE=0 or
 // TPCOMM_MULTICAST=0 even when the fixture says the hardware and the probe allow it: this is
-// the safety test DESIGN.md asks for (multicast can take a shared machine's GPUs down).
+// the safety test docs/multicast.md asks for (multicast can take a shared machine's GPUs down).
 #include "common/params.h"
 
 #include <gtest/gtest.h>

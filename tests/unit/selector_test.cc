@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "algos/p2p_algorithm.h"
+#include "collectives/cost_model.h"
 #include "collectives/algo_override.h"
 #include "collectives/registry.h"
 #include "topology/topology.h"
@@ -331,13 +331,26 @@ TEST(Selector, ShapeSelectionHoldsBothModes) {
     ShapeSelection s =
         selectForShape(list, sw, AlgoQuery{AR, DataType::kBF16, ReduceOp::kSum, bytes, false}, AlgoOverride{});
     ASSERT_TRUE(s.sameFirst) << bytes;
-    EXPECT_TRUE(isP2pAlgorithm(s.eager[0].algo)) << bytes << ": " << s.eager[0].algo->name();
+    EXPECT_TRUE(s.eager[0].algo->launchesOnly()) << bytes << ": " << s.eager[0].algo->name();
   }
 }
 
-TEST(Selector, IsP2pAlgorithmNamesTheP2pFamily) {
+// Only the P2P kernels' run() is a plain launch whose capture query may be deferred.
+TEST(Selector, LaunchesOnlyNamesTheP2pFamily) {
   auto algos = makeAlgorithms(nullptr);
-  for (const auto& a : algos) EXPECT_EQ(isP2pAlgorithm(a.get()), endsWith(a->name(), "_p2p")) << a->name();
+  for (const auto& a : algos) EXPECT_EQ(a->launchesOnly(), endsWith(a->name(), "_p2p")) << a->name();
+}
+
+// The cost table (collectives/cost_model.cc) has a row for every algorithm of the registry, and
+// none for a name the registry does not know (a typo there would silently never be used).
+TEST(CostModel, EveryRegistryAlgorithmIsModelled) {
+  const std::vector<std::string> modelled = modelledAlgorithms(), names = algorithmNames();
+  for (const std::string& n : names)
+    EXPECT_NE(std::find(modelled.begin(), modelled.end(), n), modelled.end()) << n << " has no cost row";
+  for (const std::string& m : modelled)
+    EXPECT_NE(std::find(names.begin(), names.end(), m), names.end()) << m << " is not in the registry";
+  Topology t;
+  EXPECT_EQ(modelCostUs("no_such_algorithm", t, AlgoQuery{}), kUnmodelledUs);
 }
 
 }  // namespace

@@ -1,6 +1,16 @@
-// fused_oneshot_p2p_kernel.cu: one-shot all-reduce + residual add + RMSNorm in one kernel (NCCL's
+// oneshot_p2p.cu: one-shot all-reduce over peer-mapped buffers (NCCL's all-to-all
+// one-shot; TensorRT-LLM's one-shot; vLLM's custom all-reduce for small sizes). Phase 1: block b
+// pushes part b of its input into every peer's inbox (slot = own rank), posted NVLink/PCIe
+// stores. Barrier: each block releases an epoch into its peers' flags and acquires theirs
+// (p2p_common.cuh). Phase 2: block b reduces part b from its own input and the n-1 inboxes, in
+// rank order 0..n-1, in fp32, and writes the output. The inbox is double-buffered by epoch
+// parity: a peer overwrites buffer e%2 only after this rank's barrier of call e+1, which this
+// rank passes only after it finished reading call e-1's (same parity) data.
+//
+// The fused twin (all-reduce + residual add + RMSNorm):
+// one-shot all-reduce + residual add + RMSNorm in one kernel (NCCL's
 // all-to-all one-shot with the norm as its epilogue; TensorRT-LLM's fused all-reduce + norm). It
-// is oneshot_p2p_kernel.cu with whole rows per block: block b takes rows [lo, hi) of
+// is the plain kernel above with whole rows per block: block b takes rows [lo, hi) of
 // splitRange(rows, blocks, b), so it holds every element of a row it normalises.
 //   Phase 1: block b pushes its rows of `in` into every peer's inbox (slot = own rank) at the
 //     rows' element offsets: exactly the bytes and places the plain kernel uses.
@@ -18,9 +28,70 @@
 #include <cuda_runtime.h>
 
 #include "algos/fused_rmsnorm_common.cuh"
-#include "common/error.h"
+#include "algos/launch_params.h"
 
 namespace tpcomm {
+namespace {
+
+using dev::Pack;
+using dev::PackOf;
+constexpr int kThreads = 512;
+
+template <typename T, int Op, bool kVec>
+__global__ void __launch_bounds__(kThreads) oneshotKernel(P2pLaunch p) {
+  constexpr int kEpp = PackOf<T>::kElems;
+  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
+  const int me = p.rank, n = p.nRanks;
+  dev::pdlLaunchDependents();
+  dev::pdlWait();  // inputs and the epoch may come from the previous kernel
+  uint64_t* epochPtr = dev::epochAt(p.peers[me], p.layout, kP2pOneshot, blockIdx.x);
+  const uint64_t epoch = *epochPtr + 1;
+  const size_t bufOff = p.layout.oneshotOffset + (epoch & 1) * p.layout.oneshotBufferBytes();
+  auto inbox = [&](int owner, int from) {
+    return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * p.layout.oneshotBytes);
+  };
+  const T* src = static_cast<const T*>(p.send);
+  T* dst = static_cast<T*>(p.recv);
+  size_t lo, hi;
+  dev::splitRange(p.count, gridDim.x, blockIdx.x, kEpp, &lo, &hi);
+
+  dev::forRange<T, kVec>(
+      lo, hi, [&](size_t i) { return *reinterpret_cast<const Pack*>(src + i); },
+      [&](size_t i, const Pack& v) {
+        for (int r = 0; r < n; ++r)
+          if (r != me) *reinterpret_cast<Pack*>(inbox(r, me) + i) = v;
+      },
+      [&](size_t i) {
+        T v = src[i];
+        for (int r = 0; r < n; ++r)
+          if (r != me) inbox(r, me)[i] = v;
+      });
+  if (!dev::peerBarrier(p, kP2pOneshot, epoch, deadline)) return;
+  auto from = [&](int r) { return inbox(me, r); };
+  dev::forRange<T, kVec>(
+      lo, hi, [&](size_t i) { return dev::reduceRanksPack<T, Op>(n, me, src, from, i); },
+      [&](size_t i, const Pack& v) { *reinterpret_cast<Pack*>(dst + i) = v; },
+      [&](size_t i) { dst[i] = dev::reduceRanksElem<T, Op>(n, me, src, from, i); });
+  __syncthreads();
+  if (threadIdx.x == 0) *epochPtr = epoch;
+}
+
+}  // namespace
+
+Status preloadOneshotKernels() {
+  cudaError_t e = dev::forEachKernelVariant([](auto t, auto op, auto vec) {
+    return dev::preload(oneshotKernel<typename decltype(t)::type, decltype(op)::value, decltype(vec)::value != 0>);
+  });
+  return dev::toStatus(e, "oneshot_p2p");
+}
+
+Status launchOneshot(const P2pLaunch& p, cudaStream_t stream) {
+  cudaError_t e = dev::dispatchKernel(p.dtype, p.op, p2pVectorizable(p.send, p.recv), [&](auto t, auto op, auto vec) {
+    return dev::launch(oneshotKernel<typename decltype(t)::type, decltype(op)::value, decltype(vec)::value != 0>, p.blocks, kThreads, p.pdl, stream, p);
+  });
+  return dev::toStatus(e, "oneshot_p2p launch");
+}
+
 namespace {
 
 using dev::Pack;
@@ -77,7 +148,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedOneshotKernel(FusedP2pLa
 }  // namespace
 
 Status preloadFusedOneshotKernels() {
-  return dev::preloaded(dev::forEachNormVariant([](auto t, auto v) {
+  return dev::toStatus(dev::forEachNormVariant([](auto t, auto v) {
                           return dev::preload(fusedOneshotKernel<typename decltype(t)::type, decltype(v)::value != 0>);
                         }),
                         "fused oneshot_p2p");
@@ -89,10 +160,9 @@ Status launchFusedOneshot(const FusedP2pLaunch& f, cudaStream_t stream) {
     return TPCOMM_ERROR(kNotSupported, "fused oneshot_p2p: %zu bytes exceed the %zu-byte inbox", bytes,
                         f.p2p.layout.oneshotBytes);
   cudaError_t e = dev::dispatchNorm(f.p2p.dtype, fusedVectorizable(f), [&](auto t, auto v) {
-    return dev::launchFused(fusedOneshotKernel<typename decltype(t)::type, decltype(v)::value != 0>, f, stream);
+    return dev::launch(fusedOneshotKernel<typename decltype(t)::type, decltype(v)::value != 0>, f.p2p.blocks, kRmsNormThreads, f.p2p.pdl, stream, f);
   });
-  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "fused oneshot_p2p launch: %s", cudaGetErrorString(e));
-  return Status::kOk;
+  return dev::toStatus(e, "fused oneshot_p2p launch");
 }
 
 }  // namespace tpcomm

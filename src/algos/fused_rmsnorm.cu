@@ -1,4 +1,4 @@
-// fused_rmsnorm_kernel.cu: the unfused residual add + RMSNorm, run after any all-reduce that has
+// fused_rmsnorm.cu: the unfused residual add + RMSNorm, run after any all-reduce that has
 // no fused kernel (ring_nccl, staged_host on GPU ranks, a fused P2P kernel that declined). One
 // block of kRmsNormThreads threads per row (grid-stride over rows), the arithmetic of
 // fused_rmsnorm_common.cuh, so its bits equal the fused kernels' and the host path's. Reads x
@@ -34,32 +34,23 @@ __global__ void __launch_bounds__(kRmsNormThreads) residualRmsNormKernel(RmsNorm
 
 }  // namespace
 
-Status preloadResidualRmsNormKernels() {
-  return dev::preloaded(
-      dev::forEachNormVariant([](auto t, auto v) {
-        return dev::preload(residualRmsNormKernel<typename decltype(t)::type, decltype(v)::value != 0>);
-      }),
-      "residual + RMSNorm");
+Status preloadResidualRmsNorm() {
+  return dev::toStatus(dev::forEachNormVariant([](auto t, auto v) {
+                         return dev::preload(residualRmsNormKernel<typename decltype(t)::type, decltype(v)::value != 0>);
+                       }),
+                       "loading the residual + RMSNorm kernels");
 }
 
 Status launchResidualRmsNorm(const RmsNormLaunch& p, cudaStream_t stream) {
   auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   const size_t unit = 16 / dataTypeSize(static_cast<DataType>(p.dtype));
   const bool vec = p.hidden % unit == 0 && aligned(p.x) && aligned(p.residual) && aligned(p.weight) && aligned(p.out);
+  const unsigned blocks = static_cast<unsigned>(p.rows < kMaxGrid ? p.rows : kMaxGrid);
   cudaError_t e = dev::dispatchNorm(p.dtype, vec, [&](auto t, auto v) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(p.rows < kMaxGrid ? p.rows : kMaxGrid));
-    cfg.blockDim = dim3(kRmsNormThreads);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = p.pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, residualRmsNormKernel<typename decltype(t)::type, decltype(v)::value != 0>, p);
+    return dev::launch(residualRmsNormKernel<typename decltype(t)::type, decltype(v)::value != 0>, blocks,
+                       kRmsNormThreads, p.pdl != 0, stream, p);
   });
-  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "residual + RMSNorm launch: %s", cudaGetErrorString(e));
-  return Status::kOk;
+  return dev::toStatus(e, "residual + RMSNorm launch");
 }
 
 }  // namespace tpcomm

@@ -1,4 +1,4 @@
-// twoshot_multicast_kernel.cu: all-reduce as reduce-scatter then all-gather, both done by the
+// twoshot_multicast.cu: all-reduce as reduce-scatter then all-gather, both done by the
 // NVSwitch (NCCL's NVLS RSxLD_AGxST: the reduce-scatter is a multimem.ld_reduce, the all-gather
 // a multimem.st; TensorRT-LLM's MultiShot). UNTESTED ON HARDWARE: compiled for sm_90+, never
 // run (multicast is off on every machine this project has; see docs/multicast.md).
@@ -27,8 +27,8 @@
 #include <atomic>
 
 #include "algos/device_common.cuh"
-#include "algos/twoshot_multicast.h"
-#include "common/error.h"
+#include "algos/launch.cuh"
+#include "algos/launch_params.h"
 
 namespace tpcomm {
 namespace {
@@ -205,27 +205,22 @@ cudaError_t launchTyped(const MulticastLaunch& p, cudaStream_t stream, bool* old
     *oldArch = true;
     return cudaSuccess;
   }
-  twoshotMulticastKernel<T, Op><<<p.blocks, kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return dev::launch(twoshotMulticastKernel<T, Op>, p.blocks, kThreads, false, stream, p);
 }
 
 }  // namespace
 
-Status preloadTwoshotMulticastKernels() {
+Status preloadTwoshotMulticast() {
   // The instantiations launchTwoshotMulticast can launch (f32: sum only). launchTyped's own
   // cudaFuncGetAttributes comes at the first launch (too late) and once per process, not per device.
-  cudaFuncAttributes a;
-  cudaError_t e = cudaSuccess;
-  for (cudaError_t x : {cudaFuncGetAttributes(&a, twoshotMulticastKernel<float, 0>),
-                        cudaFuncGetAttributes(&a, twoshotMulticastKernel<__half, 0>),
-                        cudaFuncGetAttributes(&a, twoshotMulticastKernel<__half, 1>),
-                        cudaFuncGetAttributes(&a, twoshotMulticastKernel<__half, 2>),
-                        cudaFuncGetAttributes(&a, twoshotMulticastKernel<__nv_bfloat16, 0>),
-                        cudaFuncGetAttributes(&a, twoshotMulticastKernel<__nv_bfloat16, 1>),
-                        cudaFuncGetAttributes(&a, twoshotMulticastKernel<__nv_bfloat16, 2>)})
+  cudaError_t e = dev::preload(twoshotMulticastKernel<float, 0>);
+  for (cudaError_t x : {dev::preload(twoshotMulticastKernel<__half, 0>), dev::preload(twoshotMulticastKernel<__half, 1>),
+                        dev::preload(twoshotMulticastKernel<__half, 2>),
+                        dev::preload(twoshotMulticastKernel<__nv_bfloat16, 0>),
+                        dev::preload(twoshotMulticastKernel<__nv_bfloat16, 1>),
+                        dev::preload(twoshotMulticastKernel<__nv_bfloat16, 2>)})
     if (e == cudaSuccess) e = x;
-  if (e == cudaSuccess) return Status::kOk;
-  return TPCOMM_ERROR(kCudaError, "loading the twoshot_multicast kernels: %s", cudaGetErrorString(e));
+  return dev::toStatus(e, "loading the twoshot_multicast kernels");
 }
 
 Status launchTwoshotMulticast(const MulticastLaunch& p, cudaStream_t stream) {
@@ -255,10 +250,7 @@ Status launchTwoshotMulticast(const MulticastLaunch& p, cudaStream_t stream) {
       e = byOp(Tag<__nv_bfloat16>{});
       break;
   }
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return TPCOMM_ERROR(kCudaError, "twoshot_multicast launch: %s", cudaGetErrorString(e));
-  }
+  TPCOMM_TRY(dev::toStatus(e, "twoshot_multicast launch"));
   if (oldArch) return TPCOMM_ERROR(kNotSupported, "twoshot_multicast: needs sm_90 or newer (multimem)");
   return Status::kOk;
 }

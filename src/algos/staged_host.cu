@@ -1,4 +1,4 @@
-// staged_host_kernel.cu: GPU all-reduce through pinned host memory, for GPUs without P2P. One
+// staged_host.cu: GPU all-reduce through pinned host memory, for GPUs without P2P. One
 // kernel per call and no host thread: the GPU streams its data to host memory with SM stores and
 // reads its peers' data back with uncached loads. In NCCL's terms it is a one-shot all-reduce
 // over the SHM transport (each rank reads every peer's full input).
@@ -20,8 +20,8 @@
 
 #include "algos/device_common.cuh"
 #include "algos/host_reduce.h"
-#include "algos/staged_host.h"
-#include "common/error.h"
+#include "algos/launch.cuh"
+#include "algos/launch_params.h"
 
 namespace tpcomm {
 namespace {
@@ -116,75 +116,24 @@ __global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLa
   }
 }
 
-template <typename T, int Op>
-cudaError_t launchTyped(const StagedDeviceLaunch& p, bool vec, cudaStream_t s) {
-  // cudaLaunchKernelEx returns this launch's own error, never a stale one from earlier calls.
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(2 * p.blocks);
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = s;
-  return vec ? cudaLaunchKernelEx(&cfg, stagedAllReduceKernel<T, Op, true>, p)
-             : cudaLaunchKernelEx(&cfg, stagedAllReduceKernel<T, Op, false>, p);
-}
-
-template <typename T>
-cudaError_t launchOp(const StagedDeviceLaunch& p, bool vec, cudaStream_t s) {
-  switch (p.op) {
-    case 0:
-      return launchTyped<T, 0>(p, vec, s);
-    case 1:
-      return launchTyped<T, 1>(p, vec, s);
-    default:
-      return launchTyped<T, 2>(p, vec, s);
-  }
-}
-
 }  // namespace
 
-Status preloadStagedDeviceKernels() {
-  // Lazy loading: see dev::preload in p2p_common.cuh.
-  cudaFuncAttributes a;
-  cudaError_t e = cudaSuccess;
-  for (cudaError_t x : {cudaFuncGetAttributes(&a, stagedAllReduceKernel<float, 0, true>),
-                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<float, 0, false>),
-                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<float, 1, true>),
-                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<float, 1, false>),
-                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<float, 2, true>),
-                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<float, 2, false>),
-                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__half, 0, true>),
-                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__half, 0, false>),
-                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__half, 1, true>),
-                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__half, 1, false>),
-                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__half, 2, true>),
-                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__half, 2, false>),
-                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__nv_bfloat16, 0, true>),
-                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__nv_bfloat16, 0, false>),
-                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__nv_bfloat16, 1, true>),
-                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__nv_bfloat16, 1, false>),
-                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__nv_bfloat16, 2, true>),
-                        cudaFuncGetAttributes(&a, stagedAllReduceKernel<__nv_bfloat16, 2, false>)})
-    if (e == cudaSuccess) e = x;
-  if (e == cudaSuccess) return Status::kOk;
-  return TPCOMM_ERROR(kCudaError, "loading the staged_host kernels: %s", cudaGetErrorString(e));
+Status preloadStagedDevice() {
+  return dev::toStatus(dev::forEachKernelVariant([](auto t, auto op, auto vec) {
+                         return dev::preload(
+                             stagedAllReduceKernel<typename decltype(t)::type, decltype(op)::value, decltype(vec)::value != 0>);
+                       }),
+                       "loading the staged_host kernels");
 }
 
 Status launchStagedDevice(const StagedDeviceLaunch& p, cudaStream_t stream) {
-  bool vec = (reinterpret_cast<uintptr_t>(p.send) % dev::kPackBytes) == 0 &&
-             (reinterpret_cast<uintptr_t>(p.recv) % dev::kPackBytes) == 0;
-  cudaError_t e;
-  switch (static_cast<DataType>(p.dtype)) {
-    case DataType::kF32:
-      e = launchOp<float>(p, vec, stream);
-      break;
-    case DataType::kF16:
-      e = launchOp<__half>(p, vec, stream);
-      break;
-    default:
-      e = launchOp<__nv_bfloat16>(p, vec, stream);
-      break;
-  }
-  if (e != cudaSuccess) return TPCOMM_ERROR(kCudaError, "staged_host kernel launch: %s", cudaGetErrorString(e));
-  return Status::kOk;
+  const bool vec = (reinterpret_cast<uintptr_t>(p.send) % dev::kPackBytes) == 0 &&
+                   (reinterpret_cast<uintptr_t>(p.recv) % dev::kPackBytes) == 0;
+  const cudaError_t e = dev::dispatchKernel(p.dtype, p.op, vec, [&](auto t, auto op, auto v) {
+    return dev::launch(stagedAllReduceKernel<typename decltype(t)::type, decltype(op)::value, decltype(v)::value != 0>,
+                       2 * p.blocks, kThreads, false, stream, p);
+  });
+  return dev::toStatus(e, "staged_host kernel launch");
 }
 
 }  // namespace tpcomm

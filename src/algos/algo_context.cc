@@ -1,4 +1,4 @@
-#include "collectives/comm_context.h"
+#include "algos/algo_context.h"
 
 #include "transports/cuda_p2p.h"
 #include "transports/host_staged.h"
@@ -7,8 +7,7 @@
 
 namespace tpcomm {
 
-CommContext::CommContext() = default;
-// Out of line: the transports are complete types here.
-CommContext::~CommContext() = default;
+AlgoContext::AlgoContext() = default;
+AlgoContext::~AlgoContext() = default;
 
 }  // namespace tpcomm

@@ -8,7 +8,17 @@
 namespace tpcomm {
 
 enum class CollKind : int { kAllReduce = 0, kReduceScatter, kAllGather };
-const char* collKindName(CollKind k);
+inline const char* collKindName(CollKind k) {
+  switch (k) {
+    case CollKind::kAllReduce:
+      return "allReduce";
+    case CollKind::kReduceScatter:
+      return "reduceScatter";
+    case CollKind::kAllGather:
+      return "allGather";
+  }
+  return "invalid";
+}
 
 /// A validated collective call. `count` is the per-rank piece in elements: allReduce's count,
 /// reduceScatter's recvCount, allGather's sendCount.

@@ -1,0 +1,254 @@
+// bring_up.cc: the steps of Communicator::create (bring_up.h).
+#include "collectives/bring_up.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#ifdef TPCOMM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "algos/fused_rmsnorm.h"
+#include "collectives/registry.h"
+#include "common/error.h"
+#include "common/params.h"
+#include "topology/probe.h"
+#include "transports/cuda_p2p.h"
+#include "transports/host_staged.h"
+#include "transports/multicast.h"
+#include "transports/nccl_transport.h"
+
+namespace tpcomm {
+
+namespace {
+
+// Every rank learns whether every rank succeeded.
+Status agree(Bootstrap& bs, bool mine, bool* all) {
+  std::vector<int> v(bs.size());
+  int m = mine ? 1 : 0;
+  TPCOMM_TRY(bs.allGather(&m, v.data(), sizeof(int)));
+  *all = true;
+  for (int x : v) *all = *all && x;
+  return Status::kOk;
+}
+
+// A transport attempt agreed over every rank: kept only if it came up everywhere; otherwise the
+// reason (this rank's own, or "failed on another rank") goes to `whyNot`.
+template <typename T>
+Status keepIfAll(Bootstrap& bs, Status s, std::unique_ptr<T>* made, std::unique_ptr<T>* slot, std::string* whyNot) {
+  bool all;
+  TPCOMM_TRY(agree(bs, s == Status::kOk, &all));
+  if (all)
+    *slot = std::move(*made);
+  else
+    *whyNot = s == Status::kOk ? "failed on another rank" : lastErrorMessage();
+  return Status::kOk;
+}
+
+TransportEnv envOf(Bootstrap& bs, const AlgoContext& c) {
+  return TransportEnv{c.rank, c.nRanks, c.device, &bs, c.topo, c.timeoutMs};
+}
+
+Status bringUpHostStaged(Bootstrap& bs, AlgoContext* c, TransportReport* report) {
+  HostStagedTransport::Geometry g;
+  g.chunkBytes = static_cast<size_t>(paramInt(ParamId::kStagedChunkBytes));
+  g.slots = static_cast<int>(paramInt(ParamId::kStagedSlots));
+  g.blocks = static_cast<int>(paramInt(ParamId::kStagedBlocks));
+  std::unique_ptr<HostStagedTransport> t;
+  Status s = c->topo.singleNode() ? HostStagedTransport::create(envOf(bs, *c), g, &t)
+                                  : TPCOMM_ERROR(kNotSupported, "ranks span several nodes");
+  return keepIfAll(bs, s, &t, &c->hostStaged, &report->hostStaged);
+}
+
+Status bringUpP2p(Bootstrap& bs, AlgoContext* c, TransportReport* report) {
+  CudaP2pTransport::Sizes sizes;
+  sizes.maxBlocks = std::max(c->launch.p2pBlocks, c->launch.twoshotBlocks);
+  sizes.lamportBytes = static_cast<size_t>(paramInt(ParamId::kLamportMaxBytes));
+  sizes.oneshotBytes = static_cast<size_t>(paramInt(ParamId::kOneshotMaxBytes));
+  sizes.twoshotChunk = static_cast<size_t>(paramInt(ParamId::kTwoshotChunkBytes));
+  std::unique_ptr<CudaP2pTransport> t;
+  Status s = CudaP2pTransport::create(envOf(bs, *c), sizes, &t);
+  return keepIfAll(bs, s, &t, &c->p2p, &report->p2p);
+}
+
+Status bringUpNccl(Bootstrap& bs, const Config& config, AlgoContext* c, TransportReport* report) {
+  const bool want = config.useNccl && paramInt(ParamId::kNccl) != 0;
+  std::unique_ptr<NcclTransport> t;
+  Status s;
+  if (config.ncclComm)
+    s = NcclTransport::adopt(envOf(bs, *c), config.ncclComm, &t);
+  else
+    s = want ? NcclTransport::create(envOf(bs, *c), &t)
+             : TPCOMM_ERROR(kNotSupported, "off (config.useNccl or TPCOMM_NCCL=0)");
+  bool all;
+  TPCOMM_TRY(agree(bs, s == Status::kOk, &all));
+  // A communicator the engine handed in that does not fit is the caller's error, not a
+  // transport that merely did not come up.
+  if (config.ncclComm && !all) return s != Status::kOk ? s : TPCOMM_INVALID("config.ncclComm: rejected on another rank");
+  if (all)
+    c->nccl = std::move(t);
+  else
+    report->nccl = s == Status::kOk ? "failed on another rank" : lastErrorMessage();
+  return Status::kOk;
+}
+
+// NVSwitch multicast (SAFETY, docs/multicast.md): the gate is agreed first, so no rank reaches a
+// multicast driver call unless every rank's gate (device attribute, > 2 ranks on one NVSwitch,
+// neither NCCL_NVLS_ENABLE=0 nor TPCOMM_MULTICAST=0) is open.
+Status bringUpMulticast(Bootstrap& bs, AlgoContext* c, TransportReport* report) {
+  std::string why;
+  bool gate = c->topo.multicastUsable(&why), gateAll;
+  TPCOMM_TRY(agree(bs, gate, &gateAll));
+  if (!gateAll) {
+    report->multicast = gate ? "gate closed on another rank" : why;
+    return Status::kOk;
+  }
+  MulticastTransport::Sizes sizes;
+  sizes.maxBlocks = c->launch.twoshotBlocks;
+  sizes.dataBytes = static_cast<size_t>(paramInt(ParamId::kTwoshotChunkBytes));
+  std::unique_ptr<MulticastTransport> t;
+  Status s = MulticastTransport::create(envOf(bs, *c), sizes, &t);
+  return keepIfAll(bs, s, &t, &c->multicast, &report->multicast);
+}
+
+}  // namespace
+
+Status checkCreateArgs(Bootstrap& bs, int device, const Config& config) {
+  if (device < -1)
+    return TPCOMM_INVALID("create: device %d: expected a CUDA device index >= 0, or -1 for a host rank", device);
+  if (bs.size() < 1 || bs.rank() < 0 || bs.rank() >= bs.size())
+    return TPCOMM_INVALID("create: bootstrap rank %d / size %d out of range", bs.rank(), bs.size());
+  if (config.timeoutMs < 0)
+    return TPCOMM_INVALID("create: config.timeoutMs %d: expected >= 0 (0: TPCOMM_TIMEOUT_MS)", config.timeoutMs);
+  if (device < 0 && config.ncclComm)
+    return TPCOMM_INVALID("create: config.ncclComm is set but device is -1: a host communicator cannot use NCCL");
+#ifdef TPCOMM_HAVE_CUDA
+  if (device >= 0) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return TPCOMM_ERROR(kCudaError, "create: device %d requested but CUDA reports: %s", device,
+                          cudaGetErrorString(e));
+    }
+    if (device >= count) return TPCOMM_INVALID("create: device %d: this process sees %d CUDA devices", device, count);
+  }
+#else
+  if (device >= 0)
+    return TPCOMM_ERROR(kNotSupported, "create: device %d requested but tpcomm was built without CUDA", device);
+#endif
+  return Status::kOk;
+}
+
+// Parameters that shape what ranks exchange (scratch layouts, grids, which algorithm runs) must
+// be equal on every rank: a mismatch would not fail, it would corrupt data or hang. Every rank
+// sees every rank's values, so all return the same error, naming the parameter.
+Status agreeOnSettings(Bootstrap& bs, const Config& config, AlgoOverride* ovr) {
+  // A malformed override is rejected before any collective work, on every rank alike.
+  const std::string algoText = config.algo.empty() ? paramString(ParamId::kAlgo) : config.algo;
+  Status parsed = parseAlgoOverride(algoText, algorithmNames(), ovr);
+  bool parsedAll;
+  TPCOMM_TRY(agree(bs, parsed == Status::kOk, &parsedAll));
+  if (parsed != Status::kOk) return parsed;
+  if (!parsedAll) return TPCOMM_INVALID("create: another rank rejected its TPCOMM_ALGO / config.algo");
+
+  static const ParamId kShared[] = {ParamId::kP2pBlocks,        ParamId::kTwoshotBlocks,   ParamId::kFusedBlocksPerRow,
+                                    ParamId::kLamportMaxBytes,  ParamId::kOneshotMaxBytes, ParamId::kTwoshotChunkBytes,
+                                    ParamId::kStagedChunkBytes, ParamId::kStagedSlots,     ParamId::kStagedBlocks};
+  constexpr size_t kN = sizeof(kShared) / sizeof(kShared[0]);
+  struct Shared {
+    int64_t v[kN];
+    uint64_t algoHash;  // FNV-1a of the selection override text
+  } mine{};
+  for (size_t i = 0; i < kN; ++i) mine.v[i] = paramInt(kShared[i]);
+  mine.algoHash = 1469598103934665603ull;
+  for (unsigned char ch : algoText) mine.algoHash = (mine.algoHash ^ ch) * 1099511628211ull;
+  std::vector<Shared> all(static_cast<size_t>(bs.size()));
+  TPCOMM_TRY(bs.allGather(&mine, all.data(), sizeof(Shared)));
+  for (int r = 1; r < bs.size(); ++r) {
+    for (size_t i = 0; i < kN; ++i)
+      if (all[r].v[i] != all[0].v[i])
+        return TPCOMM_INVALID(
+            "create: TPCOMM_%s is %lld on rank %d but %lld on rank 0: it must be the same on every rank",
+            params()[static_cast<size_t>(kShared[i])].name, static_cast<long long>(all[r].v[i]), r,
+            static_cast<long long>(all[0].v[i]));
+    if (all[r].algoHash != all[0].algoHash)
+      return TPCOMM_INVALID(
+          "create: TPCOMM_ALGO / Config::algo on rank %d differs from rank 0's: it must be the same on every rank", r);
+  }
+  return Status::kOk;
+}
+
+Status initContext(Bootstrap& bs, int device, const Config& config, AlgoContext* c) {
+  c->rank = bs.rank();
+  c->nRanks = bs.size();
+  c->device = device;
+  c->timeoutMs = config.timeoutMs > 0 ? config.timeoutMs : static_cast<int>(paramInt(ParamId::kTimeoutMs));
+  TPCOMM_TRY(probeTopology(bs, device, &c->topo));
+  if (device >= 0) {
+#ifdef TPCOMM_HAVE_CUDA
+    void* word = nullptr;
+    TPCOMM_CUDA_TRY(cudaHostAlloc(&word, sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable));
+    *static_cast<uint32_t*>(word) = 0;
+    c->asyncError.word = static_cast<uint32_t*>(word);
+    c->asyncError.deviceWord = static_cast<uint32_t*>(word);
+#endif
+  } else {
+    c->asyncError.word = new uint32_t(0);
+  }
+  LaunchSettings& l = c->launch;
+  l.p2pBlocks = static_cast<int>(paramInt(ParamId::kP2pBlocks));
+  l.twoshotBlocks = static_cast<int>(paramInt(ParamId::kTwoshotBlocks));
+  l.fusedBlocksPerRow = static_cast<int>(paramInt(ParamId::kFusedBlocksPerRow));
+  // Programmatic dependent launch needs sm_90+; the kernels' griddepcontrol is a no-op below.
+  l.pdl = device >= 0 && c->topo.ranks[c->rank].ccMajor >= 9 && paramInt(ParamId::kPdl) != 0;
+  return Status::kOk;
+}
+
+void freeErrorWord(AlgoContext* c) {
+  if (!c->asyncError.word) return;
+#ifdef TPCOMM_HAVE_CUDA
+  if (c->device >= 0) cudaFreeHost(const_cast<uint32_t*>(c->asyncError.word));
+#endif
+  if (c->device < 0) delete const_cast<uint32_t*>(c->asyncError.word);
+  c->asyncError = AsyncError{};
+}
+
+Status preloadAlgorithms(Bootstrap& bs, const AlgoContext& ctx, const std::vector<std::unique_ptr<Algorithm>>& algos) {
+  if (ctx.device < 0) return Status::kOk;
+  Status s = TPCOMM_CUDA_ONLY(preloadResidualRmsNorm());
+  for (const auto& a : algos)
+    if (s == Status::kOk) s = a->preload();
+  bool all;
+  TPCOMM_TRY(agree(bs, s == Status::kOk, &all));
+  if (s != Status::kOk) return s;
+  if (!all) return TPCOMM_ERROR(kCudaError, "create: loading tpcomm's kernels failed on another rank");
+  return Status::kOk;
+}
+
+Status bringUpTransports(Bootstrap& bs, const Config& config, AlgoContext* c, TransportReport* report) {
+  TPCOMM_TRY(bringUpHostStaged(bs, c, report));
+  if (c->device >= 0) {
+    TPCOMM_TRY(bringUpP2p(bs, c, report));
+    TPCOMM_TRY(bringUpNccl(bs, config, c, report));
+    TPCOMM_TRY(bringUpMulticast(bs, c, report));
+  } else {
+    report->p2p = report->nccl = report->multicast = "host ranks";
+  }
+  clearError();
+  return Status::kOk;
+}
+
+Status setUpAlgorithms(Bootstrap& bs, const std::vector<std::unique_ptr<Algorithm>>& algos) {
+  Status s = Status::kOk;
+  for (const auto& a : algos)
+    if (s == Status::kOk && a->available()) s = a->setUp();
+  bool all;
+  TPCOMM_TRY(agree(bs, s == Status::kOk, &all));
+  if (s != Status::kOk) return s;
+  if (!all) return TPCOMM_ERROR(kRemoteError, "create: an algorithm's set-up failed on another rank");
+  return Status::kOk;
+}
+
+}  // namespace tpcomm

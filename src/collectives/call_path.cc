@@ -1,0 +1,160 @@
+// call_path.cc: every collective call after its arguments are checked: look up the selection
+// for the call's shape (cached), query the stream's capture status only when the first
+// candidate's run could depend on it, and walk the candidates, moving on at kNotSupported.
+// allReduceResidualRmsNorm walks the same loop: each candidate's fused kernel where it has one
+// (Algorithm::runFusedNorm), else its all-reduce and then the one separate norm (the GPU kernel
+// of fused_rmsnorm.cu, or hostResidualRmsNorm on host ranks). Every path gives the same bits.
+#include <vector>
+
+#include "algos/fused_rmsnorm.h"
+#include "collectives/communicator_impl.h"
+#include "common/log.h"
+
+namespace tpcomm {
+
+namespace {
+
+// Norms waiting for the outermost groupEnd (see normGroupStarted).
+struct PendingNorm {
+  int device;
+  RmsNormLaunch launch;
+  cudaStream_t stream;
+};
+thread_local int tGroupDepth = 0;
+thread_local std::vector<PendingNorm> tPending;
+
+// The unfused norm kernel (one block of 512 per row) launches early under PDL and waits on the
+// all-reduce: that hides its launch up to 64 rows but costs time beyond (measured in
+// docs/fused_rmsnorm.md). So PDL up to 64 rows.
+constexpr size_t kNormPdlMaxRows = 64;
+
+Status launchNormOn(const RmsNormLaunch& l, int device, cudaStream_t stream) {
+  DeviceGuard guard(device);
+  return TPCOMM_CUDA_ONLY(launchResidualRmsNorm(l, stream));
+}
+
+// The norm after a plain all-reduce into a.recv.
+Status runSeparateNorm(const AlgoContext& c, const Algorithm& algo, const CollArgs& a, const NormArgs& n) {
+  if (c.device < 0) {  // host ranks: the all-reduce was synchronous
+    hostResidualRmsNorm(a.recv, n.residual, n.weight, n.eps, a.recv, n.rows, n.hidden, a.dtype);
+    return Status::kOk;
+  }
+  RmsNormLaunch l{};
+  l.x = a.recv;
+  l.residual = n.residual;
+  l.weight = n.weight;
+  l.out = a.recv;
+  l.eps = n.eps;
+  l.rows = n.rows;
+  l.hidden = n.hidden;
+  l.dtype = static_cast<int>(a.dtype);
+  l.pdl = c.launch.pdl && n.rows <= kNormPdlMaxRows;
+  if (tGroupDepth > 0 && algo.deferredInGroup()) {
+    l.pdl = 0;  // follows ncclGroupEnd's launches, which do not trigger dependents
+    tPending.push_back({c.device, l, a.stream});
+    return Status::kOk;
+  }
+  return TPCOMM_CUDA_ONLY(launchResidualRmsNorm(l, a.stream));
+}
+
+// The stream's capture status, into a.capturing (GPU ranks only).
+Status queryCapture(const AlgoContext& c, CollArgs& a, const char* what) {
+#ifdef TPCOMM_HAVE_CUDA
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing(a.stream, &cs);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return TPCOMM_INVALID("%s: stream is not a valid CUDA stream on device %d: %s", what, c.device,
+                          cudaGetErrorString(e));
+  }
+  a.capturing = cs == cudaStreamCaptureStatusActive;
+#else
+  (void)c;
+  (void)a;
+  (void)what;
+#endif
+  return Status::kOk;
+}
+
+const Communicator::Impl::CachedSelection& lookupSelection(Communicator::Impl& impl, const CollArgs& a) {
+  const Communicator::Impl::ShapeKey key{static_cast<int>(a.kind), static_cast<int>(a.dtype), static_cast<int>(a.op),
+                                         a.bytes()};
+  if (impl.lastSelection && key == impl.lastShape) return *impl.lastSelection;
+  auto hit = impl.selectionCache.find(key);
+  if (hit == impl.selectionCache.end()) {
+    if (impl.selectionCache.size() > 4096) {
+      impl.selectionCache.clear();
+      impl.lastSelection = nullptr;
+    }
+    Communicator::Impl::CachedSelection e;
+    e.sel = selectForShape(impl.algoList, impl.ctx->topo, AlgoQuery::of(a), impl.override);
+    e.deferCaptureQuery = impl.ctx->device >= 0 && e.sel.sameFirst && e.sel.eager[0].algo->launchesOnly();
+    hit = impl.selectionCache.emplace(key, std::move(e)).first;
+  }
+  impl.lastShape = key;
+  impl.lastSelection = &hit->second;
+  return hit->second;
+}
+
+}  // namespace
+
+void normGroupStarted() { ++tGroupDepth; }
+
+Status normGroupEnded(Status groupEndStatus) {
+  if (tGroupDepth > 0) --tGroupDepth;
+  if (tGroupDepth > 0 || tPending.empty()) return groupEndStatus;
+  std::vector<PendingNorm> pending;
+  pending.swap(tPending);
+  if (groupEndStatus != Status::kOk) return groupEndStatus;  // the all-reduces did not run
+  Status first = Status::kOk;
+  for (const PendingNorm& n : pending) {
+    Status s = launchNormOn(n.launch, n.device, n.stream);
+    if (first == Status::kOk) first = s;
+  }
+  return first;
+}
+
+Status runCollective(Communicator::Impl& impl, CollArgs& a, const NormArgs* norm, const char* what) {
+  const AlgoContext& c = *impl.ctx;
+  a.nRanks = c.nRanks;
+  a.capturing = false;
+  if (c.device < 0 && a.stream != nullptr)
+    return TPCOMM_INVALID(
+        "%s: stream must be null on a host communicator (device -1): host collectives are synchronous", what);
+  const Communicator::Impl::CachedSelection& entry = lookupSelection(impl, a);
+  // Until the capture status is known, only list[0] may run: it is the same algorithm in both
+  // modes, and its run() does not depend on a.capturing (Algorithm::launchesOnly).
+  bool captureKnown = !entry.deferCaptureQuery;
+  const std::vector<Candidate>* list = &entry.sel.eager;
+  if (captureKnown && c.device >= 0) {
+    TPCOMM_TRY(queryCapture(c, a, what));
+    list = &entry.sel.forMode(a.capturing);
+  }
+  if (list->empty())
+    return TPCOMM_ERROR(kNotSupported, "%s: no algorithm supports %s of %zu bytes (%s%s) on this topology", what,
+                        collKindName(a.kind), a.bytes(), dataTypeName(a.dtype), a.capturing ? ", capturing" : "");
+  for (size_t i = 0; i < list->size(); ++i) {
+    Algorithm* algo = (*list)[i].algo;
+    bool fused = norm != nullptr;
+    Status s = fused ? algo->runFusedNorm(a, *norm) : algo->run(a);
+    if (fused && s == Status::kNotSupported) {
+      clearError();  // no fused kernel here, or one that declines this shape: the plain path
+      fused = false;
+      s = algo->run(a);
+    }
+    if (s != Status::kOk && !captureKnown) {
+      // The switch keeps list[0], the candidate that just ran, so the walk goes on at i + 1.
+      TPCOMM_TRY(queryCapture(c, a, what));
+      captureKnown = true;
+      list = &entry.sel.forMode(a.capturing);
+    }
+    if (s == Status::kNotSupported) continue;
+    if (s != Status::kOk) return s;
+    impl.lastAlgorithm = fused ? algo->fusedName() : algo->name();
+    TPCOMM_TRACE(kColl, "%s %zu bytes %s -> %s", what, a.bytes(), dataTypeName(a.dtype), impl.lastAlgorithm);
+    return norm && !fused ? runSeparateNorm(c, *algo, a, *norm) : Status::kOk;
+  }
+  return TPCOMM_ERROR(kNotSupported, "%s: every candidate declined %zu bytes", what, a.bytes());
+}
+
+}  // namespace tpcomm

@@ -1,0 +1,121 @@
+// The one cost table. Figures on NVLink come from allreduce_perf on 2x H200 NV18 (driver
+// 580.159.04, CUDA 13.0, NCCL 2.28.3, bf16; bench/results/h200x2.md); alpha is the per-call time
+// at tiny sizes, GB/s the rate of the bytes the schedule moves per rank (see Traffic). PCIe,
+// host-memory and multicast rows are estimates until measured on such machines.
+#include "collectives/cost_model.h"
+
+#include <algorithm>
+#include <cstddef>
+
+namespace tpcomm {
+
+namespace {
+
+enum class LinkClass { kNvlink, kPcieP2p, kHost, kAny };
+
+// Bytes a schedule moves per rank for a message of B bytes over n ranks.
+enum class Traffic {
+  kPush,       // (n-1) B: one-shot, Lamport (each rank pushes its whole input to every peer)
+  kBus,        // 2 (n-1) / n B: two-shot, NCCL ring (reduce-scatter + all-gather)
+  kStagedGpu,  // max(n-1, 1) B: out to host memory once, every peer's input back in
+  kOnce,       // B: host ranks (read once, write once)
+  kMulticast,  // 2 B / n over NVLink (the switch reduces and replicates)
+};
+
+struct CostRow {
+  const char* algo;
+  LinkClass link;
+  size_t fromBytes;  // the row covers messages from here up to the next row's fromBytes
+  double alphaEagerUs, alphaGraphUs, alphaPerRankUs;
+  double gbps;
+  Traffic traffic;
+  double localGBps;  // > 0: plus 2 B of HBM copies at this rate (multicast's copy in and out)
+};
+
+constexpr size_t kMB = size_t{1} << 20;
+
+// Rows of one algorithm and link class are in increasing fromBytes; kAny rows come last and
+// serve every link class without a row of its own.
+constexpr CostRow kTable[] = {
+    // lamport_p2p, oneshot_p2p, twoshot_p2p: graph and eager alike (PDL hides the launch).
+    {"lamport_p2p", LinkClass::kNvlink, 0, 2.7, 2.7, 0, 250.0, Traffic::kPush, 0},
+    {"lamport_p2p", LinkClass::kAny, 0, 6.0, 6.0, 0, 12.0, Traffic::kPush, 0},
+    {"oneshot_p2p", LinkClass::kNvlink, 0, 5.6, 5.6, 0, 205.0, Traffic::kPush, 0},
+    {"oneshot_p2p", LinkClass::kAny, 0, 8.0, 8.0, 0, 20.0, Traffic::kPush, 0},
+    {"twoshot_p2p", LinkClass::kNvlink, 0, 13.0, 13.0, 0, 320.0, Traffic::kBus, 0},
+    {"twoshot_p2p", LinkClass::kAny, 0, 12.0, 12.0, 0, 22.0, Traffic::kBus, 0},
+    // NCCL 2.28: LL/LL128 below 16 MB, Simple above; it passes two-shot only from 768 MB.
+    {"ring_nccl", LinkClass::kNvlink, 0, 9.5, 6.0, 0, 170.0, Traffic::kBus, 0},
+    {"ring_nccl", LinkClass::kNvlink, 16 * kMB, 9.5, 6.0, 0, 240.0, Traffic::kBus, 0},
+    {"ring_nccl", LinkClass::kNvlink, 64 * kMB, 9.5, 6.0, 0, 290.0, Traffic::kBus, 0},
+    {"ring_nccl", LinkClass::kNvlink, 768 * kMB, 9.5, 6.0, 0, 335.0, Traffic::kBus, 0},
+    {"ring_nccl", LinkClass::kPcieP2p, 0, 9.5, 6.0, 0, 20.0, Traffic::kBus, 0},
+    {"ring_nccl", LinkClass::kAny, 0, 9.5, 6.0, 0, 8.0, Traffic::kBus, 0},
+    // staged_host: host ranks pay about three barriers per rank; GPU ranks a launch plus flag
+    // round trips over PCIe, ~20 GB/s after the pipeline's bubbles.
+    {"staged_host", LinkClass::kHost, 0, 0.0, 0.0, 3.0, 4.0, Traffic::kOnce, 0},
+    {"staged_host", LinkClass::kAny, 0, 12.0, 12.0, 0, 20.0, Traffic::kStagedGpu, 0},
+    // twoshot_multicast: never measured (multicast is off on every machine we have).
+    {"twoshot_multicast", LinkClass::kAny, 0, 10.0, 7.0, 0, 400.0, Traffic::kMulticast, 2000.0},
+};
+
+LinkClass linkClassOf(const Topology& topo) {
+  if (topo.allHost()) return LinkClass::kHost;
+  switch (topo.weakestLink()) {
+    case LinkKind::kNvlink:
+    case LinkKind::kNvswitch:
+      return LinkClass::kNvlink;
+    case LinkKind::kPcieP2p:
+      return LinkClass::kPcieP2p;
+    default:
+      return LinkClass::kAny;
+  }
+}
+
+double trafficBytes(Traffic t, double bytes, int n) {
+  switch (t) {
+    case Traffic::kPush:
+      return bytes * (n - 1);
+    case Traffic::kBus:
+      return n > 1 ? bytes * 2.0 * (n - 1) / n : 0.0;
+    case Traffic::kStagedGpu:
+      return bytes * std::max(n - 1, 1);
+    case Traffic::kOnce:
+      return bytes;
+    case Traffic::kMulticast:
+      return 2.0 * bytes / std::max(n, 1);
+  }
+  return bytes;
+}
+
+const CostRow* findRow(const std::string& algo, LinkClass link, size_t bytes) {
+  for (LinkClass want : {link, LinkClass::kAny}) {
+    const CostRow* best = nullptr;
+    for (const CostRow& r : kTable)
+      if (algo == r.algo && r.link == want && r.fromBytes <= bytes) best = &r;
+    if (best) return best;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+double modelCostUs(const std::string& algo, const Topology& topo, const AlgoQuery& q) {
+  const CostRow* r = findRow(algo, linkClassOf(topo), q.bytes);
+  if (!r) return kUnmodelledUs;
+  const int n = topo.nRanks();
+  const double bytes = static_cast<double>(q.bytes);
+  double us = (q.capturing ? r->alphaGraphUs : r->alphaEagerUs) + r->alphaPerRankUs * n;
+  us += trafficBytes(r->traffic, bytes, n) / (r->gbps * 1e3);
+  if (r->localGBps > 0) us += 2.0 * bytes / (r->localGBps * 1e3);
+  return us;
+}
+
+std::vector<std::string> modelledAlgorithms() {
+  std::vector<std::string> names;
+  for (const CostRow& r : kTable)
+    if (std::find(names.begin(), names.end(), r.algo) == names.end()) names.push_back(r.algo);
+  return names;
+}
+
+}  // namespace tpcomm

@@ -1,0 +1,23 @@
+// The cost model: every alpha-beta constant the selector uses, in one table (cost_model.cc),
+// keyed by algorithm name, link class and message size band, as NCCL keeps its in
+// src/graph/tuning.cc. Pure functions; the history of each figure is in docs/selection.md.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "algos/coll_args.h"
+#include "topology/topology.h"
+
+namespace tpcomm {
+
+/// Predicted time of `algo` for `q` on `topo`, in microseconds. A name with no row in the table
+/// costs kUnmodelledUs, so an algorithm someone forgot to model is never picked by cost.
+double modelCostUs(const std::string& algo, const Topology& topo, const AlgoQuery& q);
+
+constexpr double kUnmodelledUs = 1e12;
+
+/// Names that have at least one row (a unit test checks every registry algorithm is among them).
+std::vector<std::string> modelledAlgorithms();
+
+}  // namespace tpcomm
