@@ -19,6 +19,7 @@ here = os.path.dirname(tpcomm.__file__)
 assert os.path.realpath(here).startswith(os.path.realpath(os.environ["VENV"])), here
 libs = sorted(f for f in os.listdir(os.path.join(here, "lib")) if ".so" in f)
 assert libs == ["libtpcomm.so"], libs  # one unversioned library (a wheel holds no symlinks)
+assert os.path.exists(os.path.join(here, "torch", "csrc", "tpcomm_torch.cpp")), "torch ops source missing"
 uid = tpcomm.UniqueId.generate("127.0.0.1")
 res = {}
 def rank(r):

@@ -1,0 +1,56 @@
+"""Workers for test_torch.py (a module of its own: it imports torch)."""
+import torch
+
+import tpcomm
+import tpcomm.torch as tt
+from _harness import rank_input
+
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def torch_cpu_worker(rank, nranks, raw_id, q=None):
+    """Every torch op on CPU tensors (host ranks); returns {name: float64 list or error text}."""
+    comm = tt.Communicator(nranks, tpcomm.UniqueId(raw_id), rank, device=-1, timeout_ms=20000)
+    out = {}
+    for dname, dt in DTYPES.items():
+        for op in ("sum", "max", "min"):
+            x = torch.from_numpy(rank_input(rank, 1001)).to(dt)
+            comm.all_reduce(x, op=op)
+            out["all_reduce_%s_%s" % (dname, op)] = x.double().tolist()
+        x = torch.from_numpy(rank_input(rank, 64)).to(dt)
+        y = comm.all_reduce(x, inplace=False)
+        out["all_reduce_out_%s" % dname] = (y.double().tolist(), x.double().tolist())
+        x = torch.from_numpy(rank_input(rank, 6 * nranks)).to(dt).reshape(nranks * 2, 3)
+        out["reduce_scatter_%s" % dname] = comm.reduce_scatter(x, op="max").double().tolist()
+        x = torch.from_numpy(rank_input(rank, 10)).to(dt).reshape(2, 5)
+        out["all_gather_%s" % dname] = comm.all_gather(x).double().tolist()
+    # torch.compile(fullgraph=True): the ops trace without a graph break (aot_eager: no C++
+    # compiler needed for the graph itself; fake tensors go through the Meta kernels).
+    def step(x, r):
+        y = x * 2
+        comm.all_reduce(y)
+        z = comm.all_reduce(y + 1, inplace=False)
+        return z - r
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    x = torch.from_numpy(rank_input(rank, 32))
+    out["compiled"] = compiled(x, torch.ones(32)).double().tolist()
+    out["eager"] = step(x, torch.ones(32)).double().tolist()
+    # Errors carry tpcomm's message.
+    try:
+        comm.all_reduce(torch.zeros(4, dtype=torch.int32))
+        out["int32"] = "no error"
+    except RuntimeError as e:
+        out["int32"] = str(e)
+    try:
+        comm.all_reduce(torch.zeros(8)[::2])
+        out["strided"] = "no error"
+    except RuntimeError as e:
+        out["strided"] = str(e)
+    comm.destroy()
+    try:
+        comm.all_reduce(torch.zeros(4))
+        out["destroyed"] = "no error"
+    except RuntimeError as e:
+        out["destroyed"] = str(e)
+    return out

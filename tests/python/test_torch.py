@@ -1,0 +1,61 @@
+"""tpcomm.torch on CPU tensors (host ranks, 2 and 3 processes): every op and dtype, the out-of-place
+form, torch.compile(fullgraph=True), errors. Skipped where torch is not installed (the tests'
+own venv has none: `pip install torch` into it, or run this file with a Python that has torch).
+The GPU cases (bitwise equal to dist.all_reduce, CUDA graphs) are torch_gpu_check.py's."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tpcomm  # noqa: E402
+from _harness import raise_if_failed, rank_input, reference, run_ranks  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built_ops():
+    import tpcomm.torch  # noqa: F401  (compiles the ops once, before the ranks start)
+
+
+def rounded(values, dname):
+    dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dname]
+    return torch.from_numpy(np.asarray(values, dtype=np.float32)).to(dt).double().numpy()
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_torch_ops_on_host_ranks(nranks):
+    from _torch_workers import torch_cpu_worker
+    uid = tpcomm.UniqueId.generate("127.0.0.1")
+    results = run_ranks(nranks, torch_cpu_worker, (nranks, bytes(uid)), timeout_s=600)
+    raise_if_failed(results)
+    inputs = lambda n: [rank_input(r, n) for r in range(nranks)]  # noqa: E731
+    for rank, out in results.items():
+        for dname in ("f32", "f16", "bf16"):
+            for op in ("sum", "max", "min"):
+                want = rounded(reference(op, inputs(1001)), dname)
+                assert np.array_equal(out["all_reduce_%s_%s" % (dname, op)], want), (rank, dname, op)
+            y, x = out["all_reduce_out_%s" % dname]
+            assert np.array_equal(y, rounded(reference("sum", inputs(64)), dname))
+            assert np.array_equal(x, rounded(rank_input(rank, 64), dname)), "out-of-place changed its input"
+            full = reference("max", inputs(6 * nranks)).reshape(nranks * 2, 3)
+            assert np.array_equal(out["reduce_scatter_%s" % dname], rounded(full[rank * 2:rank * 2 + 2], dname))
+            gathered = np.concatenate([rank_input(r, 10).reshape(2, 5) for r in range(nranks)])
+            assert np.array_equal(out["all_gather_%s" % dname], rounded(gathered, dname))
+        s = reference("sum", [rank_input(r, 32) * 2 for r in range(nranks)])
+        want = reference("sum", [s + 1] * nranks) - 1
+        assert np.array_equal(out["compiled"], want) and np.array_equal(out["eager"], want), rank
+        assert "tpcomm.all_reduce: tensor has dtype Int" in out["int32"], out["int32"]
+        assert "not contiguous" in out["strided"], out["strided"]
+        assert "destroyed" in out["destroyed"], out["destroyed"]
+
+
+def test_torch_device_mismatch_is_refused():
+    import tpcomm.torch as tt
+    comm = tt.Communicator(1, tpcomm.UniqueId.generate("127.0.0.1"), 0, device=-1)
+    try:
+        with pytest.raises(tpcomm.InvalidArgumentError, match="bad_op|op='avg'"):
+            comm.all_reduce(torch.zeros(4), op="avg")
+        if torch.cuda.is_available():
+            with pytest.raises(tpcomm.InvalidArgumentError, match="host rank"):
+                comm.all_reduce(torch.zeros(4, device="cuda"))
+    finally:
+        comm.destroy()
