@@ -40,6 +40,7 @@ fi
 
 if [ "$PART" = all ] || [ "$PART" = test ]; then
   run tests 240 "$B/examples/qwen_tp/tests/qwen_gpu_test" --gtest_filter='QwenPrefillGpu.*:QwenGpu.LogitsMatch*:QwenGpu.AttentionMatchesReference:QwenGpu.CustomGemv*'
+  run tests 120 env QWEN_PREFILL_MTILES=1 "$B/examples/qwen_tp/tests/qwen_gpu_test" --gtest_filter='QwenPrefillGpu.*'
   run tests 60 "$B/examples/qwen_tp/tests/qwen_prefill_test"
   run tests 60 "$B/examples/qwen_tp/tests/qwen_config_test"
 fi
@@ -54,11 +55,15 @@ if [ "$PART" = all ] || [ "$PART" = bench8 ]; then
   run torch8_B 300 $T --preset qwen3-8b --prefill 512,2048,8192 --decode 512,8192
   run torch8_B2 300 $T --preset qwen3-8b --prefill 512,2048,8192 --decode 512,8192
   qwen8 A2
-  # one variable at a time: the decode attention kernel for prefill too (the old path)
+  # one variable at a time: the decode attention kernel for prefill too (the old path); one
+  # 16-row tile per warp in the prefill kernel; the whole 8192-token prompt in one chunk
   run qwen8_oldattn 120 $Q --model-preset qwen3-8b --prompt-tokens 2048 --n-predict 16 --ubatch-size 2048 --no-prefill-attn --no-profile
+  run qwen8_mt1 120 env QWEN_PREFILL_MTILES=1 $Q --model-preset qwen3-8b --prompt-tokens 8192 --n-predict 16 --ubatch-size 2048 --no-profile
+  run qwen8_ub8192 120 $Q --model-preset qwen3-8b --prompt-tokens 8192 --n-predict 16 --ubatch-size 8192 --no-profile
 fi
 if [ "$PART" = all ] || [ "$PART" = long ]; then
   run qwen8_32k 300 $Q --model-preset qwen3-8b --prompt-tokens 32000 --ctx-size 32768 --n-predict 64 --ubatch-size 2048
+  run qwen8_32k_ub4096 300 $Q --model-preset qwen3-8b --prompt-tokens 32000 --ctx-size 32768 --n-predict 16 --ubatch-size 4096 --no-profile
   run torch8_32k 300 $T --preset qwen3-8b --prefill 32000 --decode 32767 --no-eager-decode
 fi
 if [ "$PART" = all ] || [ "$PART" = bench32 ]; then
@@ -74,7 +79,7 @@ echo "== summary ($REV)"
 for f in "$OUT"/qwen*.log; do
   [ -f "$f" ] || continue
   echo "-- $(basename "$f")"
-  grep -aE "^## .*prompt-tokens|prompt eval time|       eval time|prefill cold|decode step [0-9]|memory rank|roofline" "$f" |
+  grep -aE "^## .*prompt-tokens|prompt eval time|       eval time|prefill cold|decode step|memory rank|roofline" "$f" |
     sed -E 's/^## [0-9:]+ .*--prompt-tokens ([0-9]+).*/P=\1/' | cut -c1-150
 done
 for f in "$OUT"/torch*.log; do

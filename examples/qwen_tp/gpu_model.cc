@@ -150,10 +150,12 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   const int64_t H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads, I = shape_.inter,
                 Vl = shape_.vocab, T = std::max(opt_.maxTokensPerCall, kGraphMaxTokens);
   qkvRows_ = static_cast<int>((hq + 2 * hk) * D);
-  // Split-K decode attention: 64-slot chunks (one load round per block at head_dim 128) up to an
-  // 8192-slot context, then 128 chunks (a 32K cache: 256 slots a block, 128 x kv heads blocks).
-  chunk_ = std::max(64, (opt_.ctxSize + 127) / 128);
-  splits_ = (opt_.ctxSize + chunk_ - 1) / chunk_;
+  // Split-K decode attention: at most splits_ chunks per query, each at least 64 slots (one load
+  // round per block at head_dim 128) and sized by the query's own length (gpu::attention): 32
+  // splits up to an 8K cache, 64 from 16K (a 32K cache: 512 slots a block, 64 x kv heads blocks
+  // per token).
+  chunk_ = 64;
+  splits_ = std::min(64, std::max(32, (opt_.ctxSize + 255) / 256));
   auto a = [&](auto** w, int64_t bytes) { return alloc(reinterpret_cast<void**>(w), static_cast<size_t>(bytes), error); };
   if (!a(&embed_, Vl * H * 2) || !a(&finalNorm_, H * 2)) return false;
   if (!fill(embed_, "model.embed_tokens.weight", shape_.vocabBegin(), Vl, 0, H, error)) return false;

@@ -14,6 +14,16 @@ namespace gpu {
 namespace {
 
 constexpr int kAttnWarps = 4;
+
+// Split-K over the cache, sized per query: a query attending to `len` slots cuts them into
+// chunks of at least minChunk slots, a multiple of 64 (one load round of the vector kernel at
+// head_dim 128), as few as fit in `splits` (the grid's fixed bound, so one captured graph serves
+// every position: blocks past the last chunk only write an empty partial). The cut depends on
+// len only: a query's bits are the same in a verify call as in a one-token decode.
+__device__ __forceinline__ int queryChunk(int len, int splits, int minChunk) {
+  const int c = max(minChunk, (len + splits - 1) / splits);
+  return (c + 63) / 64 * 64;
+}
 constexpr int kMaxDPerLane = 8;  // D <= 256
 
 // grid (splits, hq, n), block 128. Each warp walks keys s = s0 + warp, s0 + warp + 4, ...
@@ -26,7 +36,8 @@ __global__ void attnPartialKernel(const __nv_bfloat16* q, const __nv_bfloat16* k
   const int sp = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int last = *pos + t;  // attend slots 0..last
-  const int s0 = sp * chunk, s1 = min(s0 + chunk, last + 1);
+  const int ch = queryChunk(last + 1, splits, chunk);
+  const int s0 = sp * ch, s1 = min(s0 + ch, last + 1);
   const int kvh = h / (hq / hk), per = (D + 31) / 32;  // element j * 32 + lane, < D
   const float scale = rsqrtf(static_cast<float>(D));
   float qv[kMaxDPerLane], acc[kMaxDPerLane];
@@ -102,7 +113,8 @@ __global__ void __launch_bounds__(32 * kAttnWarps)
   const int kvh = G == 1 ? blockIdx.y / (hq / hk) : blockIdx.y, h0 = G == 1 ? blockIdx.y : blockIdx.y * G;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = lane / KL, sub = lane % KL;
   const int last = *pos + t;
-  const int s0 = sp * chunk, s1 = min(s0 + chunk, last + 1);
+  const int ch = queryChunk(last + 1, splits, chunk);
+  const int s0 = sp * ch, s1 = min(s0 + ch, last + 1);
   const float scale = rsqrtf(static_cast<float>(D));
   float qv[G][8], acc[G][8], m[G], l[G];
 #pragma unroll
@@ -178,24 +190,40 @@ __global__ void __launch_bounds__(32 * kAttnWarps)
   }
 }
 
-// grid (hq, n), block D threads (rounded to a warp): merge the splits of one (query, head).
+// grid (hq, n), block D threads (rounded to a warp, at least 64): merge the splits of one
+// (query, head). The splits' weights exp(m_s - M) go through shared memory (one thread per
+// split), then each thread sums its dimension over the splits in split order: independent,
+// coalesced loads, no per-split exp in the loop.
+constexpr int kMaxSplits = kAttentionMaxSplits;
 __global__ void attnCombineKernel(const float* part, int hq, int D, int splits, __nv_bfloat16* out) {
   pdlLaunch();
   pdlWait();
+  __shared__ float shW[kMaxSplits];
+  __shared__ float shMax[32], shL;
   const int h = blockIdx.x, t = blockIdx.y, i = threadIdx.x;
   const float* p = part + (static_cast<int64_t>(t) * hq + h) * splits * (D + 2);
+  float mine = -FLT_MAX;
+  for (int s = i; s < splits; s += blockDim.x) mine = fmaxf(mine, p[static_cast<int64_t>(s) * (D + 2)]);
+  for (int o = 16; o > 0; o >>= 1) mine = fmaxf(mine, __shfl_xor_sync(0xffffffffu, mine, o));
+  if ((i & 31) == 0) shMax[i >> 5] = mine;
+  __syncthreads();
   float M = -FLT_MAX;
-  for (int s = 0; s < splits; ++s) M = fmaxf(M, p[s * (D + 2)]);
-  if (i >= D) return;
-  float L = 0.f, a = 0.f;
-  for (int s = 0; s < splits; ++s) {
-    const float* ps = p + s * (D + 2);
-    if (ps[1] <= 0.f) continue;
-    const float w = __expf(ps[0] - M);
-    L += ps[1] * w;
-    a += ps[2 + i] * w;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) M = fmaxf(M, shMax[w]);
+  for (int s = i; s < splits; s += blockDim.x) {
+    const float* ps = p + static_cast<int64_t>(s) * (D + 2);
+    shW[s] = ps[1] > 0.f ? __expf(ps[0] - M) : 0.f;
   }
-  out[(static_cast<int64_t>(t) * hq + h) * D + i] = __float2bfloat16_rn(a / L);
+  __syncthreads();
+  if (i == 0) {
+    float L = 0.f;
+    for (int s = 0; s < splits; ++s) L += p[static_cast<int64_t>(s) * (D + 2) + 1] * shW[s];
+    shL = L;
+  }
+  __syncthreads();
+  if (i >= D) return;
+  float a = 0.f;
+  for (int s = 0; s < splits; ++s) a += p[static_cast<int64_t>(s) * (D + 2) + 2 + i] * shW[s];
+  out[(static_cast<int64_t>(t) * hq + h) * D + i] = __float2bfloat16_rn(a / shL);
 }
 
 }  // namespace
@@ -231,7 +259,7 @@ void attention(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_b
     default: launch(attnPartialKernel, grid, block, s, q, kCache, vCache, pos, hq, hk, D, splits, chunk, part);
   }
 #undef QWEN_ATTN_VEC
-  launch(attnCombineKernel, dim3(hq, n), roundWarp(D), s, part, hq, D, splits, out);
+  launch(attnCombineKernel, dim3(hq, n), std::max(64, roundWarp(D)), s, part, hq, D, splits, out);
 }
 
 }  // namespace gpu

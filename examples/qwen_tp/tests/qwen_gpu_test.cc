@@ -89,8 +89,9 @@ void checkLogitsAgainstCpu(bool customGemv) {
   for (int len : chunks) {
     ASSERT_TRUE(cpu.target(p.data() + pos, len, pos, nc.data() + pos, &err)) << err;
     ASSERT_TRUE(gpu.target(p.data() + pos, len, pos, ng.data() + pos, &err)) << err;
-    // The GPU keeps the logits of the call's last kLogitsRows rows (the lm_head runs in slices).
-    const int kept = std::min(len, GpuModel::kLogitsRows);
+    // The GPU keeps the logits of the call's last slice of rows (the lm_head runs in slices of
+    // kLogitsRows rows: 20 rows are a slice of 16, then one of 4).
+    const int kept = (len - 1) % GpuModel::kLogitsRows + 1;
     std::vector<float> lg;
     ASSERT_TRUE(gpu.lastLogits(kept, &lg, &err)) << err;
     const std::vector<float>& lc = cpu.lastLogits();

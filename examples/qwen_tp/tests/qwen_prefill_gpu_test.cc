@@ -19,6 +19,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "cpu_model.h"
@@ -87,38 +89,57 @@ TEST(QwenPrefillGpu, AttentionMatchesFp64Reference) {
       for (int t : {0, 1, 15, 16, 63, 64, 65, c.n / 2, c.n - 65, c.n - 64, c.n - 2, c.n - 1}) rows.push_back(t);
       for (int i = 0; i < 48; ++i) rows.push_back(static_cast<int>((uni() * 0.5f + 0.5f) * (c.n - 1)));
     }
+    // fp64 reference, rows spread over the host's threads.
     const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+    const int nth = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+    std::vector<int> badT(nth, 0);
+    std::vector<double> worstT(nth, 0.0);
+    std::vector<std::string> firstT(nth);
+    std::vector<std::thread> pool;
+    for (int w = 0; w < nth; ++w)
+      pool.emplace_back([&, w] {
+        std::vector<double> sc(ctx), acc(c.D);
+        for (size_t ri = w; ri < rows.size(); ri += nth) {
+          const int t = rows[ri];
+          for (int h = 0; h < c.hq; ++h) {
+            const int kvh = h / G, last = c.pos + t;
+            double mx = -1e300;
+            for (int s2 = 0; s2 <= last; ++s2) {
+              double d = 0;
+              for (int i = 0; i < c.D; ++i)
+                d += fromBf16(q[(static_cast<size_t>(t) * c.hq + h) * c.D + i]) *
+                     fromBf16(k[(static_cast<size_t>(s2) * c.hk + kvh) * c.D + i]);
+              sc[s2] = d * scale;
+              mx = std::max(mx, sc[s2]);
+            }
+            double l = 0;
+            std::fill(acc.begin(), acc.end(), 0.0);
+            for (int s2 = 0; s2 <= last; ++s2) {
+              const double p = std::exp(sc[s2] - mx);
+              l += p;
+              for (int i = 0; i < c.D; ++i) acc[i] += p * fromBf16(v[(static_cast<size_t>(s2) * c.hk + kvh) * c.D + i]);
+            }
+            for (int i = 0; i < c.D; ++i) {
+              const double ref = acc[i] / l, got = fromBf16(out[(static_cast<size_t>(t) * c.hq + h) * c.D + i]);
+              const double e = std::fabs(got - ref);
+              worstT[w] = std::max(worstT[w], e);
+              if (!(e <= std::ldexp(std::fabs(ref), -7) + 4e-3) && ++badT[w] == 1)
+                firstT[w] = "token " + std::to_string(t) + " head " + std::to_string(h) + " dim " + std::to_string(i) +
+                            " got " + std::to_string(got) + " ref " + std::to_string(ref);
+            }
+          }
+        }
+      });
+    for (auto& th : pool) th.join();
     int bad = 0;
     double worst = 0;
-    std::vector<double> sc(ctx), acc(c.D);
-    for (int t : rows)
-      for (int h = 0; h < c.hq; ++h) {
-        const int kvh = h / G, last = c.pos + t;
-        double mx = -1e300;
-        for (int s = 0; s <= last; ++s) {
-          double d = 0;
-          for (int i = 0; i < c.D; ++i)
-            d += fromBf16(q[(static_cast<size_t>(t) * c.hq + h) * c.D + i]) *
-                 fromBf16(k[(static_cast<size_t>(s) * c.hk + kvh) * c.D + i]);
-          sc[s] = d * scale;
-          mx = std::max(mx, sc[s]);
-        }
-        double l = 0;
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int s = 0; s <= last; ++s) {
-          const double p = std::exp(sc[s] - mx);
-          l += p;
-          for (int i = 0; i < c.D; ++i) acc[i] += p * fromBf16(v[(static_cast<size_t>(s) * c.hk + kvh) * c.D + i]);
-        }
-        for (int i = 0; i < c.D; ++i) {
-          const double ref = acc[i] / l, got = fromBf16(out[(static_cast<size_t>(t) * c.hq + h) * c.D + i]);
-          const double e = std::fabs(got - ref);
-          worst = std::max(worst, e);
-          if (!(e <= std::ldexp(std::fabs(ref), -7) + 4e-3) && ++bad <= 3)
-            ADD_FAILURE() << "D " << c.D << " hq " << c.hq << " hk " << c.hk << " pos " << c.pos << " n " << c.n
-                          << ": token " << t << " head " << h << " dim " << i << " got " << got << " ref " << ref;
-        }
-      }
+    for (int w = 0; w < nth; ++w) {
+      bad += badT[w];
+      worst = std::max(worst, worstT[w]);
+      if (!firstT[w].empty())
+        ADD_FAILURE() << "D " << c.D << " hq " << c.hq << " hk " << c.hk << " pos " << c.pos << " n " << c.n << ": "
+                      << firstT[w];
+    }
     EXPECT_EQ(bad, 0) << "D " << c.D << " n " << c.n << " pos " << c.pos << ": worst |out - ref| " << worst;
     std::printf("attentionPrefill D %d hq %d hk %d pos %d n %d: %zu rows checked, worst |out - ref| %.2e\n", c.D, c.hq,
                 c.hk, c.pos, c.n, rows.size(), worst);
