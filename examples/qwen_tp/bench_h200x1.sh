@@ -3,7 +3,7 @@
 # bench/baselines/torch_qwen_tp1.py, in the same device call: build, the qwen GPU tests, then the
 # benchmark in A B B A order (qwen_tp, torch, torch, qwen_tp) per model shape. Every log records
 # the commit, the date and the command. Usage (from a source tree):
-#   OUT=/path/to/logs examples/qwen_tp/bench_h200x1.sh [all|test|bench8|bench32|long]
+#   OUT=/path/to/logs examples/qwen_tp/bench_h200x1.sh [all|test|bench8|bench32|long|variants|compile]
 # COMMIT (env) names the commit the tree was archived from when it has no .git.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -55,6 +55,8 @@ if [ "$PART" = all ] || [ "$PART" = bench8 ]; then
   run torch8_B 300 $T --preset qwen3-8b --prefill 512,2048,8192 --decode 512,8192
   run torch8_B2 300 $T --preset qwen3-8b --prefill 512,2048,8192 --decode 512,8192
   qwen8 A2
+fi
+if [ "$PART" = variants ]; then
   # one variable at a time: the decode attention kernel for prefill too (the old path); one
   # 16-row tile per warp in the prefill kernel; the whole 8192-token prompt in one chunk
   run qwen8_oldattn 120 $Q --model-preset qwen3-8b --prompt-tokens 2048 --n-predict 16 --ubatch-size 2048 --no-prefill-attn --no-profile
@@ -63,18 +65,26 @@ if [ "$PART" = all ] || [ "$PART" = bench8 ]; then
 fi
 if [ "$PART" = all ] || [ "$PART" = long ]; then
   run qwen8_32k 300 $Q --model-preset qwen3-8b --prompt-tokens 32000 --ctx-size 32768 --n-predict 64 --ubatch-size 2048
-  run qwen8_32k_ub4096 300 $Q --model-preset qwen3-8b --prompt-tokens 32000 --ctx-size 32768 --n-predict 16 --ubatch-size 4096 --no-profile
-  run torch8_32k 300 $T --preset qwen3-8b --prefill 32000 --decode 32767 --no-eager-decode
+  [ "$PART" = long ] || run qwen8_32k_ub4096 300 $Q --model-preset qwen3-8b --prompt-tokens 32000 --ctx-size 32768 --n-predict 16 --ubatch-size 4096 --no-profile
+  run torch8_32k 300 $T --preset qwen3-8b --prefill 32000 --decode 32000 --no-eager-decode
 fi
+qwen32() {  # qwen32 <tag>: prefill 512/2048/8192 and decode, qwen3-32b shape
+  for P in 512 2048 8192; do
+    run "qwen32_$1" 120 $Q --model-preset qwen3-32b --prompt-tokens $P --n-predict 32 --ubatch-size 2048
+  done
+}
 if [ "$PART" = all ] || [ "$PART" = bench32 ]; then
-  for P in 512 2048 8192; do run qwen32_A 120 $Q --model-preset qwen3-32b --prompt-tokens $P --n-predict 32 --ubatch-size 2048; done
+  qwen32 A
   run torch32_B 300 $T --preset qwen3-32b --prefill 512,2048,8192 --decode 512 --reps 2 --steps 20
+  run torch32_B2 300 $T --preset qwen3-32b --prefill 512,2048,8192 --decode 512 --reps 2 --steps 20
+  qwen32 A2
 fi
 if [ "$PART" = compile ]; then
-  run torch8_compile 400 $T --preset qwen3-8b --prefill '' --decode 512 --compile --steps 50
+  run torch8_compile ${COMPILE_TIMEOUT:-400} $T --preset qwen3-8b --prefill '' --decode 512 --compile --steps 50 --no-eager-decode
 fi
 
-# Short table last.
+# Short table last (SUMMARY=0: none, when several parts run one after another).
+[ "${SUMMARY:-1}" = 1 ] || exit 0
 echo "== summary ($REV)"
 for f in "$OUT"/qwen*.log; do
   [ -f "$f" ] || continue

@@ -244,17 +244,17 @@ void attention(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_b
     QWEN_ATTN_VEC(1)
     QWEN_ATTN_VEC(2)
     QWEN_ATTN_VEC(4)
-    QWEN_ATTN_VEC(16)
+    QWEN_ATTN_VEC(8)
     QWEN_ATTN_VEC(32)
-    case 8:  // head_dim 128 (every Qwen3): one block per group
+    case 16:  // head_dim 128 (every Qwen3; D = 8 KL): one block per KV head's group
       if (G == 2)
-        launch(attnPartialVecKernel<8, 2>, gridG, block, s, q, kCache, vCache, pos, hq, hk, splits, chunk, part);
+        launch(attnPartialVecKernel<16, 2>, gridG, block, s, q, kCache, vCache, pos, hq, hk, splits, chunk, part);
       else if (G == 4)
-        launch(attnPartialVecKernel<8, 4>, gridG, block, s, q, kCache, vCache, pos, hq, hk, splits, chunk, part);
+        launch(attnPartialVecKernel<16, 4>, gridG, block, s, q, kCache, vCache, pos, hq, hk, splits, chunk, part);
       else if (G == 8)
-        launch(attnPartialVecKernel<8, 8>, gridG, block, s, q, kCache, vCache, pos, hq, hk, splits, chunk, part);
+        launch(attnPartialVecKernel<16, 8>, gridG, block, s, q, kCache, vCache, pos, hq, hk, splits, chunk, part);
       else
-        launch(attnPartialVecKernel<8, 1>, grid, block, s, q, kCache, vCache, pos, hq, hk, splits, chunk, part);
+        launch(attnPartialVecKernel<16, 1>, grid, block, s, q, kCache, vCache, pos, hq, hk, splits, chunk, part);
       break;
     default: launch(attnPartialKernel, grid, block, s, q, kCache, vCache, pos, hq, hk, D, splits, chunk, part);
   }
