@@ -1,5 +1,6 @@
 """Bad input raises an exception naming the argument, carrying tpcomm's message; a rank that never
 arrives times out within the bound naming it; a wrong secret is refused; abort is local."""
+import os
 import pickle
 import time
 
@@ -180,3 +181,22 @@ def test_abort_is_local():
     assert cls in ("CommTimeoutError", "RemoteError"), (cls, msg)
     assert destroy != "ok", "destroy after the peer aborted reported success"
     assert took < 2.0 + 2.0 + 2.0, took
+
+
+class _FakeCudaArray:
+    """Looks like a CUDA array (no memory behind it: tpcomm must refuse it before touching it)."""
+
+    __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (0xDEAD0000, False), "version": 3}
+
+
+def test_cuda_array_on_a_host_rank_is_refused(solo):
+    with pytest.raises(tpcomm.InvalidArgumentError, match="send is GPU memory but this communicator is a host rank"):
+        solo.all_reduce(_FakeCudaArray())
+
+
+def test_gpu_rank_without_a_gpu_fails_cleanly():
+    """device 0 where there is no GPU (CI) or no CUDA in the build: an exception, not a crash."""
+    if os.path.exists("/dev/nvidia0"):
+        pytest.skip("a GPU is present: this case is for machines without one")
+    with pytest.raises((tpcomm.NotSupportedError, tpcomm.CudaError), match="device 0"):
+        tpcomm.Communicator(1, tpcomm.UniqueId.generate("127.0.0.1"), 0, device=0)

@@ -59,3 +59,21 @@ def test_torch_device_mismatch_is_refused():
                 comm.all_reduce(torch.zeros(4, device="cuda"))
     finally:
         comm.destroy()
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.float16, torch.bfloat16])
+def test_numpy_layer_takes_torch_tensors_through_dlpack(dt):
+    """The torch-free layer reads torch CPU tensors through __dlpack__ (bf16 included)."""
+    comm = tpcomm.Communicator(1, tpcomm.UniqueId.generate("127.0.0.1"), 0)
+    try:
+        x = torch.arange(10, dtype=torch.float32).to(dt)
+        y = torch.full((10,), -1.0, dtype=dt)
+        assert comm.all_reduce(x, y) is y and torch.equal(x, y)
+        with pytest.raises(tpcomm.InvalidArgumentError, match="not C-contiguous"):
+            comm.all_reduce(torch.zeros(8, dtype=dt)[::2])
+        with pytest.raises(tpcomm.InvalidArgumentError, match="send has element type torch.int32"):
+            comm.all_reduce(torch.zeros(4, dtype=torch.int32))
+        with pytest.raises(tpcomm.InvalidArgumentError, match="out has dtype"):
+            comm.all_reduce(x, torch.zeros(10, dtype=torch.float16 if dt == torch.float32 else torch.float32))
+    finally:
+        comm.destroy()
