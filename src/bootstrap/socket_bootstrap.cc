@@ -217,10 +217,10 @@ Status chooseInterfaceAddress(sockaddr_storage* out) {
 // --- bounded socket I/O -----------------------------------------------------------------------
 class Deadline {
  public:
-  explicit Deadline(int ms) : end_(std::chrono::steady_clock::now() + std::chrono::milliseconds(ms)) {}
-  int remainingMs() const {
+  explicit Deadline(int64_t ms) : end_(std::chrono::steady_clock::now() + std::chrono::milliseconds(ms)) {}
+  int remainingMs() const {  // an int (poll's timeout), clamped
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end_ - std::chrono::steady_clock::now()).count();
-    return left > 0 ? static_cast<int>(left) : 0;
+    return left <= 0 ? 0 : left >= INT32_MAX ? INT32_MAX : static_cast<int>(left);
   }
 
  private:
@@ -407,7 +407,7 @@ class SocketBootstrap : public Bootstrap {
   }
 
  private:
-  Deadline deadline(int extraMs = 0) const { return Deadline(timeoutMs_ + extraMs); }
+  Deadline deadline(int extraMs = 0) const { return Deadline(static_cast<int64_t>(timeoutMs_) + extraMs); }
 
   // --- rendezvous ---------------------------------------------------------------------------
   Status rootRendezvous() {

@@ -395,6 +395,18 @@ static int testAbort(void) {
   return 0;
 }
 
+/* The largest timeout is a long bound, not an overflow into an immediate timeout. */
+static int testHugeTimeout(void) {
+  tpcommUniqueId id;
+  CHECK(newId(&id) == tpcommSuccess, "no id");
+  Case c = {kAllReduce, 2, tpcommFloat32, tpcommSum, 64};
+  RankJob jobs[2];
+  runGroup(&c, id, 2, 2147483647, jobs);
+  for (int r = 0; r < 2; ++r)
+    CHECK(jobs[r].result == tpcommSuccess && jobs[r].wrong == 0, "rank %d: %s", r, jobs[r].msg);
+  return 0;
+}
+
 static const Case kCases[] = {
     /* coll, nranks, dtype, op, count */
     {kAllReduce, 2, tpcommFloat32, tpcommSum, 1000},   {kAllReduce, 2, tpcommFloat16, tpcommMax, 1000},
@@ -422,6 +434,7 @@ int main(void) {
   report("missing_root_times_out_naming_it", testMissingRoot());
   report("wrong_secret_refused", testWrongSecret());
   report("abort_is_local", testAbort());
+  report("huge_timeout", testHugeTimeout());
   printf("%d passed, %d failed\n", gPassed, gFailed);
   return gFailed ? 1 : 0;
 }
