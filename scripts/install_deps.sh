@@ -5,6 +5,11 @@
 set -euo pipefail
 
 PACKAGES=(build-essential cmake ninja-build libopenmpi-dev openmpi-bin nlohmann-json3-dev libgtest-dev libbenchmark-dev)
+# The sanitizer and fuzz stages of scripts/test.sh (clang, ASan/UBSan/libFuzzer runtimes); not
+# needed when both are off (TPCOMM_SANITIZE=0 TPCOMM_FUZZ_SECONDS=0).
+if [ "${TPCOMM_SANITIZE:-1}" != 0 ] || [ "${TPCOMM_FUZZ_SECONDS:-20}" != 0 ]; then
+  PACKAGES+=(clang libclang-rt-14-dev)
+fi
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
   echo "[tpcomm] not a Debian-based system: install these yourself if the build fails: ${PACKAGES[*]}" >&2

@@ -71,12 +71,12 @@ void configure() {
   gSubsys.store(parseSubsys(subsysText, &bad));
   gLevel.store(l);
   // Report a bad value once per value: logMessage directly (logEnabled would re-enter here).
-  static std::mutex mu;
-  static std::string reported;
+  static std::mutex* mu = new std::mutex;         // never destroyed: logging may run at exit
+  static std::string* reported = new std::string;
   std::string key = levelText + '\n' + subsysText;
-  std::lock_guard<std::mutex> lock(mu);
-  if (reported == key) return;
-  reported = key;
+  std::lock_guard<std::mutex> lock(*mu);
+  if (*reported == key) return;
+  *reported = key;
   if (!levelOk)
     logMessage(LogLevel::kWarn, kInit, __FILE__, __LINE__, "%s", logConfigProblem(true, levelText).c_str());
   if (!bad.empty() && l != static_cast<int>(LogLevel::kNone))

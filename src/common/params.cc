@@ -124,15 +124,16 @@ int64_t paramInt(ParamId id) {
   int64_t v = 0;
   if (parseParam(p, p.value, &v)) return v;
   // Warn once per parameter and value (a test or the doctor may change the environment).
-  static std::mutex warnMu;
-  static std::vector<std::string> warnedFor(static_cast<size_t>(ParamId::kCount));
+  // Never destroyed: paramInt may run from static destructors (a Communicator freed at exit).
+  static std::mutex* warnMu = new std::mutex;
+  static auto* warnedFor = new std::vector<std::pair<bool, std::string>>(static_cast<size_t>(ParamId::kCount));
   bool warn = false;
   {
-    std::lock_guard<std::mutex> lock(warnMu);
-    std::string& last = warnedFor[static_cast<size_t>(id)];
-    if (last != p.value || last.empty()) {
+    std::lock_guard<std::mutex> lock(*warnMu);
+    auto& w = (*warnedFor)[static_cast<size_t>(id)];
+    if (!w.first || w.second != p.value) {
       warn = true;
-      last = p.value.empty() ? std::string(1, '\0') : p.value;
+      w = {true, p.value};
     }
   }
   if (warn) TPCOMM_WARN(kInit, "%s", numericProblem(p).c_str());
