@@ -23,8 +23,10 @@ inline bool jsonWithinLimits(const char* b, const char* e, size_t maxBytes, int 
   for (const char* p = b; p < e; ++p) {
     const char ch = *p;
     if (inString) {
-      if (ch == '\\') ++p;  // skip the escaped character
-      else if (ch == '"') inString = false;
+      if (ch == '\\')
+        ++p;  // skip the escaped character
+      else if (ch == '"')
+        inString = false;
     } else if (ch == '"') {
       inString = true;
     } else if (ch == '[' || ch == '{') {

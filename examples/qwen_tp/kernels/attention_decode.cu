@@ -1,12 +1,11 @@
 // attention_decode.cu: flash-decoding GQA attention for calls of 1..16 tokens:
 // per (split, query head, token) block a partial online softmax over one chunk of the cache,
 // then a combine kernel merging the chunks in a fixed order.
-#include "kernels/attention_decode.cuh"
-
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
 
+#include "kernels/attention_decode.cuh"
 #include "kernels/common.cuh"
 
 namespace qwen {
@@ -228,17 +227,17 @@ __global__ void attnCombineKernel(const float* part, int hq, int D, int splits, 
 
 }  // namespace
 
-void attention(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache, const int32_t* pos, int n,
-               int hq, int hk, int D, int splits, int chunk, float* part, __nv_bfloat16* out, cudaStream_t s) {
+void attention(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache, const int32_t* pos,
+               int n, int hq, int hk, int D, int splits, int chunk, float* part, __nv_bfloat16* out, cudaStream_t s) {
   const dim3 grid(splits, hq, n), block(32 * kAttnWarps);
   const bool vec = D % 8 == 0 && 32 % (D / 8) == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(kCache) % 16 == 0 && reinterpret_cast<uintptr_t>(vCache) % 16 == 0;
   // head_dim 128: one block per KV head's group when the group size is 2, 4 or 8 (Qwen3: 4, 8).
   const int G = hq / hk;
   const dim3 gridG(splits, hk, n);
-#define QWEN_ATTN_VEC(KL)                                                                                        \
-  case KL:                                                                                                       \
-    launch(attnPartialVecKernel<KL, 1>, grid, block, s, q, kCache, vCache, pos, hq, hk, splits, chunk, part);    \
+#define QWEN_ATTN_VEC(KL)                                                                                     \
+  case KL:                                                                                                    \
+    launch(attnPartialVecKernel<KL, 1>, grid, block, s, q, kCache, vCache, pos, hq, hk, splits, chunk, part); \
     break;
   switch (vec ? D / 8 : 0) {
     QWEN_ATTN_VEC(1)
@@ -256,7 +255,8 @@ void attention(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_b
       else
         launch(attnPartialVecKernel<16, 1>, grid, block, s, q, kCache, vCache, pos, hq, hk, splits, chunk, part);
       break;
-    default: launch(attnPartialKernel, grid, block, s, q, kCache, vCache, pos, hq, hk, D, splits, chunk, part);
+    default:
+      launch(attnPartialKernel, grid, block, s, q, kCache, vCache, pos, hq, hk, D, splits, chunk, part);
   }
 #undef QWEN_ATTN_VEC
   launch(attnCombineKernel, dim3(hq, n), std::max(64, roundWarp(D)), s, part, hq, D, splits, out);

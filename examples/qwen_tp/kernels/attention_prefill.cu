@@ -10,12 +10,11 @@
 // Shared rows are padded by 16 bytes so ldmatrix reads are free of bank conflicts. The causal
 // mask is applied only to tiles that reach past the block's first query position. Blocks are
 // issued longest-first (the last query tiles attend to the most keys).
-#include "kernels/attention_prefill.cuh"
-
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/attention_prefill.cuh"
 #include "kernels/common.cuh"
 
 namespace qwen {
@@ -25,7 +24,7 @@ namespace {
 constexpr int kPfWarps = 4;
 // MT: 16-row MMA tiles per warp (2 by default; QWEN_PREFILL_MTILES=1 in the environment selects
 // 1, for comparison); a block holds 16 MT kPfWarps query rows (token, head).
-constexpr int kPfKeys = 64;                        // cache slots per K/V tile
+constexpr int kPfKeys = 64;  // cache slots per K/V tile
 
 __device__ __forceinline__ uint32_t smemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -90,9 +89,9 @@ template <int D, int MT>
 __global__ void __launch_bounds__(kPfWarps * 32)
     attnPrefillKernel(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache,
                       const int32_t* pos, int n, int hq, int hk, float scaleLog2, __nv_bfloat16* out) {
-  constexpr int SD = D + 8;    // shared row stride in elements
-  constexpr int KS = D / 16;   // k-steps of Q K^T
-  constexpr int NT = D / 8;    // 8-column tiles of O
+  constexpr int SD = D + 8;   // shared row stride in elements
+  constexpr int KS = D / 16;  // k-steps of Q K^T
+  constexpr int NT = D / 8;   // 8-column tiles of O
   constexpr int ST = kPfKeys / 8;
   constexpr int kPfRows = 16 * MT * kPfWarps;
   extern __shared__ __align__(16) unsigned char smemRaw[];
@@ -267,13 +266,14 @@ __global__ void __launch_bounds__(kPfWarps * 32)
       __nv_bfloat16* dst = out + rowOffset(f, nullptr);
 #pragma unroll
       for (int j = 0; j < NT; ++j)
-        *reinterpret_cast<uint32_t*>(dst + j * 8 + 2 * tig) = packBf16(o[mt][j][2 * r] * inv, o[mt][j][2 * r + 1] * inv);
+        *reinterpret_cast<uint32_t*>(dst + j * 8 + 2 * tig) =
+            packBf16(o[mt][j][2 * r] * inv, o[mt][j][2 * r + 1] * inv);
     }
 }
 
 template <int D, int MT>
-void launchPrefill(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache,
-                   const int32_t* pos, int n, int hq, int hk, __nv_bfloat16* out, cudaStream_t s) {
+void launchPrefill(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache, const int32_t* pos,
+                   int n, int hq, int hk, __nv_bfloat16* out, cudaStream_t s) {
   // A host-side attribute of the current device's context (not a stream op: fine under capture);
   // set on every call so that every device of a one-process TP group has it.
   cudaFuncSetAttribute(attnPrefillKernel<D, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smemBytes<D, MT>());
@@ -284,8 +284,8 @@ void launchPrefill(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __
 }
 
 template <int D>
-void launchPrefill(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache,
-                   const int32_t* pos, int n, int hq, int hk, __nv_bfloat16* out, cudaStream_t s) {
+void launchPrefill(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache, const int32_t* pos,
+                   int n, int hq, int hk, __nv_bfloat16* out, cudaStream_t s) {
   static const bool oneTile = [] {
     const char* e = std::getenv("QWEN_PREFILL_MTILES");
     return e && std::strcmp(e, "1") == 0;
@@ -300,7 +300,8 @@ void launchPrefill(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __
 
 bool attentionPrefillSupported(int D, int device) {
   int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess || major < 8) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess || major < 8)
+    return false;
   return D == 16 || D == 32 || D == 64 || D == 128;
 }
 
@@ -308,11 +309,20 @@ void attentionPrefill(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const
                       const int32_t* pos, int n, int hq, int hk, int D, __nv_bfloat16* out, cudaStream_t s) {
   if (n <= 0) return;
   switch (D) {
-    case 16: launchPrefill<16>(q, kCache, vCache, pos, n, hq, hk, out, s); break;
-    case 32: launchPrefill<32>(q, kCache, vCache, pos, n, hq, hk, out, s); break;
-    case 64: launchPrefill<64>(q, kCache, vCache, pos, n, hq, hk, out, s); break;
-    case 128: launchPrefill<128>(q, kCache, vCache, pos, n, hq, hk, out, s); break;
-    default: break;  // attentionPrefillSupported said no; the caller does not get here
+    case 16:
+      launchPrefill<16>(q, kCache, vCache, pos, n, hq, hk, out, s);
+      break;
+    case 32:
+      launchPrefill<32>(q, kCache, vCache, pos, n, hq, hk, out, s);
+      break;
+    case 64:
+      launchPrefill<64>(q, kCache, vCache, pos, n, hq, hk, out, s);
+      break;
+    case 128:
+      launchPrefill<128>(q, kCache, vCache, pos, n, hq, hk, out, s);
+      break;
+    default:
+      break;  // attentionPrefillSupported said no; the caller does not get here
   }
 }
 

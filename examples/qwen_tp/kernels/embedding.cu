@@ -1,11 +1,10 @@
 // embedding.cu: vocab-parallel embedding lookup; bf16 row copy.
-#include "kernels/embedding.cuh"
-
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
 
 #include "kernels/common.cuh"
+#include "kernels/embedding.cuh"
 
 namespace qwen {
 namespace gpu {
@@ -31,8 +30,8 @@ __global__ void copyRowsKernel(const __nv_bfloat16* src, int ldSrc, __nv_bfloat1
 
 }  // namespace
 
-void embed(const int32_t* tokens, int n, const __nv_bfloat16* E, int vocabBegin, int vocabLocal, int H, __nv_bfloat16* x,
-           cudaStream_t s) {
+void embed(const int32_t* tokens, int n, const __nv_bfloat16* E, int vocabBegin, int vocabLocal, int H,
+           __nv_bfloat16* x, cudaStream_t s) {
   launch(embedKernel, n, 256, s, tokens, E, vocabBegin, vocabLocal, H, x);
 }
 

@@ -1,11 +1,10 @@
 // gemv.cu: small-n GEMM ("GEMV") on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation).
-#include "kernels/gemv.cuh"
-
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
 
 #include "kernels/common.cuh"
+#include "kernels/gemv.cuh"
 
 namespace qwen {
 namespace gpu {
@@ -27,7 +26,6 @@ namespace {
 // deterministic, and a token's result does not depend on the other tokens of the call.
 constexpr int kGemvUnroll = 4;
 constexpr int kGemvMaxWarps = 8;
-
 
 // 8 bf16 of `row` from column k; columns >= len read as 0. kVec: 16-byte loads (row 16-byte
 // aligned and len % 8 == 0, so a chunk is whole or past the end); kStream: evict-first (W is
@@ -158,7 +156,6 @@ bool gemvBf16(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, i
     launch(gemvKernel<false, false>, grid, block, s, W, out, in, X, n, Y);
   return true;
 }
-
 
 }  // namespace gpu
 }  // namespace qwen

@@ -1,11 +1,10 @@
 // norms.cu: RMSNorm kernels (one block of 512 per row, fp32 sums).
-#include "kernels/norms.cuh"
-
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
 
 #include "kernels/common.cuh"
+#include "kernels/norms.cuh"
 
 namespace qwen {
 namespace gpu {
@@ -40,10 +39,13 @@ __global__ void addRmsNormKernel(__nv_bfloat16* x, const __nv_bfloat16* add, con
 template <typename T>
 __device__ __forceinline__ float toF(T v);
 template <>
-__device__ __forceinline__ float toF<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float toF<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
 
 template <typename T>
-__global__ void rmsNormKernel(const T* in, int ldIn, const __nv_bfloat16* w, int H, float eps, __nv_bfloat16* out, int ldOut) {
+__global__ void rmsNormKernel(const T* in, int ldIn, const __nv_bfloat16* w, int H, float eps, __nv_bfloat16* out,
+                              int ldOut) {
   pdlLaunch();
   pdlWait();
   const T* r = in + static_cast<int64_t>(blockIdx.x) * ldIn;
@@ -59,8 +61,8 @@ __global__ void rmsNormKernel(const T* in, int ldIn, const __nv_bfloat16* w, int
 
 }  // namespace
 
-void addRmsNorm(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int n, int H, float eps, __nv_bfloat16* out,
-                cudaStream_t s) {
+void addRmsNorm(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int n, int H, float eps,
+                __nv_bfloat16* out, cudaStream_t s) {
   launch(addRmsNormKernel, n, 512, s, x, add, w, H, eps, out);
 }
 

@@ -15,8 +15,8 @@ namespace gpu {
 void addRmsNorm(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int n, int H, float eps,
                 __nv_bfloat16* out, cudaStream_t s);
 /// out[t, :] = bf16(rmsnorm(in[t, :]) * w) with in bf16 and an output row stride.
-void rmsNormBf16(const __nv_bfloat16* in, int ldIn, const __nv_bfloat16* w, int n, int H, float eps,
-                 __nv_bfloat16* out, int ldOut, cudaStream_t s);
+void rmsNormBf16(const __nv_bfloat16* in, int ldIn, const __nv_bfloat16* w, int n, int H, float eps, __nv_bfloat16* out,
+                 int ldOut, cudaStream_t s);
 
 }  // namespace gpu
 }  // namespace qwen

@@ -1,11 +1,10 @@
 // rope.cu: q/k per-head RMSNorm + rotate-half rotary + KV store, one block per (token, head).
-#include "kernels/rope.cuh"
-
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
 
 #include "kernels/common.cuh"
+#include "kernels/rope.cuh"
 
 namespace qwen {
 namespace gpu {
@@ -38,8 +37,8 @@ __global__ void qkNormRopeKernel(const __nv_bfloat16* qkv, int hq, int hk, int D
   float sn, cs;
   sincosf(static_cast<float>(*pos + ropeOffset + t) * invFreq, &sn, &cs);
   const float o1 = x1 * cs - x2 * sn, o2 = x2 * cs + x1 * sn;
-  __nv_bfloat16* dst = h < hq ? q + (static_cast<int64_t>(t) * hq + h) * D
-                              : kCache + (static_cast<int64_t>(slot) * hk + (h - hq)) * D;
+  __nv_bfloat16* dst =
+      h < hq ? q + (static_cast<int64_t>(t) * hq + h) * D : kCache + (static_cast<int64_t>(slot) * hk + (h - hq)) * D;
   dst[i] = __float2bfloat16_rn(o1);
   dst[i + half] = __float2bfloat16_rn(o2);
 }
@@ -50,7 +49,7 @@ void qkNormRopeStore(const __nv_bfloat16* qkv, int n, int hq, int hk, int D, con
                      const __nv_bfloat16* kNorm, float eps, float theta, const int32_t* pos, int ropeOffset,
                      __nv_bfloat16* q, __nv_bfloat16* kCache, __nv_bfloat16* vCache, cudaStream_t s) {
   launch(qkNormRopeKernel, dim3(n, hq + 2 * hk), roundWarp(D / 2), s, qkv, hq, hk, D, qNorm, kNorm, eps, theta, pos,
-                                                                     ropeOffset, q, kCache, vCache);
+         ropeOffset, q, kCache, vCache);
 }
 
 }  // namespace gpu

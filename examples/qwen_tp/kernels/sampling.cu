@@ -1,11 +1,10 @@
 // sampling.cu: greedy sampling: per-rank argmax into a (max, index) table, then the pick.
-#include "kernels/sampling.cuh"
-
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
 
 #include "kernels/common.cuh"
+#include "kernels/sampling.cuh"
 
 namespace qwen {
 namespace gpu {
@@ -30,7 +29,8 @@ __global__ void localArgmaxKernel(const float* logits, int V, int vocabBegin, in
     if (threadIdx.x < o) {
       float v2 = sv[threadIdx.x + o];
       int i2 = si[threadIdx.x + o];
-      if (v2 > sv[threadIdx.x] || (v2 == sv[threadIdx.x] && i2 < si[threadIdx.x])) sv[threadIdx.x] = v2, si[threadIdx.x] = i2;
+      if (v2 > sv[threadIdx.x] || (v2 == sv[threadIdx.x] && i2 < si[threadIdx.x]))
+        sv[threadIdx.x] = v2, si[threadIdx.x] = i2;
     }
     __syncthreads();
   }

@@ -1,11 +1,10 @@
 // swiglu.cu: act = silu(gate) * up, fp32 math.
-#include "kernels/swiglu.cuh"
-
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
 
 #include "kernels/common.cuh"
+#include "kernels/swiglu.cuh"
 
 namespace qwen {
 namespace gpu {

@@ -1,12 +1,10 @@
 // synth_init.cu: seeded synthetic weights on the GPU (synth.h, as the CPU reference).
-#include "kernels/synth_init.cuh"
-
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
 
 #include "kernels/common.cuh"
-
+#include "kernels/synth_init.cuh"
 #include "synth.h"
 
 namespace qwen {
@@ -30,7 +28,8 @@ void initSynthetic(__nv_bfloat16* dst, int64_t rows, int64_t cols, int64_t fullC
                    uint64_t seed, uint32_t id, float scale, float offset, cudaStream_t s) {
   int64_t n = rows * cols;
   int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 65535));
-  if (n > 0) initSyntheticKernel<<<blocks, 256, 0, s>>>(dst, rows, cols, fullCols, rowOff, colOff, seed, id, scale, offset);
+  if (n > 0)
+    initSyntheticKernel<<<blocks, 256, 0, s>>>(dst, rows, cols, fullCols, rowOff, colOff, seed, id, scale, offset);
 }
 
 }  // namespace gpu

@@ -43,10 +43,10 @@ TEST(QwenPrefillGpu, AttentionMatchesFp64Reference) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   if (!gpu::attentionPrefillSupported(128, 0)) GTEST_SKIP() << "attentionPrefill needs sm_80+";
   const std::vector<PrefillCase> cases = {
-      {128, 8, 2, 0, 1},     {128, 8, 2, 0, 17},   {128, 8, 2, 0, 63},    {128, 8, 2, 0, 64},
-      {128, 8, 2, 0, 65},    {128, 32, 8, 0, 200}, {128, 4, 1, 100, 77},  {128, 8, 2, 1000, 33},
-      {64, 16, 2, 0, 300},   {64, 8, 8, 5, 129},   {32, 4, 4, 0, 97},     {16, 8, 4, 0, 33},
-      {16, 8, 4, 20, 45},    {128, 8, 1, 0, 2048}, {128, 4, 1, 0, 16384}, {128, 8, 2, 8191, 1999},
+      {128, 8, 2, 0, 1},   {128, 8, 2, 0, 17},   {128, 8, 2, 0, 63},    {128, 8, 2, 0, 64},
+      {128, 8, 2, 0, 65},  {128, 32, 8, 0, 200}, {128, 4, 1, 100, 77},  {128, 8, 2, 1000, 33},
+      {64, 16, 2, 0, 300}, {64, 8, 8, 5, 129},   {32, 4, 4, 0, 97},     {16, 8, 4, 0, 33},
+      {16, 8, 4, 20, 45},  {128, 8, 1, 0, 2048}, {128, 4, 1, 0, 16384}, {128, 8, 2, 8191, 1999},
   };
   uint64_t rng = 0x9e3779b97f4a7c15ull;
   auto uni = [&]() {
@@ -239,8 +239,8 @@ TEST(QwenPrefillGpu, ChunkedPrefillEqualsOneCallTiny) {
   std::vector<int32_t> tOne, t;
   runVariant(c, {"one call", 64, true}, prompt, follow, &one, &tOne);
   compareSteps("tiny one call vs CPU", one, tOne, cl, ct, 0.03f);
-  for (const Variant& v : {Variant{"chunks of 20", 20, true}, Variant{"chunks of 7", 7, true},
-                           Variant{"decode kernel only", 64, false}}) {
+  for (const Variant& v :
+       {Variant{"chunks of 20", 20, true}, Variant{"chunks of 7", 7, true}, Variant{"decode kernel only", 64, false}}) {
     runVariant(c, v, prompt, follow, &l, &t);
     compareSteps((std::string("tiny ") + v.name + " vs CPU").c_str(), l, t, cl, ct, 0.03f);
     compareSteps((std::string("tiny ") + v.name + " vs one call").c_str(), l, t, one, tOne, 0.02f);
