@@ -27,6 +27,14 @@ struct Config {
   void* ncclComm = nullptr;
 };
 
+/// One algorithm the selector considers for a call (Communicator::explainAllReduce).
+struct AlgorithmChoice {
+  std::string name;        ///< e.g. "lamport_p2p", "ring_nccl"
+  double costUs = 0;       ///< the cost model's prediction for this call, in microseconds
+  bool forced = false;     ///< placed first by TPCOMM_ALGO / Config::algo rather than by cost
+  bool available = false;  ///< its transport came up here; false: listed for comparison only
+};
+
 /// One rank of a group. Collectives are stream-ordered for GPU communicators (they enqueue work
 /// on `stream` and return) and synchronous for host communicators (device == -1, stream must be
 /// null). Methods are not thread-safe for one object; distinct communicators may be used from
@@ -79,6 +87,15 @@ class Communicator {
   Status allReduceResidualRmsNorm(const void* in, void* residualInOut, const void* weight, float eps, void* out,
                                   size_t rows, size_t hidden, DataType dtype, cudaStream_t stream);
 
+  /// The algorithms an allReduce of `count` elements of `dtype` with `op` would try on this
+  /// communicator, best first, eager or inside a CUDA graph capture (`capturing`): the same
+  /// selection allReduce makes, so it explains lastAlgorithm() before the call is made. Those
+  /// whose transport did not come up here are listed too (available = false, with the cost they
+  /// would have), so a caller can compare with a path it has itself (libtpcomm_nccl.so compares
+  /// with NCCL this way). Local: no peer is contacted. kInvalidArgument for a bad argument.
+  Status explainAllReduce(size_t count, DataType dtype, ReduceOp op, bool capturing,
+                          std::vector<AlgorithmChoice>* out) const;
+
   /// Reports an asynchronous failure of an earlier collective (e.g. kTimeout when a peer did not
   /// arrive, with its rank in the message). kOk when none happened.
   Status checkError();
@@ -96,9 +113,8 @@ class Communicator {
   /// CUDA device of this rank, or -1 for a host rank.
   int device() const;
 
+  /// The implementation (src/collectives/communicator_impl.h): opaque outside the library.
   struct Impl;
-  /// Internals for tpcomm's own layers (defined in src/shim/comm_access.cc); not for engines.
-  friend Impl* communicatorInternals(Communicator& comm);
 
  private:
   explicit Communicator(std::unique_ptr<Impl> impl);

@@ -197,6 +197,21 @@ Status Communicator::allReduceResidualRmsNorm(const void* in, void* residualInOu
   return runCollective(*impl_, a, &norm, kWhat);
 }
 
+Status Communicator::explainAllReduce(size_t count, DataType dtype, ReduceOp op, bool capturing,
+                                      std::vector<AlgorithmChoice>* out) const {
+  clearError();
+  if (!out) return TPCOMM_INVALID("explainAllReduce: out is null");
+  out->clear();
+  if (!impl_ || impl_->destroyed) return TPCOMM_INVALID("explainAllReduce: the communicator was destroyed");
+  // Any non-null pointer passes validateCall's null checks: nothing is read or written here.
+  int probe = 0;
+  TPCOMM_TRY(validateCall("explainAllReduce", &probe, &probe, count, dtype, op, impl_->ctx->nRanks, false));
+  const AlgoQuery q{CollKind::kAllReduce, dtype, op, count * dataTypeSize(dtype), capturing};
+  for (const Candidate& c : selectAlgorithms(impl_->algoList, impl_->ctx->topo, q, impl_->override, false))
+    out->push_back({c.algo->name(), c.costUs, c.forced, c.algo->available()});
+  return Status::kOk;
+}
+
 Status Communicator::checkError() {
   if (!impl_ || impl_->destroyed) return TPCOMM_INVALID("checkError: the communicator was destroyed");
   const AsyncError& e = impl_->ctx->asyncError;

@@ -8,10 +8,10 @@
 namespace tpcomm {
 
 std::vector<Candidate> selectAlgorithms(const std::vector<Algorithm*>& algos, const Topology& topo, const AlgoQuery& q,
-                                        const AlgoOverride& ovr) {
+                                        const AlgoOverride& ovr, bool availableOnly) {
   std::vector<Candidate> byCost;
   for (Algorithm* a : algos) {
-    if (!a->available() || ovr.excludes(a->name())) continue;
+    if ((availableOnly && !a->available()) || ovr.excludes(a->name())) continue;
     std::string why;
     if (!a->supports(topo, q, &why)) continue;
     byCost.push_back({a, modelCostUs(a->name(), topo, q), false});

@@ -18,9 +18,10 @@ struct Candidate {
 
 /// Candidates for `q` among `algos` (those that are available() and support the call, minus
 /// excluded ones), cheapest first; when an override rule covers q.bytes, the rule's names come
-/// first in the rule's order and the rest follow by cost as fallbacks.
+/// first in the rule's order and the rest follow by cost as fallbacks. With `availableOnly`
+/// false, algorithms whose transport is down are ranked too (Communicator::explainAllReduce).
 std::vector<Candidate> selectAlgorithms(const std::vector<Algorithm*>& algos, const Topology& topo, const AlgoQuery& q,
-                                        const AlgoOverride& ovr);
+                                        const AlgoOverride& ovr, bool availableOnly = true);
 
 /// One call shape's selection in both stream modes (the communicator's cache entry).
 struct ShapeSelection {

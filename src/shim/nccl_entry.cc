@@ -12,11 +12,10 @@
 #include <set>
 #include <tuple>
 
-#include "collectives/communicator_impl.h"
+#include "tpcomm/communicator.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/params.h"
-#include "shim/comm_access.h"
 #include "shim/comm_table.h"
 #include "shim/group.h"
 #include "shim/real_nccl.h"
@@ -105,10 +104,10 @@ const RouteDecision& decide(ShimComm& c, const RouteCall& call) {
   ctx.shimOn = true;
   ctx.ready = c.state == SetupState::kReady && c.tp;
   if (ctx.ready) {
-    Communicator::Impl* impl = communicatorInternals(*c.tp);
-    ctx.topo = &impl->ctx->topo;
-    ctx.algos = &impl->algoList;
-    ctx.override = &impl->override;
+    const Communicator* tp = c.tp;
+    ctx.explain = [tp](size_t count, DataType dtype, ReduceOp op, bool capturing, std::vector<AlgorithmChoice>* out) {
+      return tp->explainAllReduce(count, dtype, op, capturing, out);
+    };
   }
   RouteDecision d = decideRoute(ctx, call);
   logOnce(c, call, d);

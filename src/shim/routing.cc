@@ -6,8 +6,6 @@
 
 #include <cstdio>
 
-#include "collectives/registry.h"
-#include "collectives/selector.h"
 
 namespace tpcomm {
 namespace shim {
@@ -82,42 +80,36 @@ RouteDecision decideRoute(const RouteContext& ctx, const RouteCall& call) {
   DataType dtype;
   ReduceOp op;
   if (!ctx.shimOn) return d.why = "TPCOMM_SHIM=0", d;
-  if (!ctx.ready || !ctx.topo || !ctx.algos || !ctx.override)
-    return d.why = "tpcomm not set up for this communicator", d;
+  if (!ctx.ready || !ctx.explain) return d.why = "tpcomm not set up for this communicator", d;
   if (!tpcommReduceOp(call.op, &op)) return d.why = "op is not sum/max/min", d;
   if (!tpcommDataType(call.dtype, &dtype)) return d.why = "dtype is not f32/f16/bf16", d;
   if (call.count == 0) return d.why = "count is 0", d;
-  if (!ctx.topo->singleNode()) return d.why = "ranks span several nodes", d;
-  AlgoQuery q{CollKind::kAllReduce, dtype, op, call.count * dataTypeSize(dtype), call.capturing};
-  bool anySupports = false;
-  for (Algorithm* a : *ctx.algos) {
-    std::string why;
-    if (std::string(a->name()) == "ring_nccl") continue;  // NCCL is the alternative, not a tpcomm path
-    if (a->available() && a->supports(*ctx.topo, q, &why) && !ctx.override->excludes(a->name())) anySupports = true;
+  std::vector<AlgorithmChoice> ranked;
+  if (ctx.explain(call.count, dtype, op, call.capturing, &ranked) != Status::kOk)
+    return d.why = std::string("tpcomm cannot explain the call: ") + lastErrorMessage(), d;
+  // What can run: the available tpcomm algorithms, and ring_nccl standing for the real NCCL
+  // (whether or not this communicator has an NCCL transport of its own), in the ranking's order.
+  std::vector<AlgorithmChoice> c;
+  bool anyTpcomm = false;
+  for (const AlgorithmChoice& x : ranked) {
+    const bool nccl = x.name == "ring_nccl";
+    if (!nccl && !x.available) continue;
+    anyTpcomm = anyTpcomm || !nccl;
+    c.push_back(x);
   }
-  if (!anySupports) return d.why = "the topology allows no tpcomm algorithm for this call", d;
-  const std::unique_ptr<Algorithm> ncclAlgo = makeAlgorithm("ring_nccl", nullptr);  // stands for the real NCCL
-  const Algorithm& nccl = *ncclAlgo;
-  std::vector<Algorithm*> list;
-  for (Algorithm* a : *ctx.algos)
-    if (std::string(a->name()) != nccl.name()) list.push_back(a);
-  list.push_back(ncclAlgo.get());
-  std::vector<Candidate> c = selectAlgorithms(list, *ctx.topo, q, *ctx.override);
+  if (!anyTpcomm) return d.why = "the topology allows no tpcomm algorithm for this call", d;
   char line[256];
-  if (c.empty() || c[0].algo == &nccl) {
-    if (c.size() > 1)
-      std::snprintf(line, sizeof(line), "NCCL %s (%.1f us) vs %s (%.1f us)",
-                    c[0].forced ? "forced by TPCOMM_ALGO" : "cheaper", c[0].costUs, c[1].algo->name(), c[1].costUs);
-    else
-      std::snprintf(line, sizeof(line), "NCCL is the only candidate");
+  if (c[0].name == "ring_nccl") {
+    std::snprintf(line, sizeof(line), "NCCL %s (%.1f us) vs %s (%.1f us)",
+                  c[0].forced ? "forced by TPCOMM_ALGO" : "cheaper", c[0].costUs, c[1].name.c_str(), c[1].costUs);
     d.why = line;
     return d;
   }
   d.route = Route::kTpcomm;
-  d.algo = c[0].algo->name();
+  d.algo = c[0].name;
   double ncclUs = -1;
-  for (const Candidate& x : c)
-    if (x.algo == &nccl) ncclUs = x.costUs;
+  for (const AlgorithmChoice& x : c)
+    if (x.name == "ring_nccl") ncclUs = x.costUs;
   if (c[0].forced)
     std::snprintf(line, sizeof(line), "%s forced by TPCOMM_ALGO", d.algo.c_str());
   else if (ncclUs >= 0)

@@ -1,21 +1,20 @@
 // routing: whether one ncclAllReduce goes to tpcomm or to the real NCCL. A pure function of the
-// call and of what the communicator knows (topology, its tpcomm algorithms, its TPCOMM_ALGO
-// override), so every rank decides alike and the table of decisions is unit-tested on the CPU.
-// tpcomm runs the call only when all hold: the shim is on and set up for this communicator;
-// the ranks are on one node; op is sum/max/min; dtype is f32/f16/bf16; count > 0; and the
-// selector, given the communicator's own tpcomm algorithms plus ring_nccl, puts a tpcomm
-// algorithm first (by cost, or forced by TPCOMM_ALGO).
+// call and of the communicator's own ranking of it (Communicator::explainAllReduce: its
+// algorithms, ring_nccl among them, by cost or forced by TPCOMM_ALGO), so every rank decides
+// alike and the table of decisions is unit-tested on the CPU. tpcomm runs the call only when all
+// hold: the shim is on and set up for this communicator; op is sum/max/min; dtype is
+// f32/f16/bf16; count > 0; and among the available tpcomm algorithms and ring_nccl (which stands
+// for the real NCCL underneath), a tpcomm algorithm comes first.
 #pragma once
 
 #include <nccl.h>
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
-#include "collectives/algo_override.h"
-#include "algos/algorithm.h"
-#include "topology/topology.h"
+#include "tpcomm/communicator.h"
 
 namespace tpcomm {
 namespace shim {
@@ -30,13 +29,12 @@ struct RouteCall {
   bool capturing = false;  ///< the stream is capturing a CUDA graph
 };
 
-/// What the communicator knows. Pointers may be null only when `ready` is false.
+/// What the communicator knows. `explain` is called only when `ready` (and may then be unset
+/// only in tests that stop earlier): Communicator::explainAllReduce for the call.
 struct RouteContext {
   bool shimOn = true;  ///< TPCOMM_SHIM
   bool ready = false;  ///< tpcomm is set up for this communicator
-  const Topology* topo = nullptr;
-  const std::vector<Algorithm*>* algos = nullptr;  ///< the communicator's tpcomm algorithms
-  const AlgoOverride* override = nullptr;
+  std::function<Status(size_t count, DataType, ReduceOp, bool capturing, std::vector<AlgorithmChoice>*)> explain;
 };
 
 struct RouteDecision {

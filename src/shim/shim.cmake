@@ -15,8 +15,7 @@ add_library(tpcomm_shim_internal STATIC ${_tpcomm_shim_lib_sources}
   src/shim/routing.cc
   src/shim/comm_table.cc
   src/shim/group.cc
-  src/shim/setup.cc
-  src/shim/comm_access.cc)
+  src/shim/setup.cc)
 target_include_directories(tpcomm_shim_internal PUBLIC ${PROJECT_SOURCE_DIR}/src ${NCCL_INCLUDE_DIR})
 target_compile_definitions(tpcomm_shim_internal PUBLIC TPCOMM_HAVE_CUDA=1)
 target_link_libraries(tpcomm_shim_internal PUBLIC tpcomm_core CUDA::cudart_static Threads::Threads rt ${CMAKE_DL_LIBS})
@@ -46,5 +45,7 @@ target_link_libraries(tpcomm_nccl_vllm PRIVATE tpcomm_nccl ${NCCL_LIBRARY})
 set_target_properties(tpcomm_nccl_vllm PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}
   INSTALL_RPATH "$ORIGIN")
 set_target_properties(tpcomm_nccl PROPERTIES INSTALL_RPATH "$ORIGIN")
+tpcomm_install_rpath(tpcomm_nccl)
+tpcomm_install_rpath(tpcomm_nccl_vllm)
 
 install(TARGETS tpcomm_nccl tpcomm_nccl_vllm LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

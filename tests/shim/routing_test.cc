@@ -81,7 +81,7 @@ const std::vector<Row>& rows() {
       {"float64", file("nvlink2.json"), ncclFloat64, ncclSum, 8 * K, true, "", true, true, false, kToNccl, "dtype"},
       {"count 0", file("nvlink2.json"), ncclFloat32, ncclSum, 0, true, "", true, true, false, kToNccl, "count"},
       // Topology.
-      {"two nodes", twoNodes, ncclBfloat16, ncclSum, 8 * K, true, "", true, true, false, kToNccl, "nodes"},
+      {"two nodes", twoNodes, ncclBfloat16, ncclSum, 8 * K, true, "", true, true, false, kToNccl, "allows no tpcomm"},
       {"pcie no-p2p capturing", file("pcie2_no_p2p.json"), ncclBfloat16, ncclSum, 8 * K, true, "", true, true, false, kToNccl, "allows no tpcomm"},
       {"nvlink2 p2p down capturing", file("nvlink2.json"), ncclBfloat16, ncclSum, 8 * K, true, "", true, true, true, kToNccl, "allows no tpcomm"},
       {"pcie no-p2p eager 8K", file("pcie2_no_p2p.json"), ncclFloat32, ncclSum, 8 * K, false, "", true, true, false, kEither, nullptr},
@@ -123,7 +123,18 @@ TEST_P(RoutingTest, Decides) {
   }
   AlgoOverride ovr;
   ASSERT_EQ(parseAlgoOverride(row.algo, algorithmNames(), &ovr), Status::kOk) << row.algo;
-  RouteContext ctx{row.shimOn, row.ready, &topo, &algos, &ovr};
+  // What Communicator::explainAllReduce answers on that topology: the selector over the
+  // communicator's algorithms, those whose transport is down ranked too.
+  RouteContext ctx;
+  ctx.shimOn = row.shimOn;
+  ctx.ready = row.ready;
+  ctx.explain = [&](size_t count, DataType dt, ReduceOp o, bool capturing, std::vector<AlgorithmChoice>* out) {
+    const AlgoQuery q{CollKind::kAllReduce, dt, o, count * dataTypeSize(dt), capturing};
+    out->clear();
+    for (const Candidate& x : selectAlgorithms(algos, topo, q, ovr, false))
+      out->push_back({x.algo->name(), x.costUs, x.forced, x.algo->available()});
+    return Status::kOk;
+  };
   size_t es = ncclTypeSize(row.dtype);
   ASSERT_GT(es, 0u);
   RouteCall call{row.dtype, row.op, row.bytes / es, row.capturing};

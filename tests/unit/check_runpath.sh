@@ -25,7 +25,8 @@ while IFS= read -r f; do
       *) echo "relative RUNPATH entry: $f: '$e' in [$path]"; bad=$((bad + 1)) ;;
     esac
   done
-done < <(find "$build" -type f \( -name '*.so' -o -name '*.so.*' -o -perm -u+x \) -not -path '*/CMakeFiles/*' | sort)
+done < <(find "$build" -type f \( -name '*.so' -o -name '*.so.*' -o -perm -u+x \) -not -path '*/CMakeFiles/*' \
+  -not -path '*venv*' -not -path '*site-packages*' -not -path '*/consumer/work/*' | sort)
 [ "$checked" -gt 0 ] || { echo "no ELF files under $build"; exit 1; }
 if [ "$bad" -gt 0 ]; then
   echo "$bad bad RUNPATH entries in $checked ELF files"
