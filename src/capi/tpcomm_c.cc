@@ -91,6 +91,13 @@ tpcommResult_t checkOp(tpcommRedOp_t op, const char* where) {
   return tpcommSuccess;
 }
 
+// The arguments every collective shares: comm, datatype, and *op when the collective has one.
+tpcommResult_t checkCall(tpcommComm_t comm, tpcommDataType_t datatype, const tpcommRedOp_t* op, const char* where) {
+  if (tpcommResult_t r = checkComm(comm, where)) return r;
+  if (tpcommResult_t r = checkDtype(datatype, where)) return r;
+  return op ? checkOp(*op, where) : tpcommSuccess;
+}
+
 // Rank, size or device of a communicator into *out.
 tpcommResult_t queryInt(tpcommComm_t comm, int* out, const char* where, const char* arg,
                         int (tpcomm::Communicator::*get)() const) {
@@ -212,9 +219,7 @@ tpcommResult_t tpcommCommInitRank(tpcommComm_t* comm, int nranks, tpcommUniqueId
 tpcommResult_t tpcommAllReduce(const void* sendbuff, void* recvbuff, size_t count, tpcommDataType_t datatype,
                                tpcommRedOp_t op, tpcommComm_t comm, tpcommStream_t stream) {
   const char* where = "tpcommAllReduce";
-  if (tpcommResult_t r = checkComm(comm, where)) return r;
-  if (tpcommResult_t r = checkDtype(datatype, where)) return r;
-  if (tpcommResult_t r = checkOp(op, where)) return r;
+  if (tpcommResult_t r = checkCall(comm, datatype, &op, where)) return r;
   TPCOMM_C_GUARD(where, {
     return fromCpp(comm->comm->allReduce(sendbuff, recvbuff, count, static_cast<tpcomm::DataType>(datatype),
                                          static_cast<tpcomm::ReduceOp>(op), stream));
@@ -225,8 +230,7 @@ tpcommResult_t tpcommAllReduceResidualRmsNorm(const void* in, void* residual, co
                                               size_t rows, size_t hidden, tpcommDataType_t datatype, tpcommComm_t comm,
                                               tpcommStream_t stream) {
   const char* where = "tpcommAllReduceResidualRmsNorm";
-  if (tpcommResult_t r = checkComm(comm, where)) return r;
-  if (tpcommResult_t r = checkDtype(datatype, where)) return r;
+  if (tpcommResult_t r = checkCall(comm, datatype, nullptr, where)) return r;
   TPCOMM_C_GUARD(where, {
     return fromCpp(comm->comm->allReduceResidualRmsNorm(in, residual, weight, eps, out, rows, hidden,
                                                         static_cast<tpcomm::DataType>(datatype), stream));
@@ -236,9 +240,7 @@ tpcommResult_t tpcommAllReduceResidualRmsNorm(const void* in, void* residual, co
 tpcommResult_t tpcommReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, tpcommDataType_t datatype,
                                    tpcommRedOp_t op, tpcommComm_t comm, tpcommStream_t stream) {
   const char* where = "tpcommReduceScatter";
-  if (tpcommResult_t r = checkComm(comm, where)) return r;
-  if (tpcommResult_t r = checkDtype(datatype, where)) return r;
-  if (tpcommResult_t r = checkOp(op, where)) return r;
+  if (tpcommResult_t r = checkCall(comm, datatype, &op, where)) return r;
   TPCOMM_C_GUARD(where, {
     return fromCpp(comm->comm->reduceScatter(sendbuff, recvbuff, recvcount, static_cast<tpcomm::DataType>(datatype),
                                              static_cast<tpcomm::ReduceOp>(op), stream));
@@ -248,8 +250,7 @@ tpcommResult_t tpcommReduceScatter(const void* sendbuff, void* recvbuff, size_t 
 tpcommResult_t tpcommAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, tpcommDataType_t datatype,
                                tpcommComm_t comm, tpcommStream_t stream) {
   const char* where = "tpcommAllGather";
-  if (tpcommResult_t r = checkComm(comm, where)) return r;
-  if (tpcommResult_t r = checkDtype(datatype, where)) return r;
+  if (tpcommResult_t r = checkCall(comm, datatype, nullptr, where)) return r;
   TPCOMM_C_GUARD(where, {
     return fromCpp(
         comm->comm->allGather(sendbuff, recvbuff, sendcount, static_cast<tpcomm::DataType>(datatype), stream));

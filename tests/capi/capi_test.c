@@ -251,6 +251,7 @@ static int testBadInput(void) {
         tpcommGetLastError(NULL));
   if (expectInvalid(tpcommAllReduce(x, x, 4, 7, tpcommSum, comm, NULL), "datatype 7")) return 1;
   if (expectInvalid(tpcommAllReduce(x, x, 4, tpcommFloat32, 9, comm, NULL), "op 9")) return 1;
+  if (expectInvalid(tpcommReduceScatter(x, x, 4, tpcommFloat32, -1, comm, NULL), "op -1")) return 1;
   if (expectInvalid(tpcommReduceScatter(x, x, 4, -1, tpcommSum, comm, NULL), "datatype -1")) return 1;
   if (expectInvalid(tpcommAllGather(x, x, 4, 3, comm, NULL), "datatype 3")) return 1;
   int got = tpcommAllReduce(NULL, x, 4, tpcommFloat32, tpcommSum, comm, NULL);
