@@ -320,9 +320,11 @@ Status connectTo(const DecodedId& id, const Deadline& dl, int rank, int* out) {
     lastWhy = std::strerror(err);
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50, dl.remainingMs())));
   }
-  return TPCOMM_ERROR(kTimeout,
-                      "socket bootstrap rank %d: rank 0 (the root, at %s) did not arrive within the timeout (last: %s)",
-                      rank, id.where, lastWhy.c_str());
+  return TPCOMM_ERROR(
+      kTimeout,
+      "socket bootstrap rank %d: rank 0 (the root, at %s) did not arrive within the timeout, or gave up "
+      "before this rank came (last: %s)",
+      rank, id.where, lastWhy.c_str());
 }
 
 constexpr uint32_t kWireMagic = 0x54504357u;  // "TPCW"
