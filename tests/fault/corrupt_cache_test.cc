@@ -3,6 +3,7 @@
 // an unbounded read: malformed JSON, the wrong types, null, floats in integer fields, deep
 // nesting, a huge file, a directory, a FIFO.
 #include <gtest/gtest.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +19,15 @@
 
 namespace tpcomm {
 namespace {
+
+int openFds() {  // file descriptors of this process (a leaked one would show)
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (readdir(d)) ++n;
+    closedir(d);
+  }
+  return n;
+}
 
 std::string scratchDir() {
   char tmpl[] = "/tmp/tpcomm-fault-cache-XXXXXX";
@@ -65,6 +75,7 @@ std::vector<BadCache> badCaches() {
 
 TEST(CorruptCache, EveryBadFileIsAMissWithAReason) {
   const std::string dir = scratchDir(), path = dir + "/topo-bad.json";
+  const int fdsBefore = openFds();
   for (const BadCache& c : badCaches()) {
     SCOPED_TRACE(c.what);
     {
@@ -81,6 +92,7 @@ TEST(CorruptCache, EveryBadFileIsAMissWithAReason) {
     Topology t;
     EXPECT_NE(Topology::fromJson(c.text, &t), Status::kOk);
   }
+  EXPECT_EQ(openFds(), fdsBefore) << "a file descriptor leaked";
   std::remove(path.c_str());
   rmdir(dir.c_str());
 }
@@ -129,6 +141,7 @@ TEST(CorruptCache, DirectoryAtThePathIsAMiss) {
 TEST(CorruptCache, FifoAtThePathDoesNotHang) {
   const std::string dir = scratchDir(), path = dir + "/topo-fifo.json";
   ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  const int fdsBefore = openFds();
   auto result = std::async(std::launch::async, [&] {
     MachineProbe m;
     std::string why;
@@ -141,6 +154,7 @@ TEST(CorruptCache, FifoAtThePathDoesNotHang) {
     std::_Exit(1);  // the blocked thread cannot be joined
   }
   auto [s, why] = result.get();
+  EXPECT_EQ(openFds(), fdsBefore) << "the FIFO's descriptor leaked";
   EXPECT_EQ(s, Status::kNotSupported);
   EXPECT_NE(why.find("not a regular file"), std::string::npos) << why;
   std::remove(path.c_str());

@@ -117,5 +117,39 @@ TEST(ThreadBootstrapFault, MismatchedSizesFailEveryRankQuickly) {
   EXPECT_NE(got[1], Status::kOk);
 }
 
+// Communicator::create with a rank that never comes (its exchanges go through the thread
+// bootstrap): the others fail within the bound naming it, and when it does come late its create
+// fails at once instead of pairing with exchanges the others left.
+TEST(ThreadBootstrapFault, CreateWithARankThatComesTooLate) {
+  test::ScopedEnv env("TPCOMM_TIMEOUT_MS", std::to_string(kBoundMs).c_str());
+  const int n = 3, late = 2;
+  auto group = ThreadGroup::create(n);
+  std::atomic<int> gaveUp{0};
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      std::unique_ptr<Bootstrap> bs;
+      ASSERT_EQ(makeThreadBootstrap(group, r, &bs), Status::kOk);
+      if (r == late)
+        while (gaveUp < n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      auto start = Clock::now();
+      std::unique_ptr<Communicator> comm;
+      Status s = Communicator::create(*bs, -1, Config{}, &comm);
+      std::string msg = lastErrorMessage();
+      EXPECT_NE(s, Status::kOk) << "rank " << r;
+      EXPECT_EQ(comm, nullptr);
+      if (r == late) {
+        EXPECT_EQ(s, Status::kRemoteError) << msg;
+        EXPECT_LT(msSince(start), kBoundMs / 2.0) << "a late rank should fail at once";
+      } else {
+        EXPECT_TRUE(s == Status::kTimeout || s == Status::kRemoteError) << statusName(s);
+        EXPECT_NE(msg.find("rank(s) 2"), std::string::npos) << "rank " << r << ": " << msg;
+        EXPECT_LE(msSince(start), 4.0 * kBoundMs);
+        ++gaveUp;
+      }
+    });
+  for (auto& t : ts) t.join();
+}
+
 }  // namespace
 }  // namespace tpcomm
