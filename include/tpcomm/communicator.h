@@ -103,6 +103,14 @@ class Communicator {
   /// Tears the communicator down (collective). Later calls return kInvalidArgument.
   Status destroy();
 
+  /// Tears this rank's side down without its peers (like ncclCommAbort): local, never waits for
+  /// a peer. It stops this rank's kernels (each polls the words abort sets, so they end within
+  /// microseconds, and within TPCOMM_TIMEOUT_MS in any case), waits for this device to drain,
+  /// then frees what is local (buffers, mappings of peers' memory, the NCCL communicator, aborted).
+  /// Use it when a peer died or a call timed out; peers must abort or destroy theirs too. Later
+  /// calls return kInvalidArgument.
+  Status abort();
+
   /// Name of the algorithm that ran the last collective ("staged_host", "oneshot_p2p", ...).
   const char* lastAlgorithm() const;
 

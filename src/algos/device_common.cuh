@@ -57,11 +57,18 @@ struct PackOf {
     for (int i = 0; i < kElems; ++i) e[i] = Elem<T>::fromFloat(f[i]);
     return p;
   }
+  // A reduction's operand: -0.0 reads as +0.0 (kZeroRule, host_reduce.cc): a zero result is +0.0
+  // on every algorithm and rank, whatever the order or the op.
+  __device__ static void toFloatsForReduce(const Pack& p, float (&f)[kElems]) {
+    toFloats(p, f);
+#pragma unroll
+    for (int i = 0; i < kElems; ++i) f[i] = __fadd_rn(f[i], 0.0f);
+  }
   // acc = acc op v, elementwise in fp32.
   template <int Op>
   __device__ static void accumulate(float (&acc)[kElems], const Pack& v) {
     float f[kElems];
-    toFloats(v, f);
+    toFloatsForReduce(v, f);
 #pragma unroll
     for (int i = 0; i < kElems; ++i) acc[i] = combine<Op>(acc[i], f[i]);
   }

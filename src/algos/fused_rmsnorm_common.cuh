@@ -151,6 +151,8 @@ __device__ __forceinline__ void reduceUnit(int me, int nRanks, SrcFn srcAt, size
     loadUnit<T, kVec, false>(srcAt(0), u, n, acc);
   else
     loadUnit<T, kVec, true>(srcAt(0), u, n, acc);
+#pragma unroll
+  for (int k = 0; k < kUnit; ++k) acc[k] = __fadd_rn(acc[k], 0.0f);  // -0.0 reads as +0.0 (kZeroRule)
   for (int r = 1; r < nRanks; ++r) {
     if (r == me)
       loadUnit<T, kVec, false>(srcAt(r), u, n, v);

@@ -141,6 +141,11 @@ void storeFromFloat(void* buf, size_t i, DataType dtype, float v) {
 
 namespace {
 
+// kZeroRule (docs/determinism.md): every tpcomm algorithm reads a -0.0 input as +0.0 (x + 0.0f,
+// which leaves every other value, NaN included, unchanged), so a zero result is +0.0 whatever the
+// algorithm, the rank order or the op. For a sum, normalising the first operand is enough (an
+// exact zero sum is +0 unless every operand is -0); max and min normalise every operand, since
+// fmax/fmin may return either zero.
 inline float combine(float a, float b, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum: return a + b;
@@ -163,13 +168,13 @@ void reduce16(size_t count, int n, ReduceOp op, const char* const* s, Widen wide
   for (size_t base = 0; base < count; base += kBlock) {
     size_t len = count - base < kBlock ? count - base : kBlock;
     const char* __restrict s0 = s[0] + base * 2;
-    for (size_t i = 0; i < len; ++i) acc[i] = widen(load16(s0, i));
+    for (size_t i = 0; i < len; ++i) acc[i] = widen(load16(s0, i)) + 0.0f;  // -0 reads as +0 (kZeroRule)
     for (int r = 1; r < n; ++r) {
       const char* __restrict sr = s[r] + base * 2;
       if (op == ReduceOp::kSum) {
         for (size_t i = 0; i < len; ++i) acc[i] += widen(load16(sr, i));
       } else {
-        for (size_t i = 0; i < len; ++i) wide[i] = widen(load16(sr, i));
+        for (size_t i = 0; i < len; ++i) wide[i] = widen(load16(sr, i)) + 0.0f;
         for (size_t i = 0; i < len; ++i) acc[i] = combine(acc[i], wide[i], op);
       }
     }
@@ -185,13 +190,13 @@ void reduceF32(size_t count, int n, ReduceOp op, const char* const* s, StoreBloc
   for (size_t base = 0; base < count; base += kBlock) {
     size_t len = count - base < kBlock ? count - base : kBlock;
     const char* s0 = s[0] + base * 4;
-    for (size_t i = 0; i < len; ++i) acc[i] = loadF32(s0, i);
+    for (size_t i = 0; i < len; ++i) acc[i] = loadF32(s0, i) + 0.0f;  // -0 reads as +0 (kZeroRule)
     for (int r = 1; r < n; ++r) {
       const char* sr = s[r] + base * 4;
       if (op == ReduceOp::kSum) {
         for (size_t i = 0; i < len; ++i) acc[i] += loadF32(sr, i);
       } else {
-        for (size_t i = 0; i < len; ++i) acc[i] = combine(acc[i], loadF32(sr, i), op);
+        for (size_t i = 0; i < len; ++i) acc[i] = combine(acc[i], loadF32(sr, i) + 0.0f, op);
       }
     }
     storeBlock(base, acc, len);

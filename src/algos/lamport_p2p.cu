@@ -103,11 +103,12 @@ __device__ __forceinline__ void storeUserPack(void* base, size_t i, size_t count
 template <typename T, int Op, bool kVec>
 __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
   constexpr int kEpp = PackOf<T>::kElems;
-  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
   const int me = p.rank, n = p.nRanks;
   char* local = p.peers[me];
   dev::pdlLaunchDependents();
   dev::pdlWait();  // inputs, the epoch and the used-bytes words may come from the previous kernel
+  uint64_t deadline;
+  if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing (p2p_common.cuh)
   const dev::LamportRound round(p);
   const int buf = round.buf;
   const size_t packs = (p.count + kEpp - 1) / kEpp;  // the last one may be partial
@@ -118,26 +119,33 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
   for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
     Pack v = dev::lamportScrub<T>(loadUserPack<T, kVec>(p.send, i, p.count));
     for (int r = 0; r < n; ++r)
-      if (r != me) round.slot(p.peers[r], buf, me)[i] = v;
+      if (r != me) dev::storeVolatilePack(round.slot(p.peers[r], buf, me) + i, v);
   }
-  // 2. poll and reduce
-  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+  // 2. poll and reduce. The rank's own contribution is scrubbed like the copies its peers got,
+  // so every rank reduces the same values (a -0.0 of its own would otherwise meet its peers'
+  // +0.0 copies of theirs, and max/min could pick a zero's sign by rank).
+  bool ok = true;
+  for (size_t i = lo + threadIdx.x; ok && i < hi; i += blockDim.x) {
     Pack in[kMaxP2pRanks];
-    for (int r = 0; r < n; ++r) {
+    for (int r = 0; ok && r < n; ++r) {
       if (r == me) {
-        in[r] = loadUserPack<T, kVec>(p.send, i, p.count);
+        in[r] = dev::lamportScrub<T>(loadUserPack<T, kVec>(p.send, i, p.count));
         continue;
       }
       const Pack* q = round.slot(local, buf, r) + i;
       Pack v = __ldcv(q);
-      if (!dev::lamportWait(q, v, deadline, p.errorWord, r)) return;
+      ok = dev::lamportWait(p, q, v, deadline, r);
       in[r] = v;
     }
+    if (!ok) break;
     float acc[kEpp];
-    PackOf<T>::toFloats(in[0], acc);
+    PackOf<T>::toFloatsForReduce(in[0], acc);
     for (int r = 1; r < n; ++r) PackOf<T>::template accumulate<Op>(acc, in[r]);
     storeUserPack<T, kVec>(p.recv, i, p.count, PackOf<T>::fromFloats(acc));
   }
+  // A thread whose wait failed leaves with the whole block: none may stop short of a barrier
+  // the others reach (clearPrevious and finish synchronise the block).
+  if (__syncthreads_or(!ok)) return;
   // 3. clear the buffer read in the previous call
   round.clearPrevious(local, n, me);
   round.finish(packs * sizeof(Pack));  // padded: peers wrote whole packs
@@ -181,11 +189,12 @@ template <typename T>
 __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLaunch f) {
   constexpr int kEpp = PackOf<T>::kElems;
   const P2pLaunch& p = f.p2p;
-  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
   const int me = p.rank, n = p.nRanks;
   char* local = p.peers[me];
   dev::pdlLaunchDependents();
   dev::pdlWait();  // inputs, residual, the epoch and the used-bytes words may come from the previous kernel
+  uint64_t deadline;
+  if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing (p2p_common.cuh)
   const dev::LamportRound round(p);
   const int buf = round.buf;
   const Pack* src = static_cast<const Pack*>(p.send);
@@ -200,7 +209,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
   for (size_t i = rowLo * packsPerRow + threadIdx.x; i < rowHi * packsPerRow; i += blockDim.x) {
     Pack v = dev::lamportScrub<T>(src[i]);
     for (int r = 0; r < n; ++r)
-      if (r != me) round.slot(p.peers[r], buf, me)[i] = v;
+      if (r != me) dev::storeVolatilePack(round.slot(p.peers[r], buf, me) + i, v);
   }
   // 2. poll, reduce, normalise
   bool failed = false;
@@ -214,14 +223,14 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
           for (int r = 0; r < n; ++r) {
             Pack v;
             if (r == me) {
-              v = src[i];
+              v = dev::lamportScrub<T>(src[i]);  // as its peers received it (the plain kernel's rule)
             } else {
               const Pack* q = round.slot(local, buf, r) + i;
               v = __ldcv(q);
-              if (!failed && !dev::lamportWait(q, v, deadline, p.errorWord, r)) failed = true;
+              if (!failed && !dev::lamportWait(p, q, v, deadline, r)) failed = true;
             }
             if (r == 0)
-              PackOf<T>::toFloats(v, acc);
+              PackOf<T>::toFloatsForReduce(v, acc);
             else
               PackOf<T>::template accumulate<0>(acc, v);
           }

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "common/error.h"
+#include "common/residency.h"
 #include "tpcomm/types.h"
 
 namespace tpcomm {
@@ -59,10 +60,16 @@ cudaError_t launch(Kernel kernel, unsigned blocks, unsigned threads, bool pdl, c
 // to go idle: a P2P kernel already spinning on a peer whose launch comes later from the same
 // thread (createGroup, a grouped call) then never finishes until its timeout. So every kernel a
 // communicator may launch is loaded when the communicator is created (Algorithm::preload()).
+// It also records how many of its 512-thread blocks an SM holds (common/residency.h): every
+// tpcomm kernel runs 512 threads per block.
 template <typename Kernel>
 cudaError_t preload(Kernel kernel) {
   cudaFuncAttributes attr;
-  return cudaFuncGetAttributes(&attr, kernel);
+  cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
+  int blocks = 0;
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, 512, 0);
+  if (e == cudaSuccess) noteResidentBlocksPerSm(blocks, 512);
+  return e;
 }
 
 // A launch's or preload's result as a Status naming `what` (e.g. "oneshot_p2p launch").

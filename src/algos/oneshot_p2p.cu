@@ -40,10 +40,11 @@ constexpr int kThreads = 512;
 template <typename T, int Op, bool kVec>
 __global__ void __launch_bounds__(kThreads) oneshotKernel(P2pLaunch p) {
   constexpr int kEpp = PackOf<T>::kElems;
-  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
   const int me = p.rank, n = p.nRanks;
   dev::pdlLaunchDependents();
   dev::pdlWait();  // inputs and the epoch may come from the previous kernel
+  uint64_t deadline;
+  if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing (p2p_common.cuh)
   uint64_t* epochPtr = dev::epochAt(p.peers[me], p.layout, kP2pOneshot, blockIdx.x);
   const uint64_t epoch = *epochPtr + 1;
   const size_t bufOff = p.layout.oneshotOffset + (epoch & 1) * p.layout.oneshotBufferBytes();
@@ -99,10 +100,11 @@ using dev::Pack;
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(kRmsNormThreads) fusedOneshotKernel(FusedP2pLaunch f) {
   const P2pLaunch& p = f.p2p;
-  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
   const int me = p.rank, n = p.nRanks;
   dev::pdlLaunchDependents();
   dev::pdlWait();  // inputs, residual and the epoch may come from the previous kernel
+  uint64_t deadline;
+  if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing (p2p_common.cuh)
   uint64_t* epochPtr = dev::epochAt(p.peers[me], p.layout, kP2pOneshot, blockIdx.x);
   const uint64_t epoch = *epochPtr + 1;
   const size_t bufOff = p.layout.oneshotOffset + (epoch & 1) * p.layout.oneshotBufferBytes();

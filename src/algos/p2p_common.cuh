@@ -26,10 +26,60 @@ __device__ __forceinline__ uint64_t* epochAt(char* base, const P2pLayout& l, int
   return reinterpret_cast<uint64_t*>(base + l.epochsOffset) + static_cast<size_t>(algo) * l.maxBlocks + block;
 }
 
+// The poison word (P2pLayout::poisonOffset in every rank's buffer). A kernel whose bounded wait
+// for a peer expires writes AsyncError::encode(kTimeout, missing peer) into its own poison word
+// and every peer's (plain stores, made visible by a system fence), and into its error word. Every
+// P2P kernel reads its own poison word after griddepcontrol.wait and before its first push
+// (p2pBegin): once a wait expired, the per-block epochs of the ranks are out of step for good,
+// so a poisoned communicator does nothing (its outputs are left untouched) and reports kTimeout,
+// graph replays included. Waits read it too, so a peer's expiry ends them early.
+__device__ __forceinline__ uint32_t* poisonAt(char* base, const P2pLayout& l) {
+  return reinterpret_cast<uint32_t*>(base + l.poisonOffset);
+}
+
+__device__ __forceinline__ void p2pPoison(const P2pLaunch& p, int missing) {
+  const uint32_t code = static_cast<uint32_t>(Status::kTimeout) | (static_cast<uint32_t>(missing + 1) << 16);
+  for (int r = 0; r < p.nRanks; ++r) *reinterpret_cast<volatile uint32_t*>(poisonAt(p.peers[r], p.layout)) = code;
+  __threadfence_system();
+  atomicCAS_system(p.errorWord, 0u, code);
+}
+
+// Opening of every P2P kernel, after pdlWait(): false (for the whole block) when the
+// communicator is poisoned (the poison is then copied into this rank's error word, so its host
+// reports it); else the deadline of this call's waits, counted from now: the time spent waiting
+// for the previous kernel (PDL) is not a wait for a peer.
+__device__ __forceinline__ bool p2pBegin(const P2pLaunch& p, uint64_t* deadline) {
+  __shared__ uint32_t poison;
+  if (threadIdx.x == 0) {
+    poison = loadVolatile(poisonAt(p.peers[p.rank], p.layout));
+    if (poison != 0) atomicCAS_system(p.errorWord, 0u, poison);
+  }
+  __syncthreads();
+  *deadline = globalTimerNs() + p.timeoutNs;
+  return poison == 0;
+}
+
+// Spins until *flag >= target; false once the communicator is poisoned or, past the deadline,
+// after poisoning it (naming `peer`). One thread per flag.
+__device__ __forceinline__ bool p2pWaitFlag(const P2pLaunch& p, const uint64_t* flag, uint64_t target,
+                                            uint64_t deadlineNs, int peer) {
+  const uint32_t* poison = poisonAt(p.peers[p.rank], p.layout);
+  for (uint32_t spin = 0; loadAcquireSys(flag) < target; ++spin) {
+    if ((spin & 1023u) == 1023u) {
+      if (loadVolatile(poison) != 0) return false;
+      if (globalTimerNs() > deadlineNs) {
+        p2pPoison(p, peer);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 // Block-level barrier with every peer's block of the same index: make this block's earlier
 // writes (pushes into peers) visible, release `value` into each peer's flag[algo][me][block],
 // then acquire flag[algo][r][block] >= value for every peer r. Returns false (for the whole
-// block) on timeout. One thread per peer signals and waits, so the round trips overlap.
+// block) on timeout or poison. One thread per peer signals and waits, so the round trips overlap.
 __device__ __forceinline__ bool peerBarrier(const P2pLaunch& p, int algo, uint64_t value, uint64_t deadline) {
   __shared__ int failed;
   if (threadIdx.x == 0) failed = 0;
@@ -37,8 +87,7 @@ __device__ __forceinline__ bool peerBarrier(const P2pLaunch& p, int algo, uint64
   const int r = threadIdx.x;
   if (r < p.nRanks && r != p.rank) storeReleaseSys(flagAt(p.peers[r], p.layout, algo, p.rank, blockIdx.x), value);
   if (r < p.nRanks && r != p.rank) {
-    if (!waitFlagAtLeast(flagAt(p.peers[p.rank], p.layout, algo, r, blockIdx.x), value, deadline, p.errorWord, r))
-      failed = 1;
+    if (!p2pWaitFlag(p, flagAt(p.peers[p.rank], p.layout, algo, r, blockIdx.x), value, deadline, r)) failed = 1;
   }
   __syncthreads();
   return failed == 0;
@@ -81,13 +130,13 @@ __device__ __forceinline__ Pack reduceRanksPack(int n, int me, const T* own, Fro
     return r == me ? *reinterpret_cast<const Pack*>(own + i) : __ldcg(reinterpret_cast<const Pack*>(from(r) + i));
   };
   float acc[PackOf<T>::kElems];
-  PackOf<T>::toFloats(at(0), acc);
+  PackOf<T>::toFloatsForReduce(at(0), acc);
   for (int r = 1; r < n; ++r) PackOf<T>::template accumulate<Op>(acc, at(r));
   return PackOf<T>::fromFloats(acc);
 }
 template <typename T, int Op, typename FromFn>
 __device__ __forceinline__ T reduceRanksElem(int n, int me, const T* own, FromFn from, size_t i) {
-  auto at = [&](int r) { return Elem<T>::toFloat(r == me ? own[i] : loadUncached(from(r) + i)); };
+  auto at = [&](int r) { return __fadd_rn(Elem<T>::toFloat(r == me ? own[i] : loadUncached(from(r) + i)), 0.0f); };
   float acc = at(0);
   for (int r = 1; r < n; ++r) acc = combine<Op>(acc, at(r));
   return Elem<T>::fromFloat(acc);
@@ -113,18 +162,29 @@ __device__ __forceinline__ bool lamportArrived(const Pack& v) {
   return v.x != kLamportSentinel && v.y != kLamportSentinel && v.z != kLamportSentinel && v.w != kLamportSentinel;
 }
 
-// Spins on a peer's pack at q (v holds a first ld.global.cv of it) until it has arrived; false,
-// with a timeout of `peer` reported, once past the deadline.
-__device__ __forceinline__ bool lamportWait(const Pack* q, Pack& v, uint64_t deadlineNs, uint32_t* errorWord,
-                                            int peer) {
+// Spins on a peer's pack at q (v holds a first ld.global.cv of it) until it has arrived; false
+// once the communicator is poisoned or, past the deadline, after poisoning it (naming `peer`).
+__device__ __forceinline__ bool lamportWait(const P2pLaunch& p, const Pack* q, Pack& v, uint64_t deadlineNs, int peer) {
   for (uint32_t spin = 0; !lamportArrived(v); ++spin) {
-    if ((spin & 1023u) == 1023u && globalTimerNs() > deadlineNs) {
-      reportTimeout(errorWord, peer);
-      return false;
+    if ((spin & 1023u) == 1023u) {
+      if (loadVolatile(poisonAt(p.peers[p.rank], p.layout)) != 0) return false;
+      if (globalTimerNs() > deadlineNs) {
+        p2pPoison(p, peer);
+        return false;
+      }
     }
     v = __ldcv(q);
   }
   return true;
+}
+
+// Lamport's pushes and clears: 16-byte stores marked volatile (relaxed, system scope), so the
+// argument that a clear lands before the next call's writes (lamport_p2p.cu) holds in the PTX
+// memory model, not only in practice. Same instruction count as a weak vector store.
+__device__ __forceinline__ void storeVolatilePack(Pack* dst, const Pack& v) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w)
+               : "memory");
 }
 
 // One call's view of the Lamport triple buffer (the protocol is in lamport_p2p_kernel.cu),
@@ -163,7 +223,7 @@ struct LamportRound {
     for (int r = 0; r < n; ++r) {
       if (r == me) continue;
       Pack* q = slot(local, clearBuf, r);
-      for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) q[i] = s;
+      for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) storeVolatilePack(q + i, s);
     }
   }
 

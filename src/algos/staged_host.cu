@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLa
         float acc[kEpp];
         Pack first = me == 0 ? *reinterpret_cast<const Pack*>(src + c0 + i)
                              : __ldcv(reinterpret_cast<const Pack*>(slotOf(0) + i));
-        PackOf<T>::toFloats(first, acc);
+        PackOf<T>::toFloatsForReduce(first, acc);
         for (int r = 1; r < n; ++r) {
           Pack v = r == me ? *reinterpret_cast<const Pack*>(src + c0 + i)
                            : __ldcv(reinterpret_cast<const Pack*>(slotOf(r) + i));
@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLa
       }
       for (size_t i = vend + threadIdx.x; i < pe; i += kThreads) {
         auto load = [&](int r) {
-          return dev::Elem<T>::toFloat(r == me ? src[c0 + i] : dev::loadUncached(slotOf(r) + i));
+          return __fadd_rn(dev::Elem<T>::toFloat(r == me ? src[c0 + i] : dev::loadUncached(slotOf(r) + i)), 0.0f);
         };
         float acc = load(0);
         for (int r = 1; r < n; ++r) acc = dev::combine<Op>(acc, load(r));

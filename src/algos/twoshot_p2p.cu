@@ -57,11 +57,12 @@ constexpr int kThreads = 512;
 template <typename T, int Op, bool kVec>
 __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
   constexpr int kEpp = PackOf<T>::kElems;
-  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
   const int me = p.rank, n = p.nRanks, b = blockIdx.x, nb = gridDim.x;
   const P2pLayout& L = p.layout;
   dev::pdlLaunchDependents();
   dev::pdlWait();  // inputs and the epoch may come from the previous kernel
+  uint64_t deadline;
+  if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing (p2p_common.cuh)
   uint64_t* epochPtr = dev::epochAt(p.peers[me], L, kP2pTwoshot, b);
   uint64_t epoch = *epochPtr;
   const T* src = static_cast<const T*>(p.send);
@@ -167,11 +168,12 @@ template <typename T, bool kVec>
 __global__ void __launch_bounds__(kRmsNormThreads) fusedTwoshotKernel(FusedP2pLaunch f) {
   constexpr int kUnit = dev::NormShape<T>::kUnit;
   const P2pLaunch& p = f.p2p;
-  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
   const int me = p.rank, n = p.nRanks, b = blockIdx.x, nb = gridDim.x;
   const P2pLayout& L = p.layout;
   dev::pdlLaunchDependents();
   dev::pdlWait();  // inputs, residual and the epoch may come from the previous kernel
+  uint64_t deadline;
+  if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing (p2p_common.cuh)
   uint64_t* epochPtr = dev::epochAt(p.peers[me], L, kP2pTwoshot, b);
   uint64_t epoch = *epochPtr;
   const T* src = static_cast<const T*>(p.send);

@@ -13,6 +13,7 @@
 #include "collectives/registry.h"
 #include "common/error.h"
 #include "common/params.h"
+#include "common/residency.h"
 #include "topology/probe.h"
 #include "transports/cuda_p2p.h"
 #include "transports/host_staged.h"
@@ -72,11 +73,23 @@ Status bringUpP2p(Bootstrap& bs, AlgoContext* c, TransportReport* report) {
   return keepIfAll(bs, s, &t, &c->p2p, &report->p2p);
 }
 
+// Whether two ranks drive one GPU (TPCOMM_ALLOW_SHARED_DEVICE=1): NCCL refuses such a group.
+bool ranksShareAGpu(const Topology& t) {
+  for (int a = 0; a < t.nRanks(); ++a)
+    for (int b = a + 1; b < t.nRanks(); ++b)
+      if (t.ranks[a].hostId == t.ranks[b].hostId && t.ranks[a].busId == t.ranks[b].busId &&
+          t.ranks[a].cudaDevice >= 0)
+        return true;
+  return false;
+}
+
 Status bringUpNccl(Bootstrap& bs, const Config& config, AlgoContext* c, TransportReport* report) {
   const bool want = config.useNccl && paramInt(ParamId::kNccl) != 0;
   std::unique_ptr<NcclTransport> t;
   Status s;
-  if (config.ncclComm)
+  if (ranksShareAGpu(c->topo) && !config.ncclComm)
+    s = TPCOMM_ERROR(kNotSupported, "ranks share a GPU (NCCL needs one GPU per rank)");
+  else if (config.ncclComm)
     s = NcclTransport::adopt(envOf(bs, *c), config.ncclComm, &t);
   else
     s = want ? NcclTransport::create(envOf(bs, *c), &t)
@@ -224,6 +237,31 @@ Status preloadAlgorithms(Bootstrap& bs, const AlgoContext& ctx, const std::vecto
   TPCOMM_TRY(agree(bs, s == Status::kOk, &all));
   if (s != Status::kOk) return s;
   if (!all) return TPCOMM_ERROR(kCudaError, "create: loading tpcomm's kernels failed on another rank");
+  return Status::kOk;
+}
+
+Status checkResidency(Bootstrap& bs, const AlgoContext& c) {
+  Status s = Status::kOk;
+  if (c.device >= 0) {
+    const RankDevice& me = c.topo.ranks[c.rank];
+    int sharing = 0;  // ranks of this process on this GPU (createGroup, TPCOMM_ALLOW_SHARED_DEVICE)
+    for (const RankDevice& r : c.topo.ranks)
+      sharing += r.hostId == me.hostId && r.processId == me.processId && r.cudaDevice == me.cudaDevice;
+    const int staged = 2 * static_cast<int>(paramInt(ParamId::kStagedBlocks));  // both roles at once
+    const int grid = std::max({c.launch.p2pBlocks, c.launch.twoshotBlocks, staged});
+    const long long need = static_cast<long long>(grid) * sharing;
+    const long long capacity = static_cast<long long>(me.smCount) * residentBlocksPerSm();
+    if (me.smCount > 0 && residentBlocksPerSm() > 0 && need > capacity)
+      s = TPCOMM_INVALID(
+          "create: %d rank(s) on GPU %d need %lld resident blocks at once (largest grid %d: TPCOMM_P2P_BLOCKS %d, "
+          "TPCOMM_TWOSHOT_BLOCKS %d, 2 x TPCOMM_STAGED_BLOCKS %d), the GPU holds %lld (%d SMs x %d): lower them",
+          sharing, c.device, need, grid, c.launch.p2pBlocks, c.launch.twoshotBlocks, staged, capacity, me.smCount,
+          residentBlocksPerSm());
+  }
+  bool all;
+  TPCOMM_TRY(agree(bs, s == Status::kOk, &all));
+  if (s != Status::kOk) return s;
+  if (!all) return TPCOMM_INVALID("create: another rank's GPU cannot hold every block of a call at once");
   return Status::kOk;
 }
 

@@ -1,7 +1,7 @@
 // Communicator::create's steps, each collective over the bootstrap and agreed on every rank so
 // that every rank ends with the same algorithms and transports (or the same error):
 //   checkCreateArgs -> agreeOnSettings -> initContext (identity, topology, error word, launch
-//   settings) -> preloadAlgorithms -> bringUpTransports (one function per transport kind,
+//   settings) -> preloadAlgorithms -> checkResidency -> bringUpTransports (one function per transport kind,
 //   recording why one did not come up) -> setUpAlgorithms.
 #pragma once
 
@@ -32,6 +32,11 @@ void freeErrorWord(AlgoContext* ctx);
 /// Every algorithm's kernels loaded now (GPU ranks), agreed: a GPU without a kernel image for
 /// this build fails create on every rank.
 Status preloadAlgorithms(Bootstrap& bs, const AlgoContext& ctx, const std::vector<std::unique_ptr<Algorithm>>& algos);
+/// Every block of a call must be resident at once (the kernels spin on peers, and staged_host's
+/// two roles on each other): the largest grid times the ranks sharing this GPU must fit the GPU
+/// (SMs x blocks per SM of the most demanding kernel, recorded at preload). Agreed: a rank whose
+/// GPU is too small fails create on every rank, naming the parameter to lower.
+Status checkResidency(Bootstrap& bs, const AlgoContext& ctx);
 /// Brings up every transport kind this rank can have; one rank's failure drops that transport
 /// everywhere (its reason recorded in `report`). Only a caller's error (an engine's ncclComm that
 /// does not fit) fails create.

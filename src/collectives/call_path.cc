@@ -96,6 +96,48 @@ const Communicator::Impl::CachedSelection& lookupSelection(Communicator::Impl& i
   return hit->second;
 }
 
+// One communicator's calls share epochs, flags and scratch, so they must run in call order even
+// when the caller switches streams (NCCL orders one communicator's work the same way, and the
+// drop-in stands in for it): on a change of stream, the new stream waits for an event recorded
+// now on the previous one, after its last call. Inside a CUDA graph capture the wait is an
+// external-event node (capturable). A call that would have to order an eager stream after a
+// stream still capturing is refused: the previous call has not even been launched yet.
+Status followPreviousStream(Communicator::Impl& impl, CollArgs& a, const char* what) {
+#ifdef TPCOMM_HAVE_CUDA
+  if (!impl.haveLastStream || a.stream == impl.lastStream) {
+    impl.haveLastStream = true;
+    impl.lastStream = a.stream;
+    return Status::kOk;
+  }
+  cudaStreamCaptureStatus prev = cudaStreamCaptureStatusNone, next = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(impl.lastStream, &prev) != cudaSuccess) {
+    cudaGetLastError();  // the previous stream was destroyed: its work is already enqueued for good
+    prev = cudaStreamCaptureStatusNone;
+  } else if (prev == cudaStreamCaptureStatusNone) {
+    if (!impl.streamOrderEvent) {
+      cudaEvent_t e;
+      TPCOMM_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      impl.streamOrderEvent = e;
+    }
+    cudaEvent_t e = static_cast<cudaEvent_t>(impl.streamOrderEvent);
+    TPCOMM_CUDA_TRY(cudaEventRecord(e, impl.lastStream));
+    TPCOMM_CUDA_TRY(cudaStreamIsCapturing(a.stream, &next));
+    TPCOMM_CUDA_TRY(cudaStreamWaitEvent(a.stream, e, next == cudaStreamCaptureStatusActive ? cudaEventWaitExternal : 0));
+  } else {
+    return TPCOMM_INVALID(
+        "%s: called on another stream while the previous call's stream is capturing a CUDA graph: one "
+        "communicator's calls must be ordered; capture them on one stream (or end the capture first)",
+        what);
+  }
+  impl.lastStream = a.stream;
+#else
+  (void)impl;
+  (void)a;
+  (void)what;
+#endif
+  return Status::kOk;
+}
+
 }  // namespace
 
 void normGroupStarted() { ++tGroupDepth; }
@@ -121,6 +163,7 @@ Status runCollective(Communicator::Impl& impl, CollArgs& a, const NormArgs* norm
   if (c.device < 0 && a.stream != nullptr)
     return TPCOMM_INVALID(
         "%s: stream must be null on a host communicator (device -1): host collectives are synchronous", what);
+  if (c.device >= 0) TPCOMM_TRY(followPreviousStream(impl, a, what));
   const Communicator::Impl::CachedSelection& entry = lookupSelection(impl, a);
   // Until the capture status is known, only list[0] may run: it is the same algorithm in both
   // modes, and its run() does not depend on a.capturing (Algorithm::launchesOnly).

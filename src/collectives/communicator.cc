@@ -10,6 +10,7 @@
 #include "collectives/communicator_impl.h"
 #include "collectives/registry.h"
 #include "common/log.h"
+#include "common/params.h"
 #include "transports/cuda_p2p.h"
 #include "transports/host_staged.h"
 #include "transports/multicast.h"
@@ -39,6 +40,20 @@ Status validateCall(const char* what, const void* send, const void* recv, size_t
   size_t limit = SIZE_MAX / dataTypeSize(dtype) / (perRank ? static_cast<size_t>(nRanks) : 1);
   if (count > limit) return TPCOMM_INVALID("%s: count %zu overflows the byte size of the buffers", what, count);
   return Status::kOk;
+}
+
+// send and recv may be the same buffer (in place: for reduceScatter recv = send + rank's piece,
+// for allGather send = recv + rank's piece, as NCCL has it) or apart; any other overlap would read
+// what the call already wrote, silently wrong, so it is refused.
+Status checkOverlap(const char* what, const void* send, size_t sendBytes, const void* recv, size_t recvBytes,
+                    const void* inPlaceAt) {
+  const uintptr_t s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
+  const bool apart = s + sendBytes <= r || r + recvBytes <= s;
+  if (apart || send == recv || send == inPlaceAt || recv == inPlaceAt) return Status::kOk;
+  return TPCOMM_INVALID(
+      "%s: send [%p, +%zu) and recv [%p, +%zu) overlap without being in place: expected the same buffer or "
+      "disjoint ones",
+      what, send, sendBytes, recv, recvBytes);
 }
 
 Status validateNorm(const char* what, const void* in, void* residual, const void* weight, float eps, void* out,
@@ -79,7 +94,32 @@ CollArgs collArgs(CollKind kind, const void* send, void* recv, size_t count, Dat
 Communicator::Impl::~Impl() {
   algos.clear();  // algorithms first: they point into the context's transports
   if (ctx) freeErrorWord(ctx.get());
+#ifdef TPCOMM_HAVE_CUDA
+  if (streamOrderEvent) cudaEventDestroy(static_cast<cudaEvent_t>(streamOrderEvent));
+#endif
 }
+
+namespace {
+
+// Frees what one rank owns, peers not consulted: algorithms first (they point into the
+// transports), then the transports, the error word and the stream-order event.
+void releaseLocal(Communicator::Impl& impl) {
+  AlgoContext& c = *impl.ctx;
+  impl.algos.clear();
+  impl.algoList.clear();
+  c.nccl.reset();
+  c.multicast.reset();
+  c.p2p.reset();
+  c.hostStaged.reset();
+  freeErrorWord(&c);
+#ifdef TPCOMM_HAVE_CUDA
+  if (impl.streamOrderEvent) cudaEventDestroy(static_cast<cudaEvent_t>(impl.streamOrderEvent));
+#endif
+  impl.streamOrderEvent = nullptr;
+  impl.destroyed = true;
+}
+
+}  // namespace
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -101,6 +141,7 @@ Status Communicator::create(Bootstrap& bootstrap, int device, const Config& conf
   impl->algos = makeAlgorithms(impl->ctx.get());
   impl->algoList = rawList(impl->algos);
   TPCOMM_TRY(preloadAlgorithms(bootstrap, *impl->ctx, impl->algos));
+  TPCOMM_TRY(checkResidency(bootstrap, *impl->ctx));
   TPCOMM_TRY(bringUpTransports(bootstrap, config, impl->ctx.get(), &impl->transports));
   TPCOMM_TRY(setUpAlgorithms(bootstrap, impl->algos));
   if (impl->ctx->rank == 0 && logEnabled(LogLevel::kInfo, kInit)) {
@@ -121,7 +162,10 @@ Status Communicator::createGroup(const std::vector<int>& devices, const Config& 
     if (devices[i] < 0)
       return TPCOMM_INVALID("createGroup: devices[%zu] = %d: expected a CUDA device index >= 0", i, devices[i]);
     for (size_t j = 0; j < i; ++j)
-      if (devices[j] == devices[i]) return TPCOMM_INVALID("createGroup: device %d appears twice", devices[i]);
+      if (devices[j] == devices[i] && paramInt(ParamId::kAllowSharedDevice) == 0)
+        return TPCOMM_INVALID(
+            "createGroup: device %d appears twice: one GPU per rank (TPCOMM_ALLOW_SHARED_DEVICE=1 lets tests share one)",
+            devices[i]);
   }
   const int n = static_cast<int>(devices.size());
   auto group = ThreadGroup::create(n);
@@ -159,6 +203,8 @@ Status Communicator::allReduce(const void* send, void* recv, size_t count, DataT
   TPCOMM_TRY(enter(*this, impl_.get(), "allReduce"));
   DeviceGuard guard(impl_->ctx->device);
   TPCOMM_TRY(validateCall("allReduce", send, recv, count, dtype, op, impl_->ctx->nRanks, false));
+  const size_t bytes = count * dataTypeSize(dtype);
+  TPCOMM_TRY(checkOverlap("allReduce", send, bytes, recv, bytes, send));
   CollArgs a = collArgs(CollKind::kAllReduce, send, recv, count, dtype, op, stream);
   return runCollective(*impl_, a, nullptr, "allReduce");
 }
@@ -168,6 +214,9 @@ Status Communicator::reduceScatter(const void* send, void* recv, size_t recvCoun
   TPCOMM_TRY(enter(*this, impl_.get(), "reduceScatter"));
   DeviceGuard guard(impl_->ctx->device);
   TPCOMM_TRY(validateCall("reduceScatter", send, recv, recvCount, dtype, op, impl_->ctx->nRanks, true));
+  const size_t piece = recvCount * dataTypeSize(dtype);
+  TPCOMM_TRY(checkOverlap("reduceScatter", send, piece * impl_->ctx->nRanks, recv, piece,
+                          static_cast<const char*>(send) + piece * impl_->ctx->rank));
   CollArgs a = collArgs(CollKind::kReduceScatter, send, recv, recvCount, dtype, op, stream);
   return runCollective(*impl_, a, nullptr, "reduceScatter");
 }
@@ -176,6 +225,9 @@ Status Communicator::allGather(const void* send, void* recv, size_t sendCount, D
   TPCOMM_TRY(enter(*this, impl_.get(), "allGather"));
   DeviceGuard guard(impl_->ctx->device);
   TPCOMM_TRY(validateCall("allGather", send, recv, sendCount, dtype, ReduceOp::kSum, impl_->ctx->nRanks, true));
+  const size_t piece = sendCount * dataTypeSize(dtype);
+  TPCOMM_TRY(checkOverlap("allGather", send, piece, recv, piece * impl_->ctx->nRanks,
+                          static_cast<char*>(recv) + piece * impl_->ctx->rank));
   CollArgs a = collArgs(CollKind::kAllGather, send, recv, sendCount, dtype, ReduceOp::kSum, stream);
   return runCollective(*impl_, a, nullptr, "allGather");
 }
@@ -250,16 +302,39 @@ Status Communicator::destroy() {
 #endif
     // No peer may still read our buffers when we free them.
     if (c.nRanks > 1 && impl_->bootstrap && !impl_->ownedBootstrap) result = impl_->bootstrap->barrier();
-    impl_->algos.clear();
-    impl_->algoList.clear();
-    c.nccl.reset();
-    c.multicast.reset();
-    c.p2p.reset();
-    c.hostStaged.reset();
-    freeErrorWord(&c);
+    releaseLocal(*impl_);
   }
-  impl_->destroyed = true;
   return result;
+}
+
+Status Communicator::abort() {
+  clearError();
+  if (!impl_ || impl_->destroyed) return TPCOMM_INVALID("abort: the communicator was already destroyed");
+  AlgoContext& c = *impl_->ctx;
+  DeviceGuard guard(c.device);
+  // Every wait of this rank's kernels polls the error word (host memory, staged_host and
+  // multicast) or the poison word (device memory, the P2P kernels): setting both ends them now.
+  if (c.asyncError.word && *c.asyncError.word == 0) *c.asyncError.word = AsyncError::encode(Status::kRemoteError, -1);
+#ifdef TPCOMM_HAVE_CUDA
+  if (c.device >= 0) {
+    if (c.p2p) {
+      static const uint32_t kAborted = AsyncError::encode(Status::kRemoteError, -1);
+      cudaStream_t s = nullptr;
+      if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess) {
+        // A copy on its own stream runs beside a spinning kernel (copy engine).
+        cudaMemcpyAsync(c.p2p->base(c.rank) + c.p2p->layout().poisonOffset, &kAborted, sizeof(kAborted),
+                        cudaMemcpyHostToDevice, s);
+        cudaStreamSynchronize(s);
+        cudaStreamDestroy(s);
+      }
+    }
+    if (c.nccl) c.nccl->abort();
+    cudaDeviceSynchronize();  // bounded: every kernel of this rank has just been told to stop
+    cudaGetLastError();
+  }
+#endif
+  releaseLocal(*impl_);
+  return Status::kOk;
 }
 
 const char* Communicator::lastAlgorithm() const { return impl_ ? impl_->lastAlgorithm : "none"; }

@@ -30,6 +30,11 @@ struct Communicator::Impl {
   TransportReport transports;
   const char* lastAlgorithm = "none";  // an algorithm's name() (static storage)
   bool destroyed = false;
+  // The stream of the previous GPU call and the event that orders a call on another stream after
+  // it (call_path.cc, followPreviousStream).
+  bool haveLastStream = false;
+  cudaStream_t lastStream = nullptr;
+  void* streamOrderEvent = nullptr;  // cudaEvent_t, made at the first change of stream
 
   // Selections already made, by call shape (kind, dtype, op, bytes), for both stream modes: the
   // selector is pure, so a decode loop that repeats the same few sizes pays for it once.

@@ -200,7 +200,17 @@ Status probeLinkRow(int me, const std::vector<RankRecord>& records, const Machin
       continue;
     }
     if (ia == ib) {
-      copyText(l.why, sizeof(l.why), "two ranks on one GPU");
+      // Two ranks on one GPU (createGroup with TPCOMM_ALLOW_SHARED_DEVICE=1, for tests): the
+      // same memory, reachable without any link, so P2P "verified" trivially; "self" keeps the
+      // pair out of every link-based choice (NCCL refuses such a pair).
+      if (paramInt(ParamId::kAllowSharedDevice) != 0) {
+        l.kind = static_cast<int32_t>(LinkKind::kSelf);
+        l.p2pVerified = 1;
+        l.canAccessPeer = 1;
+        copyText(l.why, sizeof(l.why), "two ranks on one GPU (TPCOMM_ALLOW_SHARED_DEVICE=1)");
+      } else {
+        copyText(l.why, sizeof(l.why), "two ranks on one GPU");
+      }
       continue;
     }
     PeerLink pl = decideLink(m, ia, ib);

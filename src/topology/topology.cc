@@ -69,7 +69,9 @@ bool Topology::allPairsP2p() const {
     for (int b = 0; b < nRanks(); ++b) {
       if (a == b) continue;
       const PeerLink& l = links[a][b];
-      bool p2pKind = l.kind == LinkKind::kPcieP2p || l.kind == LinkKind::kNvlink || l.kind == LinkKind::kNvswitch;
+      // kSelf between two ranks: both on one GPU (TPCOMM_ALLOW_SHARED_DEVICE=1).
+      bool p2pKind = l.kind == LinkKind::kPcieP2p || l.kind == LinkKind::kNvlink || l.kind == LinkKind::kNvswitch ||
+                     l.kind == LinkKind::kSelf;
       if (!p2pKind || !l.p2pVerified) return false;
     }
   return allGpu() && singleNode();

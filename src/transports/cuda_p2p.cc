@@ -29,8 +29,9 @@ P2pLayout P2pLayout::make(int nRanks, int maxBlocks, size_t lamportBytes, size_t
   l.flagsOffset = off;
   off = alignUp(off + sizeof(uint64_t) * kP2pAlgoCount * nRanks * maxBlocks, 4096);
   l.epochsOffset = off;
-  // + 3 words: bytes used per Lamport buffer.
-  off = alignUp(off + sizeof(uint64_t) * (kP2pAlgoCount * maxBlocks + 3), 4096);
+  // + 3 words: bytes used per Lamport buffer; then the poison word.
+  l.poisonOffset = off + sizeof(uint64_t) * (kP2pAlgoCount * maxBlocks + 3);
+  off = alignUp(l.poisonOffset + sizeof(uint64_t), 4096);
   l.lamportOffset = off;
   off = alignUp(off + 3 * l.lamportBufferBytes(), 4096);
   l.oneshotOffset = off;
@@ -100,7 +101,7 @@ Status CudaP2pTransport::create(const TransportEnv& ctx, const Sizes& sizes, std
       t->peers_[r] = static_cast<char*>(p);
     } else {
       int peerDev = topo.ranks[r].cudaDevice;
-      cudaError_t e = cudaDeviceEnablePeerAccess(peerDev, 0);
+      cudaError_t e = peerDev == ctx.device ? cudaSuccess : cudaDeviceEnablePeerAccess(peerDev, 0);
       if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) {
         cudaGetLastError();
         return TPCOMM_ERROR(kNotSupported, "cuda_p2p: cudaDeviceEnablePeerAccess(%d -> %d): %s", ctx.device, peerDev,

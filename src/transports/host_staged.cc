@@ -28,8 +28,12 @@ size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 struct HostStagedTransport::Header {
   uint64_t magic;
-  alignas(64) std::atomic<uint32_t> arrived;
-  alignas(64) std::atomic<uint32_t> generation;
+  // The barrier, one word so that completing a round and breaking it are one atomic choice:
+  // bits 0..31 ranks arrived, bits 32..62 the round (generation), bit 63 broken (a rank's wait
+  // expired: every later barrier fails at once, so a late rank can never pass a round its peer
+  // left and read that peer's stale pointers, issue 21 item 1).
+  alignas(64) std::atomic<uint64_t> barrierState;
+  std::atomic<uint32_t> arrivedRound[kMaxRanks];  // round + 1 each rank last entered (names the missing)
   alignas(64) std::atomic<int32_t> refcount;
   int32_t cudaRegistered;  // threads mode: rank 0 registered the segment with CUDA
   struct Pointers {
@@ -199,24 +203,53 @@ uint64_t* HostStagedTransport::consumedFlags() const {
 }
 
 Status HostStagedTransport::barrier() {
+  constexpr uint64_t kBroken = uint64_t{1} << 63, kArrivedMask = 0xffffffffull;
   Header* h = header();
-  uint32_t gen = h->generation.load(std::memory_order_acquire);
-  if (h->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(nRanks_)) {
-    h->arrived.store(0, std::memory_order_relaxed);
-    h->generation.fetch_add(1, std::memory_order_acq_rel);
-    return Status::kOk;
+  uint64_t st = h->barrierState.load(std::memory_order_acquire);
+  uint64_t round;
+  for (;;) {  // arrive
+    if (st & kBroken) return brokenBarrier();
+    round = (st & ~kBroken) >> 32;
+    const uint64_t arrived = (st & kArrivedMask) + 1;
+    const uint64_t next = arrived == static_cast<uint64_t>(nRanks_) ? ((round + 1) & 0x7fffffffull) << 32
+                                                                    : (round << 32) | arrived;
+    if (h->barrierState.compare_exchange_weak(st, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      h->arrivedRound[rank_].store(static_cast<uint32_t>(round + 1), std::memory_order_relaxed);
+      if (arrived == static_cast<uint64_t>(nRanks_)) return Status::kOk;  // the last one completes it
+      break;
+    }
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs_);
-  for (uint64_t spin = 0; h->generation.load(std::memory_order_acquire) == gen; ++spin) {
+  for (uint64_t spin = 0;; ++spin) {
+    st = h->barrierState.load(std::memory_order_acquire);
+    if (st & kBroken) return brokenBarrier();
+    if (((st >> 32) & 0x7fffffffull) != round) return Status::kOk;
     if (spin < spinsBeforeYield_) continue;
     // More ranks than cores is common (tests, CI): yield so the rank we wait for can run. Check
     // the clock after every yield: on a loaded machine one yield can take a whole time slice.
     std::this_thread::yield();
-    if (std::chrono::steady_clock::now() > deadline)
-      return TPCOMM_ERROR(kTimeout, "host_staged: rank %d waited %d ms at a barrier; %u of %d ranks arrived", rank_,
-                          timeoutMs_, h->arrived.load(), nRanks_);
+    if (std::chrono::steady_clock::now() <= deadline) continue;
+    // Expired: break the barrier unless the round completed meanwhile (one atomic choice).
+    if (!h->barrierState.compare_exchange_strong(st, st | kBroken, std::memory_order_acq_rel,
+                                                 std::memory_order_acquire))
+      continue;  // it changed: completed (or broken by another rank); the next pass tells which
+    std::string missing;
+    for (int r = 0; r < nRanks_; ++r)
+      if (h->arrivedRound[r].load(std::memory_order_relaxed) != static_cast<uint32_t>(round + 1))
+        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    return TPCOMM_ERROR(kTimeout,
+                        "host_staged: rank(s) %s did not arrive within %d ms (rank %d waited; %llu of %d arrived); "
+                        "the communicator is unusable",
+                        missing.c_str(), timeoutMs_, rank_, static_cast<unsigned long long>(st & kArrivedMask),
+                        nRanks_);
   }
-  return Status::kOk;
+}
+
+Status HostStagedTransport::brokenBarrier() const {
+  return TPCOMM_ERROR(kTimeout,
+                      "host_staged: rank %d: a peer's wait at an earlier barrier expired; the communicator is "
+                      "unusable (destroy or abort it)",
+                      rank_);
 }
 
 Status HostStagedTransport::exchangePointers(const void* send, void* recv, const void** sends, void** recvs) {

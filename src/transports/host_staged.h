@@ -50,7 +50,9 @@ class HostStagedTransport {
   uint64_t* readyFlags() const;
   uint64_t* consumedFlags() const;
 
-  /// Host-side barrier over the segment (spin, then yield), bounded by timeoutMs.
+  /// Host-side barrier over the segment (spin, then yield), bounded by timeoutMs. A rank whose
+  /// wait expires breaks it for good: every rank's later barrier (a late arrival included)
+  /// fails at once with kTimeout, and none passes a round the expired rank left.
   Status barrier();
   /// Threads mode only: publishes this rank's (send, recv) pointers for the current call and
   /// returns every rank's. Includes a barrier.
@@ -68,6 +70,7 @@ class HostStagedTransport {
   HostStagedTransport() = default;
   struct Header;
   Header* header() const { return reinterpret_cast<Header*>(base_); }
+  Status brokenBarrier() const;
 
   Geometry geo_;
   int rank_ = 0, nRanks_ = 1, timeoutMs_ = 10000;
@@ -78,7 +81,6 @@ class HostStagedTransport {
   size_t bytes_ = 0;
   size_t flagsOffset_ = 0, slotsOffset_ = 0, resultOffset_ = 0;
   uint64_t sequence_ = 0;
-  unsigned barrierSense_ = 0;
   uint32_t spinsBeforeYield_ = 2000;  // 0 when ranks outnumber cores: the awaited rank needs this core
 };
 

@@ -49,6 +49,10 @@ class NcclTransportImpl : public NcclTransport {
     if (comm_ && owned_) ncclCommDestroy(comm_);
   }
   void* handle() const override { return comm_; }
+  void abort() override {
+    if (comm_ && owned_) ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
   Status allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                    cudaStream_t stream) override {
     return check(ncclAllReduce(send, recv, count, toNccl(dtype), toNccl(op), comm_, stream), "ncclAllReduce");

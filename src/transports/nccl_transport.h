@@ -22,6 +22,9 @@ class NcclTransport {
   virtual Status allGather(const void* send, void* recv, size_t sendCount, DataType dtype, cudaStream_t stream) = 0;
   /// The underlying ncclComm_t (as void*).
   virtual void* handle() const = 0;
+  /// ncclCommAbort on a communicator tpcomm created (local: returns without its peers); an
+  /// engine's adopted one is only let go. The transport must be dropped after it.
+  virtual void abort() = 0;
 
   /// Collective: creates an NCCL communicator for env's ranks. kNotSupported when tpcomm was
   /// built without NCCL or the communicator is a host one.

@@ -481,10 +481,11 @@ TEST(ConversionMatchesReference, SixteenBitReductionsMatchTheReference) {
         auto widen = dt == DataType::kF16 ? reference::f16ToFloat : reference::bf16ToFloat;
         auto narrow = dt == DataType::kF16 ? reference::floatToF16 : reference::floatToBf16;
         for (size_t i = 0; i < count; ++i) {
-          float acc = widen(in[0][i]);
+          // The zero rule (host_reduce.cc): every operand + 0.0f (which also quiets a signalling NaN).
+          float acc = widen(in[0][i]) + 0.0f;
           int nans = std::isnan(acc) ? 1 : 0;
           for (int r = 1; r < n; ++r) {
-            float v = widen(in[r][i]);
+            float v = widen(in[r][i]) + 0.0f;
             nans += std::isnan(v) ? 1 : 0;
             acc = op == ReduceOp::kSum ? acc + v : op == ReduceOp::kMax ? std::fmax(acc, v) : std::fmin(acc, v);
           }
@@ -495,6 +496,28 @@ TEST(ConversionMatchesReference, SixteenBitReductionsMatchTheReference) {
           ASSERT_EQ(out[i], narrow(acc)) << "dtype " << static_cast<int>(dt) << " op " << static_cast<int>(op)
                                          << " n " << n << " element " << i;
         }
+      }
+}
+
+// The zero rule: -0.0 inputs read as +0.0, so a zero result is +0.0 whatever the op, dtype and
+// rank order (every GPU algorithm applies it too: tests/gpu/fault_gpu_test.cu, SignedZeros).
+TEST(ZeroRule, NegativeZerosReduceToPositiveZero) {
+  for (DataType dt : {DataType::kF32, DataType::kF16, DataType::kBF16})
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin})
+      for (int n = 1; n <= 4; ++n) {
+        const size_t count = 1 << n;  // element i: rank r holds -0.0 where bit r of i is set
+        std::vector<std::vector<char>> in(n, std::vector<char>(count * dataTypeSize(dt)));
+        std::vector<const void*> srcs;
+        for (int r = 0; r < n; ++r) {
+          for (size_t i = 0; i < count; ++i) storeFromFloat(in[r].data(), i, dt, ((i >> r) & 1) ? -0.0f : 0.0f);
+          srcs.push_back(in[r].data());
+        }
+        std::vector<char> out(count * dataTypeSize(dt), 0x55);
+        hostReduce(out.data(), srcs.data(), n, count, dt, op);
+        for (size_t i = 0; i < count; ++i)
+          for (size_t b = 0; b < dataTypeSize(dt); ++b)
+            ASSERT_EQ(out[i * dataTypeSize(dt) + b], 0) << "dtype " << static_cast<int>(dt) << " op "
+                                                        << static_cast<int>(op) << " n " << n << " element " << i;
       }
 }
 
