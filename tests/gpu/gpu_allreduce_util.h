@@ -34,6 +34,19 @@ inline int gpuCount() {
   return n;
 }
 
+// The GPUs a multi-rank test puts its ranks on: every GPU when there are two or more, else two
+// ranks sharing GPU 0 (gpu_test_main.cc then sets TPCOMM_ALLOW_SHARED_DEVICE=1). A shared-device
+// run proves the protocols correct (every push, flag and epoch crosses between two ranks as it
+// does between two GPUs), not fast, and has no NCCL (it needs one GPU per rank).
+inline std::vector<int> rankDevices() {
+  const int n = gpuCount();
+  std::vector<int> d;
+  for (int i = 0; i < n; ++i) d.push_back(i);
+  if (n == 1) d.push_back(0);
+  return d;
+}
+inline bool sharedDevice() { return gpuCount() == 1; }
+
 // Small integers (|v| <= 8), exact in every dtype and in sums of up to 16 ranks.
 inline float intInput(int rank, size_t i, uint64_t salt) {
   return static_cast<float>(static_cast<int>((i * 7 + rank * 13 + salt * 5) % 17) - 8);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 int main(int argc, char** argv) {
   int count = 0;
@@ -16,6 +17,11 @@ int main(int argc, char** argv) {
     return 77;
   }
   std::printf("tpcomm_gpu_tests: %d CUDA device(s)\n", count);
+  if (count == 1) {
+    // Multi-rank tests put two ranks on the one GPU (tests/gpu/gpu_allreduce_util.h).
+    setenv("TPCOMM_ALLOW_SHARED_DEVICE", "1", 0);
+    std::printf("tpcomm_gpu_tests: one GPU: multi-rank tests run 2 ranks on GPU 0 (correctness, not speed; no NCCL)\n");
+  }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -33,11 +33,6 @@ struct Group {
   int n() const { return static_cast<int>(devices.size()); }
 };
 
-std::vector<int> allDevices() {
-  std::vector<int> d;
-  for (int i = 0; i < gpuCount(); ++i) d.push_back(i);
-  return d;
-}
 
 Group* groupFor(const std::string& algo, int timeoutMs = 0) {
   static std::map<std::string, std::unique_ptr<Group>> groups;
@@ -45,7 +40,7 @@ Group* groupFor(const std::string& algo, int timeoutMs = 0) {
   auto it = groups.find(key);
   if (it != groups.end()) return it->second.get();
   auto g = std::make_unique<Group>();
-  g->devices = allDevices();
+  g->devices = rankDevices();
   Config cfg;
   cfg.algo = algo == "auto" ? "" : algo;
   cfg.timeoutMs = timeoutMs;
@@ -72,10 +67,10 @@ void drainDevices(const std::vector<int>& devices) {
   }
 }
 
-bool needGpus(int n) {
-  if (gpuCount() >= n) return true;
-  return false;
-}
+bool needGpus(int n) { return static_cast<int>(rankDevices().size()) >= n; }
+
+// NCCL cannot run two ranks on one GPU: ring_nccl cases skip on a shared-device run.
+bool ncclUnavailable(const std::string& algo) { return algo == "ring_nccl" && sharedDevice(); }
 
 struct DeviceBuffers {
   std::vector<void*> in, out;
@@ -112,6 +107,7 @@ std::string describe(const Case& c) {
 
 void runCase(const Case& c) {
   SCOPED_TRACE(describe(c));
+  if (ncclUnavailable(c.algo)) GTEST_SKIP() << "ring_nccl: one GPU, two ranks (NCCL needs one GPU per rank)";
   Group* g = groupFor(c.algo);
   ASSERT_NE(g, nullptr);
   const int n = g->n();
@@ -204,7 +200,7 @@ class AllReduceMatrix : public testing::TestWithParam<std::tuple<const char*, Da
 };
 
 TEST_P(AllReduceMatrix, BitExact) {
-  if (!needGpus(2)) GTEST_SKIP() << "needs 2 GPUs, found " << gpuCount();
+  if (!needGpus(2)) GTEST_SKIP() << "needs 2 ranks, found " << gpuCount() << " GPUs";
   auto [algo, dtype, op, count, inPlace, graph] = GetParam();
   runCase({algo, dtype, op, count, inPlace, graph});
 }
@@ -235,10 +231,11 @@ INSTANTIATE_TEST_SUITE_P(Large, AllReduceMatrix,
                                           testing::Values(false, true), testing::Values(false)));
 
 TEST(AllReduceRandom, MatchesFp64WithinTolerance) {
-  if (!needGpus(2)) GTEST_SKIP() << "needs 2 GPUs, found " << gpuCount();
+  if (!needGpus(2)) GTEST_SKIP() << "needs 2 ranks, found " << gpuCount() << " GPUs";
   const size_t count = 100003;
   for (const char* algo : kAlgos)
     for (DataType dtype : kTypes) {
+      if (ncclUnavailable(algo)) continue;
       SCOPED_TRACE(std::string(algo) + " " + name(dtype));
       Group* g = groupFor(algo);
       ASSERT_NE(g, nullptr);
@@ -285,7 +282,7 @@ TEST(AllReduceRandom, MatchesFp64WithinTolerance) {
 // elements): every rank must still run the same algorithm (a rank-local fallback would leave the
 // other rank waiting until the timeout) and get the same bits.
 TEST(AllReduceAlignment, MixedAlignmentAcrossRanks) {
-  if (!needGpus(2)) GTEST_SKIP() << "needs 2 GPUs, found " << gpuCount();
+  if (!needGpus(2)) GTEST_SKIP() << "needs 2 ranks, found " << gpuCount() << " GPUs";
   const size_t count = 4096;  // 8 KB of bf16: a Lamport-sized message
   const DataType dtype = DataType::kBF16;
   const size_t bytes = count * 2;
@@ -331,7 +328,7 @@ TEST(AllReduceAlignment, MixedAlignmentAcrossRanks) {
 // 10,000 back-to-back small all-reduces, inputs rotating over 8 buffers of different contents and
 // every output kept: a stale flag, epoch or buffer shows up as a wrong element.
 TEST(AllReduceStress, TenThousandBackToBack) {
-  if (!needGpus(2)) GTEST_SKIP() << "needs 2 GPUs, found " << gpuCount();
+  if (!needGpus(2)) GTEST_SKIP() << "needs 2 ranks, found " << gpuCount() << " GPUs";
   const size_t count = 4096;  // 8 KB of bf16: a decode-step all-reduce
   const int iters = 10000, rotate = 8;
   const DataType dtype = DataType::kBF16;
@@ -395,7 +392,7 @@ TEST(AllReduceStress, TenThousandBackToBack) {
 // other rank's buffers by one element (element-by-element path on those ranks, mixed across
 // ranks).
 TEST(AllReduceLamportTails, AlternatingSizesBackToBack) {
-  if (!needGpus(2)) GTEST_SKIP() << "needs 2 GPUs, found " << gpuCount();
+  if (!needGpus(2)) GTEST_SKIP() << "needs 2 ranks, found " << gpuCount() << " GPUs";
   const int iters = 600;
   for (DataType dtype : kTypes) {
     SCOPED_TRACE(name(dtype));
@@ -465,14 +462,14 @@ TEST(AllReduceLamportTails, AlternatingSizesBackToBack) {
 // One rank never arrives: the other's kernel gives up after TPCOMM_TIMEOUT_MS, checkError()
 // names the missing rank, and nothing is left spinning (the stream drains).
 TEST(AllReduceTimeout, MissingPeerReportsTimeout) {
-  if (!needGpus(2)) GTEST_SKIP() << "needs 2 GPUs, found " << gpuCount();
+  if (!needGpus(2)) GTEST_SKIP() << "needs 2 ranks, found " << gpuCount() << " GPUs";
   for (const char* algo : {"lamport_p2p", "oneshot_p2p", "twoshot_p2p"}) {
     SCOPED_TRACE(algo);
     std::vector<std::unique_ptr<Communicator>> comms;
     Config cfg;
     cfg.algo = algo;
     cfg.timeoutMs = 500;
-    std::vector<int> devices = allDevices();
+    std::vector<int> devices = rankDevices();
     ASSERT_EQ(Communicator::createGroup(devices, cfg, &comms), Status::kOk) << tpcomm::lastErrorMessage();
     CUDA_OK(cudaSetDevice(devices[0]));
     void* p;

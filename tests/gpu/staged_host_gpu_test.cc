@@ -15,16 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "gpu_allreduce_util.h"
 #include "unit/test_util.h"
 
 namespace tpcomm {
 namespace {
-
-#define CUDA_OK(expr)                                                      \
-  do {                                                                     \
-    cudaError_t e_ = (expr);                                               \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
-  } while (0)
 
 const char* const kAlgorithms[] = {"staged_host"};
 const DataType kDtypes[] = {DataType::kF32, DataType::kF16, DataType::kBF16};
@@ -44,16 +39,15 @@ int deviceCount() {
 class GpuGroup {
  public:
   void create(const Config& cfg, size_t maxBytes) {
-    int n = deviceCount();
-    std::vector<int> devices;
-    for (int d = 0; d < n; ++d) devices.push_back(d);
+    devices = tpcomm_test::rankDevices();
+    const int n = static_cast<int>(devices.size());
     ASSERT_EQ(Communicator::createGroup(devices, cfg, &comms), Status::kOk) << lastErrorMessage();
     ASSERT_EQ(static_cast<int>(comms.size()), n);
     streams.resize(n);
     send.resize(n);
     recv.resize(n);
     for (int r = 0; r < n; ++r) {
-      CUDA_OK(cudaSetDevice(r));
+      CUDA_OK(cudaSetDevice(devices[r]));
       CUDA_OK(cudaStreamCreate(&streams[r]));  // blocking: ordered after the set-up copies below
       CUDA_OK(cudaMalloc(&send[r], maxBytes));
       CUDA_OK(cudaMalloc(&recv[r], maxBytes));
@@ -66,7 +60,7 @@ class GpuGroup {
     for (auto& c : comms)
       if (c) c->destroy();
     for (size_t r = 0; r < streams.size(); ++r) {
-      cudaSetDevice(static_cast<int>(r));
+      cudaSetDevice(devices[r]);
       if (streams[r]) cudaStreamDestroy(streams[r]);
       if (send[r]) cudaFree(send[r]);
       if (recv[r]) cudaFree(recv[r]);
@@ -74,6 +68,7 @@ class GpuGroup {
   }
   int size() const { return static_cast<int>(comms.size()); }
 
+  std::vector<int> devices;  // rank r's GPU (two ranks share GPU 0 on a one-GPU machine)
   std::vector<std::unique_ptr<Communicator>> comms;
   std::vector<cudaStream_t> streams;
   std::vector<void*> send, recv;
@@ -82,8 +77,7 @@ class GpuGroup {
 class StagedHostGpu : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    int n = deviceCount();
-    if (n < 2) GTEST_SKIP() << "needs at least 2 CUDA devices, found " << n;
+    if (tpcomm_test::rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks, found " << deviceCount() << " GPUs";
   }
 };
 
@@ -117,7 +111,7 @@ TEST_P(StagedHostGpu, AllReduceBitExactOnEveryRank) {
                              std::to_string(count) + (inPlace ? " in place" : " out of place");
           SCOPED_TRACE(what);
           for (int r = 0; r < n; ++r) {
-            CUDA_OK(cudaSetDevice(r));
+            CUDA_OK(cudaSetDevice(g.devices[r]));
             CUDA_OK(cudaMemcpy(g.send[r], inputs[r].data(), bytes, cudaMemcpyHostToDevice));
             if (inPlace)
               CUDA_OK(cudaMemcpy(g.recv[r], inputs[r].data(), bytes, cudaMemcpyHostToDevice));
@@ -133,7 +127,7 @@ TEST_P(StagedHostGpu, AllReduceBitExactOnEveryRank) {
                 << "rank " << r << ": " << lastErrorMessage();
           }
           for (int r = 0; r < n; ++r) {
-            CUDA_OK(cudaSetDevice(r));
+            CUDA_OK(cudaSetDevice(g.devices[r]));
             CUDA_OK(cudaStreamSynchronize(g.streams[r]));
             ASSERT_EQ(g.comms[r]->checkError(), Status::kOk) << "rank " << r << ": " << lastErrorMessage();
             EXPECT_STREQ(g.comms[r]->lastAlgorithm(), algo) << "rank " << r << " fell back";
@@ -150,7 +144,7 @@ TEST_P(StagedHostGpu, AllReduceBitExactOnEveryRank) {
                 << "rank " << r << " differs from rank 0";
             if (!inPlace) {  // the send buffer is read-only
               std::vector<char> back(bytes);
-              CUDA_OK(cudaSetDevice(r));
+              CUDA_OK(cudaSetDevice(g.devices[r]));
               CUDA_OK(cudaMemcpy(back.data(), g.send[r], bytes, cudaMemcpyDeviceToHost));
               EXPECT_EQ(std::memcmp(back.data(), inputs[r].data(), bytes), 0) << "rank " << r << ": send modified";
             }
@@ -181,7 +175,7 @@ TEST_P(StagedHostGpu, SkippedPeerYieldsTimeoutWithinTheBound) {
               Status::kOk)
         << lastErrorMessage();
   for (int r = 0; r < n; ++r) {
-    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaSetDevice(g.devices[r]));
     CUDA_OK(cudaStreamSynchronize(g.streams[r]));
     ASSERT_EQ(g.comms[r]->checkError(), Status::kOk) << lastErrorMessage();
   }
@@ -192,7 +186,7 @@ TEST_P(StagedHostGpu, SkippedPeerYieldsTimeoutWithinTheBound) {
               Status::kOk)
         << lastErrorMessage();
   for (int r = 0; r < n - 1; ++r) {
-    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaSetDevice(g.devices[r]));
     CUDA_OK(cudaStreamSynchronize(g.streams[r]));  // returns: the kernel's waits are bounded
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_EQ(g.comms[r]->checkError(), Status::kTimeout) << "rank " << r << ": " << lastErrorMessage();
