@@ -54,3 +54,23 @@ def torch_cpu_worker(rank, nranks, raw_id, q=None):
     except RuntimeError as e:
         out["destroyed"] = str(e)
     return out
+
+
+def vllm_adapter_worker(rank, nranks, port):
+    """TpcommCustomAllreduce with a gloo group on CPU tensors, the way vLLM would call it."""
+    import torch.distributed as dist
+    from tpcomm.torch.vllm import TpcommCustomAllreduce
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=nranks)
+    try:
+        ca = TpcommCustomAllreduce(group=dist.group.WORLD, device=torch.device("cpu"), max_size=4096)
+        x = torch.from_numpy(rank_input(rank, 100)).to(torch.bfloat16)
+        flags = [ca.should_custom_ar(x), ca.should_custom_ar(torch.zeros(2048)),  # 8 KB > max_size
+                 ca.should_custom_ar(torch.zeros(8, dtype=torch.int32)), ca.should_custom_ar(torch.zeros(8)[::2])]
+        with ca.capture():
+            y = ca.custom_all_reduce(x)
+        out = torch.empty_like(x)
+        z = ca.all_reduce(x, out=out)
+        ca.close()
+        return flags, y.double().tolist(), x.double().tolist(), z is out and torch.equal(z, y), ca.custom_all_reduce(x)
+    finally:
+        dist.destroy_process_group()

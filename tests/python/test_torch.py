@@ -77,3 +77,21 @@ def test_numpy_layer_takes_torch_tensors_through_dlpack(dt):
             comm.all_reduce(x, torch.zeros(10, dtype=torch.float16 if dt == torch.float32 else torch.float32))
     finally:
         comm.destroy()
+
+
+def test_vllm_adapter_interface_on_host_ranks():
+    """The vLLM drop-in's interface (should_custom_ar, custom_all_reduce out of place, capture,
+    all_reduce into out, close) with a gloo group and CPU tensors; vLLM itself is not run."""
+    from _torch_workers import vllm_adapter_worker
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = run_ranks(2, vllm_adapter_worker, (2, port), timeout_s=300)
+    raise_if_failed(results)
+    want = rounded(reference("sum", [rank_input(r, 100) for r in range(2)]), "bf16")
+    for rank, (flags, y, x, same, after_close) in results.items():
+        assert flags == [True, False, False, False], flags
+        assert np.array_equal(y, want) and same, rank
+        assert np.array_equal(x, rounded(rank_input(rank, 100), "bf16")), "custom_all_reduce changed its input"
+        assert after_close is None
