@@ -14,6 +14,7 @@ SGLang's custom all-reduce has the same shape. Capture needs no buffer registrat
 P2P kernels read the input in place (docs/p2p.md), so capture() does nothing.
 """
 import contextlib
+import warnings
 
 import torch
 
@@ -39,11 +40,11 @@ class TpcommCustomAllreduce:
         self.device = device
         try:
             self.comm = Communicator.from_process_group(group, device=index)
-        except tpcomm.TpcommError:
-            # As vLLM's own: a communicator that cannot start disables itself (NCCL then runs).
+        except tpcomm.TpcommError as e:
+            # As vLLM's own: one that cannot start disables itself (vLLM then runs NCCL).
+            warnings.warn("tpcomm custom all-reduce disabled: %s" % e)
             self.disabled = True
             self.comm = None
-            raise
 
     def should_custom_ar(self, inp):
         if self.disabled or inp.dtype not in _DTYPES or not inp.is_contiguous():
