@@ -31,6 +31,10 @@ def load_ops():
             os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"
         try:
             _build(cpp_extension, with_cuda, cflags)
+        except Exception as e:  # no compiler, torch without its headers, ...
+            raise ImportError("tpcomm.torch: building the torch ops against torch %s failed (a C++ compiler "
+                              "and torch's headers are needed; TPCOMM_TORCH_VERBOSE=1 shows the build): %s"
+                              % (torch.__version__, e)) from e
         finally:
             if with_cuda and not saved_arch:
                 os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
