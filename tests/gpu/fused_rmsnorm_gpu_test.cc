@@ -105,12 +105,18 @@ struct Buffers {
   }
 };
 
+// The grid of a P2P algorithm (TPCOMM_TWOSHOT_BLOCKS or TPCOMM_P2P_BLOCKS, as in force).
+int blocksOf(const std::string& algo) {
+  return static_cast<int>(tpcomm::paramInt(algo == "twoshot_p2p" ? tpcomm::ParamId::kTwoshotBlocks
+                                                                  : tpcomm::ParamId::kP2pBlocks));
+}
+
 // The fused call's expected lastAlgorithm() for a forced algorithm, or "" when it may fall back.
 std::string expectedName(const std::string& algo, size_t bytes, size_t rows, bool alwaysFused) {
-  // Default TPCOMM_FUSED_BLOCKS_PER_ROW (2) and block counts (P2P 32, two-shot 128): more rows
-  // than blocks / 2 run the plain all-reduce, then the norm kernel.
+  // Default TPCOMM_FUSED_BLOCKS_PER_ROW (2): more rows than blocks / 2 run the plain all-reduce,
+  // then the norm kernel.
   if (!alwaysFused && (algo == "lamport_p2p" || algo == "oneshot_p2p" || algo == "twoshot_p2p") &&
-      2 * rows > (algo == "twoshot_p2p" ? 128u : 32u))
+      2 * rows > static_cast<size_t>(blocksOf(algo)))
     return algo;
   if (algo == "lamport_p2p")
     return bytes <= static_cast<size_t>(tpcomm::paramInt(tpcomm::ParamId::kLamportMaxBytes)) ? "fused_lamport_p2p" : "";
@@ -242,7 +248,8 @@ TEST(FusedRmsNormRouting, ManyRowsRunTheAllReduceThenTheNormKernel) {
       SCOPED_TRACE(std::string(algo) + " rows " + std::to_string(rows));
       runCase(algo, DataType::kBF16, rows, 128, false, /*alwaysFused=*/false);
     }
-  for (size_t rows : {64, 65}) {
+  const size_t edge = static_cast<size_t>(blocksOf("twoshot_p2p")) / 2;  // 64 with the default 128 blocks
+  for (size_t rows : {edge, edge + 1}) {
     SCOPED_TRACE("twoshot_p2p rows " + std::to_string(rows));
     runCase("twoshot_p2p", DataType::kBF16, rows, 128, false, /*alwaysFused=*/false);
   }

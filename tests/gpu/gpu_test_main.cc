@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   if (count == 1) {
     // Multi-rank tests put two ranks on the one GPU (tests/gpu/gpu_allreduce_util.h).
     setenv("TPCOMM_ALLOW_SHARED_DEVICE", "1", 0);
+    // Both ranks' kernels must be resident at once (create checks it): 2 x 64 two-shot blocks
+    // fit an H200's 132 SMs at one 512-thread block per SM, 2 x 128 would not.
+    setenv("TPCOMM_TWOSHOT_BLOCKS", "64", 0);
     std::printf("tpcomm_gpu_tests: one GPU: multi-rank tests run 2 ranks on GPU 0 (correctness, not speed; no NCCL)\n");
   }
   ::testing::InitGoogleTest(&argc, argv);
