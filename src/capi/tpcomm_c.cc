@@ -113,14 +113,11 @@ tpcommResult_t tearDown(tpcommComm_t comm, bool abort, const char* where) {
   TPCOMM_C_GUARD(where, {
     tpcommResult_t r = tpcommSuccess;
     if (abort) {
-      // TODO(Communicator::abort): another engineer is adding Communicator::abort() to the C++
-      // API; call it here once it lands. Until then: abandon the socket bootstrap (every later
-      // exchange, destroy()'s barrier included, fails at once and the peers see our connections
-      // close), then destroy(), which frees the transports without waiting for any peer. On a GPU
-      // rank destroy() still synchronizes this rank's device, i.e. waits for kernels in flight,
-      // each bounded by the timeout: abort returns within that bound, not at once.
+      // Local: the socket bootstrap is abandoned first (every later exchange fails at once and the
+      // peers see our connections close, so none waits out its timeout on us), then
+      // Communicator::abort() stops this rank's kernels and frees what is local without a peer.
       if (owned) tpcomm::abandonSocketBootstrap(owned->bootstrap.get());
-      if (owned && owned->comm) owned->comm->destroy();  // kRemoteError from the abandoned barrier: expected
+      if (owned && owned->comm) r = fromCpp(owned->comm->abort());
     } else if (owned && owned->comm) {
       r = fromCpp(owned->comm->destroy());
     }
@@ -129,7 +126,7 @@ tpcommResult_t tearDown(tpcommComm_t comm, bool abort, const char* where) {
       owned->bootstrap.reset();
     }
     if (r == tpcommSuccess) tError[0] = '\0';
-    return r;
+    return r;  // the handle is freed either way
   })
 }
 
