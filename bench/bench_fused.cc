@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "algos/fused_rmsnorm.h"
-#include "algos/host_reduce.h"
+#include "bench_data.h"
 #include "bench_runner.h"
 #include "bench_world.h"
 #include "tpcomm/communicator.h"
+#include "tpcomm/rmsnorm.h"
 #include "tpcomm/status.h"
 
 #ifdef TPCOMM_BENCH_CUDA
@@ -48,6 +48,16 @@ bool cudaOk(cudaError_t e, const char* what, std::string* error) {
   return false;
 }
 
+// Element i of a host buffer of dtype.
+void storeValue(char* buf, size_t i, tpcomm::DataType dt, float v) {
+  if (dt == tpcomm::DataType::kF32) {
+    std::memcpy(buf + i * 4, &v, 4);
+    return;
+  }
+  const uint16_t h = dt == tpcomm::DataType::kF16 ? floatToHalfBits(v) : floatToBf16Bits(v);
+  std::memcpy(buf + i * 2, &h, 2);
+}
+
 // Fills every rank's in with tiny values and residual / weight with 1 (no overflow however
 // many steps run: residual grows by ~1e-3 x ranks per step and bf16 1.0 absorbs it).
 bool fillBuffers(std::vector<LocalRank>& ranks, std::vector<NormBuffers>& nb, size_t count, size_t hidden,
@@ -55,8 +65,8 @@ bool fillBuffers(std::vector<LocalRank>& ranks, std::vector<NormBuffers>& nb, si
   const size_t es = tpcomm::dataTypeSize(dt);
   std::vector<char> small(count * es), ones(count * es);
   for (size_t i = 0; i < count; ++i) {
-    tpcomm::storeFromFloat(small.data(), i, dt, 1e-3f * static_cast<float>(i % 7));
-    tpcomm::storeFromFloat(ones.data(), i, dt, 1.0f);
+    storeValue(small.data(), i, dt, 1e-3f * static_cast<float>(i % 7));
+    storeValue(ones.data(), i, dt, 1.0f);
   }
   for (size_t k = 0; k < ranks.size(); ++k) {
     if (!cudaOk(cudaSetDevice(ranks[k].device), "cudaSetDevice", error)) return false;
@@ -112,16 +122,8 @@ class UnfusedBackend : public Backend {
     if (!allReduce_->run(ranks, false, count, dt, op, error)) return false;
     for (size_t i = 0; i < ranks.size(); ++i) {
       if (!cudaOk(cudaSetDevice(ranks[i].device), "cudaSetDevice", error)) return false;
-      tpcomm::RmsNormLaunch l{};
-      l.x = ranks[i].recv;
-      l.residual = (*nb_)[i].residual;
-      l.weight = (*nb_)[i].weight;
-      l.out = ranks[i].recv;
-      l.eps = 1e-6f;
-      l.rows = count / hidden_;
-      l.hidden = hidden_;
-      l.dtype = static_cast<int>(dt);
-      if (tpcomm::launchResidualRmsNorm(l, ranks[i].stream) != tpcomm::Status::kOk) {
+      if (tpcomm::residualRmsNorm(ranks[i].recv, (*nb_)[i].residual, (*nb_)[i].weight, 1e-6f, ranks[i].recv,
+                                  count / hidden_, hidden_, dt, ranks[i].stream) != tpcomm::Status::kOk) {
         *error = std::string("residual + norm kernel: ") + tpcomm::lastErrorMessage();
         return false;
       }

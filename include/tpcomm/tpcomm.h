@@ -4,6 +4,7 @@
 
 #include "tpcomm/bootstrap.h"
 #include "tpcomm/communicator.h"
+#include "tpcomm/rmsnorm.h"
 #include "tpcomm/status.h"
 #include "tpcomm/types.h"
 #include "tpcomm/version.h"

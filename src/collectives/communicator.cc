@@ -1,6 +1,7 @@
 // Communicator: the public API's entry points. Each checks its arguments and hands the call to
 // runCollective (call_path.cc); create runs the steps of bring_up.h.
 #include "tpcomm/communicator.h"
+#include "tpcomm/rmsnorm.h"
 
 #include <cmath>
 #include <string>
@@ -46,19 +47,19 @@ Status validateCall(const char* what, const void* send, const void* recv, size_t
 // for allGather send = recv + rank's piece, as NCCL has it) or apart; any other overlap would read
 // what the call already wrote, silently wrong, so it is refused.
 Status checkOverlap(const char* what, const void* send, size_t sendBytes, const void* recv, size_t recvBytes,
-                    const void* inPlaceAt) {
+                    bool inPlace) {
   const uintptr_t s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
   const bool apart = s + sendBytes <= r || r + recvBytes <= s;
-  if (apart || send == recv || send == inPlaceAt || recv == inPlaceAt) return Status::kOk;
+  if (apart || inPlace) return Status::kOk;
   return TPCOMM_INVALID(
       "%s: send [%p, +%zu) and recv [%p, +%zu) overlap without being in place: expected the same buffer or "
       "disjoint ones",
       what, send, sendBytes, recv, recvBytes);
 }
 
-Status validateNorm(const char* what, const void* in, void* residual, const void* weight, float eps, void* out,
-                    size_t rows, size_t hidden, DataType dtype) {
-  if (!in) return TPCOMM_INVALID("%s: in is null", what);
+Status validateNorm(const char* what, const char* inName, const void* in, void* residual, const void* weight, float eps,
+                    void* out, size_t rows, size_t hidden, DataType dtype) {
+  if (!in) return TPCOMM_INVALID("%s: %s is null", what, inName);
   if (!residual) return TPCOMM_INVALID("%s: residualInOut is null", what);
   if (!weight) return TPCOMM_INVALID("%s: weight is null", what);
   if (!out) return TPCOMM_INVALID("%s: out is null", what);
@@ -71,7 +72,7 @@ Status validateNorm(const char* what, const void* in, void* residual, const void
   if (rows > SIZE_MAX / hidden / dataTypeSize(dtype))
     return TPCOMM_INVALID("%s: rows %zu x hidden %zu overflows the byte size of the buffers", what, rows, hidden);
   if (residual == in || residual == out)
-    return TPCOMM_INVALID("%s: residualInOut must not be the same buffer as in or out", what);
+    return TPCOMM_INVALID("%s: residualInOut must not be the same buffer as %s or out", what, inName);
   if (weight == out || weight == residual) return TPCOMM_INVALID("%s: weight must not be an output buffer", what);
   return Status::kOk;
 }
@@ -204,7 +205,7 @@ Status Communicator::allReduce(const void* send, void* recv, size_t count, DataT
   DeviceGuard guard(impl_->ctx->device);
   TPCOMM_TRY(validateCall("allReduce", send, recv, count, dtype, op, impl_->ctx->nRanks, false));
   const size_t bytes = count * dataTypeSize(dtype);
-  TPCOMM_TRY(checkOverlap("allReduce", send, bytes, recv, bytes, send));
+  TPCOMM_TRY(checkOverlap("allReduce", send, bytes, recv, bytes, send == recv));
   CollArgs a = collArgs(CollKind::kAllReduce, send, recv, count, dtype, op, stream);
   return runCollective(*impl_, a, nullptr, "allReduce");
 }
@@ -216,7 +217,7 @@ Status Communicator::reduceScatter(const void* send, void* recv, size_t recvCoun
   TPCOMM_TRY(validateCall("reduceScatter", send, recv, recvCount, dtype, op, impl_->ctx->nRanks, true));
   const size_t piece = recvCount * dataTypeSize(dtype);
   TPCOMM_TRY(checkOverlap("reduceScatter", send, piece * impl_->ctx->nRanks, recv, piece,
-                          static_cast<const char*>(send) + piece * impl_->ctx->rank));
+                          recv == static_cast<const char*>(send) + piece * impl_->ctx->rank));
   CollArgs a = collArgs(CollKind::kReduceScatter, send, recv, recvCount, dtype, op, stream);
   return runCollective(*impl_, a, nullptr, "reduceScatter");
 }
@@ -227,7 +228,7 @@ Status Communicator::allGather(const void* send, void* recv, size_t sendCount, D
   TPCOMM_TRY(validateCall("allGather", send, recv, sendCount, dtype, ReduceOp::kSum, impl_->ctx->nRanks, true));
   const size_t piece = sendCount * dataTypeSize(dtype);
   TPCOMM_TRY(checkOverlap("allGather", send, piece, recv, piece * impl_->ctx->nRanks,
-                          static_cast<char*>(recv) + piece * impl_->ctx->rank));
+                          send == static_cast<char*>(recv) + piece * impl_->ctx->rank));
   CollArgs a = collArgs(CollKind::kAllGather, send, recv, sendCount, dtype, ReduceOp::kSum, stream);
   return runCollective(*impl_, a, nullptr, "allGather");
 }
@@ -238,7 +239,7 @@ Status Communicator::allReduceResidualRmsNorm(const void* in, void* residualInOu
   static const char* const kWhat = "allReduceResidualRmsNorm";
   TPCOMM_TRY(enter(*this, impl_.get(), kWhat));
   DeviceGuard guard(impl_->ctx->device);
-  TPCOMM_TRY(validateNorm(kWhat, in, residualInOut, weight, eps, out, rows, hidden, dtype));
+  TPCOMM_TRY(validateNorm(kWhat, "in", in, residualInOut, weight, eps, out, rows, hidden, dtype));
   CollArgs a = collArgs(CollKind::kAllReduce, in, out, rows * hidden, dtype, ReduceOp::kSum, stream);
   NormArgs norm;
   norm.residual = residualInOut;
@@ -335,6 +336,22 @@ Status Communicator::abort() {
 #endif
   releaseLocal(*impl_);
   return Status::kOk;
+}
+
+Status residualRmsNorm(const void* x, void* residualInOut, const void* weight, float eps, void* out, size_t rows,
+                       size_t hidden, DataType dtype, cudaStream_t stream) {
+  clearError();
+  TPCOMM_TRY(validateNorm("residualRmsNorm", "x", x, residualInOut, weight, eps, out, rows, hidden, dtype));
+  RmsNormLaunch l{};
+  l.x = x;
+  l.residual = residualInOut;
+  l.weight = weight;
+  l.out = out;
+  l.eps = eps;
+  l.rows = rows;
+  l.hidden = hidden;
+  l.dtype = static_cast<int>(dtype);
+  return TPCOMM_CUDA_ONLY(launchResidualRmsNorm(l, stream));
 }
 
 const char* Communicator::lastAlgorithm() const { return impl_ ? impl_->lastAlgorithm : "none"; }

@@ -44,6 +44,13 @@ TEST(BadInput, BadCallsAreRejectedAndTheCommunicatorStaysUsable) {
     const BadCall calls[] = {
         {"allReduce null send", "send",
          [&](Communicator& c) { return c.allReduce(nullptr, recv, 4, f32, sum, nullptr); }},
+        // Partial overlaps (issue 21, item 12): reading what the call already wrote.
+        {"allReduce send and recv overlapping by one element", "overlap",
+         [&](Communicator& c) { return c.allReduce(recv, recv + 1, 8, f32, sum, nullptr); }},
+        {"reduceScatter recv inside send but not at this rank's piece", "overlap",
+         [&](Communicator& c) { return c.reduceScatter(recv, recv + 1, 4, f32, sum, nullptr); }},
+        {"allGather send inside recv but not at this rank's piece", "overlap",
+         [&](Communicator& c) { return c.allGather(recv + 1, recv, 4, f32, nullptr); }},
         {"allReduce null recv", "recv",
          [&](Communicator& c) { return c.allReduce(send, nullptr, 4, f32, sum, nullptr); }},
         {"allReduce zero count", "count",
@@ -223,6 +230,19 @@ TEST(BadInput, BootstrapArguments) {
   expectInvalid(makeThreadBootstrap(group, 2, &bs), "rank 2", "makeThreadBootstrap with rank 2 of 2");
   expectInvalid(makeThreadBootstrap(group, -1, &bs), "rank -1", "makeThreadBootstrap with rank -1");
   expectInvalid(makeThreadBootstrap(group, 0, nullptr), "out", "makeThreadBootstrap with out null");
+}
+
+// The public residual + norm alone (tpcomm/rmsnorm.h): argument checks before any CUDA call.
+TEST(BadInput, ResidualRmsNormArguments) {
+  std::vector<float> x(8), res(8), w(4), out(8);
+  expectInvalid(residualRmsNorm(nullptr, res.data(), w.data(), 1e-6f, out.data(), 2, 4, DataType::kF32, nullptr), "x",
+                "residualRmsNorm null x");
+  expectInvalid(residualRmsNorm(x.data(), res.data(), w.data(), 1e-6f, out.data(), 0, 4, DataType::kF32, nullptr),
+                "rows", "residualRmsNorm zero rows");
+  expectInvalid(residualRmsNorm(x.data(), res.data(), w.data(), -1.0f, out.data(), 2, 4, DataType::kF32, nullptr),
+                "eps", "residualRmsNorm negative eps");
+  expectInvalid(residualRmsNorm(x.data(), x.data(), w.data(), 1e-6f, out.data(), 2, 4, DataType::kF32, nullptr),
+                "residualInOut", "residualRmsNorm residual aliasing x");
 }
 
 TEST(BadInput, NamesOfEnums) {
