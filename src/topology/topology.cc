@@ -1,6 +1,8 @@
 #include "topology/topology.h"
 
 #include <cstdlib>
+#include <cerrno>
+#include <cctype>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -82,17 +84,43 @@ bool Topology::allPairsNvlink() const {
   return allPairsP2p() && (w == LinkKind::kNvlink || w == LinkKind::kNvswitch || w == LinkKind::kSelf);
 }
 
-bool multicastDisabledByEnv(std::string* why) {
-  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
-  if (nvls && std::string(nvls) == "0") {
-    if (why) *why = "disabled by NCCL_NVLS_ENABLE=0";
-    return true;
+// The safety gate fails closed: a switch whose value is not clearly "on" turns multicast off.
+// NCCL_NVLS_ENABLE is read as NCCL reads integers (strtoll, base 0: "00", " 0", "0x0" are 0); a
+// value that is not a number at all also closes the gate. TPCOMM_MULTICAST is read by value
+// (0 or 1); anything else closes it too. An empty value counts as unset (as in NCCL).
+bool multicastDisabledBy(const char* nvls, const char* tpcommMulticast, std::string* why) {
+  if (nvls && *nvls) {
+    errno = 0;
+    char* end = nullptr;
+    long long v = std::strtoll(nvls, &end, 0);
+    while (end && *end && std::isspace(static_cast<unsigned char>(*end))) ++end;
+    const bool number = end != nvls && end && *end == '\0' && errno == 0;
+    if (!number || v == 0) {
+      if (why)
+        *why = number ? std::string("disabled by NCCL_NVLS_ENABLE=0")
+                      : "disabled: NCCL_NVLS_ENABLE='" + std::string(nvls) + "' is not a number (read as 0)";
+      return true;
+    }
   }
-  if (paramString(ParamId::kMulticast) == "0") {
-    if (why) *why = "disabled by TPCOMM_MULTICAST=0";
-    return true;
+  if (tpcommMulticast && *tpcommMulticast) {
+    const std::string mc = tpcommMulticast;
+    const bool digits = mc.find_first_not_of(" \t0123456789") == std::string::npos;
+    uint64_t v = 0;
+    if (!digits || !parseSize(mc, &v) || v > 1) {
+      if (why) *why = "disabled: TPCOMM_MULTICAST='" + mc + "' is not 0 or 1 (a safety switch fails closed)";
+      return true;
+    }
+    if (v == 0) {
+      if (why) *why = "disabled by TPCOMM_MULTICAST=0";
+      return true;
+    }
   }
   return false;
+}
+
+bool multicastDisabledByEnv(std::string* why) {
+  const ParamInfo& mc = params()[static_cast<int>(ParamId::kMulticast)];
+  return multicastDisabledBy(std::getenv("NCCL_NVLS_ENABLE"), mc.fromEnv ? mc.value.c_str() : nullptr, why);
 }
 
 bool Topology::multicastUsable(std::string* why) const {

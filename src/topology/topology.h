@@ -90,8 +90,13 @@ struct Topology {
   static Topology host(int n, bool sameProcess);
 };
 
-/// True when the environment forbids multicast: NCCL_NVLS_ENABLE=0 or TPCOMM_MULTICAST=0.
-/// `why` names the variable.
+/// True when the environment forbids multicast: NCCL_NVLS_ENABLE read as NCCL reads integers
+/// (strtoll: "0", "00", " 0", "0x0") is 0 or is not a number, or TPCOMM_MULTICAST is 0 or
+/// anything but 0 or 1 (the safety switches fail closed). Empty values count as unset. `why`
+/// says which switch and why. TPCOMM_MULTICAST comes from the params table (reloadParams()).
 bool multicastDisabledByEnv(std::string* why);
+/// The same rule on given values (null: unset), e.g. getenv() read live right before a
+/// multicast driver call.
+bool multicastDisabledBy(const char* ncclNvlsEnable, const char* tpcommMulticast, std::string* why);
 
 }  // namespace tpcomm

@@ -252,6 +252,29 @@ TEST(MulticastGate, TpcommMulticastIsReadByValue) {
   EXPECT_EQ(multicastCapable(8).multicastUsable(nullptr), !nvlsOff);
 }
 
+// The switches are read by value and fail closed (issue 21, hostile parameters): spellings of 0
+// and values that are not clearly "on" close the gate. Before, only the exact text "0" did, so
+// TPCOMM_MULTICAST=off or NCCL_NVLS_ENABLE=00 left multicast allowed.
+TEST(MulticastGate, SwitchesFailClosed) {
+  for (const char* v : {"0", "00", " 0", "0 ", "off", "false", "no", "-1", "2", "1x", "0x0"}) {
+    ScopedEnv mc("TPCOMM_MULTICAST", v);
+    std::string why;
+    EXPECT_TRUE(multicastDisabledByEnv(&why)) << "TPCOMM_MULTICAST='" << v << "'";
+    EXPECT_FALSE(multicastCapable(8).multicastUsable(nullptr)) << "TPCOMM_MULTICAST='" << v << "'";
+    EXPECT_NE(why.find("TPCOMM_MULTICAST"), std::string::npos) << why;
+  }
+  // NCCL_NVLS_ENABLE: NCCL's integer reading (strtoll) of 0, or not a number at all. Only ever
+  // set to values meaning 0 here, and put back afterwards (never unset).
+  for (const char* v : {"00", " 0", "0x0", "false", "off"}) {
+    ScopedEnv mc("TPCOMM_MULTICAST", "1");
+    ScopedEnv nvls("NCCL_NVLS_ENABLE", v);
+    std::string why;
+    EXPECT_TRUE(multicastDisabledByEnv(&why)) << "NCCL_NVLS_ENABLE='" << v << "'";
+    EXPECT_FALSE(multicastCapable(8).multicastUsable(nullptr)) << "NCCL_NVLS_ENABLE='" << v << "'";
+    EXPECT_NE(why.find("NCCL_NVLS_ENABLE"), std::string::npos) << why;
+  }
+}
+
 TEST(MulticastGate, NeedsMoreThanTwoRanksAndEveryPrecondition) {
   // Each of these is closed for a hardware reason, whatever the environment says.
   EXPECT_FALSE(multicastCapable(1).multicastUsable(nullptr));
