@@ -258,9 +258,11 @@ TEST(MulticastGate, TpcommMulticastIsReadByValue) {
 TEST(MulticastGate, SwitchesFailClosed) {
   for (const char* v : {"0", "00", " 0", "0 ", "off", "false", "no", "-1", "2", "1x", "0x0"}) {
     ScopedEnv mc("TPCOMM_MULTICAST", v);
-    std::string why;
-    EXPECT_TRUE(multicastDisabledByEnv(&why)) << "TPCOMM_MULTICAST='" << v << "'";
+    EXPECT_TRUE(multicastDisabledByEnv(nullptr)) << "TPCOMM_MULTICAST='" << v << "'";
     EXPECT_FALSE(multicastCapable(8).multicastUsable(nullptr)) << "TPCOMM_MULTICAST='" << v << "'";
+    // The reason, whatever NCCL_NVLS_ENABLE is here (scripts/test.sh sets it to 0).
+    std::string why;
+    EXPECT_TRUE(multicastDisabledBy(nullptr, v, &why)) << "TPCOMM_MULTICAST='" << v << "'";
     EXPECT_NE(why.find("TPCOMM_MULTICAST"), std::string::npos) << why;
   }
   // NCCL_NVLS_ENABLE: NCCL's integer reading (strtoll) of 0, or not a number at all. Only ever
@@ -270,9 +272,17 @@ TEST(MulticastGate, SwitchesFailClosed) {
     ScopedEnv nvls("NCCL_NVLS_ENABLE", v);
     std::string why;
     EXPECT_TRUE(multicastDisabledByEnv(&why)) << "NCCL_NVLS_ENABLE='" << v << "'";
+    EXPECT_TRUE(multicastDisabledBy(v, "1", nullptr)) << "NCCL_NVLS_ENABLE='" << v << "'";
     EXPECT_FALSE(multicastCapable(8).multicastUsable(nullptr)) << "NCCL_NVLS_ENABLE='" << v << "'";
     EXPECT_NE(why.find("NCCL_NVLS_ENABLE"), std::string::npos) << why;
   }
+}
+
+TEST(MulticastGate, OpenOnlyForClearOnValues) {
+  for (const char* v : {"1", " 1", "01"}) EXPECT_FALSE(multicastDisabledBy(nullptr, v, nullptr)) << v;
+  for (const char* v : {"1", "2", "0x1"}) EXPECT_FALSE(multicastDisabledBy(v, nullptr, nullptr)) << v;
+  EXPECT_FALSE(multicastDisabledBy("", "", nullptr));  // empty: unset
+  EXPECT_FALSE(multicastDisabledBy(nullptr, nullptr, nullptr));
 }
 
 TEST(MulticastGate, NeedsMoreThanTwoRanksAndEveryPrecondition) {
