@@ -15,9 +15,11 @@
 #include "algos/algorithm.h"
 #include "algos/launch_params.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "algos/host_reduce.h"
@@ -32,6 +34,9 @@ Status preloadStagedDevice();
 
 namespace {
 constexpr size_t kVecBytes = 16;
+// Threads mode: a peer-access phase checks for a broken barrier between blocks of this many bytes
+// (a few microseconds of work: how long a timed-out peer waits for it to stop).
+constexpr size_t kAccessBlockBytes = size_t{256} << 10;
 // Outputs of at least this many bytes per rank are written with streaming (non-temporal)
 // stores: they are far larger than L2 and nobody reads them before the call returns, so the
 // read-for-ownership of every output line would be wasted memory traffic.
@@ -109,10 +114,39 @@ class StagedHost final : public Algorithm {
   Status runHostThreads(const CollArgs& a);
   Status runHostProcesses(const CollArgs& a);
   Status runDevice(const CollArgs& a);
+  HostStagedTransport::CallWords signature(const CollArgs& a) const;
   const AlgoContext* ctx_;
+  uint64_t calls_ = 0;  // this rank's host calls so far (pairs by barrier order, so a check of the pairing)
 };
 
+// Every rank's call signature against rank 0's (issue 21, item 7): a rank that passes another
+// count, dtype, op or collective, or that is a call ahead or behind, would otherwise read or write
+// past a peer's buffer (threads) or pair with the wrong data (processes). Every rank sees the
+// same table, so every rank fails alike, naming the ranks and fields that differ.
+Status checkSignatures(const HostStagedTransport::CallWords* all, int n) {
+  static const char* const kField[] = {"collective", "count", "dtype/op", "call number"};
+  std::string diff;
+  for (int r = 1; r < n; ++r)
+    for (int f = 0; f < 4; ++f)
+      if (all[r].w[f] != all[0].w[f])
+        diff += (diff.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " " + kField[f] + " " +
+                std::to_string(all[r].w[f]) + " vs rank 0 " + std::to_string(all[0].w[f]);
+  if (diff.empty()) return Status::kOk;
+  return TPCOMM_INVALID("staged_host: the ranks made different calls (%s): every rank must make the same collective "
+                        "with the same count, dtype and op, in the same order",
+                        diff.c_str());
+}
+
 }  // namespace
+
+HostStagedTransport::CallWords StagedHost::signature(const CollArgs& a) const {
+  HostStagedTransport::CallWords w{};
+  w.w[0] = static_cast<uint64_t>(a.kind);
+  w.w[1] = a.count;
+  w.w[2] = static_cast<uint64_t>(a.dtype) << 8 | static_cast<uint64_t>(a.op);
+  w.w[3] = calls_;
+  return w;
+}
 
 bool StagedHost::supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const {
   if (!topo.singleNode()) {
@@ -155,7 +189,15 @@ Status StagedHost::runHostThreads(const CollArgs& a) {
   const size_t es = a.elemSize();
   std::vector<const void*> sends(n);
   std::vector<void*> recvs(n);
-  TPCOMM_TRY(t.exchangePointers(a.send, a.recv, sends.data(), recvs.data()));
+  std::vector<HostStagedTransport::CallWords> words(n);
+  TPCOMM_TRY(t.exchangePointers(a.send, a.recv, signature(a), sends.data(), recvs.data(), words.data()));
+  ++calls_;
+  TPCOMM_TRY(checkSignatures(words.data(), n));
+  // Every read or write of a peer's own buffers below is one peer-access phase, checked between
+  // blocks of kAccessBlockBytes: a peer whose barrier expired waits for it to stop (the
+  // transport's beginPeerAccess), so nothing here touches its buffers after its call returned.
+  if (!t.beginPeerAccess()) return t.barrier();  // broken: the barrier reports it
+  Status s = Status::kOk;
   std::vector<const void*> srcs(n);
   switch (a.kind) {
     case CollKind::kAllReduce: {
@@ -166,29 +208,43 @@ Status StagedHost::runHostThreads(const CollArgs& a) {
       size_t b, e;
       partition(a.count, n, me, kVecBytes / es, &b, &e);
       std::vector<void*> dsts(n);
-      for (int r = 0; r < n; ++r) {
-        srcs[r] = static_cast<const char*>(sends[r]) + b * es;
-        dsts[r] = static_cast<char*>(recvs[r]) + b * es;
-      }
       const bool streaming = a.count * es >= kStreamingMinBytes;
-      hostReduceTo(dsts.data(), n, srcs.data(), n, e - b, a.dtype, a.op, streaming ? ~0ull : 0);
+      const size_t step = kAccessBlockBytes / es;
+      for (size_t lo = b; lo < e && !t.accessBroken(); lo += step) {
+        const size_t len = e - lo < step ? e - lo : step;
+        for (int r = 0; r < n; ++r) {
+          srcs[r] = static_cast<const char*>(sends[r]) + lo * es;
+          dsts[r] = static_cast<char*>(recvs[r]) + lo * es;
+        }
+        hostReduceTo(dsts.data(), n, srcs.data(), n, len, a.dtype, a.op, streaming ? ~0ull : 0);
+      }
       if (streaming) hostStreamFence();
-      return t.barrier();  // every slice of my recv is written (by its owner) when this passes
+      break;
     }
     case CollKind::kReduceScatter: {
-      for (int r = 0; r < n; ++r) srcs[r] = static_cast<const char*>(sends[r]) + me * a.count * es;
-      hostReduce(a.recv, srcs.data(), n, a.count, a.dtype, a.op);
-      return t.barrier();
+      const size_t step = kAccessBlockBytes / es;
+      for (size_t lo = 0; lo < a.count && !t.accessBroken(); lo += step) {
+        const size_t len = a.count - lo < step ? a.count - lo : step;
+        for (int r = 0; r < n; ++r) srcs[r] = static_cast<const char*>(sends[r]) + (me * a.count + lo) * es;
+        hostReduce(static_cast<char*>(a.recv) + lo * es, srcs.data(), n, len, a.dtype, a.op);
+      }
+      break;
     }
     case CollKind::kAllGather: {
-      for (int r = 0; r < n; ++r) {
+      for (int r = 0; r < n && !t.accessBroken(); ++r) {
         char* dst = static_cast<char*>(a.recv) + r * a.count * es;
-        if (dst != sends[r]) std::memcpy(dst, sends[r], a.count * es);
+        for (size_t off = 0; dst != sends[r] && off < a.count * es && !t.accessBroken(); off += kAccessBlockBytes)
+          std::memcpy(dst + off, static_cast<const char*>(sends[r]) + off,
+                      std::min(kAccessBlockBytes, a.count * es - off));
       }
-      return t.barrier();
+      break;
     }
+    default:
+      s = TPCOMM_ERROR(kInternal, "staged_host: unknown collective");
   }
-  return TPCOMM_ERROR(kInternal, "staged_host: unknown collective");
+  t.endPeerAccess();
+  TPCOMM_TRY(s);
+  return t.barrier();  // every slice of my recv is written (by its owner) when this passes
 }
 
 Status StagedHost::runHostProcesses(const CollArgs& a) {
@@ -196,6 +252,10 @@ Status StagedHost::runHostProcesses(const CollArgs& a) {
   const int n = t.nRanks(), me = t.rank();
   const size_t es = a.elemSize();
   const size_t cap = t.slotsBytes() / es;  // elements one rank can stage at once
+  std::vector<HostStagedTransport::CallWords> words(n);
+  TPCOMM_TRY(t.exchangeWords(signature(a), words.data()));
+  ++calls_;
+  TPCOMM_TRY(checkSignatures(words.data(), n));
   std::vector<const void*> srcs(n);
   const char* send = static_cast<const char*>(a.send);
   char* recv = static_cast<char*>(a.recv);

@@ -1,10 +1,13 @@
 #include "transports/host_staged.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -34,12 +37,14 @@ struct HostStagedTransport::Header {
   // left and read that peer's stale pointers, issue 21 item 1).
   alignas(64) std::atomic<uint64_t> barrierState;
   std::atomic<uint32_t> arrivedRound[kMaxRanks];  // round + 1 each rank last entered (names the missing)
+  alignas(64) std::atomic<int32_t> peerAccesses;   // threads mode: ranks now in a peer-access phase
   alignas(64) std::atomic<int32_t> refcount;
   int32_t cudaRegistered;  // threads mode: rank 0 registered the segment with CUDA
   struct Pointers {
     const void* send;
     void* recv;
   } pointers[kMaxRanks];
+  CallWords words[kMaxRanks];
 };
 
 Status HostStagedTransport::create(const TransportEnv& ctx, const Geometry& g, std::unique_ptr<HostStagedTransport>* out) {
@@ -83,6 +88,7 @@ Status HostStagedTransport::create(const TransportEnv& ctx, const Geometry& g, s
         mine.ok = 1;
       }
     } else {
+      removeStaleSegments(nullptr);  // a crashed run's leftovers; ours are named by our own pid
       static std::atomic<unsigned> counter{0};
       std::snprintf(mine.name, sizeof(mine.name), "/tpcomm-%d-%u-%08x", static_cast<int>(getpid()), counter++,
                     static_cast<unsigned>(std::random_device{}()));
@@ -171,6 +177,30 @@ Status HostStagedTransport::create(const TransportEnv& ctx, const Geometry& g, s
   return Status::kOk;
 }
 
+int HostStagedTransport::removeStaleSegments(std::string* report) {
+  DIR* d = opendir("/dev/shm");
+  if (!d) return 0;
+  int removed = 0;
+  const pid_t self = getpid();
+  while (dirent* e = readdir(d)) {
+    int pid = 0;
+    unsigned counter = 0;
+    char tail[32];
+    if (std::sscanf(e->d_name, "tpcomm-%d-%u-%31s", &pid, &counter, tail) != 3 || pid <= 0 || pid == self) continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge (EPERM)
+    const std::string path = std::string("/dev/shm/") + e->d_name;
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0 || st.st_uid != getuid() || !S_ISREG(st.st_mode)) continue;
+    if (shm_unlink((std::string("/") + e->d_name).c_str()) == 0) {
+      ++removed;
+      if (report) *report += "removed " + path + " (" + std::to_string(st.st_size) + " bytes; pid " +
+                             std::to_string(pid) + " is gone)\n";
+    }
+  }
+  closedir(d);
+  return removed;
+}
+
 HostStagedTransport::~HostStagedTransport() {
   if (!base_) return;
   Header* h = header();
@@ -230,9 +260,12 @@ Status HostStagedTransport::barrier() {
     std::this_thread::yield();
     if (std::chrono::steady_clock::now() <= deadline) continue;
     // Expired: break the barrier unless the round completed meanwhile (one atomic choice).
-    if (!h->barrierState.compare_exchange_strong(st, st | kBroken, std::memory_order_acq_rel,
+    if (!h->barrierState.compare_exchange_strong(st, st | kBroken, std::memory_order_seq_cst,
                                                  std::memory_order_acquire))
       continue;  // it changed: completed (or broken by another rank); the next pass tells which
+    // A slower peer may still be reading or writing this rank's buffers: it stops at its next
+    // check of the broken bit (one block of its work), and only then may this call return.
+    while (h->peerAccesses.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
     std::string missing;
     for (int r = 0; r < nRanks_; ++r)
       if (h->arrivedRound[r].load(std::memory_order_relaxed) != static_cast<uint32_t>(round + 1))
@@ -245,22 +278,57 @@ Status HostStagedTransport::barrier() {
   }
 }
 
+// Dekker-style with sequentially consistent operations: a phase announces itself and then looks
+// at the broken bit; a breaker sets the bit and then looks at the count. At least one of them sees
+// the other, so either the phase never starts or the breaker waits for it to end.
+bool HostStagedTransport::beginPeerAccess() {
+  Header* h = header();
+  h->peerAccesses.fetch_add(1, std::memory_order_seq_cst);
+  if (accessBroken()) {
+    endPeerAccess();
+    return false;
+  }
+  return true;
+}
+
+void HostStagedTransport::endPeerAccess() { header()->peerAccesses.fetch_sub(1, std::memory_order_seq_cst); }
+
+bool HostStagedTransport::accessBroken() const {
+  return (header()->barrierState.load(std::memory_order_seq_cst) >> 63) != 0;
+}
+
 Status HostStagedTransport::brokenBarrier() const {
+  // Like the rank that broke it, no rank returns while a peer may still touch its buffers.
+  while (header()->peerAccesses.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   return TPCOMM_ERROR(kTimeout,
                       "host_staged: rank %d: a peer's wait at an earlier barrier expired; the communicator is "
                       "unusable (destroy or abort it)",
                       rank_);
 }
 
-Status HostStagedTransport::exchangePointers(const void* send, void* recv, const void** sends, void** recvs) {
+Status HostStagedTransport::exchangePointers(const void* send, void* recv, const CallWords& words, const void** sends,
+                                             void** recvs, CallWords* allWords) {
   if (!sameProcess_) return TPCOMM_ERROR(kInternal, "host_staged: pointer exchange needs threads of one process");
   Header* h = header();
   h->pointers[rank_] = {send, recv};
+  h->words[rank_] = words;
   TPCOMM_TRY(barrier());
   for (int r = 0; r < nRanks_; ++r) {
     sends[r] = h->pointers[r].send;
     recvs[r] = h->pointers[r].recv;
+    allWords[r] = h->words[r];
   }
+  return Status::kOk;
+}
+
+Status HostStagedTransport::exchangeWords(const CallWords& words, CallWords* allWords) {
+  Header* h = header();
+  // The table is rewritten by the next call only after every rank has passed this call's next
+  // barrier, which no rank reaches before it has read the table here.
+  std::memcpy(&h->words[rank_], &words, sizeof(words));
+  std::atomic_thread_fence(std::memory_order_release);
+  TPCOMM_TRY(barrier());
+  std::memcpy(allWords, h->words, sizeof(CallWords) * nRanks_);
   return Status::kOk;
 }
 

@@ -29,6 +29,12 @@ class HostStagedTransport {
     int blocks = 16;              ///< GPU blocks per role; one flag per (rank, slot, block)
   };
 
+  /// Removes the POSIX shared-memory segments of this user that a tpcomm process left behind when
+  /// it died between creating and unlinking one (/dev/shm/tpcomm-<pid>-*, that pid gone). Returns
+  /// how many it removed; `report` (optional) gets one line per segment. Rank 0 calls it before
+  /// it creates a segment; tpcomm-doctor --clean calls it on demand.
+  static int removeStaleSegments(std::string* report);
+
   /// Collective over env.bootstrap. Requires all ranks on one node.
   static Status create(const TransportEnv& env, const Geometry& g, std::unique_ptr<HostStagedTransport>* out);
   ~HostStagedTransport();
@@ -54,9 +60,26 @@ class HostStagedTransport {
   /// wait expires breaks it for good: every rank's later barrier (a late arrival included)
   /// fails at once with kTimeout, and none passes a round the expired rank left.
   Status barrier();
-  /// Threads mode only: publishes this rank's (send, recv) pointers for the current call and
-  /// returns every rank's. Includes a barrier.
-  Status exchangePointers(const void* send, void* recv, const void** sends, void** recvs);
+  /// A call's signature as opaque words (the algorithm decides what they hold), exchanged so
+  /// every rank can check that all ranks make the same call.
+  struct CallWords {
+    uint64_t w[4];
+  };
+  /// Threads mode only: publishes this rank's (send, recv) pointers and call words for the
+  /// current call and returns every rank's. Includes a barrier.
+  Status exchangePointers(const void* send, void* recv, const CallWords& words, const void** sends, void** recvs,
+                          CallWords* allWords);
+  /// Threads mode: brackets a phase in which this rank reads or writes its peers' own buffers
+  /// (the zero-copy paths). A rank whose barrier wait expires breaks the barrier and then waits
+  /// for every such phase to end before it returns, and a phase stops at its next check
+  /// (accessBroken()), so no peer touches that rank's buffers after its call returned.
+  /// beginPeerAccess() is false when the barrier is already broken (do not touch anything).
+  bool beginPeerAccess();
+  void endPeerAccess();
+  bool accessBroken() const;
+
+  /// Publishes this rank's call words and returns every rank's (any mode). Includes a barrier.
+  Status exchangeWords(const CallWords& words, CallWords* allWords);
 
   /// Next sequence number base for a GPU pipeline of `chunks` chunks (same on every rank
   /// because every rank runs the same calls in the same order).
