@@ -278,6 +278,24 @@ Status bringUpTransports(Bootstrap& bs, const Config& config, AlgoContext* c, Tr
   return Status::kOk;
 }
 
+void warnUnrunnableOverrides(const AlgoOverride& ovr, const std::vector<std::unique_ptr<Algorithm>>& algos,
+                             const TransportReport& report, int rank) {
+  if (rank != 0) return;  // every rank has the same override and transports: say it once
+  for (const AlgoRule& rule : ovr.rules)
+    for (const std::string& name : rule.names)
+      for (const auto& a : algos) {
+        if (name != a->name() || a->available()) continue;
+        const std::string& why = name == "ring_nccl"                               ? report.nccl
+                                 : name == "staged_host"                           ? report.hostStaged
+                                 : name == "twoshot_multicast"                     ? report.multicast
+                                                                                   : report.p2p;
+        TPCOMM_WARN(kInit,
+                    "TPCOMM_ALGO / Config::algo forces %s, which this communicator cannot run (%s): calls it covers "
+                    "fall back to the next algorithm by cost (lastAlgorithm() names it)",
+                    name.c_str(), why.empty() ? "its transport is not up" : why.c_str());
+      }
+}
+
 Status setUpAlgorithms(Bootstrap& bs, const std::vector<std::unique_ptr<Algorithm>>& algos) {
   Status s = Status::kOk;
   for (const auto& a : algos)

@@ -41,6 +41,11 @@ Status checkResidency(Bootstrap& bs, const AlgoContext& ctx);
 /// everywhere (its reason recorded in `report`). Only a caller's error (an engine's ncclComm that
 /// does not fit) fails create.
 Status bringUpTransports(Bootstrap& bs, const Config& config, AlgoContext* ctx, TransportReport* report);
+/// Warns (once, at create) about TPCOMM_ALGO / Config::algo names that this communicator cannot
+/// run (their transport is down, e.g. ring_nccl on host ranks): the call then falls back to the
+/// next candidate by cost, and the user must be told, not find out from lastAlgorithm().
+void warnUnrunnableOverrides(const AlgoOverride& ovr, const std::vector<std::unique_ptr<Algorithm>>& algos,
+                             const TransportReport& report, int rank);
 /// Algorithm::setUp() of every algorithm, then one agreed exchange, so no rank returns from
 /// create (and no peer launches into this rank's memory) before every rank's set-up is done.
 Status setUpAlgorithms(Bootstrap& bs, const std::vector<std::unique_ptr<Algorithm>>& algos);

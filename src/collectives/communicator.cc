@@ -145,6 +145,7 @@ Status Communicator::create(Bootstrap& bootstrap, int device, const Config& conf
   TPCOMM_TRY(checkResidency(bootstrap, *impl->ctx));
   TPCOMM_TRY(bringUpTransports(bootstrap, config, impl->ctx.get(), &impl->transports));
   TPCOMM_TRY(setUpAlgorithms(bootstrap, impl->algos));
+  warnUnrunnableOverrides(impl->override, impl->algos, impl->transports, impl->ctx->rank);
   if (impl->ctx->rank == 0 && logEnabled(LogLevel::kInfo, kInit)) {
     std::string table = initTable(*impl);
     TPCOMM_INFO(kInit, "\n%s", table.c_str());

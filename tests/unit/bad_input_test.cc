@@ -232,6 +232,21 @@ TEST(BadInput, BootstrapArguments) {
   expectInvalid(makeThreadBootstrap(group, 0, nullptr), "out", "makeThreadBootstrap with out null");
 }
 
+// A forced algorithm host ranks cannot run (issue 21, item 12): the calls fall back, and create
+// says so on stderr (it used to run staged_host silently).
+TEST(BadInput, ForcedAlgorithmThatCannotRunIsReported) {
+  Config cfg;
+  cfg.algo = "0-inf:ring_nccl";
+  testing::internal::CaptureStderr();
+  test::runHostRanks(2, cfg, [&](int, Communicator& comm) {
+    std::vector<float> a(16, 1.0f), b(16, 0.0f);
+    EXPECT_EQ(comm.allReduce(a.data(), b.data(), 16, DataType::kF32, ReduceOp::kSum, nullptr), Status::kOk);
+    EXPECT_STREQ(comm.lastAlgorithm(), "staged_host");
+  });
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("forces ring_nccl, which this communicator cannot run (host ranks)"), std::string::npos) << err;
+}
+
 // The public residual + norm alone (tpcomm/rmsnorm.h): argument checks before any CUDA call.
 TEST(BadInput, ResidualRmsNormArguments) {
   std::vector<float> x(8), res(8), w(4), out(8);
