@@ -129,13 +129,17 @@ __global__ void __launch_bounds__(kThreads) twoshotMulticastKernel(MulticastLaun
   for (size_t c0 = 0; c0 < p.count; c0 += chunkElems) {
     const size_t len = p.count - c0 < chunkElems ? p.count - c0 : chunkElems;
     const size_t packs = (len + kEpp - 1) / kEpp;
-    // Packs [lo, hi) of the chunk: part b of slice j.
+    // Packs [lo, hi) of the chunk: part b of slice j of a FULL chunk, clipped to this chunk's
+    // packs. Block b owns the same packs of the buffer in every chunk, so a shorter last chunk
+    // never has block b write packs that block b' (synchronised by other barriers) still reads
+    // from the previous chunk (issue 21 item 15; twoshot_p2p clips the same way).
+    const size_t fullPacks = chunkElems / kEpp;
     auto part = [&](int j, size_t* lo, size_t* hi) {
       size_t s, e, a, z;
-      splitUnits(packs, n, j, &s, &e);
+      splitUnits(fullPacks, n, j, &s, &e);
       splitUnits(e - s, nb, b, &a, &z);
-      *lo = s + a;
-      *hi = s + z;
+      *lo = s + a < packs ? s + a : packs;
+      *hi = s + z < packs ? s + z : packs;
     };
 
     for (int j = 0; j < n; ++j) {
