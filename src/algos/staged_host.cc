@@ -179,7 +179,7 @@ Status StagedHost::run(const CollArgs& a) {
   // step for good. Mark the communicator failed so later calls return kTimeout (checkError)
   // instead of passing a barrier their peer never reached and reading stale pointers.
   if (s == Status::kTimeout && ctx_->asyncError.word && *ctx_->asyncError.word == 0)
-    *ctx_->asyncError.word = AsyncError::encode(s, -1);
+    *ctx_->asyncError.word = AsyncError::encode(s, ctx_->hostStaged->firstMissing());
   return s;
 }
 

@@ -273,12 +273,20 @@ Status Communicator::checkError() {
   if (w == 0) return Status::kOk;
   Status s = static_cast<Status>(w & 0xffffu);
   int peer = static_cast<int>(w >> 16) - 1;
-  std::string who = peer >= 0 ? "rank " + std::to_string(peer) : std::string("an unknown rank");
+  if (s == Status::kTimeout && peer >= 0)
+    return setError(s, __FILE__, __LINE__,
+                    "rank %d: a collective timed out after %d ms waiting for rank %d; the communicator is unusable "
+                    "(destroy or abort it)",
+                    impl_->ctx->rank, impl_->ctx->timeoutMs, peer);
   if (s == Status::kTimeout)
     return setError(s, __FILE__, __LINE__,
-                    "rank %d: a collective timed out after %d ms waiting for %s; the communicator is unusable",
-                    impl_->ctx->rank, impl_->ctx->timeoutMs, who.c_str());
-  return setError(s, __FILE__, __LINE__, "rank %d: an earlier collective failed (peer %d)", impl_->ctx->rank, peer);
+                    "rank %d: a peer's wait timed out after %d ms at an earlier barrier (a peer was late or gone); "
+                    "the communicator is unusable (destroy or abort it)",
+                    impl_->ctx->rank, impl_->ctx->timeoutMs);
+  if (s == Status::kRemoteError && peer < 0)
+    return setError(s, __FILE__, __LINE__, "rank %d: the communicator was aborted; destroy it", impl_->ctx->rank);
+  return setError(s, __FILE__, __LINE__, "rank %d: an earlier collective failed (peer %d); the communicator is unusable",
+                  impl_->ctx->rank, peer);
 }
 
 Status Communicator::destroy() {

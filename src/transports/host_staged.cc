@@ -66,7 +66,16 @@ Status HostStagedTransport::create(const TransportEnv& ctx, const Geometry& g, s
   // only delays that rank (the processes all-reduce passes a barrier per 2 MiB chunk).
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores > 0 && ctx.nRanks > cores) t->spinsBeforeYield_ = 0;
-  size_t flagsBytes = alignUp(sizeof(uint64_t) * 2 * ctx.nRanks * g.slots * g.blocks, kAlign);
+  // Every product checked (issue 21 item 4): the parameters' ranges already keep them small, a
+  // Geometry from elsewhere might not.
+  size_t flagWords = 0, slotBytes = 0, stagingBytes = 0;
+  if (__builtin_mul_overflow(static_cast<size_t>(2 * ctx.nRanks) * g.slots, static_cast<size_t>(g.blocks), &flagWords) ||
+      __builtin_mul_overflow(g.chunkBytes, static_cast<size_t>(g.slots), &slotBytes) ||
+      __builtin_mul_overflow(slotBytes, static_cast<size_t>(ctx.nRanks + 1), &stagingBytes) ||
+      stagingBytes > (size_t{1} << 46))
+    return TPCOMM_INVALID("host_staged: a segment of %d ranks x %d slots x %zu bytes overflows", ctx.nRanks, g.slots,
+                          g.chunkBytes);
+  size_t flagsBytes = alignUp(sizeof(uint64_t) * flagWords, kAlign);
   t->flagsOffset_ = alignUp(sizeof(Header), 4096);
   t->slotsOffset_ = alignUp(t->flagsOffset_ + flagsBytes, 4096);
   t->resultOffset_ = t->slotsOffset_ + g.chunkBytes * g.slots * ctx.nRanks;
@@ -243,8 +252,9 @@ Status HostStagedTransport::barrier() {
     const uint64_t arrived = (st & kArrivedMask) + 1;
     const uint64_t next = arrived == static_cast<uint64_t>(nRanks_) ? ((round + 1) & 0x7fffffffull) << 32
                                                                     : (round << 32) | arrived;
+    // Before the CAS, so a waiter that expires never names a rank that has arrived.
+    h->arrivedRound[rank_].store(static_cast<uint32_t>(round + 1), std::memory_order_relaxed);
     if (h->barrierState.compare_exchange_weak(st, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
-      h->arrivedRound[rank_].store(static_cast<uint32_t>(round + 1), std::memory_order_relaxed);
       if (arrived == static_cast<uint64_t>(nRanks_)) return Status::kOk;  // the last one completes it
       break;
     }
@@ -268,8 +278,10 @@ Status HostStagedTransport::barrier() {
     while (h->peerAccesses.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
     std::string missing;
     for (int r = 0; r < nRanks_; ++r)
-      if (h->arrivedRound[r].load(std::memory_order_relaxed) != static_cast<uint32_t>(round + 1))
+      if (h->arrivedRound[r].load(std::memory_order_relaxed) != static_cast<uint32_t>(round + 1)) {
+        if (missing.empty()) firstMissing_ = r;
         missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      }
     return TPCOMM_ERROR(kTimeout,
                         "host_staged: rank(s) %s did not arrive within %d ms (rank %d waited; %llu of %d arrived); "
                         "the communicator is unusable",

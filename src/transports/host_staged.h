@@ -75,6 +75,8 @@ class HostStagedTransport {
   /// (accessBroken()), so no peer touches that rank's buffers after its call returned.
   /// beginPeerAccess() is false when the barrier is already broken (do not touch anything).
   bool beginPeerAccess();
+  /// The first rank this rank's expired barrier found missing, or -1.
+  int firstMissing() const { return firstMissing_; }
   void endPeerAccess();
   bool accessBroken() const;
 
@@ -104,6 +106,7 @@ class HostStagedTransport {
   size_t bytes_ = 0;
   size_t flagsOffset_ = 0, slotsOffset_ = 0, resultOffset_ = 0;
   uint64_t sequence_ = 0;
+  int firstMissing_ = -1;
   uint32_t spinsBeforeYield_ = 2000;  // 0 when ranks outnumber cores: the awaited rank needs this core
 };
 
