@@ -55,6 +55,8 @@ constexpr CostRow kTable[] = {
     // round trips over PCIe, ~20 GB/s after the pipeline's bubbles.
     {"staged_host", LinkClass::kHost, 0, 0.0, 0.0, 3.0, 4.0, Traffic::kOnce, 0},
     {"staged_host", LinkClass::kAny, 0, 12.0, 12.0, 0, 20.0, Traffic::kStagedGpu, 0},
+    // copy_local (one rank): a memcpy of the message at about HBM copy speed; an estimate.
+    {"copy_local", LinkClass::kAny, 0, 1.0, 1.0, 0, 1500.0, Traffic::kOnce, 0},
     // twoshot_multicast: never measured (multicast is off on every machine we have).
     {"twoshot_multicast", LinkClass::kAny, 0, 10.0, 7.0, 0, 400.0, Traffic::kMulticast, 2000.0},
 };

@@ -9,6 +9,7 @@ std::unique_ptr<Algorithm> makeTwoshotP2p(const AlgoContext* ctx);       // twos
 std::unique_ptr<Algorithm> makeTwoshotMulticast(const AlgoContext* ctx);  // twoshot_multicast.cc
 std::unique_ptr<Algorithm> makeRingNccl(const AlgoContext* ctx);         // ring_nccl.cc
 std::unique_ptr<Algorithm> makeStagedHost(const AlgoContext* ctx);       // staged_host.cc
+std::unique_ptr<Algorithm> makeCopyLocal(const AlgoContext* ctx);        // copy_local.cc
 
 std::vector<std::unique_ptr<Algorithm>> makeAlgorithms(const AlgoContext* ctx) {
   std::vector<std::unique_ptr<Algorithm>> list;
@@ -19,6 +20,7 @@ std::vector<std::unique_ptr<Algorithm>> makeAlgorithms(const AlgoContext* ctx) {
   list.push_back(makeTwoshotMulticast(ctx));  // gated: see transports/multicast.h
   list.push_back(makeRingNccl(ctx));
   list.push_back(makeStagedHost(ctx));
+  list.push_back(makeCopyLocal(ctx));  // one rank only
   return list;
 }
 

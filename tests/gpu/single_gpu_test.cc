@@ -1,11 +1,11 @@
 // GPU tests that need one GPU only, so that a 1-GPU machine checks something: one-rank
-// communicators (createGroup({0})) on ring_nccl, staged_host and auto. Over one rank every
+// communicators (createGroup({0})) on ring_nccl, staged_host, copy_local and auto. Over one rank every
 // collective is the identity, so each output must equal its input bit for bit: out of place the
 // output is poisoned first, so the call must write it; in place the identity leaves the buffer
 // as it was, so those cases only check that nothing is corrupted. Eager and under CUDA-graph
 // replay; the fused residual + RMSNorm call must give the host path's bits. A forced algorithm
 // that cannot run a call (staged_host under capture, or for allGather on GPU ranks) falls back
-// to the next candidate, ring_nccl, and lastAlgorithm() says so.
+// to the next candidate by cost, copy_local, and lastAlgorithm() says so.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -103,13 +103,13 @@ TEST_P(OneRankAllReduce, OutputIsTheInputBitForBit) {
   }
   CUDA_OK(cudaStreamSynchronize(o->stream));
   ASSERT_EQ(o->comm->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
-  // auto over one rank: ring_nccl or staged_host (the cost model's pick); staged_host under
-  // capture falls back to ring_nccl (its sequence numbers are host-side).
+  // auto over one rank: copy_local (a copy is all a one-rank collective is); staged_host under
+  // capture falls back to the next by cost, copy_local too (its sequence numbers are host-side).
   const std::string ran = o->comm->lastAlgorithm(), want = std::string(algo);
   if (want == "auto")
-    EXPECT_TRUE(ran == "ring_nccl" || (ran == "staged_host" && !graph)) << ran;
+    EXPECT_EQ(ran, "copy_local");
   else
-    EXPECT_EQ(ran, want == "staged_host" && graph ? "ring_nccl" : want);
+    EXPECT_EQ(ran, want == "staged_host" && graph ? "copy_local" : want);
   const std::vector<uint8_t> out = download(recv, bytes);
   long long bad = firstMismatch(out, in, es);
   EXPECT_EQ(bad, -1) << "element " << bad << ": got " << tpcomm::loadAsFloat(out.data(), bad, dt) << ", input "
@@ -117,12 +117,12 @@ TEST_P(OneRankAllReduce, OutputIsTheInputBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, OneRankAllReduce,
-                         testing::Combine(testing::Values("ring_nccl", "staged_host", "auto"), testing::ValuesIn(kTypes),
-                                          testing::ValuesIn(kOps), testing::ValuesIn(kCounts), testing::Bool(),
-                                          testing::Bool()));
+                         testing::Combine(testing::Values("ring_nccl", "staged_host", "copy_local", "auto"),
+                                          testing::ValuesIn(kTypes), testing::ValuesIn(kOps), testing::ValuesIn(kCounts),
+                                          testing::Bool(), testing::Bool()));
 
-// reduceScatter and allGather over one rank: the identity too. staged_host on GPU ranks is
-// all-reduce only, so its communicator hands them to ring_nccl.
+// reduceScatter and allGather over one rank: the identity too, a copy (copy_local). staged_host on
+// GPU ranks is all-reduce only, so with it forced they fall back to copy_local as well.
 TEST(OneRank, ReduceScatterAndAllGatherAreTheIdentity) {
   for (const char* algo : {"auto", "staged_host"}) {
     OneRank* o = oneRank(algo);
@@ -141,7 +141,7 @@ TEST(OneRank, ReduceScatterAndAllGatherAreTheIdentity) {
                      : o->comm->allGather(send.p, recv.p, count, DataType::kBF16, o->stream);
       ASSERT_EQ(s, Status::kOk) << tpcomm::lastErrorMessage();
       CUDA_OK(cudaStreamSynchronize(o->stream));
-      EXPECT_STREQ(o->comm->lastAlgorithm(), "ring_nccl");
+      EXPECT_STREQ(o->comm->lastAlgorithm(), "copy_local");
       EXPECT_EQ(firstMismatch(download(recv.p, bytes), in, 2), -1);
     }
   }
@@ -184,7 +184,7 @@ TEST_P(OneRankFused, MatchesTheHostPath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, OneRankFused,
-                         testing::Combine(testing::Values("ring_nccl", "staged_host", "auto"), testing::ValuesIn(kTypes),
+                         testing::Combine(testing::Values("ring_nccl", "staged_host", "copy_local", "auto"), testing::ValuesIn(kTypes),
                                           testing::Values<size_t>(1, 7, 64), testing::Values<size_t>(128, 5120)));
 
 }  // namespace

@@ -146,7 +146,10 @@ void checkInvariants(const std::vector<Candidate>& c, const Topology& topo, cons
     if (endsWith(name, "_p2p")) EXPECT_TRUE(topo.allPairsP2p()) << name << " chosen without verified P2P on every pair";
     if (endsWith(name, "_multicast"))
       EXPECT_TRUE(topo.multicastUsable(nullptr)) << name << " chosen with the multicast gate closed";
-    if (topo.allHost()) EXPECT_EQ(name, "staged_host") << "host ranks have only the host path";
+    if (topo.allHost())
+      EXPECT_TRUE(name == "staged_host" || (name == "copy_local" && topo.nRanks() == 1))
+          << name << ": host ranks have only the host path (and a copy for one rank)";
+    if (name == "copy_local") EXPECT_EQ(topo.nRanks(), 1) << "copy_local over several ranks";
     if (topo.allGpu() && q.capturing) EXPECT_NE(name, "staged_host") << "staged_host is not graph-capturable";
   }
   // Forced candidates first, then the rest in cost order.
