@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# scripts/python_gpu_check.sh [OUTDIR]: the Python package's GPU check on a machine that has
+# torch and CUDA GPUs but cannot `pip install` (the GPU machine): builds libtpcomm as the wheel
+# does (-DSKBUILD=ON: CUDA runtime static, unversioned; no NCCL, MPI or shim), lays the package
+# out in a scratch site folder, and runs tests/python/torch_gpu_check.py under torchrun on
+# min(GPUs, 2) ranks (one GPU: the one-rank cases; the all-reduce is then a copy). Multicast off.
+# Logs to OUTDIR (default $OUT, else ./gpu-logs): python_gpu_build.log, python_gpu_check.txt.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUTDIR=${1:-${OUT:-$root/gpu-logs}}
+B=${BUILD:-/tmp/tpcomm-py-build}
+SITE=/tmp/tpcomm-py-site
+mkdir -p "$OUTDIR"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
+cmake -S "$root" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
+  -DSKBUILD=ON -DTPCOMM_WITH_NCCL=OFF -DTPCOMM_WITH_MPI=OFF -DTPCOMM_BUILD_SHIM=OFF -DTPCOMM_BUILD_TESTS=OFF \
+  -DTPCOMM_BUILD_BENCH=OFF -DTPCOMM_BUILD_EXAMPLES=OFF -DTPCOMM_BUILD_TOOLS=OFF > "$OUTDIR/python_gpu_build.log" 2>&1 &&
+  ninja -C "$B" tpcomm >> "$OUTDIR/python_gpu_build.log" 2>&1
+rc=$?
+echo "libtpcomm build rc=$rc"
+[ $rc = 0 ] || { tail -20 "$OUTDIR/python_gpu_build.log"; exit 1; }
+rm -rf "$SITE" && mkdir -p "$SITE/tpcomm"
+cp -r "$root/python/tpcomm/." "$SITE/tpcomm/" && mkdir -p "$SITE/tpcomm/lib" && cp -L "$B/libtpcomm.so" "$SITE/tpcomm/lib/"
+ngpu=$(python3 -c "import torch; print(min(torch.cuda.device_count(), 2))")
+PYTHONPATH="$SITE" PYTHONUNBUFFERED=1 python3 -m torch.distributed.run --nproc_per_node="$ngpu" \
+  "$root/tests/python/torch_gpu_check.py" "$@" > "$OUTDIR/python_gpu_check.txt" 2>&1
+rc=$?
+echo "torch_gpu_check ($ngpu rank(s)) rc=$rc"
+grep -a "passed\|FAIL\|Error" "$OUTDIR/python_gpu_check.txt" | tail -8
+exit $rc
