@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/python_gpu_check.sh [OUTDIR]: the Python package's GPU check on a machine that has
+# scripts/python_gpu_check.sh [OUTDIR] [check options]: the Python package's GPU check on a machine that has
 # torch and CUDA GPUs but cannot `pip install` (the GPU machine): builds libtpcomm as the wheel
 # does (-DSKBUILD=ON: CUDA runtime static, unversioned; no NCCL, MPI or shim), lays the package
 # out in a scratch site folder, and runs tests/python/torch_gpu_check.py under torchrun on
@@ -7,7 +7,8 @@
 # Logs to OUTDIR (default $OUT, else ./gpu-logs): python_gpu_build.log, python_gpu_check.txt.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OUTDIR=${1:-${OUT:-$root/gpu-logs}}
+OUTDIR=${OUT:-$root/gpu-logs}
+if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then OUTDIR=$1; shift; fi  # the rest go to the check
 B=${BUILD:-/tmp/tpcomm-py-build}
 SITE=/tmp/tpcomm-py-site
 mkdir -p "$OUTDIR"
