@@ -10,8 +10,12 @@
 
 namespace tpcomm {
 
-/// Bootstrap over the MPI communicator `comm` (duplicated internally; MPI must be initialized
-/// and stay so while the bootstrap lives). Ranks and size are those of `comm`.
+/// Bootstrap over the MPI communicator `comm` (duplicated internally with MPI_Comm_idup, the wait
+/// bounded by TPCOMM_TIMEOUT_MS; MPI must be initialized and stay so while the bootstrap lives).
+/// Ranks and size are those of `comm`. Every exchange is bounded by TPCOMM_TIMEOUT_MS; after a
+/// timeout (kTimeout, naming the ranks that did not arrive) the bootstrap is unusable, and what MPI
+/// may still use (a pending request, its buffers, the duplicated communicator) is left to MPI,
+/// never freed, so MPI_Finalize still returns (docs/reliability.md).
 Status makeMpiBootstrap(MPI_Comm comm, std::unique_ptr<Bootstrap>* out);
 
 }  // namespace tpcomm

@@ -252,6 +252,7 @@ Status StagedHost::runHostProcesses(const CollArgs& a) {
   const int n = t.nRanks(), me = t.rank();
   const size_t es = a.elemSize();
   const size_t cap = t.slotsBytes() / es;  // elements one rank can stage at once
+  if (cap / n == 0) return TPCOMM_ERROR(kInternal, "staged_host: %zu-element slots cannot hold a piece per rank", cap);
   std::vector<HostStagedTransport::CallWords> words(n);
   TPCOMM_TRY(t.exchangeWords(signature(a), words.data()));
   ++calls_;

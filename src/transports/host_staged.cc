@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -311,11 +312,19 @@ bool HostStagedTransport::accessBroken() const {
 
 Status HostStagedTransport::brokenBarrier() const {
   // Like the rank that broke it, no rank returns while a peer may still touch its buffers.
-  while (header()->peerAccesses.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  Header* h = header();
+  while (h->peerAccesses.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  // The ranks that had not reached the round that broke (the most advanced round seen).
+  uint32_t latest = 0;
+  for (int r = 0; r < nRanks_; ++r) latest = std::max(latest, h->arrivedRound[r].load(std::memory_order_relaxed));
+  std::string missing;
+  for (int r = 0; r < nRanks_; ++r)
+    if (h->arrivedRound[r].load(std::memory_order_relaxed) != latest)
+      missing += (missing.empty() ? "" : ", ") + std::to_string(r);
   return TPCOMM_ERROR(kTimeout,
-                      "host_staged: rank %d: a peer's wait at an earlier barrier expired; the communicator is "
-                      "unusable (destroy or abort it)",
-                      rank_);
+                      "host_staged: rank %d: a peer's wait at a barrier expired; rank(s) %s had not arrived; the "
+                      "communicator is unusable (destroy or abort it)",
+                      rank_, missing.empty() ? "(none recorded)" : missing.c_str());
 }
 
 Status HostStagedTransport::exchangePointers(const void* send, void* recv, const CallWords& words, const void** sends,

@@ -143,10 +143,11 @@ Status resolveDriver(MulticastDriver* d) {
 // Defence in depth: the environment switches, read live (not only the cached params) right
 // before a multicast driver call.
 Status gateStillOpen(const char* call) {
+  // Read live (not the cached params) and failing closed: any value of either switch that is not
+  // clearly "on" keeps multicast off (topology.h, multicastDisabledBy).
   std::string why;
-  const char* live = std::getenv("TPCOMM_MULTICAST");
-  if (!multicastDisabledByEnv(&why) && live && std::string(live) == "0") why = "disabled by TPCOMM_MULTICAST=0";
-  if (!why.empty()) return TPCOMM_ERROR(kNotSupported, "multicast: not calling %s: %s", call, why.c_str());
+  if (multicastDisabledBy(std::getenv("NCCL_NVLS_ENABLE"), std::getenv("TPCOMM_MULTICAST"), &why))
+    return TPCOMM_ERROR(kNotSupported, "multicast: not calling %s: %s", call, why.c_str());
   return Status::kOk;
 }
 
