@@ -38,47 +38,43 @@ __global__ void spinKernel(uint64_t ns, int releaseDependents) {
   } while (t - t0 < ns);
 }
 
-struct Ranks {
-  std::vector<int> devices;
-  std::vector<std::unique_ptr<Communicator>> comms;
-  std::vector<cudaStream_t> streams;
+// Two ranks forced onto `algo`, with in/out buffers of `bytes` each. Aborted at the end: some
+// tests leave their communicators failed on purpose.
+struct Ranks : RankGroup {
   std::vector<void*> in, out;
   size_t bytes = 0;
   ~Ranks() {
     for (auto& c : comms)
       if (c) c->abort();
-    for (size_t r = 0; r < streams.size(); ++r) {
+    for (size_t r = 0; r < in.size(); ++r) {
       cudaSetDevice(devices[r]);
-      cudaStreamDestroy(streams[r]);
       cudaFree(in[r]);
       cudaFree(out[r]);
     }
   }
 };
 
-// Two ranks forced onto `algo`, each with a non-blocking stream and in/out buffers of `bytes`.
 std::unique_ptr<Ranks> makeRanks(const std::string& algo, int timeoutMs, size_t bytes) {
-  auto g = std::make_unique<Ranks>();
-  g->devices = rankDevices();
-  g->devices.resize(2);
   Config cfg;
   cfg.algo = algo == "auto" ? "" : algo;
   cfg.timeoutMs = timeoutMs;
-  if (Communicator::createGroup(g->devices, cfg, &g->comms) != Status::kOk) {
-    ADD_FAILURE() << "createGroup(" << algo << "): " << tpcomm::lastErrorMessage();
-    return nullptr;
-  }
+  std::vector<int> devices = rankDevices();
+  devices.resize(2);
+  std::unique_ptr<RankGroup> base = makeRankGroup(cfg, algo, false, devices);
+  if (!base) return nullptr;
+  auto g = std::make_unique<Ranks>();
+  g->devices = base->devices;
+  g->comms = std::move(base->comms);
+  g->streams = std::move(base->streams);
+  base->streams.clear();  // now g's to destroy
   g->bytes = bytes;
   for (int r = 0; r < 2; ++r) {
     cudaSetDevice(g->devices[r]);
-    cudaStream_t s;
     void *a, *b;
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess || cudaMalloc(&a, bytes) != cudaSuccess ||
-        cudaMalloc(&b, bytes) != cudaSuccess) {
-      ADD_FAILURE() << "CUDA set-up failed";
+    if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) {
+      ADD_FAILURE() << "cudaMalloc failed";
       return nullptr;
     }
-    g->streams.push_back(s);
     g->in.push_back(a);
     g->out.push_back(b);
   }

@@ -36,34 +36,19 @@ constexpr size_t kRows[] = {1, 2, 7, 64, 512};
 constexpr size_t kHidden[] = {128, 1000, 4096, 5120, 8192};
 constexpr float kEps = 1e-6f;
 
-struct Group {
-  std::vector<int> devices;
-  std::vector<std::unique_ptr<Communicator>> comms;
-  std::vector<cudaStream_t> streams;
-  int n() const { return static_cast<int>(devices.size()); }
-};
+using Group = RankGroup;
 
 Group* groupFor(const std::string& algo, bool alwaysFused = true) {
   static std::map<std::string, std::unique_ptr<Group>> groups;
   const std::string key = algo + (alwaysFused ? "" : "/default-rule");
   auto it = groups.find(key);
   if (it != groups.end()) return it->second.get();
-  auto g = std::make_unique<Group>();
-  g->devices = rankDevices();
   Config cfg;
   cfg.algo = algo == "auto" ? "" : algo;
   // Read at create: the fused kernels at every row count, or the library's default rule.
   tpcomm::test::ScopedEnv rule("TPCOMM_FUSED_BLOCKS_PER_ROW", alwaysFused ? "0" : nullptr);
-  if (Communicator::createGroup(g->devices, cfg, &g->comms) != Status::kOk) {
-    ADD_FAILURE() << "createGroup(" << algo << "): " << tpcomm::lastErrorMessage();
-    return nullptr;
-  }
-  for (int d : g->devices) {
-    cudaSetDevice(d);
-    cudaStream_t st;
-    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-    g->streams.push_back(st);
-  }
+  auto g = makeRankGroup(cfg, algo);
+  if (!g) return nullptr;
   return (groups[key] = std::move(g)).get();
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -46,6 +47,45 @@ inline std::vector<int> rankDevices() {
   return d;
 }
 inline bool sharedDevice() { return gpuCount() == 1; }
+
+// The one set-up of the multi-rank GPU tests: createGroup over `devices` (default rankDevices())
+// with `cfg`, and a stream per rank (non-blocking, or blocking: ordered after set-up copies on
+// the legacy stream). Streams go with the group; communicators are destroyed by their own
+// destructors (or abort()ed first by a test that left them failed).
+struct RankGroup {
+  std::vector<int> devices;
+  std::vector<std::unique_ptr<tpcomm::Communicator>> comms;
+  std::vector<cudaStream_t> streams;
+  int n() const { return static_cast<int>(devices.size()); }
+  ~RankGroup() {
+    for (size_t r = 0; r < streams.size(); ++r) {
+      cudaSetDevice(devices[r]);
+      cudaStreamDestroy(streams[r]);
+    }
+  }
+};
+
+// nullptr, with a test failure naming `what`, when createGroup or a stream fails.
+inline std::unique_ptr<RankGroup> makeRankGroup(const tpcomm::Config& cfg, const std::string& what,
+                                                bool blockingStreams = false, std::vector<int> devices = {}) {
+  auto g = std::make_unique<RankGroup>();
+  g->devices = devices.empty() ? rankDevices() : devices;
+  if (tpcomm::Communicator::createGroup(g->devices, cfg, &g->comms) != tpcomm::Status::kOk) {
+    ADD_FAILURE() << "createGroup(" << what << "): " << tpcomm::lastErrorMessage();
+    return nullptr;
+  }
+  for (int d : g->devices) {
+    cudaStream_t st = nullptr;
+    if (cudaSetDevice(d) != cudaSuccess ||
+        (blockingStreams ? cudaStreamCreate(&st) : cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking)) !=
+            cudaSuccess) {
+      ADD_FAILURE() << "stream on device " << d;
+      return nullptr;
+    }
+    g->streams.push_back(st);
+  }
+  return g;
+}
 
 // Small integers (|v| <= 8), exact in every dtype and in sums of up to 16 ranks.
 inline float intInput(int rank, size_t i, uint64_t salt) {

@@ -25,36 +25,19 @@ constexpr DataType kTypes[] = {DataType::kF32, DataType::kF16, DataType::kBF16};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin};
 const char* const kAlgos[] = {"lamport_p2p", "oneshot_p2p", "twoshot_p2p", "ring_nccl", "auto"};
 
+using Group = RankGroup;
+
 // One communicator group per forced algorithm, created once for the whole program.
-struct Group {
-  std::vector<int> devices;
-  std::vector<std::unique_ptr<Communicator>> comms;
-  std::vector<cudaStream_t> streams;
-  int n() const { return static_cast<int>(devices.size()); }
-};
-
-
 Group* groupFor(const std::string& algo, int timeoutMs = 0) {
   static std::map<std::string, std::unique_ptr<Group>> groups;
   std::string key = algo + "/" + std::to_string(timeoutMs);
   auto it = groups.find(key);
   if (it != groups.end()) return it->second.get();
-  auto g = std::make_unique<Group>();
-  g->devices = rankDevices();
   Config cfg;
   cfg.algo = algo == "auto" ? "" : algo;
   cfg.timeoutMs = timeoutMs;
-  Status s = Communicator::createGroup(g->devices, cfg, &g->comms);
-  if (s != Status::kOk) {
-    ADD_FAILURE() << "createGroup(" << algo << "): " << tpcomm::lastErrorMessage();
-    return nullptr;
-  }
-  for (int d : g->devices) {
-    cudaSetDevice(d);
-    cudaStream_t st;
-    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-    g->streams.push_back(st);
-  }
+  auto g = makeRankGroup(cfg, algo);
+  if (!g) return nullptr;
   return (groups[key] = std::move(g)).get();
 }
 

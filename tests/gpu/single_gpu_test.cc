@@ -28,7 +28,8 @@ constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin};
 constexpr size_t kCounts[] = {1, 7, 4097, (1u << 20) + 3};
 
 struct OneRank {
-  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<RankGroup> group;
+  Communicator* comm = nullptr;
   cudaStream_t stream = nullptr;
 };
 
@@ -39,15 +40,11 @@ OneRank* oneRank(const std::string& algo) {
   if (it != made.end()) return it->second.get();
   Config cfg;
   cfg.algo = algo == "auto" ? "" : algo;
-  std::vector<std::unique_ptr<Communicator>> comms;
-  if (Communicator::createGroup({0}, cfg, &comms) != Status::kOk) {
-    ADD_FAILURE() << "createGroup({0}, " << algo << "): " << tpcomm::lastErrorMessage();
-    return nullptr;
-  }
   auto o = std::make_unique<OneRank>();
-  o->comm = std::move(comms[0]);
-  cudaSetDevice(0);
-  cudaStreamCreateWithFlags(&o->stream, cudaStreamNonBlocking);
+  o->group = makeRankGroup(cfg, algo, false, {0});
+  if (!o->group) return nullptr;
+  o->comm = o->group->comms[0].get();
+  o->stream = o->group->streams[0];
   return (made[algo] = std::move(o)).get();
 }
 

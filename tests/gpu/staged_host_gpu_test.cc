@@ -39,16 +39,15 @@ int deviceCount() {
 class GpuGroup {
  public:
   void create(const Config& cfg, size_t maxBytes) {
-    devices = tpcomm_test::rankDevices();
-    const int n = static_cast<int>(devices.size());
-    ASSERT_EQ(Communicator::createGroup(devices, cfg, &comms), Status::kOk) << lastErrorMessage();
-    ASSERT_EQ(static_cast<int>(comms.size()), n);
-    streams.resize(n);
+    // Blocking streams: the kernels start after the set-up copies made on the legacy stream.
+    std::unique_ptr<tpcomm_test::RankGroup> g = tpcomm_test::makeRankGroup(cfg, "staged_host", true);
+    ASSERT_NE(g, nullptr);
+    ranks = std::move(g);
+    const int n = ranks->n();
     send.resize(n);
     recv.resize(n);
     for (int r = 0; r < n; ++r) {
-      CUDA_OK(cudaSetDevice(devices[r]));
-      CUDA_OK(cudaStreamCreate(&streams[r]));  // blocking: ordered after the set-up copies below
+      CUDA_OK(cudaSetDevice(ranks->devices[r]));
       CUDA_OK(cudaMalloc(&send[r], maxBytes));
       CUDA_OK(cudaMalloc(&recv[r], maxBytes));
       CUDA_OK(cudaMemset(send[r], 0, maxBytes));
@@ -57,20 +56,18 @@ class GpuGroup {
     }
   }
   ~GpuGroup() {
-    for (auto& c : comms)
+    if (!ranks) return;
+    for (auto& c : ranks->comms)
       if (c) c->destroy();
-    for (size_t r = 0; r < streams.size(); ++r) {
-      cudaSetDevice(devices[r]);
-      if (streams[r]) cudaStreamDestroy(streams[r]);
+    for (size_t r = 0; r < send.size(); ++r) {
+      cudaSetDevice(ranks->devices[r]);
       if (send[r]) cudaFree(send[r]);
       if (recv[r]) cudaFree(recv[r]);
     }
   }
-  int size() const { return static_cast<int>(comms.size()); }
+  int size() const { return ranks ? ranks->n() : 0; }
 
-  std::vector<int> devices;  // rank r's GPU (two ranks share GPU 0 on a one-GPU machine)
-  std::vector<std::unique_ptr<Communicator>> comms;
-  std::vector<cudaStream_t> streams;
+  std::unique_ptr<tpcomm_test::RankGroup> ranks;  // rank r's GPU, communicator and stream
   std::vector<void*> send, recv;
 };
 
@@ -111,7 +108,7 @@ TEST_P(StagedHostGpu, AllReduceBitExactOnEveryRank) {
                              std::to_string(count) + (inPlace ? " in place" : " out of place");
           SCOPED_TRACE(what);
           for (int r = 0; r < n; ++r) {
-            CUDA_OK(cudaSetDevice(g.devices[r]));
+            CUDA_OK(cudaSetDevice(g.ranks->devices[r]));
             CUDA_OK(cudaMemcpy(g.send[r], inputs[r].data(), bytes, cudaMemcpyHostToDevice));
             if (inPlace)
               CUDA_OK(cudaMemcpy(g.recv[r], inputs[r].data(), bytes, cudaMemcpyHostToDevice));
@@ -123,14 +120,14 @@ TEST_P(StagedHostGpu, AllReduceBitExactOnEveryRank) {
           // Every rank enqueues before any waits: the kernels meet through host memory.
           for (int r = 0; r < n; ++r) {
             const void* src = inPlace ? g.recv[r] : g.send[r];
-            ASSERT_EQ(g.comms[r]->allReduce(src, g.recv[r], count, dt, op, g.streams[r]), Status::kOk)
+            ASSERT_EQ(g.ranks->comms[r]->allReduce(src, g.recv[r], count, dt, op, g.ranks->streams[r]), Status::kOk)
                 << "rank " << r << ": " << lastErrorMessage();
           }
           for (int r = 0; r < n; ++r) {
-            CUDA_OK(cudaSetDevice(g.devices[r]));
-            CUDA_OK(cudaStreamSynchronize(g.streams[r]));
-            ASSERT_EQ(g.comms[r]->checkError(), Status::kOk) << "rank " << r << ": " << lastErrorMessage();
-            EXPECT_STREQ(g.comms[r]->lastAlgorithm(), algo) << "rank " << r << " fell back";
+            CUDA_OK(cudaSetDevice(g.ranks->devices[r]));
+            CUDA_OK(cudaStreamSynchronize(g.ranks->streams[r]));
+            ASSERT_EQ(g.ranks->comms[r]->checkError(), Status::kOk) << "rank " << r << ": " << lastErrorMessage();
+            EXPECT_STREQ(g.ranks->comms[r]->lastAlgorithm(), algo) << "rank " << r << " fell back";
             CUDA_OK(cudaMemcpy(outputs[r].data(), g.recv[r], bytes, cudaMemcpyDeviceToHost));
           }
           for (int r = 0; r < n; ++r) {
@@ -144,7 +141,7 @@ TEST_P(StagedHostGpu, AllReduceBitExactOnEveryRank) {
                 << "rank " << r << " differs from rank 0";
             if (!inPlace) {  // the send buffer is read-only
               std::vector<char> back(bytes);
-              CUDA_OK(cudaSetDevice(g.devices[r]));
+              CUDA_OK(cudaSetDevice(g.ranks->devices[r]));
               CUDA_OK(cudaMemcpy(back.data(), g.send[r], bytes, cudaMemcpyDeviceToHost));
               EXPECT_EQ(std::memcmp(back.data(), inputs[r].data(), bytes), 0) << "rank " << r << ": send modified";
             }
@@ -171,32 +168,32 @@ TEST_P(StagedHostGpu, SkippedPeerYieldsTimeoutWithinTheBound) {
   const int n = g.size();
   // Warm up with every rank (loads the kernels, proves the group works).
   for (int r = 0; r < n; ++r)
-    ASSERT_EQ(g.comms[r]->allReduce(g.send[r], g.recv[r], count, DataType::kF32, ReduceOp::kSum, g.streams[r]),
+    ASSERT_EQ(g.ranks->comms[r]->allReduce(g.send[r], g.recv[r], count, DataType::kF32, ReduceOp::kSum, g.ranks->streams[r]),
               Status::kOk)
         << lastErrorMessage();
   for (int r = 0; r < n; ++r) {
-    CUDA_OK(cudaSetDevice(g.devices[r]));
-    CUDA_OK(cudaStreamSynchronize(g.streams[r]));
-    ASSERT_EQ(g.comms[r]->checkError(), Status::kOk) << lastErrorMessage();
+    CUDA_OK(cudaSetDevice(g.ranks->devices[r]));
+    CUDA_OK(cudaStreamSynchronize(g.ranks->streams[r]));
+    ASSERT_EQ(g.ranks->comms[r]->checkError(), Status::kOk) << lastErrorMessage();
   }
   // The last rank skips the next call.
   auto t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < n - 1; ++r)
-    ASSERT_EQ(g.comms[r]->allReduce(g.send[r], g.recv[r], count, DataType::kF32, ReduceOp::kSum, g.streams[r]),
+    ASSERT_EQ(g.ranks->comms[r]->allReduce(g.send[r], g.recv[r], count, DataType::kF32, ReduceOp::kSum, g.ranks->streams[r]),
               Status::kOk)
         << lastErrorMessage();
   for (int r = 0; r < n - 1; ++r) {
-    CUDA_OK(cudaSetDevice(g.devices[r]));
-    CUDA_OK(cudaStreamSynchronize(g.streams[r]));  // returns: the kernel's waits are bounded
+    CUDA_OK(cudaSetDevice(g.ranks->devices[r]));
+    CUDA_OK(cudaStreamSynchronize(g.ranks->streams[r]));  // returns: the kernel's waits are bounded
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    EXPECT_EQ(g.comms[r]->checkError(), Status::kTimeout) << "rank " << r << ": " << lastErrorMessage();
+    EXPECT_EQ(g.ranks->comms[r]->checkError(), Status::kTimeout) << "rank " << r << ": " << lastErrorMessage();
     std::string msg = lastErrorMessage();
     EXPECT_NE(msg.find("rank"), std::string::npos) << msg;
     EXPECT_GE(ms, 0.9 * kBoundMs) << "rank " << r << " gave up before the bound";
     EXPECT_LE(ms, 2.0 * kBoundMs) << "rank " << r << " took " << ms << " ms for a " << kBoundMs << " ms bound";
   }
   // A communicator that timed out refuses further calls with the same status.
-  EXPECT_EQ(g.comms[0]->allReduce(g.send[0], g.recv[0], count, DataType::kF32, ReduceOp::kSum, g.streams[0]),
+  EXPECT_EQ(g.ranks->comms[0]->allReduce(g.send[0], g.recv[0], count, DataType::kF32, ReduceOp::kSum, g.ranks->streams[0]),
             Status::kTimeout);
 }
 
