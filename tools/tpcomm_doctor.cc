@@ -2,7 +2,7 @@
 // It probes the machine the way Communicator::create does (cache, else a child process that
 // data-verifies P2P with a time limit), then prints what tpcomm will do and why (doctor_report.h).
 //   tpcomm-doctor [--json] [--measure] [--no-cache] [--timeout-ms N] [--gpus 0,1]
-//                 [--sysfs-root DIR] [--machine-json FILE] [--params]
+//                 [--sysfs-root DIR] [--machine-json FILE] [--params] [--clean]
 // Exit code: 0 fine (also: no GPU), 1 usage, 2 something is broken (a P2P check failed).
 // Hidden: --probe-child (the probe child itself; see probe_child.h).
 #include <cstdio>
@@ -19,13 +19,14 @@
 #include "doctor_report.h"
 #include "topology/p2p_verify.h"
 #include "topology/probe.h"
+#include "transports/host_staged.h"
 
 namespace {
 
 void usage() {
   std::fprintf(stderr,
                "usage: tpcomm-doctor [--json] [--measure] [--no-cache] [--timeout-ms N] [--gpus 0,1,...]\n"
-               "                     [--sysfs-root DIR] [--machine-json FILE] [--params]\n"
+               "                     [--sysfs-root DIR] [--machine-json FILE] [--params] [--clean]\n"
                "  --json          machine-readable report\n"
                "  --measure       also measure per-pair copy/SM-store bandwidth and flag round trip\n"
                "  --no-cache      re-probe (same as TPCOMM_TOPO_CACHE=0); the cache is refreshed\n"
@@ -34,6 +35,7 @@ void usage() {
                "  --sysfs-root D  read sys/ and proc/ under D (fixtures)\n"
                "  --machine-json F  report on a saved machine probe (e.g. from --json's \"machine\")\n"
                "  --params        list every TPCOMM_ parameter with its value in force\n"
+               "  --clean         remove this user's /dev/shm/tpcomm-<pid>-* segments whose process is gone\n"
                "exit: 0 fine or no GPU, 1 usage error, 2 something is broken\n");
 }
 
@@ -51,7 +53,15 @@ int main(int argc, char** argv) {
     if (a == "--json") json = true;
     else if (a == "--measure") measure = true;
     else if (a == "--no-cache") noCache = true;
-    else if (a == "--params") {
+    else if (a == "--clean") {
+      // A process killed while it set up staged_host's shared segment leaves it behind
+      // (communicators clean these too when they make one; docs/reliability.md).
+      std::string report;
+      const int removed = HostStagedTransport::removeStaleSegments(&report);
+      std::fputs(report.c_str(), stdout);
+      std::printf("clean: removed %d stale shared-memory segment(s)\n", removed);
+      return 0;
+    } else if (a == "--params") {
       std::string table = paramsTable();
       std::fputs(table.c_str(), stdout);
       return table.find("refused values:") == std::string::npos ? 0 : 2;
