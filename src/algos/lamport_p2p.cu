@@ -110,6 +110,7 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
   uint64_t deadline;
   if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing (p2p_common.cuh)
   const dev::LamportRound round(p);
+  dev::signaturePublish(p, kP2pLamport, round.epoch);
   const int buf = round.buf;
   const size_t packs = (p.count + kEpp - 1) / kEpp;  // the last one may be partial
 
@@ -121,6 +122,7 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
     for (int r = 0; r < n; ++r)
       if (r != me) dev::storeVolatilePack(round.slot(p.peers[r], buf, me) + i, v);
   }
+  if (!dev::signatureCheck(p, kP2pLamport, round.epoch, deadline)) return;
   // 2. poll and reduce. The rank's own contribution is scrubbed like the copies its peers got,
   // so every rank reduces the same values (a -0.0 of its own would otherwise meet its peers'
   // +0.0 copies of theirs, and max/min could pick a zero's sign by rank).
@@ -196,6 +198,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
   uint64_t deadline;
   if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing (p2p_common.cuh)
   const dev::LamportRound round(p);
+  dev::signaturePublish(p, kP2pLamport, round.epoch);
   const int buf = round.buf;
   const Pack* src = static_cast<const Pack*>(p.send);
   T* dst = static_cast<T*>(p.recv);
@@ -211,6 +214,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
     for (int r = 0; r < n; ++r)
       if (r != me) dev::storeVolatilePack(round.slot(p.peers[r], buf, me) + i, v);
   }
+  if (!dev::signatureCheck(p, kP2pLamport, round.epoch, deadline)) return;
   // 2. poll, reduce, normalise
   bool failed = false;
   for (size_t row = rowLo; row < rowHi; ++row) {

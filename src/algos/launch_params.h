@@ -27,6 +27,7 @@ struct P2pLaunch {
   uint32_t* errorWord;
   uint64_t timeoutNs;
   int pdl;  // launched with programmatic dependent launch (sm_90+)
+  uint32_t signature;  // the call's signature (TPCOMM_CHECK_CALLS), 0: not checked
 };
 
 /// Whether the kernels can use 16-byte vectors for these buffers.

@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(kThreads) oneshotKernel(P2pLaunch p) {
   if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing (p2p_common.cuh)
   uint64_t* epochPtr = dev::epochAt(p.peers[me], p.layout, kP2pOneshot, blockIdx.x);
   const uint64_t epoch = *epochPtr + 1;
+  dev::signaturePublish(p, kP2pOneshot, epoch);
   const size_t bufOff = p.layout.oneshotOffset + (epoch & 1) * p.layout.oneshotBufferBytes();
   auto inbox = [&](int owner, int from) {
     return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * p.layout.oneshotBytes);
@@ -68,6 +69,7 @@ __global__ void __launch_bounds__(kThreads) oneshotKernel(P2pLaunch p) {
           if (r != me) inbox(r, me)[i] = v;
       });
   if (!dev::peerBarrier(p, kP2pOneshot, epoch, deadline)) return;
+  if (!dev::signatureCheck(p, kP2pOneshot, epoch, deadline)) return;
   auto from = [&](int r) { return inbox(me, r); };
   dev::forRange<T, kVec>(
       lo, hi, [&](size_t i) { return dev::reduceRanksPack<T, Op>(n, me, src, from, i); },
@@ -107,6 +109,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedOneshotKernel(FusedP2pLa
   if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing (p2p_common.cuh)
   uint64_t* epochPtr = dev::epochAt(p.peers[me], p.layout, kP2pOneshot, blockIdx.x);
   const uint64_t epoch = *epochPtr + 1;
+  dev::signaturePublish(p, kP2pOneshot, epoch);
   const size_t bufOff = p.layout.oneshotOffset + (epoch & 1) * p.layout.oneshotBufferBytes();
   auto inbox = [&](int owner, int from) {
     return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * p.layout.oneshotBytes);
@@ -131,6 +134,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedOneshotKernel(FusedP2pLa
           if (r != me) inbox(r, me)[i] = v;
       });
   if (!dev::peerBarrier(p, kP2pOneshot, epoch, deadline)) return;
+  if (!dev::signatureCheck(p, kP2pOneshot, epoch, deadline)) return;
 
   for (size_t row = rowLo; row < rowHi; ++row) {
     const size_t base = row * f.hidden;

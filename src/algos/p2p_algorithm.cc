@@ -45,6 +45,18 @@ Status P2pAlgorithm::checkSize(const CollArgs& a) const {
   return Status::kOk;
 }
 
+namespace {
+// What every rank must agree on for one call (TPCOMM_CHECK_CALLS): FNV-1a of the call's shape,
+// never 0 (0 means "not checked").
+uint32_t callSignature(const CollArgs& a, bool fused) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint64_t v : {static_cast<uint64_t>(a.kind), static_cast<uint64_t>(a.count), static_cast<uint64_t>(a.dtype),
+                     static_cast<uint64_t>(a.op), static_cast<uint64_t>(fused)})
+    for (int k = 0; k < 8; ++k) h = (h ^ ((v >> (8 * k)) & 0xff)) * 1099511628211ull;
+  return static_cast<uint32_t>(h ^ (h >> 32)) | 1u;
+}
+}  // namespace
+
 P2pLaunch P2pAlgorithm::launchParams(const CollArgs& a, int blocks) const {
   // Cached: ranks, peer bases, layout, error word, timeout and PDL are fixed from create (the
   // transport and the error word live until destroy(), which drops the algorithms first), so
@@ -69,6 +81,7 @@ P2pLaunch P2pAlgorithm::launchParams(const CollArgs& a, int blocks) const {
   p.dtype = static_cast<int>(a.dtype);
   p.op = static_cast<int>(a.op);
   p.blocks = blocks;
+  p.signature = ctx_->launch.checkCalls ? callSignature(a, false) : 0;
   return p;
 }
 
@@ -96,6 +109,7 @@ Status P2pAlgorithm::runFusedNorm(const CollArgs& a, const NormArgs& norm) {
   sum.op = ReduceOp::kSum;
   FusedP2pLaunch f{};
   f.p2p = launchParams(sum, grid);
+  if (f.p2p.signature) f.p2p.signature = callSignature(sum, true);
   f.residual = norm.residual;
   f.weight = norm.weight;
   f.eps = norm.eps;

@@ -37,11 +37,18 @@ __device__ __forceinline__ uint32_t* poisonAt(char* base, const P2pLayout& l) {
   return reinterpret_cast<uint32_t*>(base + l.poisonOffset);
 }
 
-__device__ __forceinline__ void p2pPoison(const P2pLaunch& p, int missing) {
-  const uint32_t code = static_cast<uint32_t>(Status::kTimeout) | (static_cast<uint32_t>(missing + 1) << 16);
+__device__ __forceinline__ void p2pPoison(const P2pLaunch& p, int missing, Status why = Status::kTimeout) {
+  const uint32_t code = static_cast<uint32_t>(why) | (static_cast<uint32_t>(missing + 1) << 16);
   for (int r = 0; r < p.nRanks; ++r) *reinterpret_cast<volatile uint32_t*>(poisonAt(p.peers[r], p.layout)) = code;
   __threadfence_system();
   atomicCAS_system(p.errorWord, 0u, code);
+}
+
+// A wait that ends because a peer poisoned the communicator: this rank's host learns why too.
+__device__ __forceinline__ bool poisonedNow(const P2pLaunch& p) {
+  const uint32_t v = loadVolatile(poisonAt(p.peers[p.rank], p.layout));
+  if (v != 0) atomicCAS_system(p.errorWord, 0u, v);
+  return v != 0;
 }
 
 // Opening of every P2P kernel, after pdlWait(): false (for the whole block) when the
@@ -63,10 +70,9 @@ __device__ __forceinline__ bool p2pBegin(const P2pLaunch& p, uint64_t* deadline)
 // after poisoning it (naming `peer`). One thread per flag.
 __device__ __forceinline__ bool p2pWaitFlag(const P2pLaunch& p, const uint64_t* flag, uint64_t target,
                                             uint64_t deadlineNs, int peer) {
-  const uint32_t* poison = poisonAt(p.peers[p.rank], p.layout);
   for (uint32_t spin = 0; loadAcquireSys(flag) < target; ++spin) {
     if ((spin & 1023u) == 1023u) {
-      if (loadVolatile(poison) != 0) return false;
+      if (poisonedNow(p)) return false;
       if (globalTimerNs() > deadlineNs) {
         p2pPoison(p, peer);
         return false;
@@ -74,6 +80,66 @@ __device__ __forceinline__ bool p2pWaitFlag(const P2pLaunch& p, const uint64_t* 
     }
   }
   return true;
+}
+
+// Call signatures (TPCOMM_CHECK_CALLS=1, on in the GPU tests): ranks that make different calls
+// (count, dtype, op, fused or not) would pair wrong data on the same epochs. Thread 0 of every
+// block publishes (epoch, signature) into each peer's slot [algo][me][block][e % 3] (plain
+// stores, made visible by the block's next release: peerBarrier's, or a system fence); each
+// block then waits (bounded) for every peer's word of the same epoch and compares. A peer is at
+// most one call ahead (it cannot finish a call without this rank), so three slots never mix two
+// calls. A mismatch poisons the communicator with kInvalidArgument naming the peer, and the
+// block leaves before touching data.
+__device__ __forceinline__ uint64_t* signatureAt(char* base, const P2pLayout& l, int algo, int from, int block,
+                                                 uint64_t e) {
+  return reinterpret_cast<uint64_t*>(base + l.signaturesOffset) + l.signatureIndex(algo, from, block, e % 3);
+}
+
+__device__ __forceinline__ uint64_t signatureWord(const P2pLaunch& p, uint64_t e) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(e)) << 32) | p.signature;
+}
+
+__device__ __forceinline__ void signaturePublish(const P2pLaunch& p, int algo, uint64_t e) {
+  if (!p.signature || threadIdx.x != 0) return;
+  for (int r = 0; r < p.nRanks; ++r)
+    if (r != p.rank)
+      *reinterpret_cast<volatile uint64_t*>(signatureAt(p.peers[r], p.layout, algo, p.rank, blockIdx.x, e)) =
+          signatureWord(p, e);
+  __threadfence_system();
+}
+
+// Whole block: false (reported) on a mismatch, a timeout or poison.
+__device__ __forceinline__ bool signatureCheck(const P2pLaunch& p, int algo, uint64_t e, uint64_t deadlineNs) {
+  if (!p.signature) return true;
+  __shared__ int bad;
+  if (threadIdx.x == 0) bad = 0;
+  __syncthreads();
+  const int r = threadIdx.x;
+  if (r < p.nRanks && r != p.rank) {
+    const uint64_t* slot = signatureAt(p.peers[p.rank], p.layout, algo, r, blockIdx.x, e);
+    const uint64_t want = signatureWord(p, e);
+    uint64_t got = loadAcquireSys(slot);
+    for (uint32_t spin = 0; (got >> 32) != (want >> 32); ++spin) {
+      if ((spin & 1023u) == 1023u) {
+        if (poisonedNow(p)) {
+          bad = 1;
+          break;
+        }
+        if (globalTimerNs() > deadlineNs) {
+          p2pPoison(p, r);
+          bad = 1;
+          break;
+        }
+      }
+      got = loadAcquireSys(slot);
+    }
+    if (!bad && got != want) {
+      p2pPoison(p, r, Status::kInvalidArgument);
+      bad = 1;
+    }
+  }
+  __syncthreads();
+  return bad == 0;
 }
 
 // Block-level barrier with every peer's block of the same index: make this block's earlier
@@ -167,7 +233,7 @@ __device__ __forceinline__ bool lamportArrived(const Pack& v) {
 __device__ __forceinline__ bool lamportWait(const P2pLaunch& p, const Pack* q, Pack& v, uint64_t deadlineNs, int peer) {
   for (uint32_t spin = 0; !lamportArrived(v); ++spin) {
     if ((spin & 1023u) == 1023u) {
-      if (loadVolatile(poisonAt(p.peers[p.rank], p.layout)) != 0) return false;
+      if (poisonedNow(p)) return false;
       if (globalTimerNs() > deadlineNs) {
         p2pPoison(p, peer);
         return false;

@@ -65,6 +65,8 @@ __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
   if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing (p2p_common.cuh)
   uint64_t* epochPtr = dev::epochAt(p.peers[me], L, kP2pTwoshot, b);
   uint64_t epoch = *epochPtr;
+  const uint64_t callEpoch = epoch + 1;  // the first chunk's: names this call
+  dev::signaturePublish(p, kP2pTwoshot, callEpoch);
   const T* src = static_cast<const T*>(p.send);
   T* dst = static_cast<T*>(p.recv);
   // Equal chunks of `per` elements (whole packs, at most the scratch's chunk), the last one
@@ -107,6 +109,7 @@ __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
           [&](size_t i, const Pack& v) { *reinterpret_cast<Pack*>(out + i) = v; }, [&](size_t i) { out[i] = in[i]; });
     }
     if (!dev::peerBarrier(p, kP2pTwoshot, 2 * epoch, deadline)) return;
+    if (epoch == callEpoch && !dev::signatureCheck(p, kP2pTwoshot, callEpoch, deadline)) return;
 
     {
       size_t s, lo, hi;
@@ -176,6 +179,8 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedTwoshotKernel(FusedP2pLa
   if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing (p2p_common.cuh)
   uint64_t* epochPtr = dev::epochAt(p.peers[me], L, kP2pTwoshot, b);
   uint64_t epoch = *epochPtr;
+  const uint64_t callEpoch = epoch + 1;  // the first chunk's: names this call
+  dev::signaturePublish(p, kP2pTwoshot, callEpoch);
   const T* src = static_cast<const T*>(p.send);
   T* dst = static_cast<T*>(p.recv);
   T* residual = static_cast<T*>(f.residual);
@@ -204,6 +209,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedTwoshotKernel(FusedP2pLa
         dev::copyRow<T, kVec, false>(inbox(j, me) + k * H, src + (c0 + j * share + k) * H, H);
     }
     if (!dev::peerBarrier(p, kP2pTwoshot, 2 * epoch, deadline)) return;
+    if (epoch == callEpoch && !dev::signatureCheck(p, kP2pTwoshot, callEpoch, deadline)) return;
 
     for (size_t k = b; k < shareRows(me); k += nb) {
       const size_t q = me * share + k, row = c0 + q;

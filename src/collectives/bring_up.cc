@@ -168,7 +168,8 @@ Status agreeOnSettings(Bootstrap& bs, const Config& config, AlgoOverride* ovr) {
 
   static const ParamId kShared[] = {ParamId::kP2pBlocks,        ParamId::kTwoshotBlocks,   ParamId::kFusedBlocksPerRow,
                                     ParamId::kLamportMaxBytes,  ParamId::kOneshotMaxBytes, ParamId::kTwoshotChunkBytes,
-                                    ParamId::kStagedChunkBytes, ParamId::kStagedSlots,     ParamId::kStagedBlocks};
+                                    ParamId::kStagedChunkBytes, ParamId::kStagedSlots,     ParamId::kStagedBlocks,
+                                    ParamId::kCheckCalls};
   constexpr size_t kN = sizeof(kShared) / sizeof(kShared[0]);
   struct Shared {
     int64_t v[kN];
@@ -214,6 +215,7 @@ Status initContext(Bootstrap& bs, int device, const Config& config, AlgoContext*
   l.p2pBlocks = static_cast<int>(paramInt(ParamId::kP2pBlocks));
   l.twoshotBlocks = static_cast<int>(paramInt(ParamId::kTwoshotBlocks));
   l.fusedBlocksPerRow = static_cast<int>(paramInt(ParamId::kFusedBlocksPerRow));
+  l.checkCalls = paramInt(ParamId::kCheckCalls) != 0;
   // Programmatic dependent launch needs sm_90+; the kernels' griddepcontrol is a no-op below.
   l.pdl = device >= 0 && c->topo.ranks[c->rank].ccMajor >= 9 && paramInt(ParamId::kPdl) != 0;
   return Status::kOk;

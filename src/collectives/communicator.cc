@@ -223,6 +223,12 @@ Status Communicator::checkError() {
                     "rank %d: a peer's wait timed out after %d ms at an earlier barrier (a peer was late or gone); "
                     "the communicator is unusable (destroy or abort it)",
                     impl_->ctx->rank, impl_->ctx->timeoutMs);
+  if (s == Status::kInvalidArgument && peer >= 0)
+    return setError(s, __FILE__, __LINE__,
+                    "rank %d: a call differed from rank %d's (collective, count, dtype, op or fused; found by "
+                    "TPCOMM_CHECK_CALLS): every rank must make the same calls in the same order; the communicator "
+                    "is unusable",
+                    impl_->ctx->rank, peer);
   if (s == Status::kRemoteError && peer < 0)
     return setError(s, __FILE__, __LINE__, "rank %d: the communicator was aborted; destroy it", impl_->ctx->rank);
   return setError(s, __FILE__, __LINE__, "rank %d: an earlier collective failed (peer %d); the communicator is unusable",

@@ -32,6 +32,8 @@ P2pLayout P2pLayout::make(int nRanks, int maxBlocks, size_t lamportBytes, size_t
   // + 3 words: bytes used per Lamport buffer; then the poison word.
   l.poisonOffset = off + sizeof(uint64_t) * (kP2pAlgoCount * maxBlocks + 3);
   off = alignUp(l.poisonOffset + sizeof(uint64_t), 4096);
+  l.signaturesOffset = off;
+  off = alignUp(off + sizeof(uint64_t) * kP2pAlgoCount * nRanks * maxBlocks * 3, 4096);
   l.lamportOffset = off;
   off = alignUp(off + 3 * l.lamportBufferBytes(), 4096);
   l.oneshotOffset = off;

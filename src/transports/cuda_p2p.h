@@ -12,6 +12,7 @@
 //   epochs   [algo][block] u64, this rank's own per-block call counters (never read by peers),
 //            then 3 u64 (bytes each Lamport buffer carried) and the poison word (u32: set by any
 //            rank's kernel whose bounded wait expired, in every rank's buffer; algos/p2p_common.cuh)
+//   sigs     [algo][from rank][block][3] u64 call signatures (TPCOMM_CHECK_CALLS; algos/p2p_common.cuh)
 //   lamport  3 buffers x [from rank][lamportBytes] (zero here; lamport_p2p's setUp() fills
 //            them with its sentinel before any peer can write)
 //   oneshot  2 buffers x [from rank][oneshotBytes]
@@ -44,10 +45,15 @@ struct P2pLayout {
   size_t oneshotBytes = 0;     ///< largest one-shot message
   size_t twoshotChunk = 0;     ///< two-shot bytes per chunk (messages loop over chunks)
   size_t twoshotSliceCap = 0;  ///< bytes of one rank's inbox slice per chunk
-  size_t flagsOffset = 0, epochsOffset = 0, poisonOffset = 0, lamportOffset = 0, oneshotOffset = 0, twoshotOffset = 0;
+  size_t flagsOffset = 0, epochsOffset = 0, poisonOffset = 0, signaturesOffset = 0;
+  size_t lamportOffset = 0, oneshotOffset = 0, twoshotOffset = 0;
   size_t totalBytes = 0;
 
   static P2pLayout make(int nRanks, int maxBlocks, size_t lamportBytes, size_t oneshotBytes, size_t twoshotChunk);
+  /// Call signatures (TPCOMM_CHECK_CALLS): [algo][from rank][block][3] u64, written by peers.
+  TPCOMM_HD size_t signatureIndex(int algo, int from, int block, int slot) const {
+    return ((static_cast<size_t>(algo) * nRanks + from) * maxBlocks + block) * 3 + slot;
+  }
   TPCOMM_HD size_t flagIndex(int algo, int from, int block) const {
     return (static_cast<size_t>(algo) * nRanks + from) * maxBlocks + block;
   }

@@ -257,6 +257,40 @@ TEST_P(GpuFault, PdlWaitIsNotCountedAgainstTheTimeout) {
   }
 }
 
+// Item 7 on the GPU paths (TPCOMM_CHECK_CALLS=1, set by the tests' main): rank 1 passes half
+// the count (then another dtype, then another op): both ranks' kernels see the other's call
+// signature, leave before touching data, and both report kInvalidArgument naming the other.
+TEST_P(GpuFault, MismatchedCallsAreCaughtOnTheGpu) {
+  const std::string algo = GetParam();
+  struct Variant {
+    const char* what;
+    size_t count1;
+    DataType dt1;
+    ReduceOp op1;
+  };
+  const Variant variants[] = {{"half the count on rank 1", 2048, DataType::kF32, ReduceOp::kSum},
+                              {"f16 on rank 1", 4096, DataType::kF16, ReduceOp::kSum},
+                              {"max on rank 1", 4096, DataType::kF32, ReduceOp::kMax}};
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(v.what);
+    auto g = makeRanks(algo, 2000, 4096 * 4);
+    ASSERT_NE(g, nullptr);
+    poison(*g);
+    const std::vector<uint8_t> untouched(g->bytes, 0xff);
+    ASSERT_EQ(g->comms[0]->allReduce(g->in[0], g->out[0], 4096, DataType::kF32, ReduceOp::kSum, g->streams[0]),
+              Status::kOk);
+    ASSERT_EQ(g->comms[1]->allReduce(g->in[1], g->out[1], v.count1, v.dt1, v.op1, g->streams[1]), Status::kOk);
+    for (int r = 0; r < 2; ++r) {
+      cudaSetDevice(g->devices[r]);
+      ASSERT_EQ(cudaStreamSynchronize(g->streams[r]), cudaSuccess);
+      EXPECT_EQ(g->comms[r]->checkError(), Status::kInvalidArgument) << "rank " << r << ": " << tpcomm::lastErrorMessage();
+      EXPECT_NE(std::string(tpcomm::lastErrorMessage()).find(r == 0 ? "rank 1" : "rank 0"), std::string::npos)
+          << tpcomm::lastErrorMessage();
+      EXPECT_EQ(download(*g, r, g->out[r]), untouched) << "rank " << r << " wrote its output";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(P2p, GpuFault, testing::Values("lamport_p2p", "oneshot_p2p", "twoshot_p2p"));
 
 // Item 17: +0.0 and -0.0 in every combination across the two ranks, every dtype and op, every

@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
     return 77;
   }
   std::printf("tpcomm_gpu_tests: %d CUDA device(s)\n", count);
+  // Every P2P kernel checks that all ranks make the same call (a debug mode; on in the tests).
+  setenv("TPCOMM_CHECK_CALLS", "1", 0);
   if (count == 1) {
     // Multi-rank tests put two ranks on the one GPU (tests/gpu/gpu_allreduce_util.h).
     setenv("TPCOMM_ALLOW_SHARED_DEVICE", "1", 0);
