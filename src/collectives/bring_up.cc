@@ -139,12 +139,7 @@ Status checkCreateArgs(Bootstrap& bs, int device, const Config& config) {
 #ifdef TPCOMM_HAVE_CUDA
   if (device >= 0) {
     int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return TPCOMM_ERROR(kCudaError, "create: device %d requested but CUDA reports: %s", device,
-                          cudaGetErrorString(e));
-    }
+    TPCOMM_CUDA_TRY(cudaGetDeviceCount(&count));  // a device was requested: CUDA must answer
     if (device >= count) return TPCOMM_INVALID("create: device %d: this process sees %d CUDA devices", device, count);
   }
 #else

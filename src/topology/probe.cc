@@ -56,11 +56,7 @@ Status probeLocalRank(int device, RankRecord* out) {
 #ifdef TPCOMM_HAVE_CUDA
   if (device >= 0) {
     cudaDeviceProp prop;
-    cudaError_t e = cudaGetDeviceProperties(&prop, device);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return TPCOMM_ERROR(kCudaError, "probe: cudaGetDeviceProperties(%d): %s", device, cudaGetErrorString(e));
-    }
+    TPCOMM_CUDA_TRY(cudaGetDeviceProperties(&prop, device));
     copyText(r.name, sizeof(r.name), prop.name);
     r.ccMajor = prop.major;
     r.ccMinor = prop.minor;

@@ -297,12 +297,8 @@ struct MulticastSetup {
     MC_CU(d, d.memSetAccess(mc, size, &access, 1));
     // Counters and epochs start at 0 on every rank before any rank's first kernel (the agree
     // that follows this step orders it).
-    cudaError_t e = cudaMemset(t.unicast(), 0, t.layout_.dataOffset);
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return TPCOMM_ERROR(kCudaError, "multicast: zeroing the counters: %s", cudaGetErrorString(e));
-    }
+    TPCOMM_CUDA_TRY(cudaMemset(t.unicast(), 0, t.layout_.dataOffset));  // zero the counters
+    TPCOMM_CUDA_TRY(cudaDeviceSynchronize());
     return Status::kOk;
   }
 
