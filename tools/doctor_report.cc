@@ -187,6 +187,31 @@ DoctorReport buildDoctorReport(const MachineProbe& m, const ProbeSource& src, co
     j["selection"] = sel;
     j["selection_graph"] = selG;
   }
+  {
+    // The deterministic mode (docs/determinism.md): which algorithm each size would get with
+    // only the contract's algorithms allowed, and whether every size can be served.
+    AlgoOverride det = ovr;
+    det.deterministicOnly = true;
+    const DataType dt = m.gpus.empty() ? DataType::kF32 : DataType::kBF16;
+    int unserved = 0;
+    for (bool capturing : {false, true}) {
+      if (m.gpus.empty() && capturing) continue;  // host ranks have no graphs
+      for (size_t bytes = 1024; bytes <= (size_t{1} << 30); bytes *= 4)
+        if (selectAlgorithms(algos, topo, {CollKind::kAllReduce, dt, ReduceOp::kSum, bytes, capturing}, det).empty())
+          ++unserved;
+    }
+    add(&o, "\ndeterministic mode (TPCOMM_DETERMINISTIC=1): %s\n",
+        unserved == 0 ? (m.gpus.empty() ? "serves every size" : "serves every size, eager and in CUDA graphs")
+                      : "cannot serve every size here (the sizes marked 'no algorithm' below fail)");
+    std::string detSel = describeSelection(algos, topo, det, dt, false);
+    o += detSel;
+    if (!m.gpus.empty()) {
+      add(&o, "under CUDA graph capture:\n");
+      o += describeSelection(algos, topo, det, dt, true);
+    }
+    j["deterministic_serves_every_size"] = unserved == 0;
+    j["selection_deterministic"] = detSel;
+  }
 
   // Parameters in force.
   add(&o, "\nparameters in force (tpcomm-doctor --params lists all):\n");

@@ -25,6 +25,12 @@ struct Config {
   /// this rank's device: ring_nccl runs on it instead of a communicator tpcomm would create.
   /// tpcomm never destroys it; it must outlive the Communicator. Null: create one if useNccl.
   void* ncclComm = nullptr;
+  /// Use only algorithms that keep tpcomm's determinism contract (docs/determinism.md): element i
+  /// of a result depends only on the ranks' element i, the dtype and the op, never on the message
+  /// size, the offset, the algorithm, graph or eager. A call no such algorithm can serve fails
+  /// with kNotSupported saying so, rather than falling back to NCCL. The environment's
+  /// TPCOMM_DETERMINISTIC=1 turns it on too.
+  bool deterministic = false;
 };
 
 /// One algorithm the selector considers for a call (Communicator::explainAllReduce).

@@ -56,6 +56,10 @@ class Algorithm {
   }
   /// The name lastAlgorithm() reports after runFusedNorm() ran ("fused_<name>").
   virtual const char* fusedName() const { return name(); }
+  /// Whether it keeps the determinism contract (docs/determinism.md): element i of the result
+  /// is the fp32 reduction of the ranks' element i in rank order (the zero rule applied), the
+  /// same bits whatever the size, offset, grid, chunking or graph. Default: no.
+  virtual bool deterministic() const { return false; }
   /// Whether run() inside Communicator::groupStart/groupEnd only queues work that is launched at
   /// the outermost groupEnd (NCCL's group semantics): a norm that follows must wait until then.
   virtual bool deferredInGroup() const { return false; }

@@ -22,6 +22,7 @@ class CopyLocal final : public Algorithm {
   explicit CopyLocal(const AlgoContext* ctx) : ctx_(ctx) {}
   const char* name() const override { return "copy_local"; }
   bool available() const override { return true; }
+  bool deterministic() const override { return true; }  // one rank: the input itself
 
   bool supports(const Topology& topo, const AlgoQuery&, std::string* whyNot) const override {
     if (topo.nRanks() == 1) return true;

@@ -18,6 +18,7 @@ class P2pAlgorithm : public Algorithm {
   bool available() const override;
   bool supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const override;
   bool launchesOnly() const override { return true; }
+  bool deterministic() const override { return true; }  // fp32 in rank order, per element
   Status run(const CollArgs& args) override;
   Status runFusedNorm(const CollArgs& args, const NormArgs& norm) override;
 

@@ -107,6 +107,7 @@ class StagedHost final : public Algorithm {
   const char* name() const override { return "staged_host"; }
   bool supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const override;
   bool available() const override { return !ctx_ || ctx_->hostStaged != nullptr; }
+  bool deterministic() const override { return true; }  // fp32 in rank order, per element
   Status preload() override { return TPCOMM_CUDA_ONLY(preloadStagedDevice()); }
   Status run(const CollArgs& args) override;
 

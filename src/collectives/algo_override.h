@@ -23,6 +23,7 @@ struct AlgoRule {
 
 struct AlgoOverride {
   bool exclude = false;               ///< "^..." form
+  bool deterministicOnly = false;     ///< TPCOMM_DETERMINISTIC / Config::deterministic
   std::vector<std::string> excluded;  ///< names to drop (exclude form)
   std::vector<AlgoRule> rules;        ///< include form
   bool empty() const { return !exclude && rules.empty(); }

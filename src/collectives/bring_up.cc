@@ -160,6 +160,7 @@ Status agreeOnSettings(Bootstrap& bs, const Config& config, AlgoOverride* ovr) {
   TPCOMM_TRY(agree(bs, parsed == Status::kOk, &parsedAll));
   if (parsed != Status::kOk) return parsed;
   if (!parsedAll) return TPCOMM_INVALID("create: another rank rejected its TPCOMM_ALGO / config.algo");
+  ovr->deterministicOnly = config.deterministic || paramInt(ParamId::kDeterministic) != 0;
 
   static const ParamId kShared[] = {ParamId::kP2pBlocks,        ParamId::kTwoshotBlocks,   ParamId::kFusedBlocksPerRow,
                                     ParamId::kLamportMaxBytes,  ParamId::kOneshotMaxBytes, ParamId::kTwoshotChunkBytes,
@@ -173,6 +174,7 @@ Status agreeOnSettings(Bootstrap& bs, const Config& config, AlgoOverride* ovr) {
   for (size_t i = 0; i < kN; ++i) mine.v[i] = paramInt(kShared[i]);
   mine.algoHash = 1469598103934665603ull;
   for (unsigned char ch : algoText) mine.algoHash = (mine.algoHash ^ ch) * 1099511628211ull;
+  mine.algoHash = (mine.algoHash ^ (ovr->deterministicOnly ? 1 : 0)) * 1099511628211ull;  // same mode everywhere
   std::vector<Shared> all(static_cast<size_t>(bs.size()));
   TPCOMM_TRY(bs.allGather(&mine, all.data(), sizeof(Shared)));
   for (int r = 1; r < bs.size(); ++r) {
@@ -184,7 +186,9 @@ Status agreeOnSettings(Bootstrap& bs, const Config& config, AlgoOverride* ovr) {
             static_cast<long long>(all[0].v[i]));
     if (all[r].algoHash != all[0].algoHash)
       return TPCOMM_INVALID(
-          "create: TPCOMM_ALGO / Config::algo on rank %d differs from rank 0's: it must be the same on every rank", r);
+          "create: TPCOMM_ALGO / Config::algo or the deterministic mode on rank %d differs from rank 0's: it must be "
+          "the same on every rank",
+          r);
   }
   return Status::kOk;
 }

@@ -174,8 +174,12 @@ Status runCollective(Communicator::Impl& impl, CollArgs& a, const NormArgs* norm
     list = &entry.sel.forMode(a.capturing);
   }
   if (list->empty())
-    return TPCOMM_ERROR(kNotSupported, "%s: no algorithm supports %s of %zu bytes (%s%s) on this topology", what,
-                        collKindName(a.kind), a.bytes(), dataTypeName(a.dtype), a.capturing ? ", capturing" : "");
+    return TPCOMM_ERROR(kNotSupported, "%s: no algorithm supports %s of %zu bytes (%s%s) on this topology%s", what,
+                        collKindName(a.kind), a.bytes(), dataTypeName(a.dtype), a.capturing ? ", capturing" : "",
+                        impl.override.deterministicOnly
+                            ? " among those that keep the determinism contract (TPCOMM_DETERMINISTIC / "
+                              "Config::deterministic; docs/determinism.md)"
+                            : "");
   for (size_t i = 0; i < list->size(); ++i) {
     Algorithm* algo = (*list)[i].algo;
     bool fused = norm != nullptr;

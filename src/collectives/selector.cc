@@ -12,6 +12,7 @@ std::vector<Candidate> selectAlgorithms(const std::vector<Algorithm*>& algos, co
   std::vector<Candidate> byCost;
   for (Algorithm* a : algos) {
     if ((availableOnly && !a->available()) || ovr.excludes(a->name())) continue;
+    if (ovr.deterministicOnly && !a->deterministic()) continue;
     std::string why;
     if (!a->supports(topo, q, &why)) continue;
     byCost.push_back({a, modelCostUs(a->name(), topo, q), false});

@@ -42,6 +42,7 @@ namespace tpcomm {
   X(SocketFamily, "SOCKET_FAMILY", "", kText, 0, 0, "socket bootstrap: AF_INET, AF_INET6 or empty (either)") \
   X(SocketIfname, "SOCKET_IFNAME", "", kText, 0, 0, "socket bootstrap: interfaces, as NCCL_SOCKET_IFNAME (prefixes; ^ excludes, = exact)") \
   X(AllowSharedDevice, "ALLOW_SHARED_DEVICE", "0", kBool, 0, 1, "let createGroup put several ranks on one GPU (tests: proves the multi-rank protocols on one GPU, not their speed)") \
+  X(Deterministic, "DETERMINISTIC", "0", kBool, 0, 1, "1: only algorithms that keep the determinism contract (docs/determinism.md); a call none can serve fails instead of falling back to NCCL") \
   X(CheckCalls, "CHECK_CALLS", "0", kBool, 0, 1, "GPU P2P paths: every rank checks that all ranks make the same call (count, dtype, op, fused) before touching data (a debug mode; host paths always check)")
 
 enum class ParamId : int {

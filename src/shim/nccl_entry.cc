@@ -102,6 +102,7 @@ const RouteDecision& decide(ShimComm& c, const RouteCall& call) {
   if (c.decisions.size() > 4096) c.decisions.clear();
   RouteContext ctx;
   ctx.shimOn = true;
+  ctx.deterministic = paramInt(ParamId::kDeterministic) != 0;
   ctx.ready = c.state == SetupState::kReady && c.tp;
   if (ctx.ready) {
     const Communicator* tp = c.tp;
@@ -120,6 +121,10 @@ ncclResult_t runTpcomm(const RealNccl& real, ShimComm& c, const DeferredAllReduc
                        ncclRedOp_t ncclOp) {
   Status s = c.tp->allReduce(a.send, a.recv, a.count, a.dtype, a.op, a.stream);
   if (s == Status::kOk) return ncclSuccess;
+  if (s == Status::kNotSupported && paramInt(ParamId::kDeterministic) != 0) {
+    TPCOMM_WARN(kColl, "libtpcomm_nccl: tpcomm declined (%s) and TPCOMM_DETERMINISTIC=1: the call fails", lastErrorMessage());
+    return ncclInvalidUsage;
+  }
   if (s == Status::kNotSupported) {
     TPCOMM_WARN(kColl, "libtpcomm_nccl: tpcomm declined (%s); NCCL runs this call", lastErrorMessage());
     return real.allReduce(a.send, a.recv, a.count, ncclType, ncclOp, c.real, a.stream);
@@ -259,6 +264,10 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   }
   if (c->state != SetupState::kReady) return forward();
   const RouteDecision& d = decide(*c, call);
+  if (d.route == Route::kRefuse) {
+    TPCOMM_WARN(kColl, "libtpcomm_nccl: rank %d: %s", c->rank, d.why.c_str());
+    return ncclInvalidUsage;
+  }
   if (d.route != Route::kTpcomm) return forward();
   DataType dtype;
   ReduceOp rop;

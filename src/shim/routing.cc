@@ -97,6 +97,11 @@ RouteDecision decideRoute(const RouteContext& ctx, const RouteCall& call) {
     anyTpcomm = anyTpcomm || !nccl;
     c.push_back(x);
   }
+  if (!anyTpcomm && ctx.deterministic) {
+    d.route = Route::kRefuse;
+    d.algo = "none";
+    return d.why = "TPCOMM_DETERMINISTIC=1 and no deterministic tpcomm algorithm can serve this call", d;
+  }
   if (!anyTpcomm) return d.why = "the topology allows no tpcomm algorithm for this call", d;
   char line[256];
   if (c[0].name == "ring_nccl") {

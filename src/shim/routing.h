@@ -19,7 +19,9 @@
 namespace tpcomm {
 namespace shim {
 
-enum class Route { kNccl, kTpcomm };
+/// kRefuse: TPCOMM_DETERMINISTIC=1 and tpcomm cannot serve an eligible call; the call fails
+/// (ncclInvalidUsage, the reason logged) rather than run on NCCL's non-deterministic paths.
+enum class Route { kNccl, kTpcomm, kRefuse };
 
 /// The call, in NCCL's terms.
 struct RouteCall {
@@ -34,6 +36,7 @@ struct RouteCall {
 struct RouteContext {
   bool shimOn = true;  ///< TPCOMM_SHIM
   bool ready = false;  ///< tpcomm is set up for this communicator
+  bool deterministic = false;  ///< TPCOMM_DETERMINISTIC: eligible calls never go to NCCL
   std::function<Status(size_t count, DataType, ReduceOp, bool capturing, std::vector<AlgorithmChoice>*)> explain;
 };
 

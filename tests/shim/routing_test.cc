@@ -177,6 +177,35 @@ INSTANTIATE_TEST_SUITE_P(Rows, RoutingTest, ::testing::ValuesIn(rows()), [](cons
   return n;
 });
 
+// TPCOMM_DETERMINISTIC=1: NCCL is never chosen for an eligible call. A 256 MB all-reduce that
+// NCCL would win goes to two-shot; a call no deterministic tpcomm path can serve (two nodes)
+// is refused instead of run on NCCL.
+TEST(RoutingDeterministic, NeverNcclForAnEligibleCall) {
+  auto owned = makeAlgorithms(nullptr);
+  std::vector<Algorithm*> algos = rawList(owned);
+  AlgoOverride ovr;
+  ovr.deterministicOnly = true;
+  auto decideOn = [&](const Topology& topo, size_t bytes) {
+    RouteContext ctx;
+    ctx.ready = true;
+    ctx.deterministic = true;
+    ctx.explain = [&](size_t count, DataType dt, ReduceOp o, bool capturing, std::vector<AlgorithmChoice>* out) {
+      const AlgoQuery q{CollKind::kAllReduce, dt, o, count * dataTypeSize(dt), capturing};
+      out->clear();
+      for (const Candidate& x : selectAlgorithms(algos, topo, q, ovr, false))
+        out->push_back({x.algo->name(), x.costUs, x.forced, x.algo->available()});
+      return Status::kOk;
+    };
+    return decideRoute(ctx, RouteCall{ncclFloat32, ncclSum, bytes / 4, false});
+  };
+  RouteDecision big = decideOn(fixture("nvlink2.json"), size_t{1} << 30);
+  EXPECT_EQ(big.route, Route::kTpcomm) << big.why;
+  EXPECT_EQ(big.algo, "twoshot_p2p");
+  RouteDecision far = decideOn(twoNodes(), 8 * K);
+  EXPECT_EQ(far.route, Route::kRefuse) << far.why;
+  EXPECT_NE(far.why.find("TPCOMM_DETERMINISTIC"), std::string::npos) << far.why;
+}
+
 TEST(RoutingTypes, Mapping) {
   DataType d;
   ReduceOp o;

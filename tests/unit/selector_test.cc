@@ -338,6 +338,27 @@ TEST(Selector, ShapeSelectionHoldsBothModes) {
   }
 }
 
+// The deterministic mode keeps only the algorithms of the determinism contract: never NCCL's
+// ring or the switch's multicast reduction, at any size, in either mode.
+TEST(Selector, DeterministicModeKeepsOnlyContractAlgorithms) {
+  auto algos = makeAlgorithms(nullptr);
+  AlgoOverride ovr;
+  ovr.deterministicOnly = true;
+  for (const char* file : {"nvlink2.json", "pcie2_no_p2p.json", "nvswitch8_multicast.json"}) {
+    const Topology topo = fixture(file);
+    for (size_t bytes = 8; bytes <= (size_t{1} << 30); bytes *= 8)
+      for (bool capturing : {false, true}) {
+        const AlgoQuery q{CollKind::kAllReduce, DataType::kBF16, ReduceOp::kSum, bytes, capturing};
+        for (const Candidate& c : selectAlgorithms(rawList(algos), topo, q, ovr))
+          EXPECT_TRUE(c.algo->deterministic()) << file << " " << bytes << ": " << c.algo->name();
+      }
+  }
+  for (const auto& a : algos) {
+    const std::string n = a->name();
+    EXPECT_EQ(a->deterministic(), n != "ring_nccl" && n != "twoshot_multicast") << n;
+  }
+}
+
 // Only the P2P kernels' run() is a plain launch whose capture query may be deferred.
 TEST(Selector, LaunchesOnlyNamesTheP2pFamily) {
   auto algos = makeAlgorithms(nullptr);
