@@ -2,6 +2,7 @@
 // in double so the reference is sharper than anything it is compared against.
 #include "cpu_model.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cmath>
 #include <cstring>
@@ -190,6 +191,21 @@ bool CpuModel::greedy(const float* hidden, int n, int32_t* out, std::string* err
   return true;
 }
 
+bool CpuModel::topProbability(int row, double* p, std::string* error) {
+  const int Vl = shape_.vocab, tp = shape_.tp;
+  const float* l = logits_.data() + static_cast<size_t>(row) * Vl;
+  // The global max: each rank's max in its own slot of a zeroed table, gathered by a sum.
+  std::vector<float> maxes(static_cast<size_t>(tp), 0.f);
+  maxes[static_cast<size_t>(shape_.rank)] = *std::max_element(l, l + Vl);
+  if (!allReduce(maxes.data(), maxes.size(), error)) return false;
+  const float m = *std::max_element(maxes.begin(), maxes.end());
+  float sum = 0;  // sum of exp(l - max) over this shard, then over all shards
+  for (int i = 0; i < Vl; ++i) sum += std::exp(l[i] - m);
+  if (!allReduce(&sum, 1, error)) return false;
+  *p = 1.0 / sum;
+  return true;
+}
+
 bool CpuModel::target(const int32_t* tokens, int n, int pos, int32_t* next, std::string* error) {
   if (n <= 0 || pos < 0 || pos + n > ctx_) {
     if (error) *error = "target: positions [" + std::to_string(pos) + ", " + std::to_string(pos + n) + ") outside the KV cache of " + std::to_string(ctx_);
@@ -238,6 +254,7 @@ bool CpuModel::mtpForward(const int32_t* tokens, const float* hiddenIn, int n, i
     return false;
   std::vector<int32_t> out(n);
   if (!greedy(mtpHidden_.data(), n, out.data(), error)) return false;
+  if (draftProb_ && !topProbability(n - 1, &draftP_, error)) return false;
   *draft = out[n - 1];
   mtpHidden_.erase(mtpHidden_.begin(), mtpHidden_.begin() + static_cast<ptrdiff_t>(n - 1) * H);  // keep the last row
   return true;

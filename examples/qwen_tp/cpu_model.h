@@ -37,6 +37,10 @@ class CpuModel : public DecoderEngine {
   bool mtpFromTarget(const int32_t* tokens, int n, int slot, int32_t* draft, std::string* error) override;
   bool mtpChain(int32_t token, int slot, int32_t* draft, std::string* error) override;
   bool hasMtp() const override { return cfg_.mtpLayers > 0; }
+  /// From now on each MTP pass also computes its draft's top softmax probability (two more
+  /// all-reduces: the max, then the sum of exponentials over the vocab shards).
+  bool enableDraftProbability() override { return draftProb_ = true; }
+  double lastDraftProbability() const override { return draftP_; }
   int vocabSize() const override { return cfg_.vocabSize; }
   int ctxSize() const override { return ctx_; }
   int maxTokensPerCall() const override { return ubatch_ > 0 ? ubatch_ : ctx_; }
@@ -64,6 +68,8 @@ class CpuModel : public DecoderEngine {
   bool embed(const int32_t* tokens, int n, float* x, std::string* error);
   bool greedy(const float* hidden, int n, int32_t* out, std::string* error);
   bool allReduce(float* buf, size_t count, std::string* error);
+  // Softmax probability of the top logit of row `row` of logits_ (over all ranks' shards).
+  bool topProbability(int row, double* p, std::string* error);
   bool mtpForward(const int32_t* tokens, const float* hiddenIn, int n, int slot, int32_t* draft, std::string* error);
   const std::vector<float>& w(const std::string& name) const { return weights_->at(name); }
 
@@ -77,6 +83,8 @@ class CpuModel : public DecoderEngine {
   Cache mtpCache_;
   std::vector<float> hidden_, logits_, mtpHidden_;
   int allReduces_ = 0, fusedNorms_ = 0, ubatch_ = 0;
+  bool draftProb_ = false;
+  double draftP_ = 1.0;
 };
 
 }  // namespace qwen

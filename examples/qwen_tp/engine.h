@@ -38,6 +38,12 @@ class DecoderEngine {
   virtual bool mtpFromTarget(const int32_t* tokens, int n, int slot, int32_t* draft, std::string* error) = 0;
   /// One chained MTP step: (the last MTP output hidden, token) at MTP slot `slot`.
   virtual bool mtpChain(int32_t token, int slot, int32_t* draft, std::string* error) = 0;
+  /// Asks the engine to compute, from now on, the top softmax probability of each draft (the
+  /// greedy token's probability after mtpFromTarget / mtpChain), for --spec-draft-p-min. False
+  /// when the engine cannot (the default; the GPU decoder does not yet).
+  virtual bool enableDraftProbability() { return false; }
+  /// The top probability of the last draft, once enableDraftProbability() returned true.
+  virtual double lastDraftProbability() const { return 1.0; }
   /// True when the model has an MTP head.
   virtual bool hasMtp() const = 0;
   virtual int vocabSize() const = 0;

@@ -22,6 +22,26 @@ bool fail(std::string* error, const std::string& msg) {
 
 }  // namespace
 
+double expectedDraftAcceptance(double p, int n) {
+  if (n <= 0) return 0;
+  double sum = 0, pk = 1;
+  for (int i = 1; i <= n; ++i) sum += (pk *= p);
+  return sum / n;
+}
+
+double expectedMeanAcceptedLength(double p, int n) { return 1.0 + expectedDraftAcceptance(p, n) * std::max(n, 0); }
+
+double perTokenForDraftAcceptance(double r, int n) {
+  if (n <= 0 || !(r > 0)) return 0;
+  if (r >= 1) return 1;
+  double lo = 0, hi = 1;  // expectedDraftAcceptance is increasing in p
+  for (int it = 0; it < 100; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    (expectedDraftAcceptance(mid, n) < r ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
 int32_t simulateDraft(int32_t draft, int32_t reference, double a, uint64_t seed, int64_t position, int vocab) {
   (void)draft;
   uint64_t h = splitmix64(seed ^ splitmix64(static_cast<uint64_t>(position) + 0x51ed));
@@ -62,7 +82,19 @@ bool generate(DecoderEngine& e, const std::vector<int32_t>& prompt, const Genera
   if (N > 0 && !e.hasMtp()) return fail(error, "--spec-type draft-mtp: the model has no MTP head");
   if (N < 0 || N + 1 > e.maxTokensPerCall()) return fail(error, "--spec-draft-n-max " + std::to_string(N) + " out of range");
   if (st->simulated && (!opt.reference || opt.simAcceptance > 1))
-    return fail(error, "--sim-acceptance needs a value in [0, 1] and a reference continuation");
+    return fail(error, "--sim-token-acceptance needs a value in [0, 1] and a reference continuation");
+  if (opt.draftNMin < 0 || (N > 0 && opt.draftNMin > N))
+    return fail(error, "--spec-draft-n-min " + std::to_string(opt.draftNMin) + " must be in [0, --spec-draft-n-max " +
+                           std::to_string(N) + "]");
+  if (!(opt.draftPMin >= 0 && opt.draftPMin <= 1)) return fail(error, "--spec-draft-p-min must be in [0, 1]");
+  if (N > 0 && opt.draftPMin > 0) {
+    if (st->simulated)
+      return fail(error, "--spec-draft-p-min cannot be combined with simulated acceptance (the probability is the real "
+                         "draft's, and simulation replaces the draft)");
+    if (!e.enableDraftProbability())
+      return fail(error, "--spec-draft-p-min: this engine does not compute the draft's probability (the GPU decoder "
+                         "does not yet; --device cpu does)");
+  }
   if (P + opt.nPredict + N + 1 > e.ctxSize())
     return fail(error, "--ctx-size " + std::to_string(e.ctxSize()) + " is too small for " + std::to_string(P) + " prompt + " +
                            std::to_string(opt.nPredict) + " generated + " + std::to_string(N + 1) + " verify tokens");
@@ -81,32 +113,37 @@ bool generate(DecoderEngine& e, const std::vector<int32_t>& prompt, const Genera
   while (static_cast<int>(tokens.size()) < target) {
     const int n = static_cast<int>(tokens.size()) - 1;
     const int room = target - static_cast<int>(tokens.size());  // tokens still wanted
-    const int nd = std::min(N, room - 1);
+    const int ndMax = std::min(N, room - 1);
     ++st->rounds;
-    if (nd <= 0) {  // plain greedy step (or the last token of a speculative run)
-      if (!e.target(&tokens[n], 1, n, next.data(), error)) return false;
-      tokens.push_back(next[0]);
-      continue;
-    }
     batch[0] = tokens[n];
-    for (int i = 1; i <= nd; ++i) {
+    int nd = 0;  // draft tokens made this round
+    for (int i = 1; i <= ndMax; ++i) {
+      if (opt.draftPMin > 0 && e.lastDraftProbability() < opt.draftPMin) break;
       const int64_t outIndex = n + i - P;  // index of this position in the generated output
       int32_t d = draft;
       if (st->simulated && outIndex < static_cast<int64_t>(opt.reference->size()))
         d = simulateDraft(draft, (*opt.reference)[outIndex], opt.simAcceptance, opt.seed, outIndex, e.vocabSize());
       batch[i] = d;
-      if (i < nd && !e.mtpChain(d, n + i - 1, &draft, error)) return false;
+      nd = i;
+      if (i < ndMax && !e.mtpChain(d, n + i - 1, &draft, error)) return false;
+    }
+    if (ndMax > 0 && nd < std::max(opt.draftNMin, 1)) {  // llama.cpp drops a draft shorter than n-min
+      nd = 0;
+      ++st->draftsDropped;
     }
     if (!e.target(batch.data(), nd + 1, n, next.data(), error)) return false;
     int k = 0;
     while (k < nd && batch[k + 1] == next[k]) ++k;
     st->drafted += nd;
     st->accepted += k;
+    if (k < nd) ++st->rejected;
     for (int i = 1; i <= k; ++i) tokens.push_back(batch[i]);
     tokens.push_back(next[k]);
     // KV rollback is implicit: the target holds slots 0..n+k, the MTP is brought to the same
-    // length by running it over the accepted pairs (h_{n+i}, t_{n+1+i}), i = 0..k.
-    if (!e.mtpFromTarget(&tokens[n + 1], k + 1, n, &draft, error)) return false;
+    // length by running it over the accepted pairs (h_{n+i}, t_{n+1+i}), i = 0..k (not needed
+    // once the last token is out, nor in plain greedy).
+    if (N > 0 && static_cast<int>(tokens.size()) < target && !e.mtpFromTarget(&tokens[n + 1], k + 1, n, &draft, error))
+      return false;
   }
   st->decodeSeconds = now() - t1;
   out->assign(tokens.begin() + P, tokens.begin() + target);
@@ -125,9 +162,14 @@ std::string formatTimings(const GenerateStats& s) {
                         gen ? s.decodeSeconds * 1e3 / gen : 0, s.decodeSeconds > 0 ? gen / s.decodeSeconds : 0);
   std::string r(buf, static_cast<size_t>(n));
   if (s.drafted > 0 || s.simulated) {
-    std::snprintf(buf, sizeof(buf), "draft acceptance%s = %.5f (%lld accepted / %lld generated), mean accepted length = %.3f\n",
+    std::snprintf(buf, sizeof(buf),
+                  "draft acceptance%s = %.5f (%lld accepted / %lld generated), per-token acceptance = %.5f "
+                  "(%lld accepted / %lld accepted + first rejections), mean accepted length = %.3f (%lld verify "
+                  "rounds, %lld drafts dropped by n-min/p-min)\n",
                   s.simulated ? " (simulated acceptance)" : "", s.acceptance(), static_cast<long long>(s.accepted),
-                  static_cast<long long>(s.drafted), s.meanAcceptedLength());
+                  static_cast<long long>(s.drafted), s.tokenAcceptance(), static_cast<long long>(s.accepted),
+                  static_cast<long long>(s.accepted + s.rejected), s.meanAcceptedLength(),
+                  static_cast<long long>(s.rounds), static_cast<long long>(s.draftsDropped));
     r += buf;
   }
   return r;

@@ -5,9 +5,19 @@
 // it (correction or bonus), then roll both KV caches back to the committed length (engine.h) and
 // re-run the MTP over the accepted positions with the target's real hidden states.
 //
-// --sim-acceptance A (for synthetic weights, whose drafts never match): each draft is replaced by
-// the reference greedy token with probability A (seeded), else by a different token. The MTP
-// still runs in full and the target still decides; the results are "simulated acceptance".
+// Draft length as llama.cpp's: up to --spec-draft-n-max tokens; drafting stops early when the
+// draft's top probability is below --spec-draft-p-min; a draft shorter than --spec-draft-n-min is
+// dropped (that round is a plain one-token step).
+//
+// Simulated acceptance (for synthetic weights, whose drafts never match): each draft token is
+// replaced by the reference greedy token with per-token probability p (seeded), else by a
+// different token. The MTP still runs in full and the target still decides; the results are
+// "simulated acceptance". --sim-token-acceptance gives p; --sim-draft-acceptance R gives
+// llama.cpp's ratio accepted/drafted, turned into p by perTokenForDraftAcceptance(R, n-max).
+// With drafts of length N, accepted tokens per round are min(N, leading successes), so
+//   E[accepted] = p + p^2 + ... + p^N,  accepted/drafted = E[accepted] / N,
+//   mean accepted length (tokens per verify) = 1 + E[accepted].
+// Per-token 0.77 at N = 5: accepted/drafted 0.488, mean length 3.44; per-token 0.485: 0.183, 1.92.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +31,9 @@ namespace qwen {
 struct GenerateOptions {
   int nPredict = 16;        ///< tokens to generate after the prompt
   int draftNMax = 0;        ///< 0: plain greedy; N > 0: MTP speculation with up to N drafts
-  double simAcceptance = -1;  ///< < 0: real drafts; else the probability a draft is made right
+  int draftNMin = 0;        ///< drafts shorter than this are dropped (llama.cpp's --spec-draft-n-min)
+  double draftPMin = 0;     ///< stop drafting when the draft's top probability is below (0: off)
+  double simAcceptance = -1;  ///< < 0: real drafts; else the per-token probability a draft is made right
   const std::vector<int32_t>* reference = nullptr;  ///< greedy continuation for simAcceptance
   uint64_t seed = 1234;
 };
@@ -34,8 +46,14 @@ struct GenerateStats {
   int64_t drafted = 0;         ///< draft tokens verified
   int64_t accepted = 0;        ///< draft tokens the target agreed with
   int64_t rounds = 0;          ///< verify forwards (speculative) or decode steps (plain)
+  int64_t rejected = 0;        ///< rounds whose draft had a rejected token (k < drafted)
+  int64_t draftsDropped = 0;   ///< rounds whose draft was shorter than n-min (or empty by p-min)
   bool simulated = false;
+  /// llama.cpp's draft acceptance: accepted / drafted.
   double acceptance() const { return drafted ? static_cast<double>(accepted) / drafted : 0; }
+  /// Per-token acceptance: accepted / (accepted + rejected), the estimate of p under the
+  /// per-token model (each draft token right with p until the first wrong one).
+  double tokenAcceptance() const { return accepted + rejected ? static_cast<double>(accepted) / (accepted + rejected) : 0; }
   /// Tokens emitted per verify forward: 1 + accepted / rounds.
   double meanAcceptedLength() const { return rounds ? 1.0 + static_cast<double>(accepted) / rounds : 0; }
 };
@@ -52,6 +70,14 @@ bool generate(DecoderEngine& engine, const std::vector<int32_t>& prompt, const G
 /// pairs (h_s, t_{s+1}), and *draft is the MTP's draft after the last chunk. Fails when the
 /// prompt does not fit the KV cache.
 bool prefillChunked(DecoderEngine& e, std::vector<int32_t>* tokens, bool mtp, int32_t* draft, std::string* error);
+
+/// Expected accepted/drafted for per-token probability p and drafts of n tokens.
+double expectedDraftAcceptance(double p, int n);
+/// Expected tokens per verify round (1 + expected accepted) for p and drafts of n tokens.
+double expectedMeanAcceptedLength(double p, int n);
+/// The per-token probability whose expected accepted/drafted at draft length n is r (bisection;
+/// r in [0, 1], n >= 1).
+double perTokenForDraftAcceptance(double r, int n);
 
 /// A draft token made right with probability `a` (seeded by (seed, position)), else wrong.
 int32_t simulateDraft(int32_t draft, int32_t reference, double a, uint64_t seed, int64_t position, int vocab);

@@ -20,12 +20,12 @@ struct GenRun {
 };
 
 bool runGenerate(const ModelConfig& cfg, const HostWeights& w, int tp, const std::vector<int32_t>& p, const GenerateOptions& opt,
-                 GenRun* run, std::string* err) {
+                 GenRun* run, std::string* err, int ctx = 96) {
   std::mutex mu;
   return runCpuTpGroup(tp, [&](int rank, tpcomm::Communicator* comm, std::string* e) {
     TpShape s;
     if (!makeTpShape(cfg, tp, rank, &s, e)) return false;
-    CpuModel model(cfg, s, &w, comm, 96);
+    CpuModel model(cfg, s, &w, comm, ctx);
     GenRun r;
     if (!generate(model, p, opt, &r.out, &r.stats, e)) return false;
     std::lock_guard<std::mutex> lock(mu);
@@ -211,6 +211,147 @@ TEST(QwenMetrics, TimingsAndPrometheusText) {
                         "llamacpp:spec_decode_num_accepted_tokens_total 250",
                         "llamacpp:spec_decode_num_draft_tokens_total 500", "llamacpp:n_tokens_max 769"})
     EXPECT_NE(p.find(m), std::string::npos) << m << "\n" << p;
+}
+
+// The simulation's ratio math: per-token p at draft length n against accepted/drafted and mean
+// length (rows: the issue's numbers; n = 1, where the ratio is p itself; the ends).
+TEST(QwenSimMath, DraftAcceptanceFromPerTokenAndBack) {
+  struct Row {
+    double p;
+    int n;
+    double ratio, meanLength, tol;
+  };
+  const Row rows[] = {
+      {0.77, 5, 0.50, 3.45, 0.015},   // the issue: "per-token 0.77 ... accepted/drafted 0.50, mean length 3.45"
+      {0.485, 5, 0.19, 1.95, 0.015},  // the old --sim-acceptance 0.485: "0.19 and a mean length of 1.95"
+      {0.6, 1, 0.6, 1.6, 1e-12},      // one draft: the ratio is p
+      {0.0, 4, 0.0, 1.0, 1e-12},
+      {1.0, 6, 1.0, 7.0, 1e-12},
+  };
+  for (const Row& r : rows) {
+    EXPECT_NEAR(expectedDraftAcceptance(r.p, r.n), r.ratio, r.tol) << "p " << r.p << " n " << r.n;
+    EXPECT_NEAR(expectedMeanAcceptedLength(r.p, r.n), r.meanLength, r.tol * r.n) << "p " << r.p << " n " << r.n;
+  }
+  // Exact values for 0.77 at n = 5: 0.77 + 0.77^2 + ... + 0.77^5 = 2.44155...
+  EXPECT_NEAR(expectedDraftAcceptance(0.77, 5) * 5, 0.77 + 0.5929 + 0.456533 + 0.35153 + 0.270678, 1e-5);
+  for (int n : {1, 2, 3, 5, 8})
+    for (double ratio : {0.05, 0.35, 0.485, 0.5, 0.9}) {
+      const double p = perTokenForDraftAcceptance(ratio, n);
+      EXPECT_GT(p, 0);
+      EXPECT_LT(p, 1);
+      EXPECT_NEAR(expectedDraftAcceptance(p, n), ratio, 1e-9) << "n " << n << " ratio " << ratio;
+    }
+  EXPECT_NEAR(perTokenForDraftAcceptance(0.485, 5), 0.7679, 0.001);  // the field report's ratio at n = 5
+  EXPECT_EQ(perTokenForDraftAcceptance(0, 5), 0);
+  EXPECT_EQ(perTokenForDraftAcceptance(1, 5), 1);
+}
+
+// A simulated run lands near the expected ratio: per-token 0.77 at n-min = n-max = 5 over 300
+// tokens (about 90 rounds; seeded, so the numbers are fixed; the bounds are ~3 standard errors).
+TEST_F(QwenSpeculative, PerTokenSimulationReachesTheExpectedRatio) {
+  const int T = 300;
+  GenerateOptions g;
+  g.nPredict = T;
+  GenRun ref, r;
+  std::string err;
+  ASSERT_TRUE(runGenerate(cfg_, w_, 1, prompt_, g, &ref, &err, 400)) << err;
+  g.draftNMax = 5;
+  g.draftNMin = 5;
+  g.simAcceptance = 0.77;
+  g.reference = &ref.out;
+  ASSERT_TRUE(runGenerate(cfg_, w_, 1, prompt_, g, &r, &err, 400)) << err;
+  EXPECT_EQ(r.out, ref.out);
+  EXPECT_NEAR(r.stats.acceptance(), expectedDraftAcceptance(0.77, 5), 0.09) << formatTimings(r.stats);
+  EXPECT_NEAR(r.stats.tokenAcceptance(), 0.77, 0.07) << formatTimings(r.stats);
+  EXPECT_NEAR(r.stats.meanAcceptedLength(), expectedMeanAcceptedLength(0.77, 5), 0.45) << formatTimings(r.stats);
+  EXPECT_EQ(r.stats.drafted % 5, 0) << "n-min = n-max = 5: every draft has 5 tokens";
+}
+
+// n-min drops short drafts; p-min stops drafting on a low top probability. Random weights: the
+// MTP's top probability is tiny (about 1/vocab), so p-min 0.5 stops every draft, and p-min 1e-9
+// none. The output is greedy's in every case.
+TEST_F(QwenSpeculative, DraftLengthLimitsAsLlamaCpp) {
+  struct Row {
+    int nMin, nMax;
+    double pMin;
+    bool allDropped, noneDropped;
+  };
+  const Row rows[] = {{0, 4, 0.0, false, true}, {4, 4, 0.0, false, false}, {0, 4, 0.5, true, false},
+                      {0, 4, 1e-9, false, true}, {2, 3, 1e-9, false, false}};
+  for (int tp : {1, 2})
+    for (const Row& row : rows) {
+      GenerateOptions g;
+      g.nPredict = kTokens;
+      g.draftNMax = row.nMax;
+      g.draftNMin = row.nMin;
+      g.draftPMin = row.pMin;
+      GenRun r;
+      std::string err;
+      ASSERT_TRUE(runGenerate(cfg_, w_, tp, prompt_, g, &r, &err)) << err;
+      const std::string what = "tp " + std::to_string(tp) + " n-min " + std::to_string(row.nMin) + " p-min " +
+                               std::to_string(row.pMin) + "\n" + formatTimings(r.stats);
+      EXPECT_EQ(r.out, greedy_.out) << what;
+      if (row.allDropped) EXPECT_EQ(r.stats.drafted, 0) << what;
+      if (row.allDropped) EXPECT_GT(r.stats.draftsDropped, kTokens / 2) << what;
+      if (row.noneDropped) EXPECT_EQ(r.stats.draftsDropped, 0) << what;
+      if (row.nMin > 0) {
+        EXPECT_GT(r.stats.drafted, 0) << what;
+        EXPECT_GT(r.stats.draftsDropped, 0) << what << " (the last rounds have room for fewer than n-min)";
+      }
+      if (row.nMin == row.nMax) EXPECT_EQ(r.stats.drafted % row.nMax, 0) << what;
+    }
+  // Refused: n-min above n-max, p-min outside [0, 1], p-min with simulation.
+  GenerateOptions bad;
+  bad.nPredict = 8;
+  bad.draftNMax = 3;
+  bad.draftNMin = 4;
+  GenRun r;
+  std::string err;
+  EXPECT_FALSE(runGenerate(cfg_, w_, 1, prompt_, bad, &r, &err));
+  EXPECT_NE(err.find("--spec-draft-n-min"), std::string::npos) << err;
+  bad.draftNMin = 0;
+  bad.draftPMin = 1.5;
+  EXPECT_FALSE(runGenerate(cfg_, w_, 1, prompt_, bad, &r, &err));
+  EXPECT_NE(err.find("--spec-draft-p-min"), std::string::npos) << err;
+  bad.draftPMin = 0.5;
+  bad.simAcceptance = 0.5;
+  bad.reference = &greedy_.out;
+  EXPECT_FALSE(runGenerate(cfg_, w_, 1, prompt_, bad, &r, &err));
+  EXPECT_NE(err.find("simulated"), std::string::npos) << err;
+}
+
+// The draft's top probability on the CPU reference is a probability, the same at TP = 1 and 2.
+TEST_F(QwenSpeculative, DraftProbabilityIsTheSameOnEveryTpSize) {
+  std::vector<double> probs[2];
+  for (int tp : {1, 2}) {
+    std::string err;
+    std::mutex mu;
+    ASSERT_TRUE(runCpuTpGroup(tp, [&](int rank, tpcomm::Communicator* comm, std::string* e) {
+      TpShape s;
+      if (!makeTpShape(cfg_, tp, rank, &s, e)) return false;
+      CpuModel m(cfg_, s, &w_, comm, 96);
+      if (!m.enableDraftProbability()) return *e = "no draft probability", false;
+      std::vector<int32_t> next(prompt_.size());
+      int32_t d = 0;
+      if (!m.target(prompt_.data(), static_cast<int>(prompt_.size()), 0, next.data(), e)) return false;
+      if (!m.mtpFromTarget(next.data(), static_cast<int>(prompt_.size()), 0, &d, e)) return false;
+      std::vector<double> mine{m.lastDraftProbability()};
+      for (int i = 0; i < 3; ++i) {
+        if (!m.mtpChain(d, static_cast<int>(prompt_.size()) + i, &d, e)) return false;
+        mine.push_back(m.lastDraftProbability());
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      if (rank == 0) probs[tp - 1] = mine;
+      return true;
+    }, &err)) << err;
+  }
+  ASSERT_EQ(probs[0].size(), 4u);
+  ASSERT_EQ(probs[1].size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_GT(probs[0][i], 1.0 / cfg_.vocabSize);  // the top one is at least the mean
+    EXPECT_LE(probs[0][i], 1.0);
+    EXPECT_NEAR(probs[0][i], probs[1][i], 1e-4 * probs[0][i]);
+  }
 }
 
 }  // namespace
