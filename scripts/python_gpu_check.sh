@@ -28,4 +28,30 @@ PYTHONPATH="$SITE" PYTHONUNBUFFERED=1 python3 -m torch.distributed.run --nproc_p
 rc=$?
 echo "torch_gpu_check ($ngpu rank(s)) rc=$rc"
 grep -a "passed\|FAIL\|Error" "$OUTDIR/python_gpu_check.txt" | tail -8
+if [ $rc != 0 ]; then
+  # Open since session 5: a segfault in Communicator creation whenever torch is imported. One
+  # rank, torch first, full tpcomm log, native frames from gdb where the machine has it.
+  cat > /tmp/tpcomm_crash_repro.py <<'PY'
+import faulthandler, sys, torch, tpcomm
+faulthandler.enable(all_threads=True)
+torch.cuda.set_device(0)
+print("torch", torch.__version__, "cuda init", torch.cuda.is_initialized(), flush=True)
+c = tpcomm.Communicator(1, tpcomm.get_unique_id(), 0, device=0)
+print("created", c, flush=True)
+PY
+  {
+    echo "# crash repro: torch imported first, one rank, TPCOMM_LOG=debug"
+    if command -v gdb > /dev/null; then
+      PYTHONPATH="$SITE" TPCOMM_LOG=debug gdb -batch -ex run -ex bt -ex "info sharedlibrary" \
+        --args python3 /tmp/tpcomm_crash_repro.py 2>&1 | tail -150
+    else
+      echo "(no gdb on this machine: Python frames only)"
+      PYTHONPATH="$SITE" TPCOMM_LOG=debug python3 -X faulthandler /tmp/tpcomm_crash_repro.py 2>&1 | tail -80
+      echo "# without torch imported:"
+      PYTHONPATH="$SITE" TPCOMM_LOG=debug python3 -X faulthandler -c \
+        "import tpcomm; print(tpcomm.Communicator(1, tpcomm.get_unique_id(), 0, device=0))" 2>&1 | tail -20
+    fi
+  } > "$OUTDIR/python_crash_repro.txt" 2>&1
+  echo "crash repro: $OUTDIR/python_crash_repro.txt"
+fi
 exit $rc
