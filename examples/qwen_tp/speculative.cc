@@ -107,6 +107,7 @@ bool generate(DecoderEngine& e, const std::vector<int32_t>& prompt, const Genera
   if (!prefillChunked(e, &tokens, N > 0, &draft, error)) return false;
   double t1 = now();
   st->prefillSeconds = t1 - t0;
+  if (opt.onTokens) opt.onTokens(&tokens[static_cast<size_t>(P)], 1);
 
   const int target = P + opt.nPredict;  // stop once tokens.size() reaches this
   std::vector<int32_t> batch(static_cast<size_t>(N + 1));
@@ -139,6 +140,7 @@ bool generate(DecoderEngine& e, const std::vector<int32_t>& prompt, const Genera
     if (k < nd) ++st->rejected;
     for (int i = 1; i <= k; ++i) tokens.push_back(batch[i]);
     tokens.push_back(next[k]);
+    if (opt.onTokens) opt.onTokens(&tokens[static_cast<size_t>(n + 1)], k + 1);
     // KV rollback is implicit: the target holds slots 0..n+k, the MTP is brought to the same
     // length by running it over the accepted pairs (h_{n+i}, t_{n+1+i}), i = 0..k (not needed
     // once the last token is out, nor in plain greedy).

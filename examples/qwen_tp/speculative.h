@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,8 @@ struct GenerateOptions {
   double simAcceptance = -1;  ///< < 0: real drafts; else the per-token probability a draft is made right
   const std::vector<int32_t>* reference = nullptr;  ///< greedy continuation for simAcceptance
   uint64_t seed = 1234;
+  /// Called with each batch of newly committed tokens, in order (for streamed text output).
+  std::function<void(const int32_t* ids, int n)> onTokens;
 };
 
 struct GenerateStats {

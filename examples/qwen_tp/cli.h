@@ -1,0 +1,84 @@
+// cli.h: the qwen_tp command line (flags as llama.cpp's), shared by the CPU and GPU runs: flag
+// parsing with bounds, the model and tokenizer to load, the prompt (text through the tokenizer,
+// token ids, or a synthetic one), and streamed text output. No CUDA here.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "safetensors.h"
+#include "speculative.h"
+#include "tokenizer.h"
+
+namespace qwen {
+
+struct Flags {
+  std::string device = "cuda";  ///< cuda | cpu (the fp32 CPU reference, ranks as threads)
+  std::string preset = "tiny", modelDir, allreduce = "auto", metricsFile = "qwen_tp_metrics.prom";
+  std::string gemv = "cublas";
+  std::string promptText;      ///< --prompt
+  std::string promptTextFile;  ///< --prompt-file (text)
+  std::string promptIds;       ///< --prompt-ids a,b,c or @FILE
+  std::string tokenizer;       ///< --tokenizer (default: tokenizer.json beside config.json)
+  int promptTokens = 32, nPredict = 32, ctxSize = 0, tp = 1, ubatch = 2048;
+  int draftNMax = 0, draftNMin = 0;  ///< --spec-draft-n-max (default 3 with --spec-type), --spec-draft-n-min
+  double draftPMin = 0;              ///< --spec-draft-p-min (0: off; llama.cpp's default is 0.75)
+  double simAcceptance = -1;         ///< resolved per-token probability (< 0: no simulation)
+  double simDraftAcceptance = -1;    ///< --sim-draft-acceptance R as given (< 0: not given)
+  uint64_t seed = 1;
+  bool mpi = false, noGraphs = false, profile = true, fusedNorm = true, pdl = true, prefillAttn = true;
+  bool help = false;
+  std::vector<std::string> notes;  ///< deprecation notes to print
+};
+
+void printUsage();
+
+/// Parses argv. False with a message naming the flag and what it expects.
+bool parseFlags(int argc, char** argv, Flags* f, std::string* err);
+
+/// One line saying which simulation runs and what it means (llama.cpp's ratio, per-token
+/// probability, expected mean length), or "" without simulation.
+std::string describeSimulation(const Flags& f);
+
+/// What every run needs before it starts ranks: config, checkpoint, tokenizer, prompt.
+struct RunSetup {
+  Flags flags;
+  ModelConfig cfg;
+  std::unique_ptr<SafetensorsModel> ckpt;
+  std::unique_ptr<Tokenizer> tok;  ///< null when none was given or found
+  std::vector<int32_t> prompt;
+};
+
+/// Loads the config (preset or --model-dir), the checkpoint, the tokenizer (--tokenizer, else
+/// DIR/tokenizer.json when present; required for --prompt / --prompt-file) and makes the prompt.
+bool prepareRun(RunSetup* s, std::string* err);
+
+/// Streams generated tokens as text to stdout (rank 0): complete UTF-8 characters as they come.
+class TextStreamer {
+ public:
+  explicit TextStreamer(const Tokenizer* tok) : tok_(tok), dec_(tok ? new StreamDecoder(*tok) : nullptr) {}
+  /// The callback for GenerateOptions::onTokens; prints nothing without a tokenizer.
+  void push(const int32_t* ids, int n);
+  /// Prints what is left and a newline.
+  void finish();
+
+ private:
+  const Tokenizer* tok_;
+  std::unique_ptr<StreamDecoder> dec_;
+  bool started_ = false;
+};
+
+/// True when a run needs the plain greedy pass: no speculation, or the reference continuation
+/// of simulated acceptance (then it is also the "MTP off" measurement).
+inline bool needsPlainRun(const Flags& f) { return f.draftNMax == 0 || f.simAcceptance >= 0; }
+
+/// One rank's measured runs on engine `e`: plain greedy when needsPlainRun(), then MTP
+/// speculation when --spec-type is given (checked equal to the plain output under simulation).
+/// `text` (may be null) streams the run whose output is reported; *out is that output.
+bool runPlainAndSpeculative(DecoderEngine& e, const RunSetup& s, TextStreamer* text, std::vector<int32_t>* out,
+                            GenerateStats* plain, GenerateStats* spec, std::string* err);
+
+}  // namespace qwen

@@ -1,0 +1,250 @@
+// run_gpu.cc: qwen_tp on GPUs. One process for all GPUs (createGroup, one thread per GPU) or,
+// under mpirun, one process per GPU (MPI bootstrap). With simulated acceptance, a plain greedy
+// run first makes the reference continuation (and is the "MTP off" measurement); then the
+// speculative run. Rank 0 streams the text (with a tokenizer), prints llama.cpp-style timing
+// lines and writes Prometheus text to --metrics-file.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli.h"
+#include "gpu_model.h"
+#include "run.h"
+#include "speculative.h"
+#include "tpcomm/tpcomm.h"
+#ifdef QWEN_TP_HAVE_MPI
+#include "tpcomm/mpi_bootstrap.h"
+#endif
+
+namespace qwen {
+namespace {
+
+using Shared = RunSetup;
+
+// What one rank measured; rank 0 reports it.
+struct RankResult {
+  std::vector<int32_t> out;
+  GenerateStats plain, spec;
+  double coldPrefillSeconds = 0;  // the first prefill of the process (lazy loading, cuBLAS heuristics)
+  bool needPlain = false;
+  // profile (decode step from its CUDA graph)
+  double stepMs = 0, stepNoArMs = 0, verifyMs = 0, verifyNoArMs = 0, gemmMs = 0;
+  size_t gemmBytes = 0;
+};
+
+GpuModelOptions modelOptions(const Shared& sh) {
+  const Flags& f = sh.flags;
+  GpuModelOptions o;
+  o.maxTokensPerCall = std::max(f.ubatch, f.draftNMax + 1);
+  o.ctxSize = f.ctxSize > 0 ? f.ctxSize : static_cast<int>(sh.prompt.size()) + f.nPredict + f.draftNMax + 16;
+  o.seed = f.seed;
+  o.checkpoint = sh.ckpt.get();
+  // staged_host is not CUDA-graph capturable: under capture tpcomm would pick a P2P algorithm
+  // instead, so a staged_host run decodes eagerly to measure what it names.
+  o.useGraphs = !f.noGraphs && f.allreduce != "staged_host";
+  o.fusedNorm = f.fusedNorm;
+  o.customGemv = f.gemv == "custom";
+  o.pdl = f.pdl;
+  o.prefillAttention = f.prefillAttn;
+  return o;
+}
+
+// Run: plain greedy (the reference, and the "MTP off" numbers) and/or MTP speculation. A first,
+// short generation of the same prompt warms everything up (its prefill is the cold time); the
+// measured runs' prefills are warm calls of the same shape.
+bool runDecode(const Shared& sh, int rank, GpuModel& model, RankResult* r, std::string* err) {
+  const Flags& f = sh.flags;
+  GenerateOptions g;
+  g.nPredict = f.nPredict;
+  TextStreamer text(rank == 0 ? sh.tok.get() : nullptr);
+  r->needPlain = needsPlainRun(f);
+  {
+    GenerateOptions w = g;
+    w.nPredict = std::min(f.nPredict, 4);
+    std::vector<int32_t> o;
+    GenerateStats st;
+    if (!generate(model, sh.prompt, w, &o, &st, err)) return false;
+    r->coldPrefillSeconds = st.prefillSeconds;
+  }
+  if (!runPlainAndSpeculative(model, sh, &text, &r->out, &r->plain, &r->spec, err)) return false;
+  return true;
+}
+
+// Profile: a decode step (and a verify step) replayed from its graph, with and without the
+// all-reduces (the all-reduce share; without them the layer epilogue is the addRmsNorm kernel
+// alone, so with the fused norm the share is the fused call's time beyond that kernel's), and the
+// step's weight GEMMs alone in one graph.
+bool profileStep(const Shared& sh, GpuModel& model, RankResult* r, std::string* err) {
+  const Flags& f = sh.flags;
+  const int pos = static_cast<int>(sh.prompt.size());
+  const int nv = f.draftNMax + 1;
+  const bool verify = nv > 1 && nv <= GpuModel::kGraphMaxTokens;
+  if (!model.timeTargetStep(1, pos, 50, &r->stepMs, err)) return false;
+  if (verify && !model.timeTargetStep(nv, pos, 50, &r->verifyMs, err)) return false;
+  model.setSkipAllReduce(true);
+  if (!model.timeTargetStep(1, pos, 50, &r->stepNoArMs, err)) return false;
+  if (verify && !model.timeTargetStep(nv, pos, 50, &r->verifyNoArMs, err)) return false;
+  model.setSkipAllReduce(false);
+  return model.timeStepGemms(1, 20, &r->gemmMs, &r->gemmBytes, err);
+}
+
+// Device copy rate (read + write bytes per second) of 1 GiB copies, for the roofline.
+double deviceCopyBandwidth() {
+  void *a = nullptr, *b = nullptr;
+  const size_t bytes = 1u << 30;
+  double bw = 0;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  if (cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess &&
+      cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess) {
+    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e0);
+    for (int i = 0; i < 10; ++i) cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms > 0) bw = 2.0 * 10 * bytes / (ms * 1e-3);
+  }
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  return bw;
+}
+
+// Report (rank 0): configuration, llama.cpp-style timings, memory, roofline, profile, output.
+void report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, const RankResult& r) {
+  const Flags& f = sh.flags;
+  const double bw = deviceCopyBandwidth();
+  size_t freeB = 0, totalB = 0;
+  cudaMemGetInfo(&freeB, &totalB);
+  const int P = static_cast<int>(sh.prompt.size());
+  std::printf(
+      "qwen_tp: model %s, TP=%d, allreduce %s (last algorithm: %s), layer epilogue %s (%s), prompt %d, "
+      "n-predict %d, ctx-size %d, ubatch %d, prefill attention %s, %s, GEMMs of <= 8 tokens: %s, PDL %s\n",
+      sh.cfg.name.c_str(), f.tp, f.allreduce.c_str(), model.lastAlgorithm().c_str(),
+      f.fusedNorm ? "fused all-reduce + residual + RMSNorm" : "all-reduce, then residual + RMSNorm kernel",
+      model.lastNormAlgorithm().c_str(), P, f.nPredict, o.ctxSize, o.maxTokensPerCall,
+      model.prefillAttention() ? "tensor-core FA2 kernel (calls > 16 tokens)" : "decode kernel for every call",
+      o.useGraphs ? "decode in CUDA graphs" : "eager decode (no CUDA graphs)",
+      o.customGemv ? "custom GEMV (--gemv custom)" : "cuBLAS", o.pdl ? "on" : "off (--no-pdl)");
+  std::printf("prefill cold (first call of the process): %.2f ms / %d tokens (%.2f tokens per second); the timed runs "
+              "below are warm\n",
+              r.coldPrefillSeconds * 1e3, P, r.coldPrefillSeconds > 0 ? P / r.coldPrefillSeconds : 0);
+  if (r.needPlain) std::printf("--- plain greedy ---\n%s", formatTimings(r.plain).c_str());
+  if (f.draftNMax > 0)
+    std::printf("--- draft-mtp n-max %d n-min %d p-min %.2f ---\n%s%s", f.draftNMax, f.draftNMin, f.draftPMin,
+                describeSimulation(f).c_str(), formatTimings(r.spec).c_str());
+  const double wb = static_cast<double>(model.weightBytes()), kv = static_cast<double>(model.kvCacheBytes()),
+               all = static_cast<double>(model.allocatedBytes());
+  std::printf("memory rank 0: weights %.2f GB, KV cache %.2f GB (%d positions), scratch + cuBLAS workspace %.2f GB "
+              "(sized by the %d-token chunk); %.2f GB allocated by the model, %.2f GB in use on the device\n",
+              wb / 1e9, kv / 1e9, o.ctxSize, (all - wb - kv) / 1e9, o.maxTokensPerCall, all / 1e9,
+              (totalB - freeB) / 1e9);
+  // Roofline: the bytes a plain decode step reads at the prompt's end, over the copy rate.
+  const double stepBytes = static_cast<double>(model.decodeStepBytes(P));
+  const double roofMs = bw > 0 ? stepBytes / bw * 1e3 : 0;
+  std::printf("HBM copy %.0f GB/s; a decode step at position %d reads %.2f GB (layers' weights, lm_head shard, one "
+              "embedding row, KV slots 0..%d) -> roofline %.3f ms/token\n",
+              bw / 1e9, P, stepBytes / 1e9, P, roofMs);
+  if (r.stepMs > 0)
+    std::printf("decode step %.3f ms (%.1f%% of roofline), without all-reduce %.3f ms -> all-reduce share %.1f%%\n",
+                r.stepMs, roofMs / r.stepMs * 100, r.stepNoArMs, (r.stepMs - r.stepNoArMs) / r.stepMs * 100);
+  if (r.gemmMs > 0)
+    std::printf("decode step's weight GEMMs alone (one graph, %s): %.3f ms for %.2f GB = %.0f GB/s (%.1f%% of the copy "
+                "rate); everything else in the step: %.3f ms\n",
+                f.gemv.c_str(), r.gemmMs, r.gemmBytes / 1e9, r.gemmBytes / (r.gemmMs * 1e-3) / 1e9,
+                bw > 0 ? r.gemmBytes / (r.gemmMs * 1e-3) / bw * 100 : 0, r.stepMs - r.gemmMs);
+  if (r.verifyMs > 0)
+    std::printf("verify step (%d tokens) %.3f ms, without all-reduce %.3f ms -> all-reduce share %.1f%%\n",
+                f.draftNMax + 1, r.verifyMs, r.verifyNoArMs, (r.verifyMs - r.verifyNoArMs) / r.verifyMs * 100);
+  std::printf("output:");
+  for (size_t i = 0; i < r.out.size() && i < 64; ++i) std::printf(" %d", r.out[i]);
+  std::printf("%s\n", r.out.size() > 64 ? " ..." : "");
+  std::ofstream m(f.metricsFile);
+  m << formatPrometheus(f.draftNMax > 0 ? r.spec : r.plain, o.ctxSize);
+}
+
+// Everything one rank does: build the model, run, profile; rank 0 reports.
+bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm, std::string* err) {
+  TpShape shape;
+  if (!makeTpShape(sh.cfg, sh.flags.tp, rank, &shape, err)) return false;
+  GpuModel model(sh.cfg, shape, device, comm);
+  const GpuModelOptions o = modelOptions(sh);
+  if (!model.init(o, err)) return false;
+  RankResult r;
+  if (!runDecode(sh, rank, model, &r, err)) return false;
+  if (sh.flags.profile && o.useGraphs && !profileStep(sh, model, &r, err)) return false;  // replays the graphs
+  if (rank == 0) report(sh, model, o, r);
+  return true;
+}
+
+tpcomm::Config commConfig(const Flags& f) {
+  tpcomm::Config c;
+  if (f.allreduce == "nccl") c.algo = "ring_nccl";
+  else if (f.allreduce == "staged_host") c.algo = "staged_host";
+  return c;
+}
+
+}  // namespace
+}  // namespace qwen
+
+namespace qwen {
+
+int runOnGpu(RunSetup& sh, int argc, char** argv) {
+  std::string err;
+  bool ok = true;
+  const Flags& f = sh.flags;
+  if (f.mpi) {
+#ifdef QWEN_TP_HAVE_MPI
+    MPI_Init(&argc, &argv);
+    std::unique_ptr<tpcomm::Bootstrap> boot;
+    std::unique_ptr<tpcomm::Communicator> comm;
+    int ndev = 0;
+    cudaGetDeviceCount(&ndev);
+    tpcomm::Status s = tpcomm::makeMpiBootstrap(MPI_COMM_WORLD, &boot);
+    int rank = boot ? boot->rank() : 0;
+    if (s == tpcomm::Status::kOk && boot->size() != f.tp) {
+      err = "--tp " + std::to_string(f.tp) + " but mpirun started " + std::to_string(boot->size()) + " ranks";
+      ok = false;
+    }
+    if (ok && s == tpcomm::Status::kOk) s = tpcomm::Communicator::create(*boot, rank % std::max(ndev, 1), commConfig(f), &comm);
+    if (s != tpcomm::Status::kOk) ok = false, err = std::string("tpcomm: ") + tpcomm::lastErrorMessage();
+    if (ok) ok = runRank(sh, rank, rank % std::max(ndev, 1), f.tp > 1 ? comm.get() : nullptr, &err);
+    if (!ok) std::fprintf(stderr, "qwen_tp rank %d: %s\n", rank, err.c_str());
+    if (comm) comm->destroy();
+    boot.reset();
+    MPI_Finalize();
+    return ok ? 0 : 1;
+#else
+    return std::fprintf(stderr, "qwen_tp: built without MPI\n"), 2;
+#endif
+  }
+  std::vector<int> devices;
+  for (int i = 0; i < f.tp; ++i) devices.push_back(i);
+  std::vector<std::unique_ptr<tpcomm::Communicator>> comms;
+  if (f.tp > 1) {
+    tpcomm::Status s = tpcomm::Communicator::createGroup(devices, commConfig(f), &comms);
+    if (s != tpcomm::Status::kOk) return std::fprintf(stderr, "qwen_tp: tpcomm createGroup: %s\n", tpcomm::lastErrorMessage()), 1;
+  }
+  std::vector<std::string> errors(f.tp);
+  std::vector<char> oks(f.tp, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < f.tp; ++r)
+    threads.emplace_back([&, r] { oks[r] = runRank(sh, r, devices[r], f.tp > 1 ? comms[r].get() : nullptr, &errors[r]); });
+  for (auto& t : threads) t.join();
+  int rc = 0;
+  for (int r = 0; r < f.tp; ++r)
+    if (!oks[r]) std::fprintf(stderr, "qwen_tp rank %d: %s\n", r, errors[r].c_str()), rc = 1;
+  for (auto& c : comms) c->destroy();
+  return rc;
+}
+
+}  // namespace qwen

@@ -1,0 +1,134 @@
+// qwen_cli_test.cc: the qwen_tp command line (cli.h): flags with bad values are refused naming
+// the flag, the simulation flags resolve as documented, prompts come from text (through the
+// tokenizer), ids or a file. QWEN_TINY_TOKENIZER names tests/data/tiny_tokenizer.json (a byte-level
+// BPE of 1002 tokens made by tokenizer/make_reference.py --vocab-size 1000; fits the tiny preset).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+
+namespace qwen {
+namespace {
+
+bool parse(std::vector<std::string> args, Flags* f, std::string* err) {
+  args.insert(args.begin(), "qwen_tp");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(&a[0]);
+  return parseFlags(static_cast<int>(argv.size()), argv.data(), f, err);
+}
+
+TEST(QwenCli, BadFlagsAreRefusedNamingTheFlag) {
+  struct Row {
+    std::vector<std::string> args;
+    std::string expect;
+  };
+  const std::vector<Row> rows = {
+      {{"--n-predict", "ten"}, "--n-predict: expected an integer"},
+      {{"--n-predict", "0"}, "--n-predict: expected an integer in [1,"},
+      {{"--tp", "2x"}, "--tp: expected an integer"},
+      {{"--device", "tpu"}, "--device must be cuda or cpu"},
+      {{"--spec-type", "draft-mtp", "--spec-draft-p-min", "1.5"}, "--spec-draft-p-min: expected a number in [0, 1]"},
+      {{"--spec-type", "draft-mtp", "--sim-token-acceptance", "-0.1"}, "--sim-token-acceptance: expected a number"},
+      {{"--spec-type", "draft-mtp", "--spec-draft-n-max", "2", "--spec-draft-n-min", "3"},
+       "is above --spec-draft-n-max"},
+      {{"--spec-draft-n-max", "5"}, "need --spec-type draft-mtp"},
+      {{"--spec-type", "draft-mtp", "--sim-draft-acceptance", "0.5", "--sim-token-acceptance", "0.5"}, "not both"},
+      {{"--spec-type", "draft-mtp", "--sim-draft-acceptance", "0.5", "--spec-draft-p-min", "0.5"},
+       "cannot be combined"},
+      {{"--prompt", "hi", "--prompt-ids", "1,2"}, "give one of --prompt"},
+      {{"--device", "cpu", "--mpi"}, "--mpi is for GPU runs"},
+      {{"--prompt"}, "--prompt needs a value"},
+      {{"--bogus"}, "unknown flag --bogus"},
+  };
+  for (const Row& r : rows) {
+    Flags f;
+    std::string err;
+    EXPECT_FALSE(parse(r.args, &f, &err)) << r.expect;
+    EXPECT_NE(err.find(r.expect), std::string::npos) << "expected \"" << r.expect << "\" in: " << err;
+  }
+}
+
+TEST(QwenCli, SimulationFlagsResolveToPerTokenProbability) {
+  Flags f;
+  std::string err;
+  ASSERT_TRUE(parse({"--spec-type", "draft-mtp", "--spec-draft-n-min", "5", "--spec-draft-n-max", "5",
+                     "--sim-draft-acceptance", "0.485"},
+                    &f, &err))
+      << err;
+  EXPECT_NEAR(expectedDraftAcceptance(f.simAcceptance, 5), 0.485, 1e-9);
+  EXPECT_NE(describeSimulation(f).find("accepted/drafted 0.4850"), std::string::npos) << describeSimulation(f);
+  Flags g;
+  ASSERT_TRUE(parse({"--spec-type", "draft-mtp", "--spec-draft-n-max", "5", "--sim-acceptance", "0.77"}, &g, &err));
+  EXPECT_DOUBLE_EQ(g.simAcceptance, 0.77);
+  ASSERT_EQ(g.notes.size(), 1u);
+  EXPECT_NE(g.notes[0].find("deprecated"), std::string::npos);
+  EXPECT_NE(describeSimulation(g).find("mean accepted length 3.44"), std::string::npos) << describeSimulation(g);
+  Flags h;
+  ASSERT_TRUE(parse({"--spec-type", "draft-mtp"}, &h, &err));
+  EXPECT_EQ(h.draftNMax, 3);
+  EXPECT_LT(h.simAcceptance, 0);
+  EXPECT_EQ(describeSimulation(h), "");
+}
+
+std::string tinyTokenizer() {
+  const char* p = std::getenv("QWEN_TINY_TOKENIZER");
+  return p ? p : "";
+}
+
+TEST(QwenCli, PromptFromTextIdsOrFile) {
+  const std::string tok = tinyTokenizer();
+  ASSERT_FALSE(tok.empty()) << "QWEN_TINY_TOKENIZER not set (ctest sets it)";
+  RunSetup s;
+  std::string err;
+  ASSERT_TRUE(parse({"--device", "cpu", "--tokenizer", tok, "--prompt", "def f(x):\n    return x"}, &s.flags, &err));
+  ASSERT_TRUE(prepareRun(&s, &err)) << err;
+  ASSERT_TRUE(s.tok);
+  std::vector<int32_t> ids;
+  ASSERT_TRUE(s.tok->encode("def f(x):\n    return x", &ids, &err));
+  EXPECT_EQ(s.prompt, ids);
+  std::string back;
+  ASSERT_TRUE(s.tok->decode(s.prompt, &back, &err));
+  EXPECT_EQ(back, "def f(x):\n    return x");
+
+  const std::string file = testing::TempDir() + "qwen_cli_prompt.txt";
+  std::ofstream(file) << "3, 4\n5";
+  RunSetup t;
+  ASSERT_TRUE(parse({"--prompt-ids", "@" + file}, &t.flags, &err));
+  ASSERT_TRUE(prepareRun(&t, &err)) << err;
+  EXPECT_EQ(t.prompt, (std::vector<int32_t>{3, 4, 5}));
+  std::ofstream(file) << "text from a file";
+  RunSetup u;
+  ASSERT_TRUE(parse({"--tokenizer", tok, "--prompt-file", file}, &u.flags, &err));
+  ASSERT_TRUE(prepareRun(&u, &err)) << err;
+  ASSERT_TRUE(u.tok->decode(u.prompt, &back, &err));
+  EXPECT_EQ(back, "text from a file");
+  std::remove(file.c_str());
+
+  struct Row {
+    std::vector<std::string> args;
+    std::string expect;
+  };
+  const std::vector<Row> rows = {
+      {{"--prompt", "hello"}, "--prompt needs a tokenizer"},
+      {{"--tokenizer", "/nonexistent.json", "--prompt", "x"}, "/nonexistent.json: cannot open"},
+      {{"--prompt-ids", "1,x,3"}, "--prompt-ids: \"x\" is not a token id"},
+      {{"--prompt-ids", "1,1024"}, "\"1024\" is not a token id in [0, 1024)"},
+      {{"--prompt-ids", "@/nonexistent"}, "--prompt-ids /nonexistent: cannot open"},
+      {{"--tokenizer", tok, "--prompt-file", "/nonexistent"}, "--prompt-file /nonexistent: cannot open"},
+      {{"--tokenizer", tok, "--prompt", "bad \xFF"}, "--prompt: text is not valid UTF-8"},
+      {{"--model-preset", "huge"}, "huge"},
+  };
+  for (const Row& r : rows) {
+    RunSetup x;
+    ASSERT_TRUE(parse(r.args, &x.flags, &err)) << err;
+    EXPECT_FALSE(prepareRun(&x, &err)) << r.expect;
+    EXPECT_NE(err.find(r.expect), std::string::npos) << "expected \"" << r.expect << "\" in: " << err;
+  }
+}
+
+}  // namespace
+}  // namespace qwen
