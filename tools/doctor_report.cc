@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "collectives/algo_override.h"
+#include "collectives/cost_model.h"
 #include "collectives/registry.h"
 #include "collectives/selector.h"
 #include "common/params.h"
@@ -178,7 +179,10 @@ DoctorReport buildDoctorReport(const MachineProbe& m, const ProbeSource& src, co
     ja.push_back({{"name", a->name()}, {"usable", ok}, {"why", why}});
   }
   if (!m.gpus.empty()) {
-    add(&o, "\nall-reduce algorithm per size (bf16, eager, %d ranks):\n", topo.nRanks());
+    const std::string costs = costModelSource(topo);
+    add(&o, "\ncosts: %s\n", costs.c_str());
+    j["costs"] = costs;
+    add(&o, "all-reduce algorithm per size (bf16, eager, %d ranks):\n", topo.nRanks());
     std::string sel = describeSelection(algos, topo, ovr, DataType::kBF16, false);
     o += sel;
     add(&o, "under CUDA graph capture:\n");

@@ -1,11 +1,14 @@
 // The one cost table. Figures on NVLink come from allreduce_perf on 2x H200 NV18 (driver
 // 580.159.04, CUDA 13.0, NCCL 2.28.3, bf16; bench/results/h200x2.md); alpha is the per-call time
 // at tiny sizes, GB/s the rate of the bytes the schedule moves per rank (see Traffic). PCIe,
-// host-memory and multicast rows are estimates until measured on such machines.
+// host-memory and multicast rows are estimates until measured on such machines; on PCIe P2P a
+// probe that measured every pair (tpcomm-doctor --measure) replaces the rows' GB/s (see
+// measuredPcieGBps).
 #include "collectives/cost_model.h"
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 
 namespace tpcomm {
 
@@ -90,25 +93,70 @@ double trafficBytes(Traffic t, double bytes, int n) {
   return bytes;
 }
 
+const CostRow* findRowOf(const std::string& algo, LinkClass want, size_t bytes) {
+  const CostRow* best = nullptr;
+  for (const CostRow& r : kTable)
+    if (algo == r.algo && r.link == want && r.fromBytes <= bytes) best = &r;
+  return best;
+}
+
 const CostRow* findRow(const std::string& algo, LinkClass link, size_t bytes) {
-  for (LinkClass want : {link, LinkClass::kAny}) {
-    const CostRow* best = nullptr;
-    for (const CostRow& r : kTable)
-      if (algo == r.algo && r.link == want && r.fromBytes <= bytes) best = &r;
-    if (best) return best;
-  }
-  return nullptr;
+  const CostRow* r = findRowOf(algo, link, bytes);
+  return r ? r : findRowOf(algo, LinkClass::kAny, bytes);
+}
+
+// One-way SM-store rate of the 2x H200 NV18 pair the NVLink rows were measured on
+// (tpcomm-doctor --measure: 365.9 GB/s, bench/results/h200x2.md). A row's GB/s over it is the
+// share of the link that schedule reaches; the PCIe estimate keeps that share of the PCIe pair's
+// own measured rate, so a PCIe box's first choice follows its links before any tuning.
+constexpr double kNvlinkRowsSmGBs = 365.9;
+
+// GB/s for `algo` on PCIe P2P from the measured link rates; 0 when not every pair was measured
+// or the algorithm has no NVLink row to take the share from (staged_host goes through host
+// memory, not the P2P link).
+double measuredPcieGBps(const std::string& algo, const Topology& topo, size_t bytes) {
+  const double slowest = slowestMeasuredSmGBs(topo);
+  const CostRow* nv = slowest > 0 ? findRowOf(algo, LinkClass::kNvlink, bytes) : nullptr;
+  return nv ? slowest * nv->gbps / kNvlinkRowsSmGBs : 0.0;
 }
 
 }  // namespace
 
+double slowestMeasuredSmGBs(const Topology& topo) {
+  double slowest = 0;
+  for (int a = 0; a < topo.nRanks(); ++a)
+    for (int b = 0; b < topo.nRanks(); ++b) {
+      if (a == b) continue;
+      const double v = topo.links[a][b].smGBs;
+      if (!(v > 0)) return 0;  // an unmeasured pair (or NaN): no measured figure for the group
+      slowest = slowest == 0 ? v : std::min(slowest, v);
+    }
+  return slowest;
+}
+
+std::string costModelSource(const Topology& topo) {
+  const LinkClass link = linkClassOf(topo);
+  if (link != LinkClass::kPcieP2p) return link == LinkClass::kNvlink ? "table (measured on 2x H200 NV18)" : "table (estimates)";
+  const double slowest = slowestMeasuredSmGBs(topo);
+  if (slowest <= 0) return "table (PCIe estimates; tpcomm-doctor --measure scales them to this machine's links)";
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "PCIe P2P rates scaled to the measured links (slowest pair %.1f GB/s SM stores)", slowest);
+  return buf;
+}
+
 double modelCostUs(const std::string& algo, const Topology& topo, const AlgoQuery& q) {
-  const CostRow* r = findRow(algo, linkClassOf(topo), q.bytes);
+  const LinkClass link = linkClassOf(topo);
+  const CostRow* r = findRow(algo, link, q.bytes);
   if (!r) return kUnmodelledUs;
   const int n = topo.nRanks();
   const double bytes = static_cast<double>(q.bytes);
+  double gbps = r->gbps;
+  if (link == LinkClass::kPcieP2p) {
+    const double measured = measuredPcieGBps(algo, topo, q.bytes);
+    if (measured > 0) gbps = measured;
+  }
   double us = (q.capturing ? r->alphaGraphUs : r->alphaEagerUs) + r->alphaPerRankUs * n;
-  us += trafficBytes(r->traffic, bytes, n) / (r->gbps * 1e3);
+  us += trafficBytes(r->traffic, bytes, n) / (gbps * 1e3);
   if (r->localGBps > 0) us += 2.0 * bytes / (r->localGBps * 1e3);
   return us;
 }

@@ -17,6 +17,13 @@ double modelCostUs(const std::string& algo, const Topology& topo, const AlgoQuer
 
 constexpr double kUnmodelledUs = 1e12;
 
+/// The slowest measured one-way SM-store rate over every ordered GPU pair (PeerLink::smGBs, from
+/// tpcomm-doctor --measure); 0 when any pair was not measured.
+double slowestMeasuredSmGBs(const Topology& topo);
+
+/// Where the GB/s figures for `topo` come from, for the doctor and the INFO log.
+std::string costModelSource(const Topology& topo);
+
 /// Names that have at least one row (a unit test checks every registry algorithm is among them).
 std::vector<std::string> modelledAlgorithms();
 

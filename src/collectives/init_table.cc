@@ -4,6 +4,7 @@
 #include <string>
 
 #include "collectives/communicator_impl.h"
+#include "collectives/cost_model.h"
 
 namespace tpcomm {
 
@@ -45,6 +46,7 @@ std::string initTable(const Communicator::Impl& impl) {
                   whyNot.c_str());
     out += line;
   }
+  out += "  costs: " + costModelSource(t) + "\n";
   out += "  all-reduce algorithm per size (bf16, eager):\n";
   out += describeSelection(impl.algoList, t, impl.override, DataType::kBF16, false);
   return out;

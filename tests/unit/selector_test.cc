@@ -377,5 +377,50 @@ TEST(CostModel, EveryRegistryAlgorithmIsModelled) {
   EXPECT_EQ(modelCostUs("no_such_algorithm", t, AlgoQuery{}), kUnmodelledUs);
 }
 
+// On PCIe P2P a probe that measured every pair replaces the rows' GB/s with that algorithm's
+// NVLink share of the slowest pair's SM-store rate; an unmeasured pair, an NVLink group or an
+// algorithm without an NVLink row (staged_host) keeps the table.
+TEST(CostModel, PcieRatesComeFromMeasuredLinks) {
+  auto withRates = [](Topology t, double gbs) {
+    for (int a = 0; a < t.nRanks(); ++a)
+      for (int b = 0; b < t.nRanks(); ++b)
+        if (a != b) t.links[a][b].smGBs = gbs;
+    return t;
+  };
+  const Topology pcie = Topology::uniform(2, LinkKind::kPcieP2p);
+  AlgoQuery big, none;
+  big.bytes = 64u << 20;
+  none.bytes = 0;
+  // The bandwidth term alone: the cost minus the same call's alpha (zero bytes move nothing).
+  auto beta = [&](const char* algo, const Topology& t) { return modelCostUs(algo, t, big) - modelCostUs(algo, t, none); };
+
+  const Topology slow = withRates(pcie, 25.0), fast = withRates(pcie, 50.0);
+  EXPECT_DOUBLE_EQ(slowestMeasuredSmGBs(slow), 25.0);
+  EXPECT_EQ(slowestMeasuredSmGBs(pcie), 0.0);
+  for (const char* algo : {"twoshot_p2p", "oneshot_p2p", "lamport_p2p", "ring_nccl"}) {
+    EXPECT_NEAR(beta(algo, slow) / beta(algo, fast), 2.0, 1e-9) << algo;
+    EXPECT_EQ(modelCostUs(algo, slow, none), modelCostUs(algo, pcie, none)) << algo << ": alpha unchanged";
+    EXPECT_NE(beta(algo, slow), beta(algo, pcie)) << algo << ": the measured rate is used";
+  }
+  // twoshot moves 2 (n-1)/n B per rank at 320/365.9 of the link on NVLink: 64 MiB at 25 GB/s.
+  EXPECT_NEAR(beta("twoshot_p2p", slow), double(64u << 20) / (25.0 * 320.0 / 365.9 * 1e3), 1e-6);
+  EXPECT_EQ(beta("staged_host", slow), beta("staged_host", pcie));
+
+  Topology oneMissing = slow;
+  oneMissing.links[1][0].smGBs = 0;  // measured one way only
+  EXPECT_EQ(slowestMeasuredSmGBs(oneMissing), 0.0);
+  EXPECT_EQ(beta("twoshot_p2p", oneMissing), beta("twoshot_p2p", pcie));
+  Topology uneven = slow;
+  uneven.links[0][1].smGBs = 10.0;  // the slowest direction bounds the group
+  EXPECT_DOUBLE_EQ(slowestMeasuredSmGBs(uneven), 10.0);
+
+  const Topology nvlink = Topology::uniform(2, LinkKind::kNvlink, 18);
+  EXPECT_EQ(beta("twoshot_p2p", withRates(nvlink, 25.0)), beta("twoshot_p2p", nvlink)) << "NVLink rows are measured";
+
+  EXPECT_NE(costModelSource(slow).find("slowest pair 25.0 GB/s"), std::string::npos) << costModelSource(slow);
+  EXPECT_NE(costModelSource(pcie).find("--measure"), std::string::npos) << costModelSource(pcie);
+  EXPECT_NE(costModelSource(nvlink).find("2x H200"), std::string::npos) << costModelSource(nvlink);
+}
+
 }  // namespace
 }  // namespace tpcomm
