@@ -92,8 +92,9 @@ nccl-tests flags:
   -w, --warmup_iters <n>     untimed collectives before timing each size (default 5)
   -c, --check <0/1>          check results: integer-valued inputs, poisoned outputs, every
                              element compared bitwise with the exact answer (default 1)
-  -d, --datatype <t>         float|half|bfloat16 (also f32|f16|bf16) (default float)
-  -o, --op <op>              sum|max|min (default sum)
+  -d, --datatype <t>         float|half|bfloat16 (also f32|f16|bf16), or all (default float)
+  -o, --op <op>              sum|max|min, or all (default sum)
+  -R, --local_register <r>   0 only: tpcomm's benchmark registers no buffers (nccl-tests' 1/2 refused)
   -G, --cudagraph <n>        capture the -n collectives of a batch in a CUDA graph and replay it
                              n times per batch (default 0: eager launches)
   -g, --ngpus <n>            GPUs driven by one thread of this process (default 1)
@@ -105,20 +106,20 @@ tpcomm extras:
                              (e.g. staged_host, "0-64K:oneshot_p2p,64K-inf:ring_nccl").
                              Repeatable: -A auto -A nccl runs both in one process, one table each,
                              then a side-by-side summary.
-  -R, --repeats <n>          timed batches per size (default 5)
-  --json <file>              write every row (and the run's configuration) as JSON
+  -K, --repeats <n>          timed batches per size (default 5; -R before session 5)
+  -J, --json <file>          write every row (and the run's configuration) as JSON
   --host                     host ranks (device -1) even where GPUs exist
   --require-gpus <n>         exit with status 77 (ctest: Skipped) when fewer than n GPUs are visible
   --fused-rmsnorm            time all-reduce + residual add + RMSNorm instead: fused
                              (allReduceResidualRmsNorm) vs tpcomm all-reduce + norm kernel vs NCCL
-                             + the same kernel, rows 1..512 (doubling); -d, -n, -w, -R, -G apply
+                             + the same kernel, rows 1..512 (doubling); -d, -n, -w, -K, -G apply
   --hidden <n>               row length for --fused-rmsnorm (default 5120, at most 16384)
   -h, --help                 this text
 
-Timing: each size runs -w warm-up collectives, then -R batches of -n collectives (or -G replays
+Timing: each size runs -w warm-up collectives, then -K batches of -n collectives (or -G replays
 of a graph of -n collectives). GPU ranks time a batch with CUDA events on their stream; host
 ranks with std::chrono::steady_clock around the synchronous calls. A batch's time is the
-slowest rank's; the reported time is the median over the -R batches, divided by the collectives
+slowest rank's; the reported time is the median over the -K batches, divided by the collectives
 per batch. algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests' all-reduce factor).
 )";
   return s;
@@ -173,12 +174,38 @@ bool parseArgs(int argc, char** argv, Args* a, std::string* error) {
       if (!value() || !parseInt(v, 1, &a->nGpus)) return error->empty() ? bad("expected an integer >= 1") : false;
     } else if (f == "-t" || f == "--nthreads") {
       if (!value() || !parseInt(v, 1, &a->nThreads)) return error->empty() ? bad("expected an integer >= 1") : false;
-    } else if (f == "-R" || f == "--repeats") {
+    } else if (f == "-K" || f == "--repeats") {
       if (!value() || !parseInt(v, 1, &a->repeats)) return error->empty() ? bad("expected an integer >= 1") : false;
+    } else if (f == "-R" || f == "--local_register") {
+      // nccl-tests: 1 registers the buffers with NCCL, 2 as symmetric windows. Not done here yet;
+      // refusing keeps a copied command line from measuring something else than it says.
+      int reg;
+      if (!value() || !parseInt(v, 0, &reg) || reg > 2) return error->empty() ? bad("expected 0, 1 or 2") : false;
+      if (reg != 0)
+        return bad("buffer registration (nccl-tests' -R 1/2) is not supported by allreduce_perf yet; -R 0 only "
+                   "(repeats moved to -K)");
     } else if (f == "-d" || f == "--datatype") {
-      if (!value() || !parseDtype(v, &a->dtype)) return error->empty() ? bad("expected float, half or bfloat16") : false;
+      if (!value()) return false;
+      a->dtypes.clear();
+      if (v == "all") {
+        a->dtypes = {tpcomm::DataType::kF32, tpcomm::DataType::kF16, tpcomm::DataType::kBF16};
+      } else {
+        tpcomm::DataType t;
+        if (!parseDtype(v, &t)) return bad("expected float, half, bfloat16 or all");
+        a->dtypes.push_back(t);
+      }
+      a->dtype = a->dtypes.front();
     } else if (f == "-o" || f == "--op") {
-      if (!value() || !parseOp(v, &a->op)) return error->empty() ? bad("expected sum, max or min") : false;
+      if (!value()) return false;
+      a->ops.clear();
+      if (v == "all") {
+        a->ops = {tpcomm::ReduceOp::kSum, tpcomm::ReduceOp::kMax, tpcomm::ReduceOp::kMin};
+      } else {
+        tpcomm::ReduceOp o;
+        if (!parseOp(v, &o)) return bad("expected sum, max, min or all");
+        a->ops.push_back(o);
+      }
+      a->op = a->ops.front();
     } else if (f == "-A" || f == "--algo") {
       if (!value()) return false;
       if (v.empty()) return bad("expected auto, nccl or an algorithm name");
@@ -190,7 +217,7 @@ bool parseArgs(int argc, char** argv, Args* a, std::string* error) {
     } else if (f == "--hidden") {
       if (!value() || !parseInt(v, 1, &a->fusedHidden) || a->fusedHidden > 16384)
         return error->empty() ? bad("expected an integer 1..16384") : false;
-    } else if (f == "--json") {
+    } else if (f == "--json" || f == "-J" || f == "--output_file") {
       if (!value()) return false;
       if (v.empty()) return bad("expected a file name");
       a->jsonPath = v;
@@ -206,6 +233,10 @@ bool parseArgs(int argc, char** argv, Args* a, std::string* error) {
   }
   if (a->stepFactor <= 1 && a->stepBytes == 0) {
     *error = "-i 0 with no -f would never reach -e";
+    return false;
+  }
+  if (a->fusedRmsnorm && (a->dtypes.size() > 1 || a->ops.size() > 1)) {
+    *error = "--fused-rmsnorm takes one -d and sums: -d all / -o all apply to the all-reduce tables only";
     return false;
   }
   if (a->nGpus > 1 && a->nThreads > 1) {

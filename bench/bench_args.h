@@ -1,7 +1,8 @@
 // bench_args: command line of allreduce_perf. The flags and their defaults are nccl-tests'
 // all_reduce_perf ones (-b -e -f -i -n -w -c -d -o -G -g -t), so a command line written for
-// nccl-tests runs unchanged; tpcomm's extras are -A (which implementation), -R (repeats),
-// --json and --host.
+// nccl-tests runs unchanged, -d all / -o all, -J (JSON) and -R (buffer registration: only 0, as
+// tpcomm registers nothing) included; tpcomm's extras are -A (which implementation),
+// -K (repeats), --json and --host.
 #pragma once
 
 #include <cstddef>
@@ -23,11 +24,13 @@ struct Args {
   int graphLaunches = 0;        // -G: capture `iters` collectives in a graph, replay G times
   int nGpus = 1;                // -g: GPUs driven by one thread of this process
   int nThreads = 1;             // -t: threads of this process, one rank each
-  int repeats = 5;              // -R: timed batches per size; the median is reported
-  tpcomm::DataType dtype = tpcomm::DataType::kF32;  // -d
-  tpcomm::ReduceOp op = tpcomm::ReduceOp::kSum;     // -o
+  int repeats = 5;              // -K: timed batches per size; the median is reported
+  tpcomm::DataType dtype = tpcomm::DataType::kF32;  // -d (the first of dtypes)
+  tpcomm::ReduceOp op = tpcomm::ReduceOp::kSum;     // -o (the first of ops)
+  std::vector<tpcomm::DataType> dtypes{tpcomm::DataType::kF32};  // -d NAME or -d all, in table order
+  std::vector<tpcomm::ReduceOp> ops{tpcomm::ReduceOp::kSum};     // -o NAME or -o all
   std::vector<std::string> algos;  // -A, repeatable: "auto", "nccl", or a TPCOMM_ALGO string
-  std::string jsonPath;            // --json
+  std::string jsonPath;            // --json or -J (nccl-tests' --output_file)
   bool hostRanks = false;          // --host: host-memory ranks even where GPUs exist
   int requireGpus = 0;             // --require-gpus N: exit 77 (ctest's skip) with fewer GPUs
   bool fusedRmsnorm = false;       // --fused-rmsnorm: all-reduce + residual + RMSNorm (bench_fused.cc)

@@ -162,13 +162,17 @@ nlohmann::json printPerfLines(const Table& t, const Reference& ref, int nRanks, 
 void printSideBySide(const std::vector<Table>& tables) {
   if (tables.size() < 2) return;
   const Table& last = tables.back();
+  bool multi = false;  // -d all / -o all: rows of several types or ops
+  for (const Row& r : last.rows) multi = multi || r.type != last.rows[0].type || r.redop != last.rows[0].redop;
   std::printf("# Side by side, same run and buffers: out-of-place time (us); ratio = time / time of -A %s\n#  %10s",
               last.algo.c_str(), "size");
+  if (multi) std::printf(" %8s %3s", "type", "op");
   for (const Table& t : tables) std::printf("  %14s", t.algo.substr(0, 14).c_str());
   for (size_t k = 0; k + 1 < tables.size(); ++k) std::printf("  %8s", "ratio");
   std::printf("\n");
   for (size_t i = 0; i < last.rows.size(); ++i) {
     std::printf("#  %10zu", last.rows[i].bytes);
+    if (multi) std::printf(" %8s %3s", last.rows[i].type.c_str(), last.rows[i].redop.c_str());
     for (const Table& t : tables) std::printf("  %14.2f", i < t.rows.size() ? t.rows[i].outOfPlace.timeUs : 0.0);
     for (size_t k = 0; k + 1 < tables.size(); ++k) {
       double base = last.rows[i].outOfPlace.timeUs;
@@ -178,6 +182,19 @@ void printSideBySide(const std::vector<Table>& tables) {
     std::printf("\n");
   }
   std::printf("#\n");
+}
+
+// The run's types and ops for the JSON configuration: "bfloat16", or "float,half,bfloat16".
+std::string typeList(const Args& a) {
+  std::string s;
+  for (tpcomm::DataType t : a.dtypes) s += (s.empty() ? "" : ",") + std::string(ncclTestsTypeName(t));
+  return s;
+}
+
+std::string opList(const Args& a) {
+  std::string s;
+  for (tpcomm::ReduceOp o : a.ops) s += (s.empty() ? "" : ",") + std::string(ncclTestsOpName(o));
+  return s;
 }
 
 std::string nowText() {
@@ -234,7 +251,7 @@ int runController(const RunInfo& info, tpcomm::Bootstrap* bootstrap, int firstRa
                       {"maximum_bytes", args.maxBytes}, {"step_factor", args.stepFactor}, {"step_bytes", args.stepBytes},
                       {"warmup_iters", args.warmup}, {"iterations", args.iters}, {"repeats", args.repeats},
                       {"validation", args.check}, {"graph", args.graphLaunches},
-                      {"type", ncclTestsTypeName(args.dtype)}, {"redop", ncclTestsOpName(args.op)}};
+                      {"type", typeList(args)}, {"redop", opList(args)}};
     json["devices"] = lines;
   }
 
@@ -263,7 +280,6 @@ int runController(const RunInfo& info, tpcomm::Bootstrap* bootstrap, int firstRa
   plan.iters = args.iters;
   plan.repeats = args.repeats;
   plan.graphLaunches = args.graphLaunches;
-  const size_t es = tpcomm::dataTypeSize(args.dtype);
   const double factor = busBwFactor(info.nRanks);
   std::vector<Table> tables;
   int status = 0;
@@ -283,37 +299,45 @@ int runController(const RunInfo& info, tpcomm::Bootstrap* bootstrap, int firstRa
       printTableHeader();
     }
     bool tableOk = true;
-    for (size_t size = args.minBytes; size <= args.maxBytes && tableOk;) {
-      const size_t count = size / es;
-      if (count > 0) {
-        Row row;
-        row.bytes = count * es;
-        row.count = count;
-        row.type = ncclTestsTypeName(args.dtype);
-        row.redop = ncclTestsOpName(args.op);
-        for (int inPlace = 0; inPlace < 2 && tableOk; ++inPlace) {
-          Result& res = inPlace ? row.inPlace : row.outOfPlace;
-          tableOk = timeCollective(world, *backend, ranks, inPlace, count, args.dtype, args.op, plan, &res.timeUs, &error);
-          res.algo = backend->lastAlgorithm();
-          if (tableOk && args.check) {
-            int64_t wrong = 0;
-            tableOk = checkCollective(world, *backend, ranks, inPlace, count, args.dtype, args.op, args.graphLaunches > 0,
-                                      &wrong, &error);
-            res.wrong = world.sumOf(tableOk ? wrong : 0);
+    // As nccl-tests: every size of one type and op, then the next op, then the next type.
+    for (size_t ti = 0; ti < args.dtypes.size() && tableOk; ++ti)
+      for (size_t oi = 0; oi < args.ops.size() && tableOk; ++oi) {
+        const tpcomm::DataType dtype = args.dtypes[ti];
+        const tpcomm::ReduceOp op = args.ops[oi];
+        const size_t es = tpcomm::dataTypeSize(dtype);
+        for (size_t size = args.minBytes; size <= args.maxBytes && tableOk;) {
+          const size_t count = size / es;
+          if (count > 0) {
+            Row row;
+            row.bytes = count * es;
+            row.count = count;
+            row.type = ncclTestsTypeName(dtype);
+            row.redop = ncclTestsOpName(op);
+            for (int inPlace = 0; inPlace < 2 && tableOk; ++inPlace) {
+              Result& res = inPlace ? row.inPlace : row.outOfPlace;
+              tableOk = timeCollective(world, *backend, ranks, inPlace, count, dtype, op, plan, &res.timeUs, &error);
+              res.algo = backend->lastAlgorithm();
+              if (tableOk && args.check) {
+                int64_t wrong = 0;
+                tableOk =
+                    checkCollective(world, *backend, ranks, inPlace, count, dtype, op, args.graphLaunches > 0, &wrong, &error);
+                res.wrong = world.sumOf(tableOk ? wrong : 0);
+              }
+              if (!tableOk)
+                fail(world, "-A " + algo + ", " + row.type + " " + row.redop + ", " + std::to_string(row.bytes) + " B: " + error);
+              res.algBw = res.timeUs > 0 ? static_cast<double>(row.bytes) / res.timeUs / 1e3 : 0;
+              res.busBw = res.algBw * factor;
+            }
+            if (tableOk) {
+              if (main) printRow(row);
+              table.rows.push_back(row);
+            }
           }
-          if (!tableOk) fail(world, "-A " + algo + ", " + std::to_string(row.bytes) + " B: " + error);
-          res.algBw = res.timeUs > 0 ? static_cast<double>(row.bytes) / res.timeUs / 1e3 : 0;
-          res.busBw = res.algBw * factor;
-        }
-        if (tableOk) {
-          if (main) printRow(row);
-          table.rows.push_back(row);
+          size_t next = args.stepFactor > 1 ? size * args.stepFactor : size + args.stepBytes;
+          if (next <= size) break;  // overflow, or -b 0 with -f
+          size = next;
         }
       }
-      size_t next = args.stepFactor > 1 ? size * args.stepFactor : size + args.stepBytes;
-      if (next <= size) break;  // overflow, or -b 0 with -f
-      size = next;
-    }
     if (!allOk(world, tableOk)) status = 1;
     if (table.wrongTotal() > 0) status = 1;
     if (main) {

@@ -1,7 +1,7 @@
 // bench_fused: allreduce_perf --fused-rmsnorm. Times the epilogue of a tensor-parallel decoder
 // layer (all-reduce, residual add, RMSNorm) three ways, side by side in one run, on the same
 // buffers and with the same timing code as the all-reduce tables (bench_runner's
-// timeCollective: -w warm-up, -R batches of -n steps or -G replays of a graph of -n steps,
+// timeCollective: -w warm-up, -K batches of -n steps or -G replays of a graph of -n steps,
 // slowest rank, median):
 //   fused        Communicator::allReduceResidualRmsNorm (one fused kernel on the P2P paths)
 //   tpcomm+norm  Communicator::allReduce, then tpcomm's residual + norm kernel
@@ -210,7 +210,7 @@ int runFusedController(const RunInfo& info, tpcomm::Bootstrap* bootstrap, int fi
   if (main) {
     std::printf("# allreduce_perf --fused-rmsnorm: all-reduce + residual add + RMSNorm, %s, hidden %zu, %d ranks (%s)\n",
                 ncclTestsTypeName(dt), hidden, info.nRanks, info.mode.c_str());
-    std::printf("# %s, -n %d -w %d -R %d; time per step (us), slowest rank, median of batches\n",
+    std::printf("# %s, -n %d -w %d -K %d; time per step (us), slowest rank, median of batches\n",
                 plan.graphLaunches > 0 ? ("CUDA graph, -G " + std::to_string(plan.graphLaunches)).c_str() : "eager",
                 plan.iters, plan.warmup, plan.repeats);
     if (!ncclAr) std::printf("# nccl+norm: not run (%s)\n", ncclWhy.c_str());
