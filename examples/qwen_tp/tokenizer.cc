@@ -103,7 +103,7 @@ bool Tokenizer::loadFromString(const std::string& text, const std::string& src, 
   if (!j.is_object()) return fail(error, src + ": expected a JSON object at the top level");
   std::unique_ptr<Tokenizer> t(new Tokenizer());
 
-  // normalizer: null, or NFC (accepted, not applied; see tokenizer.h)
+  // normalizer: null, or NFC (applied between added tokens)
   if (j.contains("normalizer") && !j["normalizer"].is_null()) {
     const json& nm = j["normalizer"];
     if (!nm.is_object() || nm.value("type", "") != "NFC")
@@ -259,7 +259,7 @@ void Tokenizer::encodeWord(const std::string& piece, std::vector<int32_t>* ids) 
 
 void Tokenizer::encodeOrdinary(const std::string& text, size_t b, size_t e, std::vector<int32_t>* ids) const {
   if (b >= e) return;
-  const std::string part = text.substr(b, e - b);
+  const std::string part = nfc_ ? nfcNormalize(text.substr(b, e - b)) : text.substr(b, e - b);
   for (const auto& r : pretokenizeQwen2(part)) encodeWord(part.substr(r.first, r.second - r.first), ids);
 }
 

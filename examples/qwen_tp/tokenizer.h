@@ -5,10 +5,10 @@
 // written by hand: std::regex has no \p{L}), each piece's UTF-8 bytes are mapped through GPT-2's
 // byte-to-unicode table and merged by rank. decode(): the inverse, to raw bytes.
 //
-// Not implemented, each refused with an error naming the field: other pre-tokenizer patterns,
-// byte_fallback, subword prefixes/suffixes, added tokens with single_word. A "NFC" normalizer is
-// accepted but NOT applied: text must already be in NFC (what most text is) to get Hugging Face's
-// ids; text in decomposed form (NFD) can tokenize differently (see README).
+// A "NFC" normalizer (Qwen3's) is applied to the text between added tokens, as Hugging Face
+// applies it (Qwen's added tokens are all normalized: false). Not implemented, each refused with
+// an error naming the field: other normalizers and pre-tokenizer patterns, byte_fallback, subword
+// prefixes/suffixes, added tokens with single_word.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +32,9 @@ constexpr int kMaxTokenizerJsonDepth = 32;
 /// single code points of "other" category (the tokenizer refuses invalid UTF-8 before this).
 std::vector<std::pair<size_t, size_t>> pretokenizeQwen2(const std::string& text);
 
+/// Unicode NFC of valid UTF-8 `text` (tokenizer_nfc.cc; tables of Unicode 14).
+std::string nfcNormalize(const std::string& text);
+
 /// True when `text` is valid UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
 bool isValidUtf8(const std::string& text, size_t* badOffset);
 
@@ -54,8 +57,8 @@ class Tokenizer {
   int idLimit() const { return idLimit_; }
   /// Id of a token string (vocab form, e.g. "Ġthe", or an added token's content); -1 if none.
   int32_t tokenId(const std::string& token) const;
-  /// Whether the tokenizer.json asked for an NFC normalizer (which this class does not apply).
-  bool declaresNfc() const { return nfc_; }
+  /// Whether the tokenizer.json has the NFC normalizer (applied by encode).
+  bool normalizesNfc() const { return nfc_; }
 
  private:
   struct AddedToken {

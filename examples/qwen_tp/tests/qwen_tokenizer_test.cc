@@ -169,25 +169,28 @@ TEST(Tokenizer, MalformedFilesAreRefusedWithTheReason) {
 // --- parity with the `tokenizers` package (needs QWEN_TOKENIZER_REF_DIR) ---
 
 struct Reference {
-  std::string text, decoded;
+  std::string text, decoded, nfc;
   std::vector<int32_t> ids;
 };
 
-// Loads the tokenizer and reference texts, or skips when QWEN_TOKENIZER_REF_DIR is unset.
-class TokenizerHf : public ::testing::Test {
+// Loads DIR/tokenizer<suffix>.json and DIR/reference<suffix>.jsonl (suffix "" or "_nfc"), or skips
+// when QWEN_TOKENIZER_REF_DIR is unset.
+class TokenizerHf : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     const char* dir = std::getenv("QWEN_TOKENIZER_REF_DIR");
     if (!dir) GTEST_SKIP() << "QWEN_TOKENIZER_REF_DIR not set (ctest qwen_tokenizer_hf_parity sets it)";
+    const std::string base = std::string(dir) + "/", sfx = GetParam();
     std::string err;
-    ASSERT_TRUE(Tokenizer::load(std::string(dir) + "/tokenizer.json", &tok, &err)) << err;
-    std::ifstream in(std::string(dir) + "/reference.jsonl");
-    ASSERT_TRUE(in.good()) << dir << "/reference.jsonl missing";
+    ASSERT_TRUE(Tokenizer::load(base + "tokenizer" + sfx + ".json", &tok, &err)) << err;
+    EXPECT_EQ(tok->normalizesNfc(), sfx == "_nfc");
+    std::ifstream in(base + "reference" + sfx + ".jsonl");
+    ASSERT_TRUE(in.good()) << base << "reference" << sfx << ".jsonl missing";
     std::string line;
     while (std::getline(in, line)) {
       nlohmann::json j = nlohmann::json::parse(line);
-      refs.push_back(
-          {j["text"].get<std::string>(), j["decoded"].get<std::string>(), j["ids"].get<std::vector<int32_t>>()});
+      refs.push_back({j["text"].get<std::string>(), j["decoded"].get<std::string>(), j["nfc"].get<std::string>(),
+                      j["ids"].get<std::vector<int32_t>>()});
     }
     ASSERT_GT(refs.size(), 400u);
   }
@@ -201,7 +204,7 @@ std::string showIds(const std::vector<int32_t>& v) {
   return s;
 }
 
-TEST_F(TokenizerHf, SameIdsAsTokenizersPackage) {
+TEST_P(TokenizerHf, SameIdsAsTokenizersPackage) {
   int bad = 0;
   size_t total = 0;
   for (const Reference& r : refs) {
@@ -216,13 +219,16 @@ TEST_F(TokenizerHf, SameIdsAsTokenizersPackage) {
   EXPECT_GT(total, 5000u);
 }
 
-TEST_F(TokenizerHf, DecodeOfEncodeIsTheText) {
+// decode(encode(s)) is s (the NFC of s with the NFC normalizer), as Hugging Face's decode, and
+// the streamed decode gives the same bytes.
+TEST_P(TokenizerHf, DecodeOfEncodeIsTheText) {
+  const bool nfc = GetParam() == "_nfc";
   for (const Reference& r : refs) {
     std::vector<int32_t> ids;
     std::string err, back, streamed, piece;
     ASSERT_TRUE(tok->encode(r.text, &ids, &err)) << err;
     ASSERT_TRUE(tok->decode(ids, &back, &err)) << err;
-    EXPECT_EQ(back, r.text);
+    EXPECT_EQ(back, nfc ? r.nfc : r.text);
     EXPECT_EQ(back, r.decoded) << "Hugging Face's decode differs";
     StreamDecoder sd(*tok);
     for (int32_t id : ids) {
@@ -230,9 +236,25 @@ TEST_F(TokenizerHf, DecodeOfEncodeIsTheText) {
       streamed += piece;
     }
     streamed += sd.flush();
-    EXPECT_EQ(streamed, r.text);
+    EXPECT_EQ(streamed, back);
   }
 }
+
+// nfcNormalize against Python's unicodedata.normalize("NFC") (the same Unicode version), on every
+// reference text; at least the NFC texts must change.
+TEST_P(TokenizerHf, NfcMatchesPython) {
+  int changed = 0;
+  for (const Reference& r : refs) {
+    EXPECT_EQ(nfcNormalize(r.text), r.nfc) << "text: [" << r.text << "]";
+    changed += r.nfc != r.text;
+  }
+  EXPECT_GE(changed, 6);
+}
+
+INSTANTIATE_TEST_SUITE_P(NoNormalizerAndNfc, TokenizerHf, ::testing::Values(std::string(""), std::string("_nfc")),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           return i.param.empty() ? "plain" : "nfc";
+                         });
 
 }  // namespace
 }  // namespace qwen

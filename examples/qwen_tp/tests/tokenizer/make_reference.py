@@ -2,18 +2,21 @@
 """make_reference.py --out DIR: the Hugging Face side of qwen_tokenizer_test's parity check.
 
 Trains a small byte-level BPE with `tokenizers` using Qwen2's pre-tokenizer settings (Split on
-Qwen2's regex, Isolated; ByteLevel without its own regex; ByteLevel decoder; no normalizer, see
-README) on the corpus below plus a few standard-library sources, adds Qwen's special tokens, and
-writes DIR/tokenizer.json and DIR/reference.jsonl: one {"text", "ids", "decoded"} per test text,
-ids from tokenizer.encode(text).ids. The C++ test encodes the same texts and compares.
+Qwen2's regex, Isolated; ByteLevel without its own regex; ByteLevel decoder) on the corpus below
+plus a few standard-library sources, adds Qwen's special tokens, and writes DIR/tokenizer.json
+(no normalizer) and DIR/tokenizer_nfc.json (Qwen3's NFC normalizer), with DIR/reference.jsonl and
+DIR/reference_nfc.jsonl: one {"text", "ids", "decoded", "nfc"} per test text, ids from
+tokenizer.encode(text).ids, nfc from unicodedata.normalize. The C++ test encodes the same texts
+and compares.
 """
 import argparse
 import json
 import os
 import random
 import sysconfig
+import unicodedata
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                  r"\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -54,6 +57,18 @@ CORPUS = [
     "a",
 ]
 
+# NFC at work: decomposed accents, marks out of canonical order, Hangul jamo, singletons (Angstrom
+# sign, Ohm sign), composition exclusions (Devanagari nukta forms, U+0344), a text starting with
+# a mark, precomposed forms that must stay.
+NFC_TEXTS = [
+    "re\u0301sume\u0301 vs r\u00e9sum\u00e9, A\u030a vs \u00c5 vs \u212b, \u2126hm",
+    "a\u0323\u0302 a\u0302\u0323 \u1ea1\u0302 Vie\u0323\u0302t Nam \u1ec7",
+    "\u1100\u1161\u11a8 \u1112\u1161\u11ab\u1100\u1173\u11af \ud55c\uae00 \u1100\u1161 \uac00\u11a8",
+    "\u0915\u093c \u0958 \u0344 \u0308\u0301 \u0301starts with a mark",
+    "o\u0308\u0304 \u022b \u01d6 u\u0308\u0304 e\u0327\u0306 \u1e1d",
+    "\u0041\u030a\u0301 \u01fa \u0390 \u03b9\u0308\u0301",
+]
+
 SPECIAL_TEXTS = [
     "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n",
     "text<|endoftext|>more<|endoftext|><|endoftext|>",
@@ -87,8 +102,10 @@ def stdlib_text(limit_bytes=400_000):
     return chunks
 
 
-def build_tokenizer(train_texts, vocab_size):
+def build_tokenizer(train_texts, vocab_size, nfc=False):
     tok = Tokenizer(models.BPE())
+    if nfc:
+        tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
@@ -108,15 +125,18 @@ def main():
     ap.add_argument("--vocab-size", type=int, default=3000)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    texts = CORPUS + random_texts(400)
-    tok = build_tokenizer(CORPUS * 20 + stdlib_text(), args.vocab_size)
-    tok.save(os.path.join(args.out, "tokenizer.json"))
-    with open(os.path.join(args.out, "reference.jsonl"), "w", encoding="utf-8") as f:
-        for t in texts + SPECIAL_TEXTS + stdlib_text(60_000)[:2]:
-            ids = tok.encode(t).ids
-            f.write(json.dumps({"text": t, "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False)}) + "\n")
-    print("[qwen_tokenizer] wrote %s/tokenizer.json (%d tokens) and %d reference texts"
-          % (args.out, tok.get_vocab_size(), len(texts) + len(SPECIAL_TEXTS) + 2))
+    texts = CORPUS + random_texts(400) + NFC_TEXTS + SPECIAL_TEXTS + stdlib_text(60_000)[:2]
+    train = CORPUS * 20 + stdlib_text()
+    for nfc, suffix in ((False, ""), (True, "_nfc")):
+        tok = build_tokenizer(train, args.vocab_size, nfc)
+        tok.save(os.path.join(args.out, "tokenizer%s.json" % suffix))
+        with open(os.path.join(args.out, "reference%s.jsonl" % suffix), "w", encoding="utf-8") as f:
+            for t in texts:
+                ids = tok.encode(t).ids
+                f.write(json.dumps({"text": t, "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False),
+                                    "nfc": unicodedata.normalize("NFC", t)}) + "\n")
+    print("[qwen_tokenizer] wrote %s/tokenizer.json and tokenizer_nfc.json (%d tokens each), %d reference texts "
+          "(Unicode %s)" % (args.out, tok.get_vocab_size(), len(texts), unicodedata.unidata_version))
 
 
 if __name__ == "__main__":
