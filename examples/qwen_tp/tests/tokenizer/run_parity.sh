@@ -12,7 +12,7 @@ if ! "$venv/bin/python" -c "import tokenizers" 2>/dev/null; then
   if ! log=$("$venv/bin/python" -m pip install -q --disable-pip-version-check tokenizers </dev/null 2>&1); then
     echo "$log" >&2
     if echo "$log" | grep -qiE "connection|resolve|network|unreachable|timed out|No matching distribution"; then
-      echo "[qwen_tokenizer] SKIPPED: pip cannot reach the package registry to install 'tokenizers'" >&2
+      echo "[qwen_tokenizer] SKIPPED: pip could not get 'tokenizers' from the package registry (unreachable, or no wheel for this platform); the output above says which" >&2
       exit 77
     fi
     exit 1
