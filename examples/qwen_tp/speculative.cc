@@ -77,6 +77,7 @@ bool generate(DecoderEngine& e, const std::vector<int32_t>& prompt, const Genera
   const int N = opt.draftNMax;
   st->promptTokens = P;
   st->simulated = N > 0 && opt.simAcceptance >= 0;
+  st->speculative = N > 0;
   if (P == 0) return fail(error, "the prompt is empty");
   if (opt.nPredict <= 0) return fail(error, "--n-predict must be > 0");
   if (N > 0 && !e.hasMtp()) return fail(error, "--spec-type draft-mtp: the model has no MTP head");
@@ -163,7 +164,7 @@ std::string formatTimings(const GenerateStats& s) {
                         s.prefillSeconds > 0 ? s.promptTokens / s.prefillSeconds : 0, s.decodeSeconds * 1e3, gen,
                         gen ? s.decodeSeconds * 1e3 / gen : 0, s.decodeSeconds > 0 ? gen / s.decodeSeconds : 0);
   std::string r(buf, static_cast<size_t>(n));
-  if (s.drafted > 0 || s.simulated) {
+  if (s.drafted > 0 || s.simulated || s.speculative) {
     std::snprintf(buf, sizeof(buf),
                   "draft acceptance%s = %.5f (%lld accepted / %lld generated), per-token acceptance = %.5f "
                   "(%lld accepted / %lld accepted + first rejections), mean accepted length = %.3f (%lld verify "

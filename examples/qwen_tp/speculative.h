@@ -52,6 +52,7 @@ struct GenerateStats {
   int64_t rejected = 0;        ///< rounds whose draft had a rejected token (k < drafted)
   int64_t draftsDropped = 0;   ///< rounds whose draft was shorter than n-min (or empty by p-min)
   bool simulated = false;
+  bool speculative = false;    ///< MTP speculation ran (draftNMax > 0), even if every draft was dropped
   /// llama.cpp's draft acceptance: accepted / drafted.
   double acceptance() const { return drafted ? static_cast<double>(accepted) / drafted : 0; }
   /// Per-token acceptance: accepted / (accepted + rejected), the estimate of p under the
