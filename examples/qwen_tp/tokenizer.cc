@@ -121,6 +121,9 @@ bool Tokenizer::loadFromString(const std::string& text, const std::string& src, 
   if (m.value("type", "BPE") != "BPE") return fail(error, src + ": model.type: expected \"BPE\"");
   if (m.contains("byte_fallback") && !(m["byte_fallback"].is_boolean() && !m["byte_fallback"].get<bool>()))
     return fail(error, src + ": model.byte_fallback: only false is supported");
+  if (m.contains("dropout") && !m["dropout"].is_null() &&
+      !(m["dropout"].is_number() && m["dropout"].get<double>() == 0))
+    return fail(error, src + ": model.dropout: only null or 0 is supported (BPE dropout makes encoding random)");
   if (!emptyOrNull(m, "continuing_subword_prefix") || !emptyOrNull(m, "end_of_word_suffix"))
     return fail(error, src + ": model: continuing_subword_prefix / end_of_word_suffix are not supported");
   if (m.contains("ignore_merges") && m["ignore_merges"].is_boolean()) t->ignoreMerges_ = m["ignore_merges"].get<bool>();

@@ -139,6 +139,8 @@ TEST(Tokenizer, MalformedFilesAreRefusedWithTheReason) {
   fallback["model"]["byte_fallback"] = true;
   nlohmann::json single = nlohmann::json::parse(tinyJson());
   single["added_tokens"][0]["single_word"] = true;
+  nlohmann::json dropout = nlohmann::json::parse(tinyJson());
+  dropout["model"]["dropout"] = 0.1;
   nlohmann::json norm = nlohmann::json::parse(tinyJson());
   norm["normalizer"] = {{"type", "Lowercase"}};
   const std::vector<Row> rows = {
@@ -152,6 +154,7 @@ TEST(Tokenizer, MalformedFilesAreRefusedWithTheReason) {
       {fallback.dump(), "byte_fallback"},
       {single.dump(), "single_word"},
       {norm.dump(), "normalizer"},
+      {dropout.dump(), "model.dropout"},
   };
   for (const Row& r : rows) {
     std::unique_ptr<Tokenizer> t;
