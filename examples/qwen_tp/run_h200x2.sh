@@ -28,24 +28,27 @@ mkdir -p bench/results
     "$BIN" $COMMON --allreduce $ar --metrics-file /tmp/qwen_$ar.off.prom
     for a in 0.3 0.485 0.7; do
       echo "## allreduce=$ar MTP n-max 5, simulated acceptance $a"
-      "$BIN" $COMMON --allreduce $ar --spec-type draft-mtp --spec-draft-n-max 5 --sim-acceptance $a \
+      "$BIN" $COMMON --allreduce $ar --spec-type draft-mtp --spec-draft-n-max 5 --sim-token-acceptance $a \
         --no-profile --metrics-file /tmp/qwen_$ar.$a.prom
     done
+    echo "## allreduce=$ar MTP n-min = n-max = 5, simulated llama.cpp draft acceptance 0.485 (the field report's regime)"
+    "$BIN" $COMMON --allreduce $ar --spec-type draft-mtp --spec-draft-n-min 5 --spec-draft-n-max 5 \
+      --sim-draft-acceptance 0.485 --no-profile --metrics-file /tmp/qwen_$ar.draft0.485.prom
   done
   for ar in auto nccl; do
     echo "## allreduce=$ar --no-fused-norm (all-reduce, then the residual + RMSNorm kernel), MTP off and 0.485"
     "$BIN" $COMMON --allreduce $ar --no-fused-norm --metrics-file /tmp/qwen_$ar.nofuse.off.prom
-    "$BIN" $COMMON --allreduce $ar --no-fused-norm --spec-type draft-mtp --spec-draft-n-max 5 --sim-acceptance 0.485 \
+    "$BIN" $COMMON --allreduce $ar --no-fused-norm --spec-type draft-mtp --spec-draft-n-max 5 --sim-token-acceptance 0.485 \
       --no-profile --metrics-file /tmp/qwen_$ar.nofuse.0.485.prom
   done
   echo "## allreduce=auto --gemv custom (the small-n tensor-core GEMV instead of cuBLAS), MTP off and 0.485"
   "$BIN" $COMMON --allreduce auto --gemv custom --metrics-file /tmp/qwen_auto.gemv.off.prom
-  "$BIN" $COMMON --allreduce auto --gemv custom --spec-type draft-mtp --spec-draft-n-max 5 --sim-acceptance 0.485 \
+  "$BIN" $COMMON --allreduce auto --gemv custom --spec-type draft-mtp --spec-draft-n-max 5 --sim-token-acceptance 0.485 \
     --no-profile --metrics-file /tmp/qwen_auto.gemv.0.485.prom
   echo "## mpirun, one process per GPU (auto, MTP off and 0.485)"
   mpirun -np 2 --allow-run-as-root -x NCCL_NVLS_ENABLE -x TPCOMM_MULTICAST "$BIN" --mpi $COMMON --allreduce auto
   mpirun -np 2 --allow-run-as-root -x NCCL_NVLS_ENABLE -x TPCOMM_MULTICAST "$BIN" --mpi $COMMON --allreduce auto \
-    --spec-type draft-mtp --spec-draft-n-max 5 --sim-acceptance 0.485 --no-profile
+    --spec-type draft-mtp --spec-draft-n-max 5 --sim-token-acceptance 0.485 --no-profile
   echo "## TP=1 reference"
   "$BIN" --model-preset qwen3-32b --tp 1 --prompt-tokens 512 --n-predict 64 --ctx-size 1024
 } 2>&1 | tee "$OUT"
