@@ -1,5 +1,7 @@
-// allreduce_perf: tpcomm's all-reduce benchmark, in nccl-tests' all_reduce_perf format (flags,
-// header, table, footer), with tpcomm and NCCL timed by the same code on the same buffers.
+// allreduce_perf, reduce_scatter_perf, all_gather_perf: tpcomm's collective benchmarks in the
+// format of nccl-tests' binaries of the same names (flags, header, table, footer), with tpcomm and
+// NCCL timed by the same code on the same buffers. One program; the collective comes from its
+// name (argv[0]).
 //
 // This file decides the mode and starts the controllers (bench_controller.cc does the work):
 //   mpirun -np N (N > 1): one rank per process, MPI bootstrap, device = node-local rank;
@@ -30,6 +32,8 @@
 
 namespace {
 
+const char* gName = "allreduce_perf";  // this binary's benchmark name, for messages
+
 int visibleGpus() {
 #ifdef TPCOMM_BENCH_CUDA
   int n = 0;
@@ -50,7 +54,7 @@ bool launchedByMpi() {
 }
 
 int usageError(const std::string& msg) {
-  std::fprintf(stderr, "allreduce_perf: %s\n", msg.c_str());
+  std::fprintf(stderr, "%s: %s\n", gName, msg.c_str());
   return 2;
 }
 
@@ -72,7 +76,7 @@ int runThreads(tpcomm_bench::RunInfo& info, const std::vector<std::vector<int>>&
       std::unique_ptr<tpcomm::Bootstrap> bs;
       tpcomm::Status s = tpcomm::makeThreadBootstrap(group, t, &bs);
       if (s != tpcomm::Status::kOk) {
-        std::fprintf(stderr, "allreduce_perf: thread bootstrap: %s\n", tpcomm::lastErrorMessage());
+        std::fprintf(stderr, "%s: thread bootstrap: %s\n", gName, tpcomm::lastErrorMessage());
         status[t] = 1;
         return;
       }
@@ -91,6 +95,7 @@ int runThreads(tpcomm_bench::RunInfo& info, const std::vector<std::vector<int>>&
 int main(int argc, char** argv) {
   tpcomm_bench::Args args;
   std::string error;
+  gName = tpcomm_bench::benchName(tpcomm_bench::collFromProgram(argv[0]));
   if (!tpcomm_bench::parseArgs(argc, argv, &args, &error)) return usageError(error);
   if (args.help) {
     std::printf("%s", tpcomm_bench::usage(argv[0]).c_str());
@@ -119,11 +124,11 @@ int main(int argc, char** argv) {
 #else
   (void)proc;
   (void)localRank;
-  if (launchedByMpi()) std::fprintf(stderr, "allreduce_perf: launched by mpirun but built without MPI: each process runs alone\n");
+  if (launchedByMpi()) std::fprintf(stderr, "%s: launched by mpirun but built without MPI: each process runs alone\n", gName);
 #endif
   const int gpus = args.hostRanks ? 0 : visibleGpus();
   if (gpus < args.requireGpus) {
-    std::printf("allreduce_perf: skipped: %d GPU(s) visible, --require-gpus %d\n", gpus, args.requireGpus);
+    std::printf("%s: skipped: %d GPU(s) visible, --require-gpus %d\n", gName, gpus, args.requireGpus);
 #ifdef TPCOMM_BENCH_MPI
     if (mpi) MPI_Finalize();
 #endif

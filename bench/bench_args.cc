@@ -36,6 +36,25 @@ bool parseOp(const std::string& s, tpcomm::ReduceOp* out) {
 
 }  // namespace
 
+Coll collFromProgram(const char* argv0) {
+  const std::string p = argv0 ? argv0 : "";
+  auto endsWith = [&](const char* tail) {
+    const std::string t = tail;
+    return p.size() >= t.size() && p.compare(p.size() - t.size(), t.size(), t) == 0;
+  };
+  if (endsWith("reduce_scatter_perf")) return Coll::kReduceScatter;
+  if (endsWith("all_gather_perf")) return Coll::kAllGather;
+  return Coll::kAllReduce;
+}
+
+const char* benchName(Coll c) {
+  return c == Coll::kReduceScatter ? "reduce_scatter_perf" : c == Coll::kAllGather ? "all_gather_perf" : "allreduce_perf";
+}
+
+const char* ncclTestsName(Coll c) {
+  return c == Coll::kReduceScatter ? "reduce_scatter_perf" : c == Coll::kAllGather ? "all_gather_perf" : "all_reduce_perf";
+}
+
 bool parseBytes(const std::string& text, size_t* out) {
   if (text.empty()) return false;
   char* end = nullptr;
@@ -75,7 +94,10 @@ std::string usage(const char* prog) {
   std::string s = "Usage: ";
   s += prog;
   s += R"( [options]
-All-reduce benchmark in the format of nccl-tests' all_reduce_perf, for tpcomm and NCCL.
+All-reduce (allreduce_perf), reduce-scatter (reduce_scatter_perf) and all-gather
+(all_gather_perf) benchmarks in the format of nccl-tests' binaries of the same names, for tpcomm
+and NCCL. Sizes are the whole buffer (nccl-tests): a reduce-scatter reduces -b..-e bytes into
+shards of 1/n, an all-gather gathers 1/n from each rank into -b..-e bytes; count is per rank.
 
 Modes:
   mpirun -np N allreduce_perf ...   one rank per process; GPU = local rank (host ranks without GPUs)
@@ -120,7 +142,8 @@ Timing: each size runs -w warm-up collectives, then -K batches of -n collectives
 of a graph of -n collectives). GPU ranks time a batch with CUDA events on their stream; host
 ranks with std::chrono::steady_clock around the synchronous calls. A batch's time is the
 slowest rank's; the reported time is the median over the -K batches, divided by the collectives
-per batch. algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests' all-reduce factor).
+per batch. algbw = bytes / time; busbw = algbw * 2(n-1)/n for all-reduce, algbw * (n-1)/n for reduce-scatter
+and all-gather (nccl-tests' factors).
 )";
   return s;
 }
@@ -134,6 +157,7 @@ bool parseArgs(int argc, char** argv, Args* a, std::string* error) {
     *v = argv[++i];
     return true;
   };
+  a->coll = collFromProgram(argc > 0 ? argv[0] : nullptr);
   for (int i = 1; i < argc; ++i) {
     std::string f = argv[i], v;
     // Accept --flag=value too.
@@ -235,6 +259,11 @@ bool parseArgs(int argc, char** argv, Args* a, std::string* error) {
     *error = "-i 0 with no -f would never reach -e";
     return false;
   }
+  if (a->fusedRmsnorm && a->coll != Coll::kAllReduce) {
+    *error = std::string("--fused-rmsnorm is an all-reduce epilogue: use allreduce_perf, not ") + benchName(a->coll);
+    return false;
+  }
+  if (a->coll == Coll::kAllGather) a->ops = {tpcomm::ReduceOp::kSum};  // no reduction: one table, redop "none"
   if (a->fusedRmsnorm && (a->dtypes.size() > 1 || a->ops.size() > 1)) {
     *error = "--fused-rmsnorm takes one -d and sums: -d all / -o all apply to the all-reduce tables only";
     return false;

@@ -13,7 +13,20 @@
 
 namespace tpcomm_bench {
 
+/// The collective a binary times, from its name: allreduce_perf, reduce_scatter_perf and
+/// all_gather_perf are the same program (nccl-tests' all_reduce_perf, reduce_scatter_perf,
+/// all_gather_perf).
+enum class Coll { kAllReduce, kReduceScatter, kAllGather };
+
+/// From argv[0]'s file name; all-reduce unless it ends in reduce_scatter_perf / all_gather_perf.
+Coll collFromProgram(const char* argv0);
+/// "allreduce_perf", "reduce_scatter_perf", "all_gather_perf".
+const char* benchName(Coll c);
+/// nccl-tests' binary of the same collective: "all_reduce_perf", ...
+const char* ncclTestsName(Coll c);
+
 struct Args {
+  Coll coll = Coll::kAllReduce;  // from the program's name
   size_t minBytes = 32u << 20;  // -b
   size_t maxBytes = 32u << 20;  // -e
   size_t stepFactor = 1;        // -f (> 1: multiply)

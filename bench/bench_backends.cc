@@ -26,7 +26,8 @@ std::string tpcommError(const char* what, tpcomm::Status s) {
 
 class TpcommBackend : public Backend {
  public:
-  explicit TpcommBackend(std::vector<std::unique_ptr<tpcomm::Communicator>> comms) : comms_(std::move(comms)) {}
+  TpcommBackend(std::vector<std::unique_ptr<tpcomm::Communicator>> comms, Coll coll, int nRanks)
+      : Backend(coll, nRanks), comms_(std::move(comms)) {}
   ~TpcommBackend() override { destroy(); }
 
   bool run(std::vector<LocalRank>& ranks, bool inPlace, size_t count, tpcomm::DataType dtype, tpcomm::ReduceOp op,
@@ -36,10 +37,21 @@ class TpcommBackend : public Backend {
     bool ok = true;
     for (size_t i = 0; i < comms_.size() && ok; ++i) {
       LocalRank& r = ranks[i];
-      const void* send = inPlace ? r.recv : r.send;
-      tpcomm::Status s = comms_[i]->allReduce(send, r.recv, count, dtype, op, r.stream);
+      const CollBuffers b = collBuffers(coll_, r, inPlace, count, tpcomm::dataTypeSize(dtype), nRanks_);
+      tpcomm::Status s;
+      const char* what;
+      if (coll_ == Coll::kReduceScatter) {
+        what = "reduceScatter";
+        s = comms_[i]->reduceScatter(b.send, b.recv, b.perRank, dtype, op, r.stream);
+      } else if (coll_ == Coll::kAllGather) {
+        what = "allGather";
+        s = comms_[i]->allGather(b.send, b.recv, b.perRank, dtype, r.stream);
+      } else {
+        what = "allReduce";
+        s = comms_[i]->allReduce(b.send, b.recv, b.perRank, dtype, op, r.stream);
+      }
       if (s != tpcomm::Status::kOk) {
-        *error = "rank " + std::to_string(r.rank) + ": " + tpcommError("allReduce", s);
+        *error = "rank " + std::to_string(r.rank) + ": " + tpcommError(what, s);
         ok = false;
       }
     }
@@ -89,7 +101,7 @@ ncclRedOp_t ncclOp(tpcomm::ReduceOp op) {
 
 class NcclBackend : public Backend {
  public:
-  explicit NcclBackend(std::vector<ncclComm_t> comms) : comms_(std::move(comms)) {}
+  NcclBackend(std::vector<ncclComm_t> comms, Coll coll, int nRanks) : Backend(coll, nRanks), comms_(std::move(comms)) {}
   ~NcclBackend() override { destroy(); }
 
   bool run(std::vector<LocalRank>& ranks, bool inPlace, size_t count, tpcomm::DataType dtype, tpcomm::ReduceOp op,
@@ -99,8 +111,11 @@ class NcclBackend : public Backend {
     ncclResult_t first = ncclSuccess;
     for (size_t i = 0; i < comms_.size(); ++i) {
       LocalRank& r = ranks[i];
-      const void* send = inPlace ? r.recv : r.send;
-      ncclResult_t e = ncclAllReduce(send, r.recv, count, ncclType(dtype), ncclOp(op), comms_[i], r.stream);
+      const CollBuffers b = collBuffers(coll_, r, inPlace, count, tpcomm::dataTypeSize(dtype), nRanks_);
+      ncclResult_t e =
+          coll_ == Coll::kReduceScatter ? ncclReduceScatter(b.send, b.recv, b.perRank, ncclType(dtype), ncclOp(op), comms_[i], r.stream)
+          : coll_ == Coll::kAllGather   ? ncclAllGather(b.send, b.recv, b.perRank, ncclType(dtype), comms_[i], r.stream)
+                                        : ncclAllReduce(b.send, b.recv, b.perRank, ncclType(dtype), ncclOp(op), comms_[i], r.stream);
       if (e != ncclSuccess && first == ncclSuccess) first = e;
     }
     if (group) {
@@ -108,7 +123,8 @@ class NcclBackend : public Backend {
       if (e != ncclSuccess && first == ncclSuccess) first = e;
     }
     if (first != ncclSuccess) {
-      *error = std::string("ncclAllReduce: ") + ncclGetErrorString(first) + " (" + ncclGetLastError(nullptr) + ")";
+      *error = std::string(coll_ == Coll::kReduceScatter ? "ncclReduceScatter: " : coll_ == Coll::kAllGather ? "ncclAllGather: " : "ncclAllReduce: ") +
+               ncclGetErrorString(first) + " (" + ncclGetLastError(nullptr) + ")";
       return false;
     }
     return true;
@@ -129,8 +145,16 @@ class NcclBackend : public Backend {
 
 }  // namespace
 
+CollBuffers collBuffers(Coll coll, const LocalRank& r, bool inPlace, size_t count, size_t elemSize, int nRanks) {
+  if (coll == Coll::kAllReduce) return {inPlace ? r.recv : r.send, r.recv, count};
+  const size_t part = count / static_cast<size_t>(nRanks);
+  char* own = static_cast<char*>(r.recv) + static_cast<size_t>(r.rank) * part * elemSize;
+  if (coll == Coll::kReduceScatter) return {inPlace ? r.recv : r.send, inPlace ? own : r.recv, part};
+  return {inPlace ? own : r.send, r.recv, part};
+}
+
 std::unique_ptr<Backend> makeTpcommBackend(World& world, const std::vector<LocalRank>& ranks, const std::string& algo,
-                                           std::string* error) {
+                                           std::string* error, Coll coll) {
   tpcomm::Config config;
   if (algo != "auto") {
     config.algo = algo;
@@ -151,10 +175,11 @@ std::unique_ptr<Backend> makeTpcommBackend(World& world, const std::vector<Local
     comms.push_back(std::move(c));
   }
   if (s != tpcomm::Status::kOk) return nullptr;
-  return std::unique_ptr<Backend>(new TpcommBackend(std::move(comms)));
+  return std::unique_ptr<Backend>(new TpcommBackend(std::move(comms), coll, world.nRanks()));
 }
 
-std::unique_ptr<Backend> makeNcclBackend(World& world, const std::vector<LocalRank>& ranks, std::string* error) {
+std::unique_ptr<Backend> makeNcclBackend(World& world, const std::vector<LocalRank>& ranks, std::string* error,
+                                         Coll coll) {
 #ifdef TPCOMM_BENCH_NCCL
   for (const LocalRank& r : ranks)
     if (r.device < 0) {
@@ -185,10 +210,11 @@ std::unique_ptr<Backend> makeNcclBackend(World& world, const std::vector<LocalRa
     *error = std::string("NCCL communicator init: ") + ncclGetErrorString(e) + " (" + ncclGetLastError(nullptr) + ")";
     return nullptr;
   }
-  return std::unique_ptr<Backend>(new NcclBackend(std::move(comms)));
+  return std::unique_ptr<Backend>(new NcclBackend(std::move(comms), coll, world.nRanks()));
 #else
   (void)world;
   (void)ranks;
+  (void)coll;
   *error = "-A nccl: this allreduce_perf was built without NCCL (or without CUDA)";
   return nullptr;
 #endif

@@ -192,6 +192,7 @@ std::string typeList(const Args& a) {
 }
 
 std::string opList(const Args& a) {
+  if (a.coll == Coll::kAllGather) return "none";
   std::string s;
   for (tpcomm::ReduceOp o : a.ops) s += (s.empty() ? "" : ",") + std::string(ncclTestsOpName(o));
   return s;
@@ -229,7 +230,7 @@ int runController(const RunInfo& info, tpcomm::Bootstrap* bootstrap, int firstRa
   std::vector<std::string> lines = world.gatherStrings(myLines);
   nlohmann::json json;
   if (main) {
-    std::printf("# allreduce_perf (tpcomm): nccl-tests all_reduce_perf format\n");
+    std::printf("# %s (tpcomm): nccl-tests %s format\n", benchName(args.coll), ncclTestsName(args.coll));
     std::printf("%s", versionsLine().c_str());
     std::printf("# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: 1 "
                 "validation: %d graph: %d\n",
@@ -242,7 +243,7 @@ int runController(const RunInfo& info, tpcomm::Bootstrap* bootstrap, int firstRa
     std::printf("%s#\n# Using devices\n", info.notes.c_str());
     for (const std::string& l : lines) std::printf("%s", l.c_str());
     std::fflush(stdout);
-    json["tool"] = "tpcomm allreduce_perf";
+    json["tool"] = std::string("tpcomm ") + benchName(args.coll);
     json["start_time"] = nowText();
     json["args"] = info.argv;
     json["mode"] = info.mode;
@@ -280,12 +281,16 @@ int runController(const RunInfo& info, tpcomm::Bootstrap* bootstrap, int firstRa
   plan.iters = args.iters;
   plan.repeats = args.repeats;
   plan.graphLaunches = args.graphLaunches;
-  const double factor = busBwFactor(info.nRanks);
+  // nccl-tests' bus bandwidth factors: 2(n-1)/n for all-reduce, (n-1)/n for the halves.
+  const double factor = args.coll == Coll::kAllReduce ? busBwFactor(info.nRanks)
+                        : info.nRanks > 0             ? static_cast<double>(info.nRanks - 1) / info.nRanks
+                                                      : 0.0;
+  const size_t perRankDivisor = args.coll == Coll::kAllReduce ? 1 : static_cast<size_t>(info.nRanks);
   std::vector<Table> tables;
   int status = 0;
   for (const std::string& algo : args.algos) {
     std::unique_ptr<Backend> backend =
-        algo == "nccl" ? makeNcclBackend(world, ranks, &error) : makeTpcommBackend(world, ranks, algo, &error);
+        algo == "nccl" ? makeNcclBackend(world, ranks, &error, args.coll) : makeTpcommBackend(world, ranks, algo, &error, args.coll);
     if (!backend) fail(world, "-A " + algo + ": " + error);
     if (!allOk(world, backend != nullptr)) {
       status = 1;
@@ -306,13 +311,14 @@ int runController(const RunInfo& info, tpcomm::Bootstrap* bootstrap, int firstRa
         const tpcomm::ReduceOp op = args.ops[oi];
         const size_t es = tpcomm::dataTypeSize(dtype);
         for (size_t size = args.minBytes; size <= args.maxBytes && tableOk;) {
-          const size_t count = size / es;
+          // Reduce-scatter and all-gather: a whole number of elements per rank (nccl-tests).
+          const size_t count = size / es / perRankDivisor * perRankDivisor;
           if (count > 0) {
             Row row;
             row.bytes = count * es;
-            row.count = count;
+            row.count = count / perRankDivisor;  // nccl-tests: per-rank count for the halves
             row.type = ncclTestsTypeName(dtype);
-            row.redop = ncclTestsOpName(op);
+            row.redop = args.coll == Coll::kAllGather ? "none" : ncclTestsOpName(op);
             for (int inPlace = 0; inPlace < 2 && tableOk; ++inPlace) {
               Result& res = inPlace ? row.inPlace : row.outOfPlace;
               tableOk = timeCollective(world, *backend, ranks, inPlace, count, dtype, op, plan, &res.timeUs, &error);
@@ -356,13 +362,13 @@ int runController(const RunInfo& info, tpcomm::Bootstrap* bootstrap, int firstRa
   }
   if (main) {
     printSideBySide(tables);
-    std::printf("# Collective test concluded: allreduce_perf (%s)\n", status ? "FAILED" : "OK");
+    std::printf("# Collective test concluded: %s (%s)\n", benchName(args.coll), status ? "FAILED" : "OK");
     json["end_time"] = nowText();
     json["status"] = status ? "FAILED" : "OK";
     if (!args.jsonPath.empty()) {
       std::ofstream out(args.jsonPath);
       out << json.dump(2) << "\n";
-      if (!out) std::fprintf(stderr, "allreduce_perf: could not write %s\n", args.jsonPath.c_str());
+      if (!out) std::fprintf(stderr, "%s: could not write %s\n", benchName(args.coll), args.jsonPath.c_str());
       else std::printf("# Wrote JSON to %s\n", args.jsonPath.c_str());
     }
     std::fflush(stdout);

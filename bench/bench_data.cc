@@ -96,62 +96,90 @@ uint16_t floatToHalfBits(float v) {
 
 int inputValue(size_t i, int rank, int nRanks) { return valueWithAmp(i, rank, amplitude(nRanks)); }
 
-void fillInput(void* dst, size_t count, tpcomm::DataType dtype, int rank, int nRanks) {
+void fillInput(void* dst, size_t count, tpcomm::DataType dtype, int rank, int nRanks, size_t first) {
   const int amp = amplitude(nRanks);
   forParts(count, [=](size_t, size_t b, size_t e) {
     switch (dtype) {
       case tpcomm::DataType::kF32: {
         float* p = static_cast<float*>(dst);
-        for (size_t i = b; i < e; ++i) p[i] = static_cast<float>(valueWithAmp(i, rank, amp));
+        for (size_t i = b; i < e; ++i) p[i] = static_cast<float>(valueWithAmp(first + i, rank, amp));
         break;
       }
       case tpcomm::DataType::kF16: {
         uint16_t* p = static_cast<uint16_t*>(dst);
-        for (size_t i = b; i < e; ++i) p[i] = floatToHalfBits(static_cast<float>(valueWithAmp(i, rank, amp)));
+        for (size_t i = b; i < e; ++i) p[i] = floatToHalfBits(static_cast<float>(valueWithAmp(first + i, rank, amp)));
         break;
       }
       case tpcomm::DataType::kBF16: {
         uint16_t* p = static_cast<uint16_t*>(dst);
-        for (size_t i = b; i < e; ++i) p[i] = floatToBf16Bits(static_cast<float>(valueWithAmp(i, rank, amp)));
+        for (size_t i = b; i < e; ++i) p[i] = floatToBf16Bits(static_cast<float>(valueWithAmp(first + i, rank, amp)));
         break;
       }
     }
   });
 }
 
-int64_t countWrong(const void* got, size_t count, tpcomm::DataType dtype, tpcomm::ReduceOp op, int nRanks) {
-  const int amp = amplitude(nRanks);
-  // Small integers: every result is one of a few hundred values, so bit patterns are tabulated.
-  const int lo = -amp * nRanks, hi = amp * nRanks;
+namespace {
+
+// Small integers: every value is one of a few hundred, so their bit patterns are tabulated.
+std::vector<uint32_t> bitsTable(tpcomm::DataType dtype, int lo, int hi) {
   std::vector<uint32_t> bits(static_cast<size_t>(hi - lo + 1));
   for (int v = lo; v <= hi; ++v) {
     float f = static_cast<float>(v);
-    uint32_t b = dtype == tpcomm::DataType::kF32 ? floatBits(f)
-                 : dtype == tpcomm::DataType::kF16 ? floatToHalfBits(f)
-                                                   : floatToBf16Bits(f);
-    bits[static_cast<size_t>(v - lo)] = b;
+    bits[static_cast<size_t>(v - lo)] = dtype == tpcomm::DataType::kF32   ? floatBits(f)
+                                        : dtype == tpcomm::DataType::kF16 ? floatToHalfBits(f)
+                                                                          : floatToBf16Bits(f);
   }
+  return bits;
+}
+
+uint32_t bitsAt(const void* got, size_t i, tpcomm::DataType dtype) {
+  if (dtype == tpcomm::DataType::kF32) {
+    uint32_t have;
+    std::memcpy(&have, static_cast<const char*>(got) + i * 4, 4);
+    return have;
+  }
+  uint16_t h;
+  std::memcpy(&h, static_cast<const char*>(got) + i * 2, 2);
+  return h;
+}
+
+}  // namespace
+
+int64_t countWrongGathered(const void* got, size_t count, tpcomm::DataType dtype, int nRanks) {
+  const int amp = amplitude(nRanks);
+  const std::vector<uint32_t> bits = bitsTable(dtype, -amp, amp);
+  std::vector<int64_t> wrongPer(kMaxThreads, 0);
+  forParts(count * static_cast<size_t>(nRanks), [&](size_t part, size_t b, size_t e) {
+    int64_t wrong = 0;
+    for (size_t k = b; k < e; ++k) {
+      const int q = static_cast<int>(k / count);
+      wrong += bitsAt(got, k, dtype) != bits[static_cast<size_t>(valueWithAmp(k % count, q, amp) + amp)];
+    }
+    wrongPer[part] = wrong;
+  });
+  int64_t wrong = 0;
+  for (int64_t w : wrongPer) wrong += w;
+  return wrong;
+}
+
+int64_t countWrong(const void* got, size_t count, tpcomm::DataType dtype, tpcomm::ReduceOp op, int nRanks,
+                   size_t first) {
+  const int amp = amplitude(nRanks);
+  const int lo = -amp * nRanks, hi = amp * nRanks;
+  const std::vector<uint32_t> bits = bitsTable(dtype, lo, hi);
   std::vector<int64_t> wrongPer(kMaxThreads, 0);
   forParts(count, [&](size_t part, size_t b, size_t e) {
     int64_t wrong = 0;
     for (size_t i = b; i < e; ++i) {
-      int acc = valueWithAmp(i, 0, amp);
+      int acc = valueWithAmp(first + i, 0, amp);
       for (int r = 1; r < nRanks; ++r) {
-        int x = valueWithAmp(i, r, amp);
+        int x = valueWithAmp(first + i, r, amp);
         if (op == tpcomm::ReduceOp::kSum) acc += x;
         else if (op == tpcomm::ReduceOp::kMax) acc = std::max(acc, x);
         else acc = std::min(acc, x);
       }
-      uint32_t want = bits[static_cast<size_t>(acc - lo)];
-      uint32_t have;
-      if (dtype == tpcomm::DataType::kF32) {
-        std::memcpy(&have, static_cast<const char*>(got) + i * 4, 4);
-      } else {
-        uint16_t h;
-        std::memcpy(&h, static_cast<const char*>(got) + i * 2, 2);
-        have = h;
-      }
-      wrong += have != want;
+      wrong += bitsAt(got, i, dtype) != bits[static_cast<size_t>(acc - lo)];
     }
     wrongPer[part] = wrong;
   });

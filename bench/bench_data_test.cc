@@ -109,6 +109,50 @@ int main() {
     EXPECT(allInRange && sawBothEnds[0] && sawBothEnds[1]);  // the whole range [-a, a], a = 5 for 2 ranks
   }
 
+  // Reduce-scatter: shard r of the exact all-reduce passes with first = r * count and fails at
+  // another offset; one changed element is counted.
+  {
+    const int n = 3;
+    const size_t per = 517;
+    std::vector<float> full = reference(per * n, ReduceOp::kSum, n);
+    for (int r = 0; r < n; ++r) {
+      std::vector<float> shard(full.begin() + r * per, full.begin() + (r + 1) * per);
+      std::vector<char> enc = encode(shard, DataType::kBF16);
+      EXPECT(countWrong(enc.data(), per, DataType::kBF16, ReduceOp::kSum, n, r * per) == 0);
+      EXPECT(countWrong(enc.data(), per, DataType::kBF16, ReduceOp::kSum, n, ((r + 1) % n) * per) > 0);
+      shard[per / 2] += 1;
+      enc = encode(shard, DataType::kBF16);
+      EXPECT(countWrong(enc.data(), per, DataType::kBF16, ReduceOp::kSum, n, r * per) == 1);
+    }
+    // fillInput's offset gives the same values as the whole fill.
+    std::vector<float> whole(per * n), tail(per);
+    fillInput(whole.data(), per * n, DataType::kF32, 2, n);
+    fillInput(tail.data(), per, DataType::kF32, 2, n, per * 2);
+    EXPECT(std::memcmp(whole.data() + per * 2, tail.data(), per * 4) == 0);
+  }
+  // All-gather: block q = rank q's inputs passes; swapped blocks, a poisoned block and one changed
+  // element fail.
+  {
+    const int n = 4;
+    const size_t per = 301;
+    std::vector<float> gathered(per * n);
+    for (int q = 0; q < n; ++q) fillInput(gathered.data() + q * per, per, DataType::kF32, q, n);
+    for (DataType t : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+      std::vector<char> enc = encode(gathered, t);
+      EXPECT(countWrongGathered(enc.data(), per, t, n) == 0);
+    }
+    std::vector<float> swapped = gathered;
+    std::memcpy(swapped.data(), gathered.data() + per, per * 4);
+    std::memcpy(swapped.data() + per, gathered.data(), per * 4);
+    EXPECT(countWrongGathered(swapped.data(), per, DataType::kF32, n) > 0);
+    std::vector<float> poisoned = gathered;
+    std::memset(poisoned.data() + 3 * per, kPoisonByte, per * 4);
+    EXPECT(countWrongGathered(poisoned.data(), per, DataType::kF32, n) == static_cast<int64_t>(per));
+    std::vector<float> one = gathered;
+    one[2 * per + 7] += 1;
+    EXPECT(countWrongGathered(one.data(), per, DataType::kF32, n) == 1);
+  }
+
   if (failures) std::fprintf(stderr, "bench_data_test: %d failures\n", failures);
   else std::printf("bench_data_test: all checks passed\n");
   return failures ? 1 : 0;

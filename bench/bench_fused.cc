@@ -82,7 +82,7 @@ bool fillBuffers(std::vector<LocalRank>& ranks, std::vector<NormBuffers>& nb, si
 class FusedBackend : public Backend {
  public:
   FusedBackend(std::vector<std::unique_ptr<tpcomm::Communicator>>* comms, std::vector<NormBuffers>* nb, size_t hidden)
-      : comms_(comms), nb_(nb), hidden_(hidden) {}
+      : Backend(Coll::kAllReduce, static_cast<int>(comms->size())), comms_(comms), nb_(nb), hidden_(hidden) {}
   bool run(std::vector<LocalRank>& ranks, bool, size_t count, tpcomm::DataType dt, tpcomm::ReduceOp,
            std::string* error) override {
     const bool group = comms_->size() > 1;
@@ -116,7 +116,7 @@ class FusedBackend : public Backend {
 class UnfusedBackend : public Backend {
  public:
   UnfusedBackend(Backend* allReduce, std::vector<NormBuffers>* nb, size_t hidden)
-      : allReduce_(allReduce), nb_(nb), hidden_(hidden) {}
+      : Backend(Coll::kAllReduce, allReduce->nRanks()), allReduce_(allReduce), nb_(nb), hidden_(hidden) {}
   bool run(std::vector<LocalRank>& ranks, bool, size_t count, tpcomm::DataType dt, tpcomm::ReduceOp op,
            std::string* error) override {
     if (!allReduce_->run(ranks, false, count, dt, op, error)) return false;

@@ -230,21 +230,27 @@ bool timeCollective(World& world, Backend& backend, std::vector<LocalRank>& rank
 
 bool checkCollective(World& world, Backend& backend, std::vector<LocalRank>& ranks, bool inPlace, size_t count,
                      tpcomm::DataType dtype, tpcomm::ReduceOp op, bool graph, int64_t* wrong, std::string* error) {
-  const size_t bytes = count * tpcomm::dataTypeSize(dtype);
+  const size_t es = tpcomm::dataTypeSize(dtype);
   const int n = world.nRanks();
+  const Coll coll = backend.coll();
+  // Host images of what each rank's buffers must hold before the call: the input (element
+  // first.. of rank r's values) and poison everywhere the output goes that is not input.
   for (LocalRank& r : ranks) {
-    void* input = inPlace ? r.recv : r.send;
+    const CollBuffers b = collBuffers(coll, r, inPlace, count, es, n);
+    const size_t inCount = coll == Coll::kAllGather ? b.perRank : count;
+    const size_t outCount = coll == Coll::kReduceScatter ? b.perRank : count;
+    void* input = const_cast<void*>(b.send);
     if (r.device < 0) {
-      fillInput(input, count, dtype, r.rank, n);
-      if (!inPlace) std::memset(r.recv, kPoisonByte, bytes);
+      if (coll == Coll::kAllGather || !inPlace) std::memset(b.recv, kPoisonByte, outCount * es);
+      fillInput(input, inCount, dtype, r.rank, n);  // after the poison: in-place all-gather's input is inside recv
       continue;
     }
 #ifdef TPCOMM_BENCH_CUDA
-    r.hostScratch.resize(bytes);
-    fillInput(r.hostScratch.data(), count, dtype, r.rank, n);
+    r.hostScratch.resize(std::max(inCount, outCount) * es);
+    fillInput(r.hostScratch.data(), inCount, dtype, r.rank, n);
     BENCH_CUDA(cudaSetDevice(r.device));
-    BENCH_CUDA(cudaMemcpy(input, r.hostScratch.data(), bytes, cudaMemcpyHostToDevice));
-    if (!inPlace) BENCH_CUDA(cudaMemset(r.recv, kPoisonByte, bytes));
+    if (coll == Coll::kAllGather || !inPlace) BENCH_CUDA(cudaMemset(b.recv, kPoisonByte, outCount * es));
+    BENCH_CUDA(cudaMemcpy(input, r.hostScratch.data(), inCount * es, cudaMemcpyHostToDevice));
     BENCH_CUDA(cudaDeviceSynchronize());
 #endif
   }
@@ -264,15 +270,19 @@ bool checkCollective(World& world, Backend& backend, std::vector<LocalRank>& ran
   if (!syncRanks(ranks, error)) return false;
   int64_t local = 0;
   for (LocalRank& r : ranks) {
-    if (r.device < 0) {
-      local += countWrong(r.recv, count, dtype, op, n);
-      continue;
-    }
+    const CollBuffers b = collBuffers(coll, r, inPlace, count, es, n);
+    const size_t outCount = coll == Coll::kReduceScatter ? b.perRank : count;
+    const void* out = b.recv;
 #ifdef TPCOMM_BENCH_CUDA
-    BENCH_CUDA(cudaSetDevice(r.device));
-    BENCH_CUDA(cudaMemcpy(r.hostScratch.data(), r.recv, bytes, cudaMemcpyDeviceToHost));
-    local += countWrong(r.hostScratch.data(), count, dtype, op, n);
+    if (r.device >= 0) {
+      BENCH_CUDA(cudaSetDevice(r.device));
+      BENCH_CUDA(cudaMemcpy(r.hostScratch.data(), b.recv, outCount * es, cudaMemcpyDeviceToHost));
+      out = r.hostScratch.data();
+    }
 #endif
+    if (coll == Coll::kAllGather) local += countWrongGathered(out, b.perRank, dtype, n);
+    else if (coll == Coll::kReduceScatter) local += countWrong(out, b.perRank, dtype, op, n, static_cast<size_t>(r.rank) * b.perRank);
+    else local += countWrong(out, count, dtype, op, n);
   }
   *wrong = local;
   return true;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "bench_world.h"
 #include "tpcomm/types.h"
 
@@ -31,27 +32,47 @@ struct LocalRank {
 bool setupRanks(std::vector<LocalRank>* ranks, size_t maxBytes, std::string* error);
 void teardownRanks(std::vector<LocalRank>* ranks);
 
+/// Where one rank's collective reads and writes (nccl-tests' layout). `count` is the whole
+/// buffer in elements, a multiple of nRanks for reduce-scatter and all-gather: a reduce-scatter
+/// reduces `count` into a shard of count/n (in place: the shard is recv + rank * count/n, inside
+/// the full input in recv); an all-gather gathers count/n from each rank into `count` (in place:
+/// the own block is recv + rank * count/n).
+struct CollBuffers {
+  const void* send;
+  void* recv;
+  size_t perRank;  ///< all-reduce: count; reduce-scatter: recv count; all-gather: send count
+};
+CollBuffers collBuffers(Coll coll, const LocalRank& r, bool inPlace, size_t count, size_t elemSize, int nRanks);
+
 /// The implementation under test.
 class Backend {
  public:
+  Backend(Coll coll, int nRanks) : coll_(coll), nRanks_(nRanks) {}
   virtual ~Backend() = default;
-  /// One collective on every local rank: enqueued on each rank's stream for GPU ranks,
-  /// completed on return for host ranks. false + message on error.
+  /// One collective (coll()) on every local rank: enqueued on each rank's stream for GPU ranks,
+  /// completed on return for host ranks. `count`: see CollBuffers. false + message on error.
   virtual bool run(std::vector<LocalRank>& ranks, bool inPlace, size_t count, tpcomm::DataType dtype,
                    tpcomm::ReduceOp op, std::string* error) = 0;
+  Coll coll() const { return coll_; }
+  int nRanks() const { return nRanks_; }
   /// Algorithm that ran the last call on the first local rank ("nccl" for NCCL).
   virtual std::string lastAlgorithm() const = 0;
   /// Collective teardown.
   virtual void destroy() = 0;
+
+ protected:
+  Coll coll_;
+  int nRanks_;
 };
 
 /// tpcomm with `algo`: "auto" (selector; TPCOMM_ALGO still applies) or a TPCOMM_ALGO string.
 /// Collective over the world's controllers.
 std::unique_ptr<Backend> makeTpcommBackend(World& world, const std::vector<LocalRank>& ranks,
-                                           const std::string& algo, std::string* error);
+                                           const std::string& algo, std::string* error, Coll coll = Coll::kAllReduce);
 /// NCCL itself, communicators created from the same world (unique id spread by the bootstrap;
 /// ncclCommInitAll in -g mode). null + message where NCCL is not built or ranks are host ranks.
-std::unique_ptr<Backend> makeNcclBackend(World& world, const std::vector<LocalRank>& ranks, std::string* error);
+std::unique_ptr<Backend> makeNcclBackend(World& world, const std::vector<LocalRank>& ranks, std::string* error,
+                                         Coll coll = Coll::kAllReduce);
 
 /// How one size is measured.
 struct TimingPlan {
