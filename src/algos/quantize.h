@@ -1,0 +1,143 @@
+// quantize.h: block-scaled FP8 (E4M3) and INT8 codes for compressed all-reduce (issue 18;
+// docs/compression.md). Host and device share these functions, so a host rank, a kernel and the
+// CPU tests produce the same bits. Nothing here allocates or synchronises.
+//
+// A block of n elements becomes n one-byte codes and one fp32 scale:
+//   fp8:  scale = amax / 448 (448: E4M3's largest finite value), code = e4m3(x / scale)
+//   int8: scale = amax / 127, code = round-half-even(x / scale), in [-127, 127]
+// and element i reads back as decode(code_i) * scale. Rules:
+//   - amax is over the block's |x|; a block holding NaN or +-Inf gets scale NaN, so every element
+//     of that block reads back NaN (E4M3 has no infinity; the non-finite value is not lost in
+//     silence). A zero block (or one so small that amax / 448 underflows to 0) reads back +0.
+//   - The zero rule of docs/determinism.md: -0 encodes as +0, so no code reads back -0.
+//   - Rounding is to nearest, ties to even, in both formats; fp8 saturates to +-448 (the scaled
+//     values reach 448 only by the scale's own rounding).
+// Division (x / scale) rather than a reciprocal multiply: the reciprocal of a tiny scale
+// overflows, and a rounded reciprocal would add a second rounding.
+#pragma once
+
+#include <math.h>
+
+#include <cstdint>
+#include <cstring>
+
+#ifndef TPCOMM_HD
+#ifdef __CUDACC__
+#define TPCOMM_HD __host__ __device__
+#else
+#define TPCOMM_HD
+#endif
+#endif
+
+namespace tpcomm {
+
+enum class QuantFormat : int { kFp8E4m3 = 0, kInt8 = 1 };
+
+constexpr float kFp8E4m3Max = 448.0f;
+constexpr float kInt8Max = 127.0f;
+
+TPCOMM_HD inline uint32_t quantFloatBits(float v) {
+  uint32_t u;
+  memcpy(&u, &v, sizeof(u));
+  return u;
+}
+
+TPCOMM_HD inline float quantBitsFloat(uint32_t u) {
+  float v;
+  memcpy(&v, &u, sizeof(v));
+  return v;
+}
+
+/// float -> E4M3 (OCP "fn": bias 7, no infinity, 0x7f/0xff NaN), nearest-even, saturating to
+/// +-448; NaN -> 0x7f; results that are zero are +0 (0x00).
+TPCOMM_HD inline uint8_t fp8E4m3Encode(float v) {
+  const uint32_t u = quantFloatBits(v);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return 0x7f;                         // NaN
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  if (a >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);  // >= 448 (and Inf): saturate
+  const int exp = static_cast<int>(a >> 23) - 127;
+  const uint32_t m = a & 0x7fffffu;
+  uint32_t q;
+  if (exp >= -6) {  // normal in E4M3: keep 3 of the 23 mantissa bits
+    q = (static_cast<uint32_t>(exp + 7) << 3) | (m >> 20);
+    const uint32_t rest = m & 0xfffffu;
+    if (rest > 0x80000u || (rest == 0x80000u && (q & 1u))) ++q;  // a carry into the exponent is right
+  } else {  // E4M3 subnormal: k * 2^-9, k = mant24 * 2^(exp - 14)
+    if (exp < -10 || (a >> 23) == 0) return 0;  // below 2^-10 (half the smallest step), float subnormals
+    const uint32_t mant = m | 0x800000u;
+    const int shift = 14 - exp;  // 21 .. 24
+    q = mant >> shift;
+    const uint32_t rest = mant & ((1u << shift) - 1u);
+    const uint32_t half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (q & 1u))) ++q;  // k = 8 is 0x08, the smallest normal
+  }
+  return q == 0 ? 0 : static_cast<uint8_t>(sign | q);
+}
+
+/// E4M3 -> float (exact).
+TPCOMM_HD inline float fp8E4m3Decode(uint8_t c) {
+  const uint32_t e = (c >> 3) & 0xfu, m = c & 7u;
+  if (e == 15 && m == 7) return quantBitsFloat(0x7fc00000u);
+  // Exact in float: (8 + m) * 2^(e - 10) for normals, m * 2^-9 for subnormals.
+  float v = e == 0 ? static_cast<float>(m) * 0.001953125f
+                   : static_cast<float>(8 + m) * quantBitsFloat(static_cast<uint32_t>(e + 117) << 23);
+  return (c & 0x80u) ? -v : v;
+}
+
+/// float (already divided by the scale) -> int8 code in [-127, 127]; NaN -> 0 (the block's NaN
+/// scale carries it).
+TPCOMM_HD inline int8_t int8Encode(float v) {
+  if (!(v == v)) return 0;
+  if (v >= kInt8Max) return 127;
+  if (v <= -kInt8Max) return -127;
+  return static_cast<int8_t>(rintf(v));  // nearest-even (the default rounding mode); -0.0f gives 0
+}
+
+/// The block's scale: amax / 448 or amax / 127; NaN when amax is not finite.
+TPCOMM_HD inline float quantScale(QuantFormat f, float amax) {
+  if (!(amax <= 3.402823466e38f)) return quantBitsFloat(0x7fc00000u);  // NaN or Inf inside
+  return amax / (f == QuantFormat::kFp8E4m3 ? kFp8E4m3Max : kInt8Max);
+}
+
+/// max |x_i| over the block; NaN if any element is NaN, Inf if any is infinite.
+TPCOMM_HD inline float quantAmax(const float* x, int n) {
+  float amax = 0.0f;
+  bool nan = false;
+  for (int i = 0; i < n; ++i) {
+    const float a = x[i] < 0 ? -x[i] : x[i];
+    nan = nan || !(a == a);
+    amax = a > amax ? a : amax;
+  }
+  return nan ? quantBitsFloat(0x7fc00000u) : amax;
+}
+
+/// One element's code under `scale` (finite and > 0; 0 gives code 0).
+TPCOMM_HD inline uint8_t quantEncode(QuantFormat f, float x, float scale) {
+  if (!(scale > 0.0f)) return 0;  // zero block, or NaN scale (the scale alone reads back NaN)
+  const float s = x / scale;
+  return f == QuantFormat::kFp8E4m3 ? fp8E4m3Encode(s) : static_cast<uint8_t>(int8Encode(s));
+}
+
+/// One element read back. A NaN scale reads back NaN, a zero scale +0.
+TPCOMM_HD inline float quantDecode(QuantFormat f, uint8_t code, float scale) {
+  const float v = f == QuantFormat::kFp8E4m3 ? fp8E4m3Decode(code) : static_cast<float>(static_cast<int8_t>(code));
+  if (!(scale == scale)) return scale;
+  if (scale == 0.0f) return 0.0f;
+  const float r = v * scale;
+  return r == 0.0f ? 0.0f : r;  // the zero rule: never -0
+}
+
+/// Quantizes a block of n elements: codes[0..n) and *scale.
+TPCOMM_HD inline void quantizeBlock(QuantFormat f, const float* x, int n, uint8_t* codes, float* scale) {
+  const float s = quantScale(f, quantAmax(x, n));
+  for (int i = 0; i < n; ++i) codes[i] = quantEncode(f, x[i], s);
+  *scale = s;
+}
+
+/// Reads a block back into out[0..n).
+TPCOMM_HD inline void dequantizeBlock(QuantFormat f, const uint8_t* codes, float scale, int n, float* out) {
+  for (int i = 0; i < n; ++i) out[i] = quantDecode(f, codes[i], scale);
+}
+
+}  // namespace tpcomm
