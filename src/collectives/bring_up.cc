@@ -139,7 +139,8 @@ Status checkCreateArgs(Bootstrap& bs, int device, const Config& config) {
 #ifdef TPCOMM_HAVE_CUDA
   if (device >= 0) {
     int count = 0;
-    TPCOMM_CUDA_TRY(cudaGetDeviceCount(&count));  // a device was requested: CUDA must answer
+    const std::string context = "create: device " + std::to_string(device) + " requested";
+    TPCOMM_CUDA_TRY_IN(cudaGetDeviceCount(&count), context.c_str());  // a device was requested: CUDA must answer
     if (device >= count) return TPCOMM_INVALID("create: device %d: this process sees %d CUDA devices", device, count);
   }
 #else

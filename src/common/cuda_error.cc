@@ -5,10 +5,11 @@
 
 namespace tpcomm {
 
-Status cudaFailure(int err, const char* what, const char* file, int line) {
+Status cudaFailure(int err, const char* what, const char* file, int line, const char* context) {
   cudaGetLastError();  // a launch error is sticky until read: the next call must not see it
   const cudaError_t e = static_cast<cudaError_t>(err);
-  return setError(Status::kCudaError, file, line, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+  return setError(Status::kCudaError, file, line, "%s%s%s: %s (%s)", context ? context : "", context ? ": " : "", what,
+                  cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
 }  // namespace tpcomm

@@ -15,7 +15,7 @@ void clearError();
 
 /// kCudaError for a failed CUDA runtime call `what` (error code `err`, a cudaError_t), with
 /// CUDA's own text; clears CUDA's sticky last error. Defined in cuda_error.cc (CUDA builds).
-Status cudaFailure(int err, const char* what, const char* file, int line);
+Status cudaFailure(int err, const char* what, const char* file, int line, const char* context = nullptr);
 /// kNotSupported: `what` needs CUDA and this build has none.
 Status builtWithoutCuda(const char* what, const char* file, int line);
 
@@ -36,6 +36,13 @@ Status builtWithoutCuda(const char* what, const char* file, int line);
   do {                                                                                              \
     const int tpcomm_e_ = static_cast<int>(call);                                                   \
     if (tpcomm_e_ != 0) return ::tpcomm::cudaFailure(tpcomm_e_, #call, __FILE__, __LINE__);         \
+  } while (0)
+
+// The same, the message led by what the caller was doing (a C string), e.g. "create: device 0".
+#define TPCOMM_CUDA_TRY_IN(call, context)                                                          \
+  do {                                                                                              \
+    const int tpcomm_e_ = static_cast<int>(call);                                                   \
+    if (tpcomm_e_ != 0) return ::tpcomm::cudaFailure(tpcomm_e_, #call, __FILE__, __LINE__, context); \
   } while (0)
 
 // A call into a .cu file: the call itself in CUDA builds, kNotSupported in host-only builds
