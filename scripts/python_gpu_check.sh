@@ -40,17 +40,33 @@ c = tpcomm.Communicator(1, tpcomm.get_unique_id(), 0, device=0)
 print("created", c, flush=True)
 PY
   {
-    echo "# crash repro: torch imported first, one rank, TPCOMM_LOG=debug"
+    export TPCOMM_DEBUG=TRACE
+    echo "# crash repro: torch imported first, one rank, TPCOMM_DEBUG=TRACE"
     if command -v gdb > /dev/null; then
-      PYTHONPATH="$SITE" TPCOMM_LOG=debug gdb -batch -ex run -ex bt -ex "info sharedlibrary" \
+      PYTHONPATH="$SITE" gdb -batch -ex run -ex bt -ex "info sharedlibrary" \
         --args python3 /tmp/tpcomm_crash_repro.py 2>&1 | tail -150
     else
       echo "(no gdb on this machine: Python frames only)"
-      PYTHONPATH="$SITE" TPCOMM_LOG=debug python3 -X faulthandler /tmp/tpcomm_crash_repro.py 2>&1 | tail -80
-      echo "# without torch imported:"
-      PYTHONPATH="$SITE" TPCOMM_LOG=debug python3 -X faulthandler -c \
-        "import tpcomm; print(tpcomm.Communicator(1, tpcomm.get_unique_id(), 0, device=0))" 2>&1 | tail -20
+      PYTHONPATH="$SITE" python3 -X faulthandler /tmp/tpcomm_crash_repro.py 2>&1 | tail -80
     fi
+    echo "# without torch imported:"
+    PYTHONPATH="$SITE" python3 -X faulthandler -c \
+      "import tpcomm; print(tpcomm.Communicator(1, tpcomm.get_unique_id(), 0, device=0))" 2>&1 | tail -20
+    # Symbol interposition: which of libtpcomm's references bind outside it when torch is loaded
+    # (a CUDA runtime or json symbol bound to torch's copy would explain the crash), and whether
+    # the crash goes away when libtpcomm is loaded first with RTLD_DEEPBIND (its own symbols first).
+    echo "# libtpcomm's references bound to another library (LD_DEBUG=bindings, torch first):"
+    PYTHONPATH="$SITE" LD_DEBUG=bindings LD_DEBUG_OUTPUT=/tmp/tpcomm_ld python3 /tmp/tpcomm_crash_repro.py > /dev/null 2>&1
+    cat /tmp/tpcomm_ld.* 2>/dev/null | grep "binding file .*libtpcomm.so" | grep -v "to .*libtpcomm.so" |
+      sed 's/.*binding file //' | sort | uniq -c | sort -rn | head -60
+    rm -f /tmp/tpcomm_ld.*
+    echo "# torch first, libtpcomm preloaded with RTLD_DEEPBIND:"
+    PYTHONPATH="$SITE" python3 -X faulthandler -c "
+import ctypes, os, torch
+ctypes.CDLL('$SITE/tpcomm/lib/libtpcomm.so', mode=os.RTLD_LOCAL | os.RTLD_DEEPBIND)
+import tpcomm
+torch.cuda.set_device(0)
+print('created with DEEPBIND', tpcomm.Communicator(1, tpcomm.get_unique_id(), 0, device=0))" 2>&1 | tail -20
   } > "$OUTDIR/python_crash_repro.txt" 2>&1
   echo "crash repro: $OUTDIR/python_crash_repro.txt"
 fi
