@@ -5,11 +5,12 @@
 # runs past its limit: the full-range tables (auto vs NCCL, 8 B..1 GB) carry the targets; the
 # per-algorithm tables stop at 64 MB (a forced algorithm past its own limit falls back to the
 # selector's choice, which the auto table already shows). Then the fused epilogue table and the
-# Qwen3-32B TP=2 matrix (examples/qwen_tp). Logs in OUTDIR/logs.tgz. PART=allreduce or
-# PART=qwen runs one half (each fits one 10-minute device call); default both.
+# Qwen3-32B TP=2 matrix (examples/qwen_tp). Logs in OUTDIR/logs.tgz. PART=allreduce,
+# PART=halves (reduce_scatter_perf / all_gather_perf vs NCCL) or PART=qwen runs one part (each
+# fits one 10-minute device call); default all.
 PART=${PART:-all}
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
-[ -x "$B/bench/allreduce_perf" ] || gpu_build
+[ -x "$B/bench/allreduce_perf" ] && [ -x "$B/bench/all_gather_perf" ] || gpu_build
 { echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; git -C "$root" log --oneline -1; } > "$L/env.txt" 2>&1
 P="$MPI $B/bench/allreduce_perf -d bf16"
 b() {  # NAME SECONDS COMMAND...
@@ -18,7 +19,7 @@ b() {  # NAME SECONDS COMMAND...
   timeout -k 5 "$t" "$@" >> "$L/$name.txt" 2>&1
   echo "$name rc=$? $(el)"
 }
-if [ "$PART" != qwen ]; then
+if [ "$PART" = all ] || [ "$PART" = allreduce ]; then
 b graph 120 $P -c 1 -b 8 -e 1G -f 2 -G 20 -A auto -A nccl --json "$L/graph.json"
 b graph_algos 90 $P -c 1 -b 8 -e 64M -f 2 -G 20 -A lamport_p2p -A oneshot_p2p -A twoshot_p2p -A nccl --json "$L/graph_algos.json"
 b eager 120 $P -c 1 -b 8 -e 1G -f 2 -A auto -A staged_host -A nccl --json "$L/eager.json"
@@ -26,7 +27,13 @@ b eager_algos 90 $P -c 1 -b 8 -e 64M -f 2 -A lamport_p2p -A oneshot_p2p -A twosh
 b oneproc 50 "$B/bench/allreduce_perf" -d bf16 -c 1 -g 2 -b 8 -e 64M -f 4 -A auto -A nccl
 b fused 50 $P -c 1 --fused-rmsnorm -G 20
 fi
-if [ "$PART" != allreduce ]; then
+if [ "$PART" = all ] || [ "$PART" = halves ]; then
+for h in reduce_scatter all_gather; do
+  b "$h" 90 $MPI "$B/bench/${h}_perf" -d bf16 -c 1 -b 8 -e 64M -f 4 -A auto -A nccl --json "$L/$h.json"
+  b "${h}_graph" 90 $MPI "$B/bench/${h}_perf" -d bf16 -c 1 -b 8 -e 64M -f 4 -G 20 -A auto -A nccl
+done
+fi
+if [ "$PART" = all ] || [ "$PART" = qwen ]; then
 Q="$B/examples/qwen_tp/qwen_tp --model-preset qwen3-32b --tp 2 --prompt-tokens 512 --n-predict 256 --ctx-size 1024"
 # The decoder's own choices first (tpcomm auto, MTP off, 128 tokens): GEMMs of <= 8 tokens on
 # cuBLAS or the custom GEMV, kernels with or without PDL. The matrix runs with the fastest by
@@ -48,7 +55,7 @@ for a in 0.3 0.7; do b "qwen_auto_$a" 40 $Q $X --allreduce auto --spec-type draf
 b qwen_nccl_eager_off 40 $Q $X --allreduce nccl --no-graphs
 b qwen_auto_eager_off 40 $Q $X --allreduce auto --no-graphs
 fi
-for f in graph graph_algos eager eager_algos oneproc; do
+for f in graph graph_algos eager eager_algos oneproc reduce_scatter reduce_scatter_graph all_gather all_gather_graph; do
   [ -f "$L/$f.txt" ] || continue
   echo "== $f"; sed -n '/Side by side/,/^#$/p' "$L/$f.txt" | head -34; grep -aE "Out of bounds" "$L/$f.txt" | sort | uniq -c | head -3
 done
