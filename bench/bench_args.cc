@@ -34,6 +34,20 @@ bool parseOp(const std::string& s, tpcomm::ReduceOp* out) {
   return true;
 }
 
+// nccl-tests' "-d all" / "-o all": every value, in table order; else the one named.
+template <typename T>
+bool parseOneOrAll(const std::string& v, const std::vector<T>& all, bool (*parse)(const std::string&, T*),
+                   std::vector<T>* out) {
+  if (v == "all") {
+    *out = all;
+    return true;
+  }
+  T one;
+  if (!parse(v, &one)) return false;
+  *out = {one};
+  return true;
+}
+
 }  // namespace
 
 Coll collFromProgram(const char* argv0) {
@@ -210,25 +224,14 @@ bool parseArgs(int argc, char** argv, Args* a, std::string* error) {
                    "(repeats moved to -K)");
     } else if (f == "-d" || f == "--datatype") {
       if (!value()) return false;
-      a->dtypes.clear();
-      if (v == "all") {
-        a->dtypes = {tpcomm::DataType::kF32, tpcomm::DataType::kF16, tpcomm::DataType::kBF16};
-      } else {
-        tpcomm::DataType t;
-        if (!parseDtype(v, &t)) return bad("expected float, half, bfloat16 or all");
-        a->dtypes.push_back(t);
-      }
+      if (!parseOneOrAll(v, {tpcomm::DataType::kF32, tpcomm::DataType::kF16, tpcomm::DataType::kBF16}, parseDtype,
+                         &a->dtypes))
+        return bad("expected float, half, bfloat16 or all");
       a->dtype = a->dtypes.front();
     } else if (f == "-o" || f == "--op") {
       if (!value()) return false;
-      a->ops.clear();
-      if (v == "all") {
-        a->ops = {tpcomm::ReduceOp::kSum, tpcomm::ReduceOp::kMax, tpcomm::ReduceOp::kMin};
-      } else {
-        tpcomm::ReduceOp o;
-        if (!parseOp(v, &o)) return bad("expected sum, max, min or all");
-        a->ops.push_back(o);
-      }
+      if (!parseOneOrAll(v, {tpcomm::ReduceOp::kSum, tpcomm::ReduceOp::kMax, tpcomm::ReduceOp::kMin}, parseOp, &a->ops))
+        return bad("expected sum, max, min or all");
       a->op = a->ops.front();
     } else if (f == "-A" || f == "--algo") {
       if (!value()) return false;

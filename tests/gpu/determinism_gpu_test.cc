@@ -124,29 +124,13 @@ void runProperty(const std::string& algo, DataType dtype, ReduceOp op, size_t co
     verify();
     return;
   }
-  std::vector<cudaGraph_t> graphs(n);
-  std::vector<cudaGraphExec_t> execs(n);
-  for (int r = 0; r < n; ++r) {
-    CUDA_OK(cudaSetDevice(g->devices[r]));
-    CUDA_OK(cudaStreamBeginCapture(g->streams[r], cudaStreamCaptureModeRelaxed));
-  }
-  issue();
-  for (int r = 0; r < n; ++r) {
-    CUDA_OK(cudaSetDevice(g->devices[r]));
-    CUDA_OK(cudaStreamEndCapture(g->streams[r], &graphs[r]));
-    CUDA_OK(cudaGraphInstantiate(&execs[r], graphs[r], 0));
-  }
+  RankGraphs graphs;
+  captureOnEveryRank(*g, issue, &graphs);
+  ASSERT_TRUE(graphs.ok());
   for (int replay = 0; replay < 2 && !testing::Test::HasFatalFailure(); ++replay) {
     prepare();
-    for (int r = 0; r < n; ++r) {
-      CUDA_OK(cudaSetDevice(g->devices[r]));
-      CUDA_OK(cudaGraphLaunch(execs[r], g->streams[r]));
-    }
+    ASSERT_TRUE(launchOnEveryRank(*g, graphs));
     verify();
-  }
-  for (int r = 0; r < n; ++r) {
-    cudaGraphExecDestroy(execs[r]);
-    cudaGraphDestroy(graphs[r]);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -85,6 +86,63 @@ inline std::unique_ptr<RankGroup> makeRankGroup(const tpcomm::Config& cfg, const
     g->streams.push_back(st);
   }
   return g;
+}
+
+// CUDA graphs of one step on every rank: `issue` enqueues the step on each rank's stream while all
+// of them capture (relaxed mode: the ranks' captures interleave in one thread), then each graph is
+// instantiated. Failures are test failures; ok() says whether the graphs can be launched.
+struct RankGraphs {
+  std::vector<int> devices;
+  std::vector<cudaGraph_t> graphs;
+  std::vector<cudaGraphExec_t> execs;
+  bool captured = false;
+  bool ok() const { return captured && execs.size() == devices.size(); }
+  ~RankGraphs() {
+    for (cudaGraphExec_t e : execs) cudaGraphExecDestroy(e);
+    for (cudaGraph_t gr : graphs) cudaGraphDestroy(gr);
+  }
+};
+
+inline void captureOnEveryRank(const RankGroup& g, const std::function<void()>& issue, RankGraphs* out) {
+  out->devices = g.devices;
+  for (int r = 0; r < g.n(); ++r) {
+    cudaSetDevice(g.devices[r]);
+    cudaError_t e = cudaStreamBeginCapture(g.streams[r], cudaStreamCaptureModeRelaxed);
+    if (e != cudaSuccess) {
+      ADD_FAILURE() << "rank " << r << " begin capture: " << cudaGetErrorString(e);
+      return;
+    }
+  }
+  issue();
+  bool ok = true;
+  for (int r = 0; r < g.n(); ++r) {  // end every capture, even after a failed issue
+    cudaSetDevice(g.devices[r]);
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamEndCapture(g.streams[r], &graph);
+    if (graph) out->graphs.push_back(graph);
+    cudaGraphExec_t exec = nullptr;
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+    if (e != cudaSuccess) {
+      ADD_FAILURE() << "rank " << r << " end capture / instantiate: " << cudaGetErrorString(e);
+      ok = false;
+      continue;
+    }
+    out->execs.push_back(exec);
+  }
+  out->captured = ok;
+}
+
+// Launches every rank's graph on its stream; false (with a test failure) on a CUDA error.
+inline bool launchOnEveryRank(const RankGroup& g, const RankGraphs& graphs) {
+  for (int r = 0; r < g.n(); ++r) {
+    cudaSetDevice(g.devices[r]);
+    cudaError_t e = cudaGraphLaunch(graphs.execs[r], g.streams[r]);
+    if (e != cudaSuccess) {
+      ADD_FAILURE() << "rank " << r << " graph launch: " << cudaGetErrorString(e);
+      return false;
+    }
+  }
+  return true;
 }
 
 // Small integers (|v| <= 8), exact in every dtype and in sums of up to 16 ranks.
