@@ -23,8 +23,10 @@ echo "libtpcomm build rc=$rc"
 rm -rf "$SITE" && mkdir -p "$SITE/tpcomm"
 cp -r "$root/python/tpcomm/." "$SITE/tpcomm/" && mkdir -p "$SITE/tpcomm/lib" && cp -L "$B/libtpcomm.so" "$SITE/tpcomm/lib/"
 ngpu=$(python3 -c "import torch; print(min(torch.cuda.device_count(), 2))")
+echo "# commit $(git -C "$root" rev-parse HEAD 2>/dev/null || echo "${COMMIT:-unknown}"); date $(date -u +%FT%TZ); command: $0 $*" \
+  > "$OUTDIR/python_gpu_check.txt"
 PYTHONPATH="$SITE" PYTHONUNBUFFERED=1 python3 -m torch.distributed.run --nproc_per_node="$ngpu" \
-  "$root/tests/python/torch_gpu_check.py" "$@" > "$OUTDIR/python_gpu_check.txt" 2>&1
+  "$root/tests/python/torch_gpu_check.py" "$@" >> "$OUTDIR/python_gpu_check.txt" 2>&1
 rc=$?
 echo "torch_gpu_check ($ngpu rank(s)) rc=$rc"
 grep -a "passed\|FAIL\|Error" "$OUTDIR/python_gpu_check.txt" | tail -8
@@ -40,6 +42,7 @@ c = tpcomm.Communicator(1, tpcomm.get_unique_id(), 0, device=0)
 print("created", c, flush=True)
 PY
   {
+    head -1 "$OUTDIR/python_gpu_check.txt"
     export TPCOMM_DEBUG=TRACE
     echo "# crash repro: torch imported first, one rank, TPCOMM_DEBUG=TRACE"
     if command -v gdb > /dev/null; then
