@@ -1,5 +1,4 @@
-// The determinism contract on the GPU (docs/determinism.md, issue 19). NOT RUN YET: written in
-// session 5 after its device time was spent; the next GPU session runs it first.
+// The determinism contract on the GPU (docs/determinism.md, issue 19).
 //
 // Property: for every algorithm forced with Config::algo, random (non-integer) inputs, sizes from
 // 16 B to 64 MB and random element offsets into larger buffers, output element i is bitwise the
@@ -171,10 +170,13 @@ TEST(DeterminismFusedRows, RowBitsDoNotDependOnRowCount) {
     ASSERT_NE(g, nullptr);
     const int n = g->n();
     std::mt19937 rng(5);
+    // x differs per rank; the residual is the same on every rank, as in tensor parallelism (the
+    // fused kernels' precondition: two-shot takes each row's residual from the row's owner).
     std::vector<std::vector<uint8_t>> in, res;
+    const std::vector<uint8_t> residual = makeHost(dtype, maxRows * hidden, [&](size_t) { return randomValue(rng); });
     for (int r = 0; r < n; ++r) {
       in.push_back(makeHost(dtype, maxRows * hidden, [&](size_t) { return randomValue(rng); }));
-      res.push_back(makeHost(dtype, maxRows * hidden, [&](size_t) { return randomValue(rng); }));
+      res.push_back(residual);
     }
     const std::vector<uint8_t> weight = makeHost(dtype, hidden, [&](size_t) { return 1.0f + 0.1f * randomValue(rng); });
     std::vector<char*> dIn(n), dRes(n), dOut(n), dW(n);
