@@ -16,7 +16,7 @@ enqueue cost and the GPU's time is larger, as in an engine's eager prefill). The
 A..D, D..A order over `reps` repetitions and the median is reported. Graph: `graph_calls` calls
 captured in one torch.cuda.CUDAGraph, replayed `replays` times between events. Cold: the very
 first call of each backend in the process (wall clock, synchronised), reported apart.
-Rank 0 prints the tables; --log FILE also writes them there with commit, date and command.
+Rank 0 prints the tables; --results FILE also writes them there with commit, date and command.
 """
 import argparse
 import datetime
@@ -150,7 +150,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--graph-calls", type=int, default=20)
     ap.add_argument("--backends", default="nccl,tpcomm,tpcomm_op,symm_1shot,symm_2shot")
-    ap.add_argument("--log", default="")
+    ap.add_argument("--results", default="")
     a = ap.parse_args()
     for var in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST"):
         if os.environ.get(var) != ("0" if var.startswith("NCCL") else "1"):
@@ -269,8 +269,8 @@ def main():
                     row += "%14s" % ("%.3f" % (v / base) if v is not None and base else "-")
             out(row)
     out("# tpcomm's last algorithm: %s" % comm.last_algorithm)
-    if rank == 0 and a.log:
-        with open(a.log, "w") as f:
+    if rank == 0 and a.results:
+        with open(a.results, "w") as f:
             f.write("\n".join(lines) + "\n")
     comm.destroy()
     dist.destroy_process_group()
