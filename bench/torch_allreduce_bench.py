@@ -173,12 +173,14 @@ def main():
             print(s, flush=True)
             lines.append(s)
 
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    except OSError:
-        commit = ""
-    out("# commit %s" % (commit or os.environ.get("COMMIT", "unknown")))
+    commit = os.environ.get("COMMIT", "")  # given by the caller: a copied tree's .git may be stale
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                    cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+        except OSError:
+            commit = ""
+    out("# commit %s" % (commit or "unknown"))
     out("# date %s" % datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
     out("# command: torchrun --nproc_per_node=%d %s" % (world, " ".join(sys.argv)))
     out("# torch %s, NCCL %s, %d rank(s), %s, %s" % (torch.__version__, ".".join(map(str, torch.cuda.nccl.version())),

@@ -11,7 +11,7 @@
 PART=${PART:-all}
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 [ -x "$B/bench/allreduce_perf" ] && [ -x "$B/bench/all_gather_perf" ] || gpu_build
-{ echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; git -C "$root" log --oneline -1; } > "$L/env.txt" 2>&1
+{ echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; echo "commit ${COMMIT:-$(git -C "$root" rev-parse HEAD)}"; } > "$L/env.txt" 2>&1
 P="$MPI $B/bench/allreduce_perf -d bf16"
 b() {  # NAME SECONDS COMMAND...
   local name=$1 t=$2; shift 2

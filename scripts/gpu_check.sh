@@ -4,12 +4,13 @@
 # tpcomm_gpu_tests (createGroup), tpcomm_gpu_mpi_tests (mpirun -np 2), qwen_gpu_test, the shim
 # tests, the topology probe, the GEMV benchmark and one-rank (single-GPU overhead) tables, each
 # under its own time limit; logs in OUTDIR/logs (default $OUT or ./gpu-logs), a one-line result
-# per step. SKIP="name ..." leaves steps out. Multicast stays off (docs/multicast.md): gpu_common.sh
+# per step. SKIP="name ..." leaves steps out. COMMIT=<hash> names the commit in the logs (the GPU
+# machine's copy of .git can be stale, so callers pass it). Multicast stays off (docs/multicast.md): gpu_common.sh
 # exports the variables for every child and mpirun forwards them.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 { echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  nvcc --version | tail -2; nvidia-smi topo -m; git -C "$root" log --oneline -1
+  nvcc --version | tail -2; nvidia-smi topo -m; echo "commit ${COMMIT:-$(git -C "$root" rev-parse HEAD)}"
   python3 -c "import torch; print('torch', torch.__version__, torch.cuda.nccl.version())"; mpirun --version | head -1; } > "$L/env.txt" 2>&1
 gpu_build
 step() {  # NAME SECONDS COMMAND...: runs it under a limit, prints rc and the summary lines

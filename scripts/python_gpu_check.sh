@@ -23,7 +23,7 @@ echo "libtpcomm build rc=$rc"
 rm -rf "$SITE" && mkdir -p "$SITE/tpcomm"
 cp -r "$root/python/tpcomm/." "$SITE/tpcomm/" && mkdir -p "$SITE/tpcomm/lib" && cp -L "$B/libtpcomm.so" "$SITE/tpcomm/lib/"
 ngpu=$(python3 -c "import torch; print(min(torch.cuda.device_count(), 2))")
-echo "# commit $(git -C "$root" rev-parse HEAD 2>/dev/null || echo "${COMMIT:-unknown}"); date $(date -u +%FT%TZ); command: $0 $*" \
+echo "# commit ${COMMIT:-$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)}; date $(date -u +%FT%TZ); command: $0 $*" \
   > "$OUTDIR/python_gpu_check.txt"
 PYTHONPATH="$SITE" PYTHONUNBUFFERED=1 python3 -m torch.distributed.run --nproc_per_node="$ngpu" \
   "$root/tests/python/torch_gpu_check.py" "$@" >> "$OUTDIR/python_gpu_check.txt" 2>&1
