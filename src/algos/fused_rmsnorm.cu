@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) residualRmsNormKernel(RmsNorm
 }  // namespace
 
 Status preloadResidualRmsNorm() {
-  return dev::toStatus(dev::forEachNormVariant([](auto t, auto v) {
+  return dev::toStatus(dev::forEachTypeVariant([](auto t, auto v) {
                          return dev::preload(residualRmsNormKernel<typename decltype(t)::type, decltype(v)::value != 0>);
                        }),
                        "loading the residual + RMSNorm kernels");
@@ -46,7 +46,7 @@ Status launchResidualRmsNorm(const RmsNormLaunch& p, cudaStream_t stream) {
   const size_t unit = 16 / dataTypeSize(static_cast<DataType>(p.dtype));
   const bool vec = p.hidden % unit == 0 && aligned(p.x) && aligned(p.residual) && aligned(p.weight) && aligned(p.out);
   const unsigned blocks = static_cast<unsigned>(p.rows < kMaxGrid ? p.rows : kMaxGrid);
-  cudaError_t e = dev::dispatchNorm(p.dtype, vec, [&](auto t, auto v) {
+  cudaError_t e = dev::dispatchType(p.dtype, vec, [&](auto t, auto v) {
     return dev::launch(residualRmsNormKernel<typename decltype(t)::type, decltype(v)::value != 0>, blocks,
                        kRmsNormThreads, p.pdl != 0, stream, p);
   });

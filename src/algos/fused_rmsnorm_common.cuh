@@ -179,31 +179,5 @@ __device__ __forceinline__ void copyRow(T* dst, const T* src, size_t count) {
   }
 }
 
-// Calls launch(TypeTag<T>{}, IntTag<Vec>{}) for dtype and alignment (sum only).
-template <typename Launch>
-cudaError_t dispatchNorm(int dtype, bool vec, Launch launch) {
-  auto byVec = [&](auto t) -> cudaError_t { return vec ? launch(t, IntTag<1>{}) : launch(t, IntTag<0>{}); };
-  switch (static_cast<DataType>(dtype)) {
-    case DataType::kF32:
-      return byVec(TypeTag<float>{});
-    case DataType::kF16:
-      return byVec(TypeTag<__half>{});
-    default:
-      return byVec(TypeTag<__nv_bfloat16>{});
-  }
-}
-
-// Calls f(TypeTag<T>{}, IntTag<Vec>{}) for every dtype and alignment variant (what dispatchNorm
-// can pick); stops at the first error. For preloading (dev::preload).
-template <typename F>
-cudaError_t forEachNormVariant(F f) {
-  for (int dt = 0; dt < 3; ++dt)
-    for (int vec = 0; vec < 2; ++vec) {
-      cudaError_t e = dispatchNorm(dt, vec != 0, f);
-      if (e != cudaSuccess) return e;
-    }
-  return cudaSuccess;
-}
-
 }  // namespace dev
 }  // namespace tpcomm

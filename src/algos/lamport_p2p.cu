@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
 }  // namespace
 
 Status preloadFusedLamportKernels() {
-  return dev::toStatus(dev::forEachNormVariant(
+  return dev::toStatus(dev::forEachTypeVariant(
                             [](auto t, auto) { return dev::preload(fusedLamportKernel<typename decltype(t)::type>); }),
                         "fused lamport_p2p");
 }
@@ -264,7 +264,7 @@ Status launchFusedLamport(const FusedP2pLaunch& f, cudaStream_t stream) {
   if (!fusedVectorizable(f))
     return TPCOMM_ERROR(kNotSupported,
                         "fused lamport_p2p: needs 16-byte aligned buffers and rows of whole 16-byte units");
-  cudaError_t e = dev::dispatchNorm(f.p2p.dtype, true, [&](auto t, auto) {
+  cudaError_t e = dev::dispatchType(f.p2p.dtype, true, [&](auto t, auto) {
     return dev::launch(fusedLamportKernel<typename decltype(t)::type>, f.p2p.blocks, kRmsNormThreads, f.p2p.pdl, stream, f);
   });
   return dev::toStatus(e, "fused lamport_p2p launch");

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "algos/coll_args.h"
 #include "tpcomm/status.h"
 #include "tpcomm/types.h"
 #include "transports/cuda_p2p.h"
@@ -28,6 +29,7 @@ struct P2pLaunch {
   uint64_t timeoutNs;
   int pdl;  // launched with programmatic dependent launch (sm_90+)
   uint32_t signature;  // the call's signature (TPCOMM_CHECK_CALLS), 0: not checked
+  int kind;            // CollKind: all-reduce, or (twoshot_p2p only) reduce-scatter / all-gather
 };
 
 /// Whether the kernels can use 16-byte vectors for these buffers.

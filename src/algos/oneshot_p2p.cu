@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedOneshotKernel(FusedP2pLa
 }  // namespace
 
 Status preloadFusedOneshotKernels() {
-  return dev::toStatus(dev::forEachNormVariant([](auto t, auto v) {
+  return dev::toStatus(dev::forEachTypeVariant([](auto t, auto v) {
                           return dev::preload(fusedOneshotKernel<typename decltype(t)::type, decltype(v)::value != 0>);
                         }),
                         "fused oneshot_p2p");
@@ -165,7 +165,7 @@ Status launchFusedOneshot(const FusedP2pLaunch& f, cudaStream_t stream) {
   if (bytes > f.p2p.layout.oneshotBytes)
     return TPCOMM_ERROR(kNotSupported, "fused oneshot_p2p: %zu bytes exceed the %zu-byte inbox", bytes,
                         f.p2p.layout.oneshotBytes);
-  cudaError_t e = dev::dispatchNorm(f.p2p.dtype, fusedVectorizable(f), [&](auto t, auto v) {
+  cudaError_t e = dev::dispatchType(f.p2p.dtype, fusedVectorizable(f), [&](auto t, auto v) {
     return dev::launch(fusedOneshotKernel<typename decltype(t)::type, decltype(v)::value != 0>, f.p2p.blocks, kRmsNormThreads, f.p2p.pdl, stream, f);
   });
   return dev::toStatus(e, "fused oneshot_p2p launch");

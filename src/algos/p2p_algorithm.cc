@@ -17,7 +17,7 @@ bool P2pAlgorithm::supports(const Topology& topo, const AlgoQuery& q, std::strin
     why = "needs verified P2P between every pair of GPU ranks on one node";
   else if (topo.nRanks() < 2 || topo.nRanks() > kMaxP2pRanks)
     why = "needs 2..16 ranks";
-  else if (q.kind != CollKind::kAllReduce)
+  else if (q.kind != CollKind::kAllReduce && !runsHalves())
     why = "all-reduce only";
   else if (size_t cap = ctx_ ? cachedMaxBytes() : maxBytes(); cap != 0 && q.bytes > cap)
     why = "message larger than this algorithm's scratch";
@@ -82,6 +82,7 @@ P2pLaunch P2pAlgorithm::launchParams(const CollArgs& a, int blocks) const {
   p.op = static_cast<int>(a.op);
   p.blocks = blocks;
   p.signature = ctx_->launch.checkCalls ? callSignature(a, false) : 0;
+  p.kind = static_cast<int>(a.kind);
   return p;
 }
 

@@ -1,6 +1,6 @@
 // Common base of the algorithms that run over the cuda_p2p transport (oneshot_p2p, twoshot_p2p,
 // lamport_p2p): availability, the shared support rules (GPU ranks of one node with verified P2P,
-// all-reduce), the one place their kernel parameters are filled (launchParams), and the fused
+// all-reduce; reduce-scatter and all-gather where the subclass runs them), the one place their kernel parameters are filled (launchParams), and the fused
 // all-reduce + residual + RMSNorm entry point. A subclass names itself, its scratch limit, its
 // grid and its two launchers.
 #pragma once
@@ -23,6 +23,8 @@ class P2pAlgorithm : public Algorithm {
   Status runFusedNorm(const CollArgs& args, const NormArgs& norm) override;
 
  protected:
+  /// Whether it also runs reduce-scatter and all-gather (launchPlain then gets P2pLaunch::kind).
+  virtual bool runsHalves() const { return false; }
   /// Largest message in bytes (0: no limit), from the transport's layout or the params table.
   virtual size_t maxBytes() const = 0;
   /// Grid of both kernels (they share per-block epochs): one of ctx->launch's block counts.

@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedTwoshotKernel(FusedP2pLa
 }  // namespace
 
 Status preloadFusedTwoshotKernels() {
-  return dev::toStatus(dev::forEachNormVariant([](auto t, auto v) {
+  return dev::toStatus(dev::forEachTypeVariant([](auto t, auto v) {
                           return dev::preload(fusedTwoshotKernel<typename decltype(t)::type, decltype(v)::value != 0>);
                         }),
                         "fused twoshot_p2p");
@@ -253,7 +253,7 @@ Status launchFusedTwoshot(const FusedP2pLaunch& f, cudaStream_t stream) {
   if (f.rowsPerChunk == 0 || f.rowsPerRank == 0 || f.rowsPerRank * rowBytes > f.p2p.layout.twoshotSliceCap ||
       2 * f.rowsPerChunk * rowBytes > f.p2p.layout.twoshotChunk || f.rowsPerChunk > f.rowsPerRank * f.p2p.nRanks)
     return TPCOMM_ERROR(kNotSupported, "fused twoshot_p2p: %zu-byte rows do not fit the two-shot chunk", rowBytes);
-  cudaError_t e = dev::dispatchNorm(f.p2p.dtype, fusedVectorizable(f), [&](auto t, auto v) {
+  cudaError_t e = dev::dispatchType(f.p2p.dtype, fusedVectorizable(f), [&](auto t, auto v) {
     return dev::launch(fusedTwoshotKernel<typename decltype(t)::type, decltype(v)::value != 0>, f.p2p.blocks, kRmsNormThreads, f.p2p.pdl, stream, f);
   });
   return dev::toStatus(e, "fused twoshot_p2p launch");

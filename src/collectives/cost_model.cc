@@ -156,7 +156,10 @@ double modelCostUs(const std::string& algo, const Topology& topo, const AlgoQuer
     if (measured > 0) gbps = measured;
   }
   double us = (q.capturing ? r->alphaGraphUs : r->alphaEagerUs) + r->alphaPerRankUs * n;
-  us += trafficBytes(r->traffic, bytes, n) / (gbps * 1e3);
+  // Reduce-scatter and all-gather are each one half of a bus schedule: (n-1)/n of the large
+  // buffer (nccl-tests' busbw). Their alpha is the all-reduce row's (not measured apart yet).
+  const double half = q.kind != CollKind::kAllReduce && r->traffic == Traffic::kBus ? 0.5 : 1.0;
+  us += half * trafficBytes(r->traffic, bytes, n) / (gbps * 1e3);
   if (r->localGBps > 0) us += 2.0 * bytes / (r->localGBps * 1e3);
   return us;
 }

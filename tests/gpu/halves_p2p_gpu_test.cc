@@ -1,0 +1,257 @@
+// Reduce-scatter and all-gather over CUDA P2P (twoshot_p2p_halves.cu, issue 20): every rank's
+// output bitwise against the host reference (reduce-scatter: rank-order fp32 of the ranks' piece
+// `me`, random non-integer values with signed zeros; all-gather: the pieces' bits), for every
+// dtype and op, counts from 1 element to several chunks, odd counts (unaligned pieces), eager and
+// graph replays with new inputs; a long run alternating reduce-scatter, all-gather and all-reduce
+// on one communicator (they share epochs and scratch); a rank that never arrives gives kTimeout
+// naming it. On one GPU the ranks share it (gpu_allreduce_util.h).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <random>
+#include <tuple>
+
+#include "gpu_allreduce_util.h"
+
+namespace tpcomm_test {
+namespace {
+
+using tpcomm::Communicator;
+using tpcomm::Config;
+using tpcomm::Status;
+
+RankGroup* halvesGroup() {
+  static std::unique_ptr<RankGroup> g;
+  if (!g) {
+    Config cfg;
+    cfg.algo = "twoshot_p2p";
+    cfg.useNccl = false;
+    g = makeRankGroup(cfg, "twoshot_p2p halves");
+  }
+  return g.get();
+}
+
+float randomValue(std::mt19937& rng) {
+  std::uniform_int_distribution<int> kind(0, 19);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int k = kind(rng);
+  return k == 0 ? 0.0f : k == 1 ? -0.0f : normal(rng) * std::ldexp(1.0f, std::uniform_int_distribution<int>(-6, 6)(rng));
+}
+
+struct DeviceBuffers {
+  std::vector<void*> send, recv;
+  std::vector<int> devices;
+  ~DeviceBuffers() {
+    for (size_t r = 0; r < send.size(); ++r) {
+      cudaSetDevice(devices[r]);
+      cudaFree(send[r]);
+      cudaFree(recv[r]);
+    }
+  }
+};
+
+enum class Kind { kReduceScatter, kAllGather };
+
+// One rank's expected output. inputs[r] holds rank r's whole send buffer.
+std::vector<uint8_t> expected(Kind kind, const std::vector<std::vector<uint8_t>>& inputs, int me, size_t count,
+                              DataType dtype, ReduceOp op) {
+  const size_t es = tpcomm::dataTypeSize(dtype);
+  if (kind == Kind::kAllGather) {
+    std::vector<uint8_t> out;
+    for (const auto& in : inputs) out.insert(out.end(), in.begin(), in.end());
+    return out;
+  }
+  std::vector<std::vector<uint8_t>> pieces;
+  for (const auto& in : inputs)
+    pieces.emplace_back(in.begin() + static_cast<long>(me * count * es),
+                        in.begin() + static_cast<long>((me + 1) * count * es));
+  return reference(pieces, dtype, op, count);
+}
+
+Status issueOne(RankGroup& g, Kind kind, int r, const DeviceBuffers& b, size_t count, DataType dtype, ReduceOp op) {
+  return kind == Kind::kReduceScatter ? g.comms[r]->reduceScatter(b.send[r], b.recv[r], count, dtype, op, g.streams[r])
+                                      : g.comms[r]->allGather(b.send[r], b.recv[r], count, dtype, g.streams[r]);
+}
+
+void runCase(Kind kind, DataType dtype, ReduceOp op, size_t count, bool graph) {
+  RankGroup* g = halvesGroup();
+  ASSERT_NE(g, nullptr);
+  const int n = g->n();
+  const size_t es = tpcomm::dataTypeSize(dtype);
+  const size_t sendCount = kind == Kind::kReduceScatter ? count * n : count;
+  const size_t recvCount = kind == Kind::kReduceScatter ? count : count * n;
+  DeviceBuffers b;
+  b.devices = g->devices;
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaSetDevice(g->devices[r]));
+    void *s = nullptr, *d = nullptr;
+    CUDA_OK(cudaMalloc(&s, sendCount * es));
+    CUDA_OK(cudaMalloc(&d, recvCount * es));
+    b.send.push_back(s);
+    b.recv.push_back(d);
+  }
+  std::mt19937 rng(static_cast<uint32_t>(count * 131 + static_cast<int>(dtype) * 7 + static_cast<int>(op)));
+  auto fresh = [&](std::vector<std::vector<uint8_t>>* inputs) {
+    inputs->clear();
+    for (int r = 0; r < n; ++r) inputs->push_back(makeHost(dtype, sendCount, [&](size_t) { return randomValue(rng); }));
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaSetDevice(g->devices[r]));
+      CUDA_OK(cudaMemsetAsync(b.recv[r], 0xff, recvCount * es, g->streams[r]));
+      CUDA_OK(cudaMemcpyAsync(b.send[r], (*inputs)[r].data(), sendCount * es, cudaMemcpyHostToDevice, g->streams[r]));
+    }
+  };
+  auto issue = [&] {
+    ASSERT_EQ(Communicator::groupStart(), Status::kOk);
+    for (int r = 0; r < n; ++r) ASSERT_EQ(issueOne(*g, kind, r, b, count, dtype, op), Status::kOk) << tpcomm::lastErrorMessage();
+    ASSERT_EQ(Communicator::groupEnd(), Status::kOk);
+  };
+  auto verify = [&](const std::vector<std::vector<uint8_t>>& inputs) {
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaSetDevice(g->devices[r]));
+      CUDA_OK(cudaStreamSynchronize(g->streams[r]));
+      ASSERT_EQ(g->comms[r]->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
+      EXPECT_STREQ(g->comms[r]->lastAlgorithm(), "twoshot_p2p");
+      std::vector<uint8_t> got(recvCount * es);
+      CUDA_OK(cudaMemcpy(got.data(), b.recv[r], got.size(), cudaMemcpyDeviceToHost));
+      const std::vector<uint8_t> want = expected(kind, inputs, r, count, dtype, op);
+      const long long bad = firstMismatch(got, want, es);
+      ASSERT_EQ(bad, -1) << "rank " << r << " element " << bad << ": got " << tpcomm::loadAsFloat(got.data(), bad, dtype)
+                         << " expected " << tpcomm::loadAsFloat(want.data(), bad, dtype);
+    }
+  };
+  std::vector<std::vector<uint8_t>> inputs;
+  if (!graph) {
+    fresh(&inputs);
+    issue();
+    verify(inputs);
+    return;
+  }
+  RankGraphs graphs;
+  captureOnEveryRank(*g, issue, &graphs);
+  ASSERT_TRUE(graphs.ok());
+  for (int replay = 0; replay < 3 && !testing::Test::HasFatalFailure(); ++replay) {
+    fresh(&inputs);
+    ASSERT_TRUE(launchOnEveryRank(*g, graphs));
+    verify(inputs);
+  }
+}
+
+class HalvesP2p : public testing::TestWithParam<std::tuple<DataType, ReduceOp, size_t, bool>> {};
+
+TEST_P(HalvesP2p, ReduceScatterBitwise) {
+  if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto [dtype, op, count, graph] = GetParam();
+  SCOPED_TRACE(std::string(name(dtype)) + " " + name(op) + " count=" + std::to_string(count) + (graph ? " graph" : " eager"));
+  runCase(Kind::kReduceScatter, dtype, op, count, graph);
+}
+
+TEST_P(HalvesP2p, AllGatherBitwise) {
+  if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto [dtype, op, count, graph] = GetParam();
+  if (op != ReduceOp::kSum) GTEST_SKIP() << "all-gather has no operator";
+  SCOPED_TRACE(std::string(name(dtype)) + " count=" + std::to_string(count) + (graph ? " graph" : " eager"));
+  runCase(Kind::kAllGather, dtype, op, count, graph);
+}
+
+// 1 element .. several two-shot chunks per piece (the default inbox slot is 4 MB / n), odd
+// counts so that pieces after the first start unaligned.
+INSTANTIATE_TEST_SUITE_P(All, HalvesP2p,
+                         testing::Combine(testing::Values(DataType::kF32, DataType::kF16, DataType::kBF16),
+                                          testing::Values(ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin),
+                                          testing::Values<size_t>(1, 7, 8, 1000, 4096 + 3, (1u << 20) + 5, 3u << 21),
+                                          testing::Bool()));
+
+// Reduce-scatter, all-gather and all-reduce alternate on one communicator, 3000 calls with new
+// small-integer inputs each time (exact sums), every result checked: the three share twoshot's
+// epochs and inbox parity.
+TEST(HalvesP2pStress, AlternatingWithAllReduce) {
+  if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  RankGroup* g = halvesGroup();
+  ASSERT_NE(g, nullptr);
+  const int n = g->n();
+  const size_t count = 4096 + 8;
+  const DataType dtype = DataType::kBF16;
+  const size_t es = tpcomm::dataTypeSize(dtype);
+  DeviceBuffers b;
+  b.devices = g->devices;
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaSetDevice(g->devices[r]));
+    void *s = nullptr, *d = nullptr;
+    CUDA_OK(cudaMalloc(&s, count * n * es));
+    CUDA_OK(cudaMalloc(&d, count * n * es));
+    b.send.push_back(s);
+    b.recv.push_back(d);
+  }
+  size_t wrong = 0;
+  for (int call = 0; call < 3000 && !testing::Test::HasFatalFailure(); ++call) {
+    const int which = call % 3;  // 0 reduce-scatter, 1 all-gather, 2 all-reduce (count * n)
+    const size_t sendCount = which == 1 ? count : count * n;
+    const size_t recvCount = which == 0 ? count : count * n;
+    std::vector<std::vector<uint8_t>> inputs;
+    for (int r = 0; r < n; ++r)
+      inputs.push_back(makeHost(dtype, sendCount, [&](size_t i) { return intInput(r, i, static_cast<uint64_t>(call)); }));
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaSetDevice(g->devices[r]));
+      CUDA_OK(cudaMemcpyAsync(b.send[r], inputs[r].data(), sendCount * es, cudaMemcpyHostToDevice, g->streams[r]));
+    }
+    ASSERT_EQ(Communicator::groupStart(), Status::kOk);
+    for (int r = 0; r < n; ++r) {
+      Status s = which == 0   ? g->comms[r]->reduceScatter(b.send[r], b.recv[r], count, dtype, ReduceOp::kSum, g->streams[r])
+                 : which == 1 ? g->comms[r]->allGather(b.send[r], b.recv[r], count, dtype, g->streams[r])
+                              : g->comms[r]->allReduce(b.send[r], b.recv[r], count * n, dtype, ReduceOp::kSum, g->streams[r]);
+      ASSERT_EQ(s, Status::kOk) << tpcomm::lastErrorMessage();
+    }
+    ASSERT_EQ(Communicator::groupEnd(), Status::kOk);
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaSetDevice(g->devices[r]));
+      CUDA_OK(cudaStreamSynchronize(g->streams[r]));
+      std::vector<uint8_t> got(recvCount * es);
+      CUDA_OK(cudaMemcpy(got.data(), b.recv[r], got.size(), cudaMemcpyDeviceToHost));
+      const std::vector<uint8_t> want = which == 2 ? reference(inputs, dtype, ReduceOp::kSum, count * n)
+                                                   : expected(which == 0 ? Kind::kReduceScatter : Kind::kAllGather, inputs,
+                                                              r, count, dtype, ReduceOp::kSum);
+      wrong += firstMismatch(got, want, es) != -1;
+    }
+  }
+  for (int r = 0; r < n; ++r) EXPECT_EQ(g->comms[r]->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
+  EXPECT_EQ(wrong, 0u) << "results differing from the reference";
+}
+
+// Rank 1 never calls: rank 0's reduce-scatter (then all-gather, on a fresh group) gives up after
+// the timeout with kTimeout naming rank 1, and the stream drains.
+TEST(HalvesP2pTimeout, MissingPeerReportsTimeout) {
+  if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  for (Kind kind : {Kind::kReduceScatter, Kind::kAllGather}) {
+    SCOPED_TRACE(kind == Kind::kReduceScatter ? "reduceScatter" : "allGather");
+    Config cfg;
+    cfg.algo = "twoshot_p2p";
+    cfg.useNccl = false;
+    cfg.timeoutMs = 500;
+    auto g = makeRankGroup(cfg, "timeout", true);
+    ASSERT_NE(g, nullptr);
+    CUDA_OK(cudaSetDevice(g->devices[0]));
+    void* p = nullptr;
+    CUDA_OK(cudaMalloc(&p, 1 << 16));
+    CUDA_OK(cudaMemset(p, 0, 1 << 16));
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = kind == Kind::kReduceScatter
+                   ? g->comms[0]->reduceScatter(p, static_cast<char*>(p) + 32768, 1024, DataType::kF32, ReduceOp::kSum,
+                                                g->streams[0])
+                   : g->comms[0]->allGather(p, static_cast<char*>(p) + 32768, 1024, DataType::kF32, g->streams[0]);
+    ASSERT_EQ(s, Status::kOk) << tpcomm::lastErrorMessage();
+    CUDA_OK(cudaStreamSynchronize(g->streams[0]));
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(g->comms[0]->checkError(), Status::kTimeout);
+    EXPECT_NE(std::string(tpcomm::lastErrorMessage()).find("rank 1"), std::string::npos) << tpcomm::lastErrorMessage();
+    EXPECT_GE(secs, 0.4);
+    EXPECT_LT(secs, 3.0);
+    cudaFree(p);
+    for (auto& c : g->comms) c->abort();
+  }
+}
+
+}  // namespace
+}  // namespace tpcomm_test
