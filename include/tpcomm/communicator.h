@@ -33,6 +33,9 @@ struct Config {
   bool deterministic = false;
 };
 
+/// Which collective a call is (Communicator::explainCollective).
+enum class Collective : int { kAllReduce = 0, kReduceScatter = 1, kAllGather = 2 };
+
 /// One algorithm the selector considers for a call (Communicator::explainAllReduce).
 struct AlgorithmChoice {
   std::string name;        ///< e.g. "lamport_p2p", "ring_nccl"
@@ -101,6 +104,10 @@ class Communicator {
   /// with NCCL this way). Local: no peer is contacted. kInvalidArgument for a bad argument.
   Status explainAllReduce(size_t count, DataType dtype, ReduceOp op, bool capturing,
                           std::vector<AlgorithmChoice>* out) const;
+  /// The same for any collective: `count` as that call takes it (reduceScatter's recvCount,
+  /// allGather's sendCount; allGather ignores `op`).
+  Status explainCollective(Collective kind, size_t count, DataType dtype, ReduceOp op, bool capturing,
+                           std::vector<AlgorithmChoice>* out) const;
 
   /// Reports an asynchronous failure of an earlier collective (e.g. kTimeout when a peer did not
   /// arrive, with its rank in the message). kOk when none happened.

@@ -50,7 +50,7 @@ struct ShimComm {
   Communicator* tp = nullptr;             ///< the tpcomm communicator when kReady
 
   /// Decisions already made, by (dtype, op, count, capturing).
-  std::map<std::tuple<int, int, size_t, bool>, RouteDecision> decisions;
+  std::map<std::tuple<int, int, int, size_t, bool>, RouteDecision> decisions;  // (kind, dtype, op, count, graph)
 };
 
 /// Process-wide map from real handle to entry. Thread-safe.

@@ -26,6 +26,7 @@ struct DeferredAllReduce {
   DataType dtype;
   ReduceOp op;
   cudaStream_t stream;
+  Collective kind = Collective::kAllReduce;  ///< count is the call's own (reduce-scatter: recvcount)
 };
 
 /// What the outermost ncclGroupEnd has to finish.

@@ -2,8 +2,8 @@
 // Under LD_PRELOAD they take precedence over the engine's libnccl for these names only; every
 // other NCCL function, ncclGetVersion included, still binds to the engine's own NCCL. Each one
 // forwards to the real NCCL (real_nccl.h) and, around that, keeps the side table
-// (comm_table.h), NCCL's group semantics (group.h) and the lazy set-up (setup.h); ncclAllReduce
-// asks routing.h whether tpcomm runs it. With TPCOMM_SHIM=0 every call is a plain forward.
+// (comm_table.h), NCCL's group semantics (group.h) and the lazy set-up (setup.h); ncclAllReduce,
+// ncclReduceScatter and ncclAllGather ask routing.h whether tpcomm runs them. With TPCOMM_SHIM=0 every call is a plain forward.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -77,26 +77,31 @@ bool capturing(cudaStream_t stream, bool* ok) {
   return cs != cudaStreamCaptureStatusNone;
 }
 
-// Logs a decision once per (power-of-two size bucket, dtype, capturing) per process.
+const char* kindName(Collective k) {
+  return k == Collective::kAllReduce ? "allreduce" : k == Collective::kReduceScatter ? "reducescatter" : "allgather";
+}
+
+// Logs a decision once per (collective, power-of-two size bucket, dtype, capturing) per process.
 void logOnce(const ShimComm& c, const RouteCall& call, const RouteDecision& d) {
   if (!logEnabled(LogLevel::kInfo, kColl)) return;
   static std::mutex mu;
-  static std::set<std::tuple<int, int, bool>> seen;
+  static std::set<std::tuple<int, int, int, bool>> seen;
   size_t bytes = call.count * ncclTypeSize(call.dtype);
   int bucket = 0;
   while ((size_t{1} << bucket) < bytes && bucket < 63) ++bucket;
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (!seen.insert({bucket, static_cast<int>(call.dtype), call.capturing}).second) return;
+    if (!seen.insert({static_cast<int>(call.kind), bucket, static_cast<int>(call.dtype), call.capturing}).second) return;
   }
-  TPCOMM_INFO(kColl, "libtpcomm_nccl: allreduce <= %zu bytes, ncclDataType %d%s -> %s (%s) [rank %d of %d]",
-              size_t{1} << bucket, static_cast<int>(call.dtype), call.capturing ? ", graph capture" : "",
-              d.algo.c_str(), d.why.c_str(), c.rank, c.nRanks);
+  TPCOMM_INFO(kColl, "libtpcomm_nccl: %s <= %zu bytes per rank, ncclDataType %d%s -> %s (%s) [rank %d of %d]",
+              kindName(call.kind), size_t{1} << bucket, static_cast<int>(call.dtype),
+              call.capturing ? ", graph capture" : "", d.algo.c_str(), d.why.c_str(), c.rank, c.nRanks);
 }
 
 // The cached decision for this call on a ready communicator. Caller holds c.mu.
 const RouteDecision& decide(ShimComm& c, const RouteCall& call) {
-  auto key = std::make_tuple(static_cast<int>(call.dtype), static_cast<int>(call.op), call.count, call.capturing);
+  auto key = std::make_tuple(static_cast<int>(call.kind), static_cast<int>(call.dtype), static_cast<int>(call.op),
+                             call.count, call.capturing);
   auto it = c.decisions.find(key);
   if (it != c.decisions.end()) return it->second;
   if (c.decisions.size() > 4096) c.decisions.clear();
@@ -106,8 +111,9 @@ const RouteDecision& decide(ShimComm& c, const RouteCall& call) {
   ctx.ready = c.state == SetupState::kReady && c.tp;
   if (ctx.ready) {
     const Communicator* tp = c.tp;
-    ctx.explain = [tp](size_t count, DataType dtype, ReduceOp op, bool capturing, std::vector<AlgorithmChoice>* out) {
-      return tp->explainAllReduce(count, dtype, op, capturing, out);
+    ctx.explain = [tp](Collective kind, size_t count, DataType dtype, ReduceOp op, bool capturing,
+                       std::vector<AlgorithmChoice>* out) {
+      return tp->explainCollective(kind, count, dtype, op, capturing, out);
     };
   }
   RouteDecision d = decideRoute(ctx, call);
@@ -115,11 +121,26 @@ const RouteDecision& decide(ShimComm& c, const RouteCall& call) {
   return c.decisions.emplace(key, std::move(d)).first->second;
 }
 
+// The call on the real NCCL.
+ncclResult_t forwardReal(const RealNccl& real, const DeferredAllReduce& a, ncclDataType_t ncclType, ncclRedOp_t ncclOp,
+                         ncclComm_t comm) {
+  switch (a.kind) {
+    case Collective::kReduceScatter:
+      return real.reduceScatter(a.send, a.recv, a.count, ncclType, ncclOp, comm, a.stream);
+    case Collective::kAllGather:
+      return real.allGather(a.send, a.recv, a.count, ncclType, comm, a.stream);
+    default:
+      return real.allReduce(a.send, a.recv, a.count, ncclType, ncclOp, comm, a.stream);
+  }
+}
+
 // Runs a tpcomm-routed call now. kNotSupported (every candidate declined, e.g. a scratch limit)
 // falls back to the real NCCL.
 ncclResult_t runTpcomm(const RealNccl& real, ShimComm& c, const DeferredAllReduce& a, ncclDataType_t ncclType,
                        ncclRedOp_t ncclOp) {
-  Status s = c.tp->allReduce(a.send, a.recv, a.count, a.dtype, a.op, a.stream);
+  Status s = a.kind == Collective::kReduceScatter ? c.tp->reduceScatter(a.send, a.recv, a.count, a.dtype, a.op, a.stream)
+             : a.kind == Collective::kAllGather   ? c.tp->allGather(a.send, a.recv, a.count, a.dtype, a.stream)
+                                                  : c.tp->allReduce(a.send, a.recv, a.count, a.dtype, a.op, a.stream);
   if (s == Status::kOk) return ncclSuccess;
   if (s == Status::kNotSupported && paramInt(ParamId::kDeterministic) != 0) {
     TPCOMM_WARN(kColl, "libtpcomm_nccl: tpcomm declined (%s) and TPCOMM_DETERMINISTIC=1: the call fails", lastErrorMessage());
@@ -127,9 +148,9 @@ ncclResult_t runTpcomm(const RealNccl& real, ShimComm& c, const DeferredAllReduc
   }
   if (s == Status::kNotSupported) {
     TPCOMM_WARN(kColl, "libtpcomm_nccl: tpcomm declined (%s); NCCL runs this call", lastErrorMessage());
-    return real.allReduce(a.send, a.recv, a.count, ncclType, ncclOp, c.real, a.stream);
+    return forwardReal(real, a, ncclType, ncclOp, c.real);
   }
-  TPCOMM_WARN(kColl, "libtpcomm_nccl: rank %d: tpcomm all-reduce failed: %s", c.rank, lastErrorMessage());
+  TPCOMM_WARN(kColl, "libtpcomm_nccl: rank %d: tpcomm %s failed: %s", c.rank, kindName(a.kind), lastErrorMessage());
   return toNccl(s);
 }
 
@@ -137,6 +158,51 @@ ncclDataType_t ncclTypeOf(DataType t) {
   return t == DataType::kF32 ? ncclFloat32 : t == DataType::kF16 ? ncclFloat16 : ncclBfloat16;
 }
 ncclRedOp_t ncclOpOf(ReduceOp o) { return o == ReduceOp::kSum ? ncclSum : o == ReduceOp::kMax ? ncclMax : ncclMin; }
+
+// One collective call: to tpcomm when routing.h says so (now, or at the outermost ncclGroupEnd
+// inside a group), else to the real NCCL. `count` is the call's own (reduce-scatter: recvcount,
+// all-gather: sendcount); all-gather passes ncclSum, which it ignores.
+ncclResult_t route(const RealNccl& real, Collective kind, const void* sendbuff, void* recvbuff, size_t count,
+                   ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  DataType dtype = DataType::kF32;
+  ReduceOp rop = ReduceOp::kSum;
+  const bool known = tpcommDataType(datatype, &dtype) && tpcommReduceOp(op, &rop);
+  DeferredAllReduce a{nullptr, sendbuff, recvbuff, count, dtype, rop, stream, kind};
+  auto forward = [&] {
+    if (kind == Collective::kReduceScatter) return real.reduceScatter(sendbuff, recvbuff, count, datatype, op, comm, stream);
+    if (kind == Collective::kAllGather) return real.allGather(sendbuff, recvbuff, count, datatype, comm, stream);
+    return real.allReduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
+  };
+  if (!shimOn() || !sendbuff || !recvbuff || !known) return forward();
+  std::shared_ptr<ShimComm> c = CommTable::instance().find(comm);
+  if (!c) return forward();
+  bool streamOk = true;
+  RouteCall call{datatype, op, count, capturing(stream, &streamOk), kind};
+  if (!streamOk || !shapeEligible(call)) return forward();
+  std::unique_lock<std::mutex> lock(c->mu);
+  if (c->state == SetupState::kPending && !call.capturing) {
+    if (groupDepth() > 0) {
+      groupWantSetup(c);
+    } else {
+      lock.unlock();
+      runSetup(c, real, stream);
+      lock.lock();
+    }
+  }
+  if (c->state != SetupState::kReady) return forward();
+  const RouteDecision& d = decide(*c, call);
+  if (d.route == Route::kRefuse) {
+    TPCOMM_WARN(kColl, "libtpcomm_nccl: rank %d: %s", c->rank, d.why.c_str());
+    return ncclInvalidUsage;
+  }
+  if (d.route != Route::kTpcomm) return forward();
+  a.comm = c;
+  if (groupDepth() > 0) {
+    groupDefer(a);
+    return ncclSuccess;
+  }
+  return runTpcomm(real, *c, a, datatype, op);
+}
 
 }  // namespace
 
@@ -230,7 +296,7 @@ ncclResult_t ncclGroupEnd() {
     {
       std::lock_guard<std::mutex> lock(a.comm->mu);
       if (!a.comm->tp) {  // torn down inside the group
-        mine = real->allReduce(a.send, a.recv, a.count, ncclTypeOf(a.dtype), ncclOpOf(a.op), a.comm->real, a.stream);
+        mine = forwardReal(*real, a, ncclTypeOf(a.dtype), ncclOpOf(a.op), a.comm->real);
       } else {
         mine = runTpcomm(*real, *a.comm, a, ncclTypeOf(a.dtype), ncclOpOf(a.op));
       }
@@ -245,40 +311,21 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
                            ncclComm_t comm, cudaStream_t stream) {
   const RealNccl* real = realOrWarn("ncclAllReduce");
   if (!real) return ncclSystemError;
-  auto forward = [&] { return real->allReduce(sendbuff, recvbuff, count, datatype, op, comm, stream); };
-  if (!shimOn() || !sendbuff || !recvbuff) return forward();
-  std::shared_ptr<ShimComm> c = CommTable::instance().find(comm);
-  if (!c) return forward();
-  bool streamOk = true;
-  RouteCall call{datatype, op, count, capturing(stream, &streamOk)};
-  if (!streamOk || !shapeEligible(call)) return forward();
-  std::unique_lock<std::mutex> lock(c->mu);
-  if (c->state == SetupState::kPending && !call.capturing) {
-    if (groupDepth() > 0) {
-      groupWantSetup(c);
-    } else {
-      lock.unlock();
-      runSetup(c, *real, stream);
-      lock.lock();
-    }
-  }
-  if (c->state != SetupState::kReady) return forward();
-  const RouteDecision& d = decide(*c, call);
-  if (d.route == Route::kRefuse) {
-    TPCOMM_WARN(kColl, "libtpcomm_nccl: rank %d: %s", c->rank, d.why.c_str());
-    return ncclInvalidUsage;
-  }
-  if (d.route != Route::kTpcomm) return forward();
-  DataType dtype;
-  ReduceOp rop;
-  tpcommDataType(datatype, &dtype);
-  tpcommReduceOp(op, &rop);
-  DeferredAllReduce a{c, sendbuff, recvbuff, count, dtype, rop, stream};
-  if (groupDepth() > 0) {
-    groupDefer(a);
-    return ncclSuccess;
-  }
-  return runTpcomm(*real, *c, a, datatype, op);
+  return route(*real, Collective::kAllReduce, sendbuff, recvbuff, count, datatype, op, comm, stream);
+}
+
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  const RealNccl* real = realOrWarn("ncclReduceScatter");
+  if (!real) return ncclSystemError;
+  return route(*real, Collective::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
+}
+
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+                           ncclComm_t comm, cudaStream_t stream) {
+  const RealNccl* real = realOrWarn("ncclAllGather");
+  if (!real) return ncclSystemError;
+  return route(*real, Collective::kAllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum, comm, stream);
 }
 
 }  // extern "C"

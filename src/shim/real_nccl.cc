@@ -61,6 +61,7 @@ Status fromHandle(void* handle, const std::string& how, RealNccl* out) {
   take(handle, base, "ncclGroupStart", &t.groupStart, true, &missing);
   take(handle, base, "ncclGroupEnd", &t.groupEnd, true, &missing);
   take(handle, base, "ncclAllReduce", &t.allReduce, true, &missing);
+  take(handle, base, "ncclReduceScatter", &t.reduceScatter, true, &missing);
   take(handle, base, "ncclAllGather", &t.allGather, true, &missing);
   take(handle, base, "ncclCommGetAsyncError", &t.commGetAsyncError, true, &missing);
   take(handle, base, "ncclGetErrorString", &t.getErrorString, true, &missing);

@@ -35,6 +35,8 @@ struct RealNccl : NcclFunctions {
   decltype(&ncclGroupStart) groupStart = nullptr;
   decltype(&ncclGroupEnd) groupEnd = nullptr;
   decltype(&ncclAllReduce) allReduce = nullptr;
+  decltype(&ncclReduceScatter) reduceScatter = nullptr;
+  // allGather: NcclFunctions (the bootstrap uses it too).
   // Not intercepted; the shim calls it itself (the rest are in NcclFunctions).
   decltype(&ncclGetVersion) getVersion = nullptr;
 

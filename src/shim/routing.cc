@@ -85,7 +85,7 @@ RouteDecision decideRoute(const RouteContext& ctx, const RouteCall& call) {
   if (!tpcommDataType(call.dtype, &dtype)) return d.why = "dtype is not f32/f16/bf16", d;
   if (call.count == 0) return d.why = "count is 0", d;
   std::vector<AlgorithmChoice> ranked;
-  if (ctx.explain(call.count, dtype, op, call.capturing, &ranked) != Status::kOk)
+  if (ctx.explain(call.kind, call.count, dtype, op, call.capturing, &ranked) != Status::kOk)
     return d.why = std::string("tpcomm cannot explain the call: ") + lastErrorMessage(), d;
   // What can run: the available tpcomm algorithms, and ring_nccl standing for the real NCCL
   // (whether or not this communicator has an NCCL transport of its own), in the ranking's order.

@@ -1,5 +1,6 @@
-// routing: whether one ncclAllReduce goes to tpcomm or to the real NCCL. A pure function of the
-// call and of the communicator's own ranking of it (Communicator::explainAllReduce: its
+// routing: whether one ncclAllReduce, ncclReduceScatter or ncclAllGather goes to tpcomm or to the
+// real NCCL. A pure function of the call and of the communicator's own ranking of it
+// (Communicator::explainCollective: its
 // algorithms, ring_nccl among them, by cost or forced by TPCOMM_ALGO), so every rank decides
 // alike and the table of decisions is unit-tested on the CPU. tpcomm runs the call only when all
 // hold: the shim is on and set up for this communicator; op is sum/max/min; dtype is
@@ -29,15 +30,17 @@ struct RouteCall {
   ncclRedOp_t op = ncclSum;
   size_t count = 0;
   bool capturing = false;  ///< the stream is capturing a CUDA graph
+  Collective kind = Collective::kAllReduce;  ///< count is the call's own (reduce-scatter: recvcount)
 };
 
 /// What the communicator knows. `explain` is called only when `ready` (and may then be unset
-/// only in tests that stop earlier): Communicator::explainAllReduce for the call.
+/// only in tests that stop earlier): Communicator::explainCollective for the call.
 struct RouteContext {
   bool shimOn = true;  ///< TPCOMM_SHIM
   bool ready = false;  ///< tpcomm is set up for this communicator
   bool deterministic = false;  ///< TPCOMM_DETERMINISTIC: eligible calls never go to NCCL
-  std::function<Status(size_t count, DataType, ReduceOp, bool capturing, std::vector<AlgorithmChoice>*)> explain;
+  std::function<Status(Collective, size_t count, DataType, ReduceOp, bool capturing, std::vector<AlgorithmChoice>*)>
+      explain;
 };
 
 struct RouteDecision {

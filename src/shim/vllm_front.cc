@@ -2,5 +2,5 @@
 // dlopens that path and looks every NCCL function up in it with dlsym(handle, ...), which
 // searches the library and then its dependencies in DT_NEEDED order. This library's are
 // libtpcomm_nccl.so, then libnccl.so.2: the intercepted names resolve to the shim, all others
-// (ncclGetVersion, ncclAllGather, ncclSend, ...) to the real NCCL, which under PyTorch is the
+// (ncclGetVersion, ncclSend, ncclBroadcast, ...) to the real NCCL, which under PyTorch is the
 // libnccl.so.2 torch already loaded (same soname, so the loader reuses it). It has no code.

@@ -6,7 +6,8 @@
 set -uo pipefail
 shim=$1 front=$2
 fail=0
-expected="ncclAllReduce
+expected="ncclAllGather
+ncclAllReduce
 ncclCommAbort
 ncclCommDestroy
 ncclCommFinalize
@@ -15,12 +16,13 @@ ncclCommInitRank
 ncclCommInitRankConfig
 ncclCommSplit
 ncclGroupEnd
-ncclGroupStart"
+ncclGroupStart
+ncclReduceScatter"
 actual=$(nm -D --defined-only "$shim" | awk '{print $NF}' | sort)
 if [ "$actual" != "$expected" ]; then
   echo "FAIL $shim exports (< expected, > actual):"; diff <(echo "$expected") <(echo "$actual"); fail=1
 else
-  echo "ok   $shim exports exactly the 10 intercepted names"
+  echo "ok   $shim exports exactly the 12 intercepted names"
 fi
 needed=$(readelf -d "$shim" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 if echo "$needed" | grep -Eq 'libnccl|libcudart|libtpcomm'; then

@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     for (const char* name :
-         {"ncclAllReduce", "ncclCommInitRank", "ncclGroupEnd", "ncclGetVersion", "ncclAllGather", "ncclGetUniqueId"})
+         {"ncclAllReduce", "ncclAllGather", "ncclCommInitRank", "ncclGroupEnd", "ncclGetVersion", "ncclBroadcast",
+          "ncclGetUniqueId"})
       std::printf("front %s %s\n", name, objectOf(dlsym(h, name)).c_str());
     return 0;
   }
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   std::printf("bind ncclGroupStart %s\n", objectOf(reinterpret_cast<void*>(&ncclGroupStart)).c_str());
   std::printf("bind ncclGetVersion %s\n", objectOf(reinterpret_cast<void*>(&ncclGetVersion)).c_str());
   std::printf("bind ncclAllGather %s\n", objectOf(reinterpret_cast<void*>(&ncclAllGather)).c_str());
+  std::printf("bind ncclBroadcast %s\n", objectOf(reinterpret_cast<void*>(&ncclBroadcast)).c_str());
   std::printf("bind ncclGetErrorString %s\n", objectOf(reinterpret_cast<void*>(&ncclGetErrorString)).c_str());
   // Result codes of calls that need no GPU, or fail the same way without one.
   int version = 0;
@@ -58,6 +60,9 @@ int main(int argc, char** argv) {
   float x = 1.0f;
   std::printf("rc ncclAllReduce(null recv) %d\n",
               ncclAllReduce(&x, nullptr, 1, ncclFloat32, ncclSum, nullptr, nullptr));
+  std::printf("rc ncclReduceScatter(null recv) %d\n",
+              ncclReduceScatter(&x, nullptr, 1, ncclFloat32, ncclSum, nullptr, nullptr));
+  std::printf("rc ncclAllGather(null recv) %d\n", ncclAllGather(&x, nullptr, 1, ncclFloat32, nullptr, nullptr));
   std::printf("rc ncclCommDestroy(null) %d\n", ncclCommDestroy(nullptr));
   std::printf("rc ncclCommAbort(null) %d\n", ncclCommAbort(nullptr));
   std::printf("rc ncclCommFinalize(null) %d\n", ncclCommFinalize(nullptr));

@@ -56,6 +56,8 @@ struct Row {
   bool shimOn, ready, p2pDown;
   Expect expect;
   const char* whyContains;  // nullptr: not checked
+  Collective kind = Collective::kAllReduce;  // bytes: the call's own count (reduce-scatter: recvcount)
+  const char* algoIs = nullptr;              // nullptr: not checked
 };
 
 std::function<Topology()> file(const char* f) {
@@ -100,6 +102,14 @@ const std::vector<Row>& rows() {
       {"range to NCCL below 64K", file("nvlink2.json"), ncclFloat32, ncclSum, 8 * K, true, "0-64K:ring_nccl", true, true, false, kToNccl, "forced"},
       {"range leaves 256K to tpcomm", file("nvlink2.json"), ncclFloat32, ncclSum, 256 * K, true, "0-64K:ring_nccl", true, true, false, kToTpcomm, nullptr},
       {"forced tpcomm algorithm", file("nvlink2.json"), ncclFloat32, ncclSum, 256 * M, false, "twoshot_p2p", true, true, false, kToTpcomm, "forced"},
+      // Reduce-scatter and all-gather (issue 20): the same rules; only twoshot_p2p runs them over P2P.
+      {"rs bf16 128M eager", file("nvlink2.json"), ncclBfloat16, ncclSum, 128 * M, false, "", true, true, false, kToTpcomm, "vs NCCL", Collective::kReduceScatter, "twoshot_p2p"},
+      {"ag f32 128M graph", file("nvlink2.json"), ncclFloat32, ncclSum, 128 * M, true, "", true, true, false, kToTpcomm, nullptr, Collective::kAllGather, "twoshot_p2p"},
+      {"rs 8K graph: NCCL's alpha", file("nvlink2.json"), ncclBfloat16, ncclSum, 8 * K, true, "", true, true, false, kToNccl, "cheaper", Collective::kReduceScatter},
+      {"rs prod", file("nvlink2.json"), ncclFloat32, ncclProd, 128 * M, false, "", true, true, false, kToNccl, "op", Collective::kReduceScatter},
+      {"ag int32", file("nvlink2.json"), ncclInt32, ncclSum, 128 * M, false, "", true, true, false, kToNccl, "dtype", Collective::kAllGather},
+      {"rs p2p down", file("nvlink2.json"), ncclBfloat16, ncclSum, 128 * M, false, "", true, true, true, kToNccl, nullptr, Collective::kReduceScatter},
+      {"rs forced twoshot 8K", file("nvlink2.json"), ncclBfloat16, ncclMax, 8 * K, true, "twoshot_p2p", true, true, false, kToTpcomm, "forced", Collective::kReduceScatter, "twoshot_p2p"},
   };
   // clang-format on
   return kRows;
@@ -128,8 +138,10 @@ TEST_P(RoutingTest, Decides) {
   RouteContext ctx;
   ctx.shimOn = row.shimOn;
   ctx.ready = row.ready;
-  ctx.explain = [&](size_t count, DataType dt, ReduceOp o, bool capturing, std::vector<AlgorithmChoice>* out) {
-    const AlgoQuery q{CollKind::kAllReduce, dt, o, count * dataTypeSize(dt), capturing};
+  ctx.explain = [&](Collective kind, size_t count, DataType dt, ReduceOp o, bool capturing,
+                    std::vector<AlgorithmChoice>* out) {
+    const size_t pieces = kind == Collective::kAllReduce ? 1 : static_cast<size_t>(topo.nRanks());
+    const AlgoQuery q{static_cast<CollKind>(kind), dt, o, count * dataTypeSize(dt) * pieces, capturing};
     out->clear();
     for (const Candidate& x : selectAlgorithms(algos, topo, q, ovr, false))
       out->push_back({x.algo->name(), x.costUs, x.forced, x.algo->available()});
@@ -137,12 +149,13 @@ TEST_P(RoutingTest, Decides) {
   };
   size_t es = ncclTypeSize(row.dtype);
   ASSERT_GT(es, 0u);
-  RouteCall call{row.dtype, row.op, row.bytes / es, row.capturing};
+  RouteCall call{row.dtype, row.op, row.bytes / es, row.capturing, row.kind};
   RouteDecision d = decideRoute(ctx, call);
   SCOPED_TRACE(std::string(row.name) + ": " + d.algo + " (" + d.why + ")");
   if (row.expect == kToNccl) EXPECT_EQ(d.route, Route::kNccl);
   if (row.expect == kToTpcomm) EXPECT_EQ(d.route, Route::kTpcomm);
   if (row.whyContains) EXPECT_NE(d.why.find(row.whyContains), std::string::npos);
+  if (row.algoIs) EXPECT_EQ(d.algo, row.algoIs);
   EXPECT_EQ(d.route == Route::kNccl, d.algo == "nccl");
   // Pure: the same inputs give the same decision.
   RouteDecision again = decideRoute(ctx, call);
@@ -159,7 +172,8 @@ TEST_P(RoutingTest, Decides) {
     for (Algorithm* a : algos)
       if (std::string(a->name()) != "ring_nccl") list.push_back(a);
     list.push_back(ncclAlgo.get());
-    AlgoQuery q{CollKind::kAllReduce, dt, op, call.count * dataTypeSize(dt), call.capturing};
+    const size_t pieces = row.kind == Collective::kAllReduce ? 1 : static_cast<size_t>(topo.nRanks());
+    AlgoQuery q{static_cast<CollKind>(row.kind), dt, op, call.count * dataTypeSize(dt) * pieces, call.capturing};
     std::vector<Candidate> c = selectAlgorithms(list, topo, q, ovr);
     bool tp = !c.empty() && c[0].algo != &nccl;
     EXPECT_EQ(d.route == Route::kTpcomm, tp);
@@ -189,7 +203,8 @@ TEST(RoutingDeterministic, NeverNcclForAnEligibleCall) {
     RouteContext ctx;
     ctx.ready = true;
     ctx.deterministic = true;
-    ctx.explain = [&](size_t count, DataType dt, ReduceOp o, bool capturing, std::vector<AlgorithmChoice>* out) {
+    ctx.explain = [&](Collective, size_t count, DataType dt, ReduceOp o, bool capturing,
+                      std::vector<AlgorithmChoice>* out) {
       const AlgoQuery q{CollKind::kAllReduce, dt, o, count * dataTypeSize(dt), capturing};
       out->clear();
       for (const Candidate& x : selectAlgorithms(algos, topo, q, ovr, false))

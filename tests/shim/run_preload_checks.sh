@@ -31,10 +31,10 @@ rcs() { grep '^rc ' "$tmp/$1"; }
 
 check "plain run: every name binds to libnccl" bash -c "! grep '^bind' '$tmp/plain' | grep -qv 'libnccl'"
 for run in pre off path bad; do
-  for name in ncclAllReduce ncclCommInitAll ncclGroupStart; do
+  for name in ncclAllReduce ncclAllGather ncclCommInitAll ncclGroupStart; do
     check "$run: $name binds to the shim" test "$(bind $run $name)" = "$shimname"
   done
-  for name in ncclGetVersion ncclAllGather ncclGetErrorString; do
+  for name in ncclGetVersion ncclBroadcast ncclGetErrorString; do
     check "$run: $name still binds to the engine's NCCL" bash -c "[[ '$(bind $run $name)' == libnccl* ]]"
   done
 done
@@ -46,10 +46,10 @@ check "TPCOMM_NCCL_LIBRARY is the source when set" grep -q "(TPCOMM_NCCL_LIBRARY
 check "bad TPCOMM_NCCL_LIBRARY: ncclGetVersion still works" grep -q '^rc ncclGetVersion 0 ' "$tmp/bad"
 check "bad TPCOMM_NCCL_LIBRARY: intercepted calls fail with ncclSystemError (2)" grep -q '^rc ncclGroupStart 2$' "$tmp/bad"
 check "bad TPCOMM_NCCL_LIBRARY: says why" grep -q "TPCOMM_NCCL_LIBRARY" "$tmp/bad.err"
-for name in ncclAllReduce ncclCommInitRank ncclGroupEnd; do
+for name in ncclAllReduce ncclAllGather ncclCommInitRank ncclGroupEnd; do
   check "vllm front: dlsym $name -> shim" grep -q "^front $name $shimname$" "$tmp/front"
 done
-for name in ncclGetVersion ncclAllGather ncclGetUniqueId; do
+for name in ncclGetVersion ncclBroadcast ncclGetUniqueId; do
   check "vllm front: dlsym $name -> libnccl" grep -q "^front $name libnccl" "$tmp/front"
 done
 if [ $fail -ne 0 ]; then
