@@ -93,7 +93,8 @@ const TuningRow* TuningTable::rowFor(DataType dtype, uint64_t bytes) const {
       bestDist = d;
     }
   }
-  if (!best || bytes * 2 < lo || bytes > hi * 2) return nullptr;  // row sizes are <= 2^40: no overflow
+  // bytes * 2 < lo, written so that no bytes overflows; hi <= 2^40, so hi * 2 cannot.
+  if (!best || (bytes < lo && lo - bytes > bytes) || bytes > hi * 2) return nullptr;
   return best;
 }
 
