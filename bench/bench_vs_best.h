@@ -18,9 +18,9 @@ struct VsBestRow {
   std::string type, redop;
   double autoUs = 0;
   std::string autoAlgo;
-  double bestUs = 0;       ///< 0: no forced algorithm ran this row
+  double bestUs = 0;  ///< 0: no forced algorithm ran this row
   std::string bestAlgo;
-  double ratio = 0;        ///< autoUs / bestUs (0 when there is no best)
+  double ratio = 0;  ///< autoUs / bestUs (0 when there is no best)
 };
 
 /// The rows, in the auto table's order; empty without an "auto" table.

@@ -191,7 +191,8 @@ RankCountResult tuneRankCount(int n, bool host, const TuneOptions& o, Clock::tim
     });
   for (auto& t : threads) t.join();
   for (int r = 0; r < n; ++r)
-    if (status[r] != Status::kOk && result.error.empty()) result.error = "rank " + std::to_string(r) + ": " + messages[r];
+    if (status[r] != Status::kOk && result.error.empty())
+      result.error = "rank " + std::to_string(r) + ": " + messages[r];
   return result;
 }
 
@@ -289,7 +290,8 @@ int runTune(TuneOptions o) {
   // The same safety default as allreduce_perf: no NVSwitch multicast unless asked for.
   if (!std::getenv("NCCL_NVLS_ENABLE")) {
     setenv("NCCL_NVLS_ENABLE", "0", 0);
-    std::printf("tune: NCCL_NVLS_ENABLE was unset: set to 0 (no NVSwitch multicast; export NCCL_NVLS_ENABLE=1 to allow)\n");
+    std::printf(
+        "tune: NCCL_NVLS_ENABLE was unset: set to 0 (no NVSwitch multicast; export NCCL_NVLS_ENABLE=1 to allow)\n");
   }
   // Communicators made here probe with this binary as the helper unless told otherwise.
   if (paramString(ParamId::kTopoHelper).empty()) {
@@ -325,11 +327,11 @@ int runTune(TuneOptions o) {
     std::fprintf(stderr, "tpcomm-doctor: --tune: no cache directory (set XDG_CACHE_HOME or HOME)\n");
     return 1;
   }
-  std::printf("tune: %s ranks, %llu .. %llu bytes x%d, bf16 and f32, eager all-reduce (sum), %d warm-up calls, median "
-              "of %d batches (%s), budget %.0f s\n",
-              host ? "host" : "GPU", static_cast<unsigned long long>(o.minBytes),
-              static_cast<unsigned long long>(o.maxBytes), o.stepFactor, o.warmup, o.repeats,
-              host ? "steady_clock" : "CUDA events", o.budgetSeconds);
+  std::printf(
+      "tune: %s ranks, %llu .. %llu bytes x%d, bf16 and f32, eager all-reduce (sum), %d warm-up calls, median "
+      "of %d batches (%s), budget %.0f s\n",
+      host ? "host" : "GPU", static_cast<unsigned long long>(o.minBytes), static_cast<unsigned long long>(o.maxBytes),
+      o.stepFactor, o.warmup, o.repeats, host ? "steady_clock" : "CUDA events", o.budgetSeconds);
 
   TuningFile file;
   file.tpcommVersion = TPCOMM_VERSION_STRING;
@@ -338,7 +340,8 @@ int runTune(TuneOptions o) {
   const Clock::time_point start = Clock::now();
   int measured = 0;
   for (size_t i = 0; i < o.rankCounts.size(); ++i) {
-    const auto share = std::chrono::duration<double>(o.budgetSeconds * static_cast<double>(i + 1) / o.rankCounts.size());
+    const auto share =
+        std::chrono::duration<double>(o.budgetSeconds * static_cast<double>(i + 1) / o.rankCounts.size());
     const Clock::time_point deadline = start + std::chrono::duration_cast<Clock::duration>(share);
     const int n = o.rankCounts[i];
     RankCountResult r = tuneRankCount(n, host, o, deadline);

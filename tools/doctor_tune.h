@@ -14,14 +14,14 @@
 namespace tpcomm {
 
 struct TuneOptions {
-  std::vector<int> rankCounts;        ///< empty: GPUs 2, 4, 8 and all visible ones; host ranks 2
-  bool hostRanks = false;             ///< device -1 ranks (also when this machine has no GPU)
-  uint64_t minBytes = 8;              ///< sweep from here...
-  uint64_t maxBytes = 256ull << 20;   ///< ...to here (GPU default; host ranks 16 MiB)
-  int stepFactor = 4;                 ///< x2 or x4 (any factor >= 2)
-  int warmup = 3;                     ///< eager calls before timing
-  int repeats = 5;                    ///< timed batches; the median is kept
-  double budgetSeconds = 300;         ///< the whole run, creates included
+  std::vector<int> rankCounts;       ///< empty: GPUs 2, 4, 8 and all visible ones; host ranks 2
+  bool hostRanks = false;            ///< device -1 ranks (also when this machine has no GPU)
+  uint64_t minBytes = 8;             ///< sweep from here...
+  uint64_t maxBytes = 256ull << 20;  ///< ...to here (GPU default; host ranks 16 MiB)
+  int stepFactor = 4;                ///< x2 or x4 (any factor >= 2)
+  int warmup = 3;                    ///< eager calls before timing
+  int repeats = 5;                   ///< timed batches; the median is kept
+  double budgetSeconds = 300;        ///< the whole run, creates included
 };
 
 /// Parses the value of a --tune-* option into `opts`. false + `error` naming the option and

@@ -32,7 +32,8 @@ Status RankTimer::create(int device, size_t maxBytes, std::unique_ptr<RankTimer>
   if (device < 0) {
     t->send_ = std::aligned_alloc(4096, bytes);
     t->recv_ = std::aligned_alloc(4096, bytes);
-    if (!t->send_ || !t->recv_) return TPCOMM_ERROR(kSystemError, "tune: host buffers of %zu bytes: out of memory", bytes);
+    if (!t->send_ || !t->recv_)
+      return TPCOMM_ERROR(kSystemError, "tune: host buffers of %zu bytes: out of memory", bytes);
     // Integer-valued zeros: sums stay finite whatever is timed; touched now, so page faults stay
     // out of the timing.
     std::memset(t->send_, 0, bytes);

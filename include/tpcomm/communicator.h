@@ -36,7 +36,8 @@ struct Config {
 /// One algorithm the selector considers for a call (Communicator::explainAllReduce).
 struct AlgorithmChoice {
   std::string name;        ///< e.g. "lamport_p2p", "ring_nccl"
-  double costUs = 0;       ///< the cost model's prediction for this call, in microseconds
+  double costUs = 0;       ///< predicted time of this call in microseconds: measured on this machine by
+                           ///< tpcomm-doctor --tune where its table covers the call, else the cost model's
   bool forced = false;     ///< placed first by TPCOMM_ALGO / Config::algo rather than by cost
   bool available = false;  ///< its transport came up here; false: listed for comparison only
 };

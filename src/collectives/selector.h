@@ -13,9 +13,9 @@ namespace tpcomm {
 
 struct Candidate {
   Algorithm* algo = nullptr;
-  double costUs = 0;     ///< measured time where `measured`, else the cost model's
-  bool forced = false;   ///< chosen by an override rule rather than by cost
-  bool measured = false; ///< costUs comes from the tuning file (tpcomm-doctor --tune)
+  double costUs = 0;      ///< measured time where `measured`, else the cost model's
+  bool forced = false;    ///< chosen by an override rule rather than by cost
+  bool measured = false;  ///< costUs comes from the tuning file (tpcomm-doctor --tune)
 };
 
 /// Candidates for `q` among `algos` (those that are available() and support the call, minus

@@ -23,8 +23,8 @@ namespace tpcomm {
 
 /// One measured message size: per algorithm, the median time of a warm eager all-reduce (sum).
 struct TuningRow {
-  int dtypeBits = 16;  ///< 16: f16 and bf16 (measured in bf16); 32: f32
-  uint64_t bytes = 0;  ///< message size measured
+  int dtypeBits = 16;                                   ///< 16: f16 and bf16 (measured in bf16); 32: f32
+  uint64_t bytes = 0;                                   ///< message size measured
   std::vector<std::pair<std::string, double>> timesUs;  ///< algorithm name -> microseconds
 
   /// The time of `algo`, or a negative value when it was not measured at this size.

@@ -56,7 +56,8 @@ TuningState readTuning(const Topology& topo) {
   }
   TuningFile file;
   std::string why;
-  Status st = loadTuningFile(s.path, TPCOMM_VERSION_STRING, SysfsReader("/").driverVersion(), algorithmNames(), &file, &why);
+  Status st =
+      loadTuningFile(s.path, TPCOMM_VERSION_STRING, SysfsReader("/").driverVersion(), algorithmNames(), &file, &why);
   if (st == Status::kNotSupported) {
     s.state = "none yet (tpcomm-doctor --tune writes it): every choice modelled";
     return s;
@@ -68,7 +69,8 @@ TuningState readTuning(const Topology& topo) {
     const TuningTable* t = file.find(fp);
     if (!t) {
       std::string have;
-      for (const TuningTable& x : file.tables) have += (have.empty() ? "" : ", ") + x.fingerprint + " (" + std::to_string(x.ranks) + " ranks)";
+      for (const TuningTable& x : file.tables)
+        have += (have.empty() ? "" : ", ") + x.fingerprint + " (" + std::to_string(x.ranks) + " ranks)";
       s.warning = "stale: no table for this topology (fingerprint " + fp + ", " + std::to_string(topo.nRanks()) +
                   " ranks); it holds " + (have.empty() ? std::string("none") : have);
     } else {
