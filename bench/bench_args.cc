@@ -144,6 +144,9 @@ tpcomm extras:
                              then a side-by-side summary.
   -K, --repeats <n>          timed batches per size (default 5; -R before session 5)
   -J, --json <file>          write every row (and the run's configuration) as JSON
+  --vs-best                  with -A auto and forced algorithms (-A auto -A lamport_p2p -A twoshot_p2p
+                             ...): per size, auto's time beside the fastest forced algorithm's (counted
+                             only where that algorithm ran the size) and the ratio auto / best
   --host                     host ranks (device -1) even where GPUs exist
   --require-gpus <n>         exit with status 77 (ctest: Skipped) when fewer than n GPUs are visible
   --fused-rmsnorm            time all-reduce + residual add + RMSNorm instead: fused
@@ -239,6 +242,8 @@ bool parseArgs(int argc, char** argv, Args* a, std::string* error) {
       a->algos.push_back(v);
     } else if (f == "--require-gpus") {
       if (!value() || !parseInt(v, 0, &a->requireGpus)) return error->empty() ? bad("expected an integer >= 0") : false;
+    } else if (f == "--vs-best") {
+      a->vsBest = true;
     } else if (f == "--fused-rmsnorm") {
       a->fusedRmsnorm = true;
     } else if (f == "--hidden") {
@@ -270,6 +275,18 @@ bool parseArgs(int argc, char** argv, Args* a, std::string* error) {
   if (a->fusedRmsnorm && (a->dtypes.size() > 1 || a->ops.size() > 1)) {
     *error = "--fused-rmsnorm takes one -d and sums: -d all / -o all apply to the all-reduce tables only";
     return false;
+  }
+  if (a->vsBest) {
+    bool haveAuto = false, haveForced = false;
+    for (const std::string& x : a->algos) {
+      haveAuto = haveAuto || x == "auto";
+      haveForced = haveForced || (x != "auto" && x != "nccl");
+    }
+    if (!haveAuto || !haveForced || a->fusedRmsnorm) {
+      *error = "--vs-best compares -A auto with forced algorithms: give -A auto and at least one -A <algorithm> "
+               "(e.g. -A auto -A lamport_p2p -A twoshot_p2p), without --fused-rmsnorm";
+      return false;
+    }
   }
   if (a->nGpus > 1 && a->nThreads > 1) {
     *error = "-g and -t together are not supported: use -g N (one thread, N GPUs) or -t N (N threads)";

@@ -24,6 +24,7 @@
 #include "bench_bandwidth.h"
 #include "bench_report.h"
 #include "bench_runner.h"
+#include "bench_vs_best.h"
 #include "bench_world.h"
 #include "tpcomm/version.h"
 
@@ -362,6 +363,16 @@ int runController(const RunInfo& info, tpcomm::Bootstrap* bootstrap, int firstRa
   }
   if (main) {
     printSideBySide(tables);
+    if (args.vsBest) {
+      // Issue 20's target: auto within 3% of the best single algorithm (after tpcomm-doctor --tune).
+      const std::vector<VsBestRow> vs = compareWithBest(tables);
+      printVsBest(vs, 0.03);
+      json["vs_best"] = nlohmann::json::array();
+      for (const VsBestRow& r : vs)
+        json["vs_best"].push_back({{"size", r.bytes}, {"type", r.type}, {"redop", r.redop}, {"auto_us", r.autoUs},
+                                   {"auto_algorithm", r.autoAlgo}, {"best_us", r.bestUs},
+                                   {"best_algorithm", r.bestAlgo}, {"ratio", r.ratio}});
+    }
     std::printf("# Collective test concluded: %s (%s)\n", benchName(args.coll), status ? "FAILED" : "OK");
     json["end_time"] = nowText();
     json["status"] = status ? "FAILED" : "OK";

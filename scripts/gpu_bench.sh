@@ -7,7 +7,9 @@
 # selector's choice, which the auto table already shows). Then the fused epilogue table and the
 # Qwen3-32B TP=2 matrix (examples/qwen_tp). Logs in OUTDIR/logs.tgz. PART=allreduce,
 # PART=halves (reduce_scatter_perf / all_gather_perf vs NCCL) or PART=qwen runs one part (each
-# fits one 10-minute device call); default all.
+# fits one 10-minute device call); default all. PART=tune (not in all): issue 20's measured
+# selection: auto vs the best single algorithm with the model only, tpcomm-doctor --tune into a
+# fresh cache, the same table again with the measured selection.
 PART=${PART:-all}
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 [ -x "$B/bench/allreduce_perf" ] && [ -x "$B/bench/all_gather_perf" ] || gpu_build
@@ -32,6 +34,17 @@ for h in reduce_scatter all_gather; do
   b "$h" 90 $MPI "$B/bench/${h}_perf" -d bf16 -c 1 -b 8 -e 64M -f 4 -A auto -A nccl --json "$L/$h.json"
   b "${h}_graph" 90 $MPI "$B/bench/${h}_perf" -d bf16 -c 1 -b 8 -e 64M -f 4 -G 20 -A auto -A nccl
 done
+fi
+if [ "$PART" = tune ]; then
+export XDG_CACHE_HOME=$L/cache  # a fresh cache: the tuning file written now, and only it (mpirun -x needs each set)
+V="$MPI -x XDG_CACHE_HOME -x TPCOMM_TUNE -x TPCOMM_DEBUG -x TPCOMM_DEBUG_SUBSYS $B/bench/allreduce_perf -d bf16 -c 1 -b 8 -e 256M -f 4"
+VA="-A auto -A lamport_p2p -A oneshot_p2p -A twoshot_p2p -A staged_host -A ring_nccl --vs-best"
+TPCOMM_TUNE=0 TPCOMM_DEBUG=WARN TPCOMM_DEBUG_SUBSYS=ALL b tune_model 150 $V $VA --json "$L/tune_model.json"
+b tune 240 "$B/tools/tpcomm-doctor" --tune --tune-seconds 200
+TPCOMM_TUNE=1 TPCOMM_DEBUG=INFO TPCOMM_DEBUG_SUBSYS=INIT,TUNE b tune_measured 150 $V $VA --json "$L/tune_measured.json"
+cp "$XDG_CACHE_HOME/tpcomm/tune.json" "$L/" 2>/dev/null || true
+for f in tune_model tune_measured; do echo "== $f"; sed -n '/auto vs the best/,/^#$/p' "$L/$f.txt"; done
+grep -a "tuning file:" "$L/tune_measured.txt" | head -2
 fi
 if [ "$PART" = all ] || [ "$PART" = qwen ]; then
 Q="$B/examples/qwen_tp/qwen_tp --model-preset qwen3-32b --tp 2 --prompt-tokens 512 --n-predict 256 --ctx-size 1024"

@@ -12,6 +12,7 @@
 #include "collectives/cost_model.h"
 #include "collectives/registry.h"
 #include "collectives/selector.h"
+#include "collectives/tuning_load.h"
 #include "common/params.h"
 #include "topology/diagnose.h"
 #include "tpcomm/version.h"
@@ -84,13 +85,16 @@ DoctorReport buildDoctorReport(const MachineProbe& m, const ProbeSource& src, co
   }
 
   Topology topo;
+  TuningState tune;
   if (m.gpus.empty()) {
     add(&o, "\nno GPUs: %s\n", m.gpuError.empty() ? "CUDA reports none" : m.gpuError.c_str());
     add(&o, "host path: ranks without GPUs (device -1) all-reduce through shared host memory (staged_host);\n");
-    add(&o, "all-reduce algorithm per size for 2 host ranks in one process (f32):\n");
     topo = Topology::host(2, true);
-    o += describeSelection(algos, topo, ovr, DataType::kF32, false);
-    j["selection"] = describeSelection(algos, topo, ovr, DataType::kF32, false);
+    tune = readTuning(topo);
+    add(&o, "tuning file: %s: %s\n", tune.path.empty() ? "-" : tune.path.c_str(), tune.state.c_str());
+    add(&o, "all-reduce algorithm per size for 2 host ranks in one process (f32):\n");
+    j["selection"] = describeSelection(algos, topo, ovr, DataType::kF32, false, tune.table.get());
+    o += j["selection"].get<std::string>();
   } else {
     topo = machineTopology(m, gpus);
     add(&o, "\ndevices:\n");
@@ -182,11 +186,13 @@ DoctorReport buildDoctorReport(const MachineProbe& m, const ProbeSource& src, co
     const std::string costs = costModelSource(topo);
     add(&o, "\ncosts: %s\n", costs.c_str());
     j["costs"] = costs;
+    tune = readTuning(topo);
+    add(&o, "tuning file: %s: %s\n", tune.path.empty() ? "-" : tune.path.c_str(), tune.state.c_str());
     add(&o, "all-reduce algorithm per size (bf16, eager, %d ranks):\n", topo.nRanks());
-    std::string sel = describeSelection(algos, topo, ovr, DataType::kBF16, false);
+    std::string sel = describeSelection(algos, topo, ovr, DataType::kBF16, false, tune.table.get());
     o += sel;
-    add(&o, "under CUDA graph capture:\n");
-    std::string selG = describeSelection(algos, topo, ovr, DataType::kBF16, true);
+    add(&o, "under CUDA graph capture (the tuning file holds eager times):\n");
+    std::string selG = describeSelection(algos, topo, ovr, DataType::kBF16, true, tune.table.get());
     o += selG;
     j["selection"] = sel;
     j["selection_graph"] = selG;
@@ -201,17 +207,19 @@ DoctorReport buildDoctorReport(const MachineProbe& m, const ProbeSource& src, co
     for (bool capturing : {false, true}) {
       if (m.gpus.empty() && capturing) continue;  // host ranks have no graphs
       for (size_t bytes = 1024; bytes <= (size_t{1} << 30); bytes *= 4)
-        if (selectAlgorithms(algos, topo, {CollKind::kAllReduce, dt, ReduceOp::kSum, bytes, capturing}, det).empty())
+        if (selectAlgorithms(algos, topo, {CollKind::kAllReduce, dt, ReduceOp::kSum, bytes, capturing}, det, true,
+                             tune.table.get())
+                .empty())
           ++unserved;
     }
     add(&o, "\ndeterministic mode (TPCOMM_DETERMINISTIC=1): %s\n",
         unserved == 0 ? (m.gpus.empty() ? "serves every size" : "serves every size, eager and in CUDA graphs")
                       : "cannot serve every size here (the sizes marked 'no algorithm' below fail)");
-    std::string detSel = describeSelection(algos, topo, det, dt, false);
+    std::string detSel = describeSelection(algos, topo, det, dt, false, tune.table.get());
     o += detSel;
     if (!m.gpus.empty()) {
       add(&o, "under CUDA graph capture:\n");
-      o += describeSelection(algos, topo, det, dt, true);
+      o += describeSelection(algos, topo, det, dt, true, tune.table.get());
     }
     j["deterministic_serves_every_size"] = unserved == 0;
     j["selection_deterministic"] = detSel;
@@ -250,6 +258,7 @@ DoctorReport buildDoctorReport(const MachineProbe& m, const ProbeSource& src, co
   j["source"] = {{"how", src.how}, {"ms", src.ms}, {"cache_path", src.cachePath}, {"cache_note", src.cacheNote}};
   j["topology"] = nlohmann::json::parse(topo.toJson(), nullptr, false);
   j["transports"] = jt;
+  j["tuning"] = {{"path", tune.path}, {"state", tune.state}, {"warning", tune.warning}, {"measured", tune.table != nullptr}};
   j["algorithms"] = ja;
   j["params"] = jp;
   j["problems"] = r.problems;

@@ -3,6 +3,8 @@
 // data-verifies P2P with a time limit), then prints what tpcomm will do and why (doctor_report.h).
 //   tpcomm-doctor [--json] [--measure] [--no-cache] [--timeout-ms N] [--gpus 0,1]
 //                 [--sysfs-root DIR] [--machine-json FILE] [--params] [--clean]
+//   tpcomm-doctor --tune [--host] [--tune-ranks 2,4] [--tune-min-bytes 8] [--tune-max-bytes 256M]
+//                 [--tune-step 4] [--tune-repeats 5] [--tune-seconds 300]   (doctor_tune.h)
 // Exit code: 0 fine (also: no GPU), 1 usage, 2 something is broken (a P2P check failed).
 // Hidden: --probe-child (the probe child itself; see probe_child.h).
 #include <cstdio>
@@ -17,6 +19,7 @@
 
 #include "common/params.h"
 #include "doctor_report.h"
+#include "doctor_tune.h"
 #include "topology/p2p_verify.h"
 #include "topology/probe.h"
 #include "transports/host_staged.h"
@@ -27,6 +30,8 @@ void usage() {
   std::fprintf(stderr,
                "usage: tpcomm-doctor [--json] [--measure] [--no-cache] [--timeout-ms N] [--gpus 0,1,...]\n"
                "                     [--sysfs-root DIR] [--machine-json FILE] [--params] [--clean]\n"
+               "       tpcomm-doctor --tune [--host] [--tune-ranks LIST] [--tune-min-bytes B] [--tune-max-bytes B]\n"
+               "                     [--tune-step F] [--tune-repeats N] [--tune-seconds S]\n"
                "  --json          machine-readable report\n"
                "  --measure       also measure per-pair copy/SM-store bandwidth and flag round trip\n"
                "  --no-cache      re-probe (same as TPCOMM_TOPO_CACHE=0); the cache is refreshed\n"
@@ -36,6 +41,12 @@ void usage() {
                "  --machine-json F  report on a saved machine probe (e.g. from --json's \"machine\")\n"
                "  --params        list every TPCOMM_ parameter with its value in force\n"
                "  --clean         remove this user's /dev/shm/tpcomm-<pid>-* segments whose process is gone\n"
+               "  --tune          time every usable all-reduce algorithm per size, dtype class and rank count\n"
+               "                  (ranks as threads: GPU i for rank i, or host ranks) and write the tuning\n"
+               "                  file the selector reads ($XDG_CACHE_HOME/tpcomm/tune.json; TPCOMM_TUNE=0\n"
+               "                  ignores it). With it: --host (host ranks), --tune-ranks 2,4,\n"
+               "                  --tune-min-bytes 8, --tune-max-bytes 256M (host: 16M), --tune-step 4,\n"
+               "                  --tune-repeats 5, --tune-seconds 300 (bound on the whole run)\n"
                "exit: 0 fine or no GPU, 1 usage error, 2 something is broken\n");
 }
 
@@ -44,7 +55,8 @@ void usage() {
 int main(int argc, char** argv) {
   using namespace tpcomm;
   if (argc > 1 && std::strcmp(argv[1], "--probe-child") == 0) return probeChildMain(argc - 2, argv + 2);
-  bool json = false, measure = false, noCache = false;
+  bool json = false, measure = false, noCache = false, tune = false;
+  TuneOptions tuneOpts;
   int timeoutMs = 0;
   std::string sysfsRoot = "/", machineJson, gpuList;
   for (int i = 1; i < argc; ++i) {
@@ -53,6 +65,20 @@ int main(int argc, char** argv) {
     if (a == "--json") json = true;
     else if (a == "--measure") measure = true;
     else if (a == "--no-cache") noCache = true;
+    else if (a == "--tune") tune = true;
+    else if (a == "--host") tuneOpts.hostRanks = true;
+    else if (a.rfind("--tune-", 0) == 0) {
+      const char* v = next();
+      std::string error;
+      if (!v) error = a + " needs a value";
+      if (v && !parseTuneOption(a, v, &tuneOpts, &error)) {
+        if (error.rfind("unknown option", 0) == 0) error = "unknown argument '" + a + "'";
+      } else if (v) {
+        continue;
+      }
+      std::fprintf(stderr, "tpcomm-doctor: %s\n", error.c_str());
+      return 1;
+    }
     else if (a == "--clean") {
       // A process killed while it set up staged_host's shared segment leaves it behind
       // (communicators clean these too when they make one; docs/reliability.md).
@@ -90,6 +116,12 @@ int main(int argc, char** argv) {
       usage();
       return 1;
     }
+  }
+
+  if (tune) return runTune(tuneOpts);
+  if (tuneOpts.hostRanks || !tuneOpts.rankCounts.empty()) {
+    std::fprintf(stderr, "tpcomm-doctor: --host and --tune-* options go with --tune\n");
+    return 1;
   }
 
   MachineProbe m;

@@ -39,7 +39,8 @@ enum class Collective : int { kAllReduce = 0, kReduceScatter = 1, kAllGather = 2
 /// One algorithm the selector considers for a call (Communicator::explainAllReduce).
 struct AlgorithmChoice {
   std::string name;        ///< e.g. "lamport_p2p", "ring_nccl"
-  double costUs = 0;       ///< the cost model's prediction for this call, in microseconds
+  double costUs = 0;       ///< predicted time of this call in microseconds: measured on this machine by
+                           ///< tpcomm-doctor --tune where its table covers the call, else the cost model's
   bool forced = false;     ///< placed first by TPCOMM_ALGO / Config::algo rather than by cost
   bool available = false;  ///< its transport came up here; false: listed for comparison only
 };

@@ -166,7 +166,7 @@ Status agreeOnSettings(Bootstrap& bs, const Config& config, AlgoOverride* ovr) {
   static const ParamId kShared[] = {ParamId::kP2pBlocks,        ParamId::kTwoshotBlocks,   ParamId::kFusedBlocksPerRow,
                                     ParamId::kLamportMaxBytes,  ParamId::kOneshotMaxBytes, ParamId::kTwoshotChunkBytes,
                                     ParamId::kStagedChunkBytes, ParamId::kStagedSlots,     ParamId::kStagedBlocks,
-                                    ParamId::kCheckCalls};
+                                    ParamId::kCheckCalls,       ParamId::kTune};
   constexpr size_t kN = sizeof(kShared) / sizeof(kShared[0]);
   struct Shared {
     int64_t v[kN];

@@ -87,7 +87,7 @@ const Communicator::Impl::CachedSelection& lookupSelection(Communicator::Impl& i
       impl.lastSelection = nullptr;
     }
     Communicator::Impl::CachedSelection e;
-    e.sel = selectForShape(impl.algoList, impl.ctx->topo, AlgoQuery::of(a), impl.override);
+    e.sel = selectForShape(impl.algoList, impl.ctx->topo, AlgoQuery::of(a), impl.override, impl.tuning.table.get());
     e.deferCaptureQuery = impl.ctx->device >= 0 && e.sel.sameFirst && e.sel.eager[0].algo->launchesOnly();
     hit = impl.selectionCache.emplace(key, std::move(e)).first;
   }

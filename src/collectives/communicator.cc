@@ -79,6 +79,7 @@ Status Communicator::create(Bootstrap& bootstrap, int device, const Config& conf
   impl->bootstrap = &bootstrap;
   TPCOMM_TRY(agreeOnSettings(bootstrap, config, &impl->override));
   TPCOMM_TRY(initContext(bootstrap, device, config, impl->ctx.get()));
+  TPCOMM_TRY(loadTuning(bootstrap, impl->ctx->topo, &impl->tuning));
   impl->algos = makeAlgorithms(impl->ctx.get());
   impl->algoList = rawList(impl->algos);
   TPCOMM_TRY(preloadAlgorithms(bootstrap, *impl->ctx, impl->algos));
@@ -217,7 +218,8 @@ Status Communicator::explainCollective(Collective kind, size_t count, DataType d
   TPCOMM_TRY(validateCall(what, &probe, &probe, count, dtype, op, impl_->ctx->nRanks, k != CollKind::kAllReduce));
   const size_t pieces = k == CollKind::kAllReduce ? 1 : static_cast<size_t>(impl_->ctx->nRanks);
   const AlgoQuery q{k, dtype, op, count * dataTypeSize(dtype) * pieces, capturing};
-  for (const Candidate& c : selectAlgorithms(impl_->algoList, impl_->ctx->topo, q, impl_->override, false))
+  for (const Candidate& c :
+       selectAlgorithms(impl_->algoList, impl_->ctx->topo, q, impl_->override, false, impl_->tuning.table.get()))
     out->push_back({c.algo->name(), c.costUs, c.forced, c.algo->available()});
   return Status::kOk;
 }

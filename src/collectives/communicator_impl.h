@@ -15,6 +15,7 @@
 #include "collectives/algo_override.h"
 #include "collectives/bring_up.h"
 #include "collectives/selector.h"
+#include "collectives/tuning_load.h"
 #include "common/error.h"
 #include "tpcomm/communicator.h"
 
@@ -28,6 +29,7 @@ struct Communicator::Impl {
   std::vector<Algorithm*> algoList;
   AlgoOverride override;
   TransportReport transports;
+  TuningState tuning;  // the measured table the selector uses (null: the cost model only)
   const char* lastAlgorithm = "none";  // an algorithm's name() (static storage)
   bool destroyed = false;
   // The stream of the previous GPU call and the event that orders a call on another stream after

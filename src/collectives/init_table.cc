@@ -47,8 +47,16 @@ std::string initTable(const Communicator::Impl& impl) {
     out += line;
   }
   out += "  costs: " + costModelSource(t) + "\n";
-  out += "  all-reduce algorithm per size (bf16, eager):\n";
-  out += describeSelection(impl.algoList, t, impl.override, DataType::kBF16, false);
+  out += "  tuning file: " + (impl.tuning.path.empty() ? std::string("-") : impl.tuning.path) + ": " +
+         impl.tuning.state + "\n";
+  const TuningTable* measured = impl.tuning.table.get();
+  const DataType dt = t.allHost() ? DataType::kF32 : DataType::kBF16;
+  out += std::string("  all-reduce algorithm per size (") + dataTypeName(dt) + ", eager):\n";
+  out += describeSelection(impl.algoList, t, impl.override, dt, false, measured);
+  if (measured && !t.allHost()) {  // the table holds eager times: graphs stay modelled
+    out += "  under CUDA graph capture:\n";
+    out += describeSelection(impl.algoList, t, impl.override, dt, true, measured);
+  }
   return out;
 }
 

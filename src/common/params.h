@@ -37,6 +37,7 @@ namespace tpcomm {
   X(TopoCache, "TOPO_CACHE", "1", kBool, 0, 1, "reuse the cached topology probe ($XDG_CACHE_HOME/tpcomm); 0: re-probe and refresh it") \
   X(TopoTimeoutMs, "TOPO_TIMEOUT_MS", "8000", kInt, 1, INT32_MAX, "time limit of the P2P-check child process (keep below TIMEOUT_MS)") \
   X(TopoHelper, "TOPO_HELPER", "", kText, 0, 0, "path of the probe helper (tpcomm-doctor); default: found beside libtpcomm") \
+  X(Tune, "TUNE", "1", kBool, 0, 1, "order algorithms by the times tpcomm-doctor --tune measured ($XDG_CACHE_HOME/tpcomm/tune.json) where it covers a call; 0: the cost model only") \
   X(Shim, "SHIM", "1", kBool, 0, 1, "libtpcomm_nccl.so routes eligible ncclAllReduce calls to tpcomm (0: pure passthrough)") \
   X(NcclLibrary, "NCCL_LIBRARY", "", kText, 0, 0, "path of the real NCCL under libtpcomm_nccl.so; default: the engine's loaded libnccl.so.2") \
   X(SocketFamily, "SOCKET_FAMILY", "", kText, 0, 0, "socket bootstrap: AF_INET, AF_INET6 or empty (either)") \

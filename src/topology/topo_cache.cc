@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "common/error.h"
@@ -137,19 +136,34 @@ Status loadTopoCache(const std::string& path, const std::string& driverVersion, 
 }
 
 Status storeTopoCache(const std::string& path, const MachineProbe& m) {
+  return writeFileAtomically(path, m.toJson(1) + "\n");
+}
+
+Status writeFileAtomically(const std::string& path, const std::string& text) {
   size_t slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  if (!mkdirs(dir)) return TPCOMM_ERROR(kSystemError, "topology cache: mkdir %s: %s", dir.c_str(), std::strerror(errno));
+  if (!mkdirs(dir)) return TPCOMM_ERROR(kSystemError, "mkdir %s: %s", dir.c_str(), std::strerror(errno));
   std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    if (!f) return TPCOMM_ERROR(kSystemError, "topology cache: cannot write %s: %s", tmp.c_str(), std::strerror(errno));
-    f << m.toJson(1) << "\n";
-    if (!f) return TPCOMM_ERROR(kSystemError, "topology cache: write %s failed", tmp.c_str());
+  // O_EXCL: never write through a link someone left at the temp name; 0600: the user's own.
+  std::remove(tmp.c_str());
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return TPCOMM_ERROR(kSystemError, "cannot create %s: %s", tmp.c_str(), std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t w = write(fd, text.data() + done, text.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    done += static_cast<size_t>(w);
+  }
+  const int err = errno;
+  if (close(fd) != 0 || done != text.size()) {
+    std::remove(tmp.c_str());
+    return TPCOMM_ERROR(kSystemError, "write %s failed: %s", tmp.c_str(), std::strerror(err));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
     std::remove(tmp.c_str());
-    return TPCOMM_ERROR(kSystemError, "topology cache: rename to %s: %s", path.c_str(), std::strerror(errno));
+    return TPCOMM_ERROR(kSystemError, "rename to %s: %s", path.c_str(), std::strerror(e));
   }
   return Status::kOk;
 }

@@ -42,4 +42,9 @@ Status loadTopoCache(const std::string& path, const std::string& driverVersion, 
 /// Writes atomically (temp file + rename), creating the directory. kSystemError on failure.
 Status storeTopoCache(const std::string& path, const MachineProbe& m);
 
+/// Writes `text` to `path` atomically: the directory is created (mode 0700), the text goes to
+/// a new private temp file beside it (mode 0600), which is renamed over `path`, so a reader
+/// sees the old file or the new one, never half of one. kSystemError naming the step on failure.
+Status writeFileAtomically(const std::string& path, const std::string& text);
+
 }  // namespace tpcomm

@@ -13,7 +13,7 @@ build="${1:?usage: run_fuzz.sh <build-dir> [seconds] [target...]}"
 seconds="${2:-20}"
 shift $(( $# >= 2 ? 2 : 1 ))
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(fuzz_topology_json fuzz_algo_override fuzz_params fuzz_qwen_config fuzz_safetensors)
+[ ${#targets[@]} -eq 0 ] && targets=(fuzz_topology_json fuzz_algo_override fuzz_params fuzz_tuning_file fuzz_qwen_config fuzz_safetensors)
 jobs="${TPCOMM_FUZZ_JOBS:-1}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
