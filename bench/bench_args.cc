@@ -146,6 +146,9 @@ tpcomm extras:
   -J, --json <file>          write every row (and the run's configuration) as JSON
   --host                     host ranks (device -1) even where GPUs exist
   --require-gpus <n>         exit with status 77 (ctest: Skipped) when fewer than n GPUs are visible
+  --compression <fp8|int8>   compressed all-reduce (Config::compression): random normal inputs
+                             with outliers, and the columns maxabs (largest |error|) and
+                             rmsrel (||error|| / ||exact||) against the fp64 sum replace #wrong
   --fused-rmsnorm            time all-reduce + residual add + RMSNorm instead: fused
                              (allReduceResidualRmsNorm) vs tpcomm all-reduce + norm kernel vs NCCL
                              + the same kernel, rows 1..512 (doubling); -d, -n, -w, -K, -G apply
@@ -239,6 +242,9 @@ bool parseArgs(int argc, char** argv, Args* a, std::string* error) {
       a->algos.push_back(v);
     } else if (f == "--require-gpus") {
       if (!value() || !parseInt(v, 0, &a->requireGpus)) return error->empty() ? bad("expected an integer >= 0") : false;
+    } else if (f == "--compression") {
+      if (!value()) return false;
+      if (!tpcomm::parseCompression(v.c_str(), &a->compression)) return bad("expected none, fp8 or int8");
     } else if (f == "--fused-rmsnorm") {
       a->fusedRmsnorm = true;
     } else if (f == "--hidden") {
@@ -269,6 +275,11 @@ bool parseArgs(int argc, char** argv, Args* a, std::string* error) {
   if (a->coll == Coll::kAllGather) a->ops = {tpcomm::ReduceOp::kSum};  // no reduction: one table, redop "none"
   if (a->fusedRmsnorm && (a->dtypes.size() > 1 || a->ops.size() > 1)) {
     *error = "--fused-rmsnorm takes one -d and sums: -d all / -o all apply to the all-reduce tables only";
+    return false;
+  }
+  if (a->compression != tpcomm::Compression::kNone &&
+      (a->coll != Coll::kAllReduce || a->fusedRmsnorm || a->ops.size() != 1 || a->ops[0] != tpcomm::ReduceOp::kSum)) {
+    *error = "--compression: all-reduce sums only (allreduce_perf, -o sum, no --fused-rmsnorm): only sums are compressed";
     return false;
   }
   if (a->nGpus > 1 && a->nThreads > 1) {

@@ -2,7 +2,7 @@
 // all_reduce_perf ones (-b -e -f -i -n -w -c -d -o -G -g -t), so a command line written for
 // nccl-tests runs unchanged, -d all / -o all, -J (JSON) and -R (buffer registration: only 0, as
 // tpcomm registers nothing) included; tpcomm's extras are -A (which implementation),
-// -K (repeats), --json and --host.
+// -K (repeats), --json, --host and --compression (accuracy columns instead of #wrong).
 #pragma once
 
 #include <cstddef>
@@ -46,6 +46,7 @@ struct Args {
   std::string jsonPath;            // --json or -J (nccl-tests' --output_file)
   bool hostRanks = false;          // --host: host-memory ranks even where GPUs exist
   int requireGpus = 0;             // --require-gpus N: exit 77 (ctest's skip) with fewer GPUs
+  tpcomm::Compression compression = tpcomm::Compression::kNone;  // --compression fp8|int8
   bool fusedRmsnorm = false;       // --fused-rmsnorm: all-reduce + residual + RMSNorm (bench_fused.cc)
   int fusedHidden = 5120;          // --hidden N: row length of --fused-rmsnorm
   bool help = false;
