@@ -149,6 +149,9 @@ tpcomm extras:
                              only where that algorithm ran the size) and the ratio auto / best
   --host                     host ranks (device -1) even where GPUs exist
   --require-gpus <n>         exit with status 77 (ctest: Skipped) when fewer than n GPUs are visible
+  --compression <fp8|int8>   compressed all-reduce (Config::compression): random normal inputs
+                             with outliers, and the columns maxabs (largest |error|) and
+                             rmsrel (||error|| / ||exact||) against the fp64 sum replace #wrong
   --fused-rmsnorm            time all-reduce + residual add + RMSNorm instead: fused
                              (allReduceResidualRmsNorm) vs tpcomm all-reduce + norm kernel vs NCCL
                              + the same kernel, rows 1..512 (doubling); -d, -n, -w, -K, -G apply
@@ -244,6 +247,9 @@ bool parseArgs(int argc, char** argv, Args* a, std::string* error) {
       if (!value() || !parseInt(v, 0, &a->requireGpus)) return error->empty() ? bad("expected an integer >= 0") : false;
     } else if (f == "--vs-best") {
       a->vsBest = true;
+    } else if (f == "--compression") {
+      if (!value()) return false;
+      if (!tpcomm::parseCompression(v.c_str(), &a->compression)) return bad("expected none, fp8 or int8");
     } else if (f == "--fused-rmsnorm") {
       a->fusedRmsnorm = true;
     } else if (f == "--hidden") {
@@ -287,6 +293,11 @@ bool parseArgs(int argc, char** argv, Args* a, std::string* error) {
                "(e.g. -A auto -A lamport_p2p -A twoshot_p2p), without --fused-rmsnorm";
       return false;
     }
+  }
+  if (a->compression != tpcomm::Compression::kNone &&
+      (a->coll != Coll::kAllReduce || a->fusedRmsnorm || a->ops.size() != 1 || a->ops[0] != tpcomm::ReduceOp::kSum)) {
+    *error = "--compression: all-reduce sums only (allreduce_perf, -o sum, no --fused-rmsnorm): only sums are compressed";
+    return false;
   }
   if (a->nGpus > 1 && a->nThreads > 1) {
     *error = "-g and -t together are not supported: use -g N (one thread, N GPUs) or -t N (N threads)";

@@ -2,7 +2,7 @@
 // all_reduce_perf ones (-b -e -f -i -n -w -c -d -o -G -g -t), so a command line written for
 // nccl-tests runs unchanged, -d all / -o all, -J (JSON) and -R (buffer registration: only 0, as
 // tpcomm registers nothing) included; tpcomm's extras are -A (which implementation),
-// -K (repeats), --vs-best, --json and --host.
+// -K (repeats), --vs-best, --json, --host and --compression (accuracy columns instead of #wrong).
 #pragma once
 
 #include <cstddef>
@@ -47,6 +47,7 @@ struct Args {
   bool hostRanks = false;          // --host: host-memory ranks even where GPUs exist
   int requireGpus = 0;             // --require-gpus N: exit 77 (ctest's skip) with fewer GPUs
   bool vsBest = false;             // --vs-best: auto's time beside the best forced algorithm's (bench_vs_best.h)
+  tpcomm::Compression compression = tpcomm::Compression::kNone;  // --compression fp8|int8
   bool fusedRmsnorm = false;       // --fused-rmsnorm: all-reduce + residual + RMSNorm (bench_fused.cc)
   int fusedHidden = 5120;          // --hidden N: row length of --fused-rmsnorm
   bool help = false;

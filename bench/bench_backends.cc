@@ -154,8 +154,9 @@ CollBuffers collBuffers(Coll coll, const LocalRank& r, bool inPlace, size_t coun
 }
 
 std::unique_ptr<Backend> makeTpcommBackend(World& world, const std::vector<LocalRank>& ranks, const std::string& algo,
-                                           std::string* error, Coll coll) {
+                                           std::string* error, Coll coll, tpcomm::Compression compression) {
   tpcomm::Config config;
+  config.compression = compression;
   if (algo != "auto") {
     config.algo = algo;
     // A forced selection that does not name NCCL must not fall back to it silently.

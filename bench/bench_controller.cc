@@ -119,6 +119,10 @@ void fail(const World& w, const std::string& msg) {
 nlohmann::json resultJson(const Result& r) {
   nlohmann::json j = {{"time", r.timeUs}, {"alg_bw", r.algBw}, {"bus_bw", r.busBw}, {"algorithm", r.algo}};
   j["nwrong"] = r.wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.wrong);
+  if (r.maxAbsErr >= 0) {
+    j["max_abs_error"] = r.maxAbsErr;
+    j["rms_rel_error"] = r.rmsRelErr;
+  }
   return j;
 }
 
@@ -291,7 +295,7 @@ int runController(const RunInfo& info, tpcomm::Bootstrap* bootstrap, int firstRa
   int status = 0;
   for (const std::string& algo : args.algos) {
     std::unique_ptr<Backend> backend =
-        algo == "nccl" ? makeNcclBackend(world, ranks, &error, args.coll) : makeTpcommBackend(world, ranks, algo, &error, args.coll);
+        algo == "nccl" ? makeNcclBackend(world, ranks, &error, args.coll) : makeTpcommBackend(world, ranks, algo, &error, args.coll, args.compression);
     if (!backend) fail(world, "-A " + algo + ": " + error);
     if (!allOk(world, backend != nullptr)) {
       status = 1;
@@ -302,7 +306,7 @@ int runController(const RunInfo& info, tpcomm::Bootstrap* bootstrap, int firstRa
     if (main) {
       std::printf("#\n# -A %s: %s\n", algo.c_str(),
                   algo == "auto" ? "tpcomm, algorithm chosen by the selector" : algo == "nccl" ? "NCCL itself" : "tpcomm, Config::algo forced");
-      printTableHeader();
+      printTableHeader(args.compression != tpcomm::Compression::kNone);
     }
     bool tableOk = true;
     // As nccl-tests: every size of one type and op, then the next op, then the next type.
@@ -326,9 +330,15 @@ int runController(const RunInfo& info, tpcomm::Bootstrap* bootstrap, int firstRa
               res.algo = backend->lastAlgorithm();
               if (tableOk && args.check) {
                 int64_t wrong = 0;
-                tableOk =
-                    checkCollective(world, *backend, ranks, inPlace, count, dtype, op, args.graphLaunches > 0, &wrong, &error);
-                res.wrong = world.sumOf(tableOk ? wrong : 0);
+                double accuracy[2] = {0, 0};
+                const bool measureError = args.compression != tpcomm::Compression::kNone && algo != "nccl";
+                tableOk = checkCollective(world, *backend, ranks, inPlace, count, dtype, op, args.graphLaunches > 0,
+                                          &wrong, &error, measureError ? accuracy : nullptr);
+                res.wrong = measureError ? -1 : world.sumOf(tableOk ? wrong : 0);
+                if (measureError) {  // every rank holds the same bits: the worst controller's figure
+                  res.maxAbsErr = world.maxOf(accuracy[0]);
+                  res.rmsRelErr = world.maxOf(accuracy[1]);
+                }
               }
               if (!tableOk)
                 fail(world, "-A " + algo + ", " + row.type + " " + row.redop + ", " + std::to_string(row.bytes) + " B: " + error);

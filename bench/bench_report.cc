@@ -39,12 +39,13 @@ std::string fixedWidth(double v, int width) {
   return buf;
 }
 
-void printTableHeader() {
+void printTableHeader(bool accuracy) {
   std::printf("#\n");
   std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "",
               "", "", "");
-  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s  %s\n", "size", "count", "type",
-              "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "algo");
+  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s  %s%s\n", "size", "count", "type",
+              "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "algo",
+              accuracy ? "  maxabs  rmsrel (out-of-place, vs the fp64 sum)" : "");
   std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s  %s\n", "(B)", "(elements)", "", "",
               "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "");
   std::fflush(stdout);
@@ -62,7 +63,10 @@ void printRow(const Row& row) {
   printResult(row.inPlace);
   std::string algo = row.outOfPlace.algo;
   if (row.inPlace.algo != row.outOfPlace.algo) algo += "/" + row.inPlace.algo;
-  std::printf("  %s\n", algo.c_str());
+  std::printf("  %s", algo.c_str());
+  if (row.outOfPlace.maxAbsErr >= 0 || std::isnan(row.outOfPlace.maxAbsErr))
+    std::printf("  %.3e  %.3e", row.outOfPlace.maxAbsErr, row.outOfPlace.rmsRelErr);
+  std::printf("\n");
   std::fflush(stdout);
 }
 

@@ -17,6 +17,7 @@ struct Result {
   double algBw = 0;  ///< GB/s = bytes / time
   double busBw = 0;  ///< algBw * 2(n-1)/n
   int64_t wrong = -1;  ///< -1: not checked (printed N/A)
+  double maxAbsErr = -1, rmsRelErr = -1;  ///< --compression: accuracy (< 0: not measured)
   std::string algo;
 };
 
@@ -36,7 +37,8 @@ struct Table {
 };
 
 /// Column header lines (the two-line nccl-tests header plus units).
-void printTableHeader();
+/// With `accuracy` (--compression), two more columns after algo: maxabs and rmsrel (out-of-place).
+void printTableHeader(bool accuracy = false);
 /// One row; flushes stdout.
 void printRow(const Row& row);
 /// "# Out of bounds values : N OK|FAILED" and "# Avg bus bandwidth : X".

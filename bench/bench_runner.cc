@@ -8,10 +8,13 @@
 // The result is the median batch time divided by the collectives per batch.
 #include "bench_runner.h"
 
+#include "bench_error.h"
+
 #include <cstdint>
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
 
 #include "bench_data.h"
@@ -229,10 +232,17 @@ bool timeCollective(World& world, Backend& backend, std::vector<LocalRank>& rank
 }
 
 bool checkCollective(World& world, Backend& backend, std::vector<LocalRank>& ranks, bool inPlace, size_t count,
-                     tpcomm::DataType dtype, tpcomm::ReduceOp op, bool graph, int64_t* wrong, std::string* error) {
+                     tpcomm::DataType dtype, tpcomm::ReduceOp op, bool graph, int64_t* wrong, std::string* error,
+                     double* accuracy) {
   const size_t es = tpcomm::dataTypeSize(dtype);
   const int n = world.nRanks();
   const Coll coll = backend.coll();
+  auto fill = [&](void* dst, size_t elems, int rank) {
+    if (accuracy)
+      fillErrorInput(dst, elems, dtype, rank);
+    else
+      fillInput(dst, elems, dtype, rank, n);
+  };
   // Host images of what each rank's buffers must hold before the call: the input (element
   // first.. of rank r's values) and poison everywhere the output goes that is not input.
   for (LocalRank& r : ranks) {
@@ -242,12 +252,12 @@ bool checkCollective(World& world, Backend& backend, std::vector<LocalRank>& ran
     void* input = const_cast<void*>(b.send);
     if (r.device < 0) {
       if (coll == Coll::kAllGather || !inPlace) std::memset(b.recv, kPoisonByte, outCount * es);
-      fillInput(input, inCount, dtype, r.rank, n);  // after the poison: in-place all-gather's input is inside recv
+      fill(input, inCount, r.rank);  // after the poison: in-place all-gather's input is inside recv
       continue;
     }
 #ifdef TPCOMM_BENCH_CUDA
     r.hostScratch.resize(std::max(inCount, outCount) * es);
-    fillInput(r.hostScratch.data(), inCount, dtype, r.rank, n);
+    fill(r.hostScratch.data(), inCount, r.rank);
     BENCH_CUDA(cudaSetDevice(r.device));
     if (coll == Coll::kAllGather || !inPlace) BENCH_CUDA(cudaMemset(b.recv, kPoisonByte, outCount * es));
     BENCH_CUDA(cudaMemcpy(input, r.hostScratch.data(), inCount * es, cudaMemcpyHostToDevice));
@@ -269,6 +279,7 @@ bool checkCollective(World& world, Backend& backend, std::vector<LocalRank>& ran
   }
   if (!syncRanks(ranks, error)) return false;
   int64_t local = 0;
+  if (accuracy) accuracy[0] = accuracy[1] = 0;
   for (LocalRank& r : ranks) {
     const CollBuffers b = collBuffers(coll, r, inPlace, count, es, n);
     const size_t outCount = coll == Coll::kReduceScatter ? b.perRank : count;
@@ -280,7 +291,12 @@ bool checkCollective(World& world, Backend& backend, std::vector<LocalRank>& ran
       out = r.hostScratch.data();
     }
 #endif
-    if (coll == Coll::kAllGather) local += countWrongGathered(out, b.perRank, dtype, n);
+    if (accuracy) {
+      double maxAbs, rmsRel;
+      compressionError(out, count, dtype, n, &maxAbs, &rmsRel);
+      accuracy[0] = std::isnan(maxAbs) || maxAbs > accuracy[0] ? maxAbs : accuracy[0];
+      accuracy[1] = std::isnan(rmsRel) || rmsRel > accuracy[1] ? rmsRel : accuracy[1];
+    } else if (coll == Coll::kAllGather) local += countWrongGathered(out, b.perRank, dtype, n);
     else if (coll == Coll::kReduceScatter) local += countWrong(out, b.perRank, dtype, op, n, static_cast<size_t>(r.rank) * b.perRank);
     else local += countWrong(out, count, dtype, op, n);
   }

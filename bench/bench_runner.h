@@ -68,7 +68,8 @@ class Backend {
 /// tpcomm with `algo`: "auto" (selector; TPCOMM_ALGO still applies) or a TPCOMM_ALGO string.
 /// Collective over the world's controllers.
 std::unique_ptr<Backend> makeTpcommBackend(World& world, const std::vector<LocalRank>& ranks,
-                                           const std::string& algo, std::string* error, Coll coll = Coll::kAllReduce);
+                                           const std::string& algo, std::string* error, Coll coll = Coll::kAllReduce,
+                                           tpcomm::Compression compression = tpcomm::Compression::kNone);
 /// NCCL itself, communicators created from the same world (unique id spread by the bootstrap;
 /// ncclCommInitAll in -g mode). null + message where NCCL is not built or ranks are host ranks.
 std::unique_ptr<Backend> makeNcclBackend(World& world, const std::vector<LocalRank>& ranks, std::string* error,
@@ -90,7 +91,10 @@ bool timeCollective(World& world, Backend& backend, std::vector<LocalRank>& rank
 
 /// Fills inputs, poisons outputs, runs one collective (in a one-collective CUDA graph when
 /// `graph`), and counts wrong elements on the local ranks. false + message on error.
+/// With `accuracy` (all-reduce sums, --compression): random inputs (bench_error.h) instead, and
+/// accuracy[0] = largest |error|, accuracy[1] = ||error|| / ||exact|| over the local ranks.
 bool checkCollective(World& world, Backend& backend, std::vector<LocalRank>& ranks, bool inPlace, size_t count,
-                     tpcomm::DataType dtype, tpcomm::ReduceOp op, bool graph, int64_t* wrong, std::string* error);
+                     tpcomm::DataType dtype, tpcomm::ReduceOp op, bool graph, int64_t* wrong, std::string* error,
+                     double* accuracy = nullptr);
 
 }  // namespace tpcomm_bench

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "tpcomm/types.h"
+
 namespace qwen {
 namespace {
 
@@ -89,6 +91,8 @@ void printUsage() {
       "  --sim-token-acceptance P  simulate drafts: each draft token right with probability P\n"
       "  --sim-acceptance P      deprecated alias of --sim-token-acceptance\n"
       "  --allreduce auto|nccl|staged_host   tpcomm algorithm choice (auto = tpcomm's selector; GPU)\n"
+      "  --allreduce-compression none|fp8|int8  compressed all-reduce (tpcomm Config::compression; GPU;\n"
+      "                                      docs/compression.md): bf16 sums cost fewer bytes, not exact\n"
       "  --metrics-file F        Prometheus text output (default qwen_tp_metrics.prom)\n"
       "  --no-fused-norm         all-reduce, then a separate residual + RMSNorm (default: one\n"
       "                          Communicator::allReduceResidualRmsNorm call after o_proj and down_proj)\n"
@@ -130,6 +134,7 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
                                               "--sim-token-acceptance",
                                               "--sim-acceptance",
                                               "--allreduce",
+                                              "--allreduce-compression",
                                               "--metrics-file",
                                               "--gemv",
                                               "--seed"};
@@ -196,6 +201,8 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
             "not llama.cpp's accepted/drafted; for that use --sim-draft-acceptance)");
     } else if (a == "--allreduce")
       f->allreduce = v;
+    else if (a == "--allreduce-compression")
+      f->allreduceCompression = v;
     else if (a == "--metrics-file")
       f->metricsFile = v;
     else if (a == "--gemv")
@@ -233,6 +240,9 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
                 "probability p-min reads)");
   if (f->allreduce != "auto" && f->allreduce != "nccl" && f->allreduce != "staged_host")
     return fail(err, "--allreduce must be auto, nccl or staged_host (got \"" + f->allreduce + "\")");
+  tpcomm::Compression wire;
+  if (!tpcomm::parseCompression(f->allreduceCompression.c_str(), &wire))
+    return fail(err, "--allreduce-compression must be none, fp8 or int8 (got \"" + f->allreduceCompression + "\")");
   if (f->gemv != "cublas" && f->gemv != "custom")
     return fail(err, "--gemv must be cublas or custom (got \"" + f->gemv + "\")");
   const int promptSources = !f->promptText.empty() + !f->promptTextFile.empty() + !f->promptIds.empty();

@@ -190,6 +190,7 @@ tpcomm::Config commConfig(const Flags& f) {
   tpcomm::Config c;
   if (f.allreduce == "nccl") c.algo = "ring_nccl";
   else if (f.allreduce == "staged_host") c.algo = "staged_host";
+  tpcomm::parseCompression(f.allreduceCompression.c_str(), &c.compression);  // checked by parseFlags
   return c;
 }
 

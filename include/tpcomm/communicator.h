@@ -31,6 +31,13 @@ struct Config {
   /// with kNotSupported saying so, rather than falling back to NCCL. The environment's
   /// TPCOMM_DETERMINISTIC=1 turns it on too.
   bool deterministic = false;
+  /// Compressed all-reduce (docs/compression.md): kFp8 or kInt8 lets the selector use the
+  /// compressed algorithms (twoshot_p2p+fp8, staged_host+int8, ...) for bf16/f16/f32 sums where
+  /// the cost model says they win; other calls, and calls no compressed algorithm can serve, run
+  /// uncompressed. Results are the same bits on every rank and from run to run, but not those of
+  /// the uncompressed all-reduce (a stated error bound). kNone: TPCOMM_COMPRESSION decides
+  /// (default none). Must be the same on every rank; ignored in the deterministic mode.
+  Compression compression = Compression::kNone;
 };
 
 /// Which collective a call is (Communicator::explainCollective).

@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 /** Version of this header's API. The library's: tpcommGetVersion. */
-#define TPCOMM_C_API_VERSION 1
+#define TPCOMM_C_API_VERSION 2
 
 /** Status codes (plain ints; the values equal tpcomm::Status's). */
 typedef int tpcommResult_t;
@@ -66,10 +66,13 @@ typedef struct {
   int timeoutMs;        /**< bound on every wait for a peer (ms); 0: TPCOMM_TIMEOUT_MS */
   int useNccl;          /**< GPU ranks: 1 lets tpcomm create an NCCL communicator for ring_nccl; 0: never */
   const char* algo;     /**< selection override, TPCOMM_ALGO's syntax; NULL or "": TPCOMM_ALGO */
+  /** Since API version 2. Compressed all-reduce: "none", "fp8" or "int8" (docs/compression.md);
+   * NULL or "": TPCOMM_COMPRESSION. Must be the same on every rank. */
+  const char* compression;
 } tpcommConfig_t;
 #define TPCOMM_CONFIG_MAGIC 0x7c0c0f19u
 #define TPCOMM_CONFIG_INITIALIZER \
-  { sizeof(tpcommConfig_t), TPCOMM_CONFIG_MAGIC, TPCOMM_C_API_VERSION, 0, 1, NULL }
+  { sizeof(tpcommConfig_t), TPCOMM_CONFIG_MAGIC, TPCOMM_C_API_VERSION, 0, 1, NULL, NULL }
 
 /** The library's version as major * 10000 + minor * 100 + patch (e.g. 0.1.0 -> 100), and its C
  * API version into *apiVersion when not NULL. */

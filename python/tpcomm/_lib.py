@@ -9,7 +9,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 UNIQUE_ID_BYTES = 128
 CONFIG_MAGIC = 0x7C0C0F19
-C_API_VERSION = 1
+C_API_VERSION = 2
 
 
 class UniqueIdStruct(ctypes.Structure):
@@ -26,6 +26,7 @@ class ConfigStruct(ctypes.Structure):
         ("timeoutMs", ctypes.c_int),
         ("useNccl", ctypes.c_int),
         ("algo", ctypes.c_char_p),
+        ("compression", ctypes.c_char_p),  # API version 2
     ]
 
 

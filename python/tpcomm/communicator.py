@@ -101,11 +101,13 @@ class Communicator:
     device: the CUDA device this rank drives, or -1 for a host rank (numpy arrays, synchronous).
     timeout_ms: bound on every wait for a peer (0: TPCOMM_TIMEOUT_MS, default 10000).
     algo: selection override, TPCOMM_ALGO's syntax. use_nccl: allow the ring_nccl path.
+    compression: compressed all-reduce, "none", "fp8" or "int8" (None: TPCOMM_COMPRESSION;
+    docs/compression.md); must be the same on every rank.
     Collectives take arrays (numpy, __cuda_array_interface__, DLPack) and return the output.
     Errors raise tpcomm.TpcommError subclasses carrying tpcomm's message.
     """
 
-    def __init__(self, nranks, unique_id, rank, device=-1, timeout_ms=0, algo=None, use_nccl=True):
+    def __init__(self, nranks, unique_id, rank, device=-1, timeout_ms=0, algo=None, use_nccl=True, compression=None):
         self._comm = None
         if not isinstance(unique_id, UniqueId):
             if isinstance(unique_id, (bytes, bytearray)):
@@ -117,7 +119,8 @@ class Communicator:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise InvalidArgumentError(1, "Communicator: %s=%r: expected an int" % (name, value))
         cfg = ConfigStruct(ctypes.sizeof(ConfigStruct), CONFIG_MAGIC, C_API_VERSION, int(timeout_ms),
-                           1 if use_nccl else 0, algo.encode() if algo else None)
+                           1 if use_nccl else 0, algo.encode() if algo else None,
+                           compression.encode() if compression else None)
         handle = ctypes.c_void_p()
         _check(lib.tpcommCommInitRankConfig(ctypes.byref(handle), nranks, unique_id._struct(), rank, device,
                                             ctypes.byref(cfg)))

@@ -60,6 +60,10 @@ class Algorithm {
   /// is the fp32 reduction of the ranks' element i in rank order (the zero rule applied), the
   /// same bits whatever the size, offset, grid, chunking or graph. Default: no.
   virtual bool deterministic() const { return false; }
+  /// The wire format it compresses to (kNone: full precision). The selector offers an algorithm
+  /// that compresses only to communicators whose compression (Config::compression /
+  /// TPCOMM_COMPRESSION) is that format.
+  virtual Compression compression() const { return Compression::kNone; }
   /// Whether run() inside Communicator::groupStart/groupEnd only queues work that is launched at
   /// the outermost groupEnd (NCCL's group semantics): a norm that follows must wait until then.
   virtual bool deferredInGroup() const { return false; }

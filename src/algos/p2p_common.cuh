@@ -18,6 +18,19 @@ __device__ __forceinline__ void splitRange(size_t count, int parts, int p, int e
   *end = ue * epp < count ? ue * epp : count;
 }
 
+// Two-shot chunking (twoshot_p2p.cu, twoshot_p2p_compressed.cu): elements per chunk for a
+// message of `count` cut into equal chunks of at most maxChunk (a multiple of unit), whole
+// `unit`s each; the last chunk may be shorter.
+__device__ __forceinline__ size_t twoshotChunkElems(size_t count, size_t maxChunk, size_t unit) {
+  const size_t chunks = (count + maxChunk - 1) / maxChunk;
+  return ((count + chunks - 1) / chunks + unit - 1) / unit * unit;
+}
+
+// Offset of epoch e's parity buffer (inbox slots, then the gather area) in a rank's buffer.
+__device__ __forceinline__ size_t twoshotBufferOffset(const P2pLayout& l, uint64_t epoch) {
+  return l.twoshotOffset + (epoch & 1) * l.twoshotBufferBytes();
+}
+
 __device__ __forceinline__ uint64_t* flagAt(char* base, const P2pLayout& l, int algo, int from, int block) {
   return reinterpret_cast<uint64_t*>(base + l.flagsOffset) + l.flagIndex(algo, from, block);
 }

@@ -18,8 +18,11 @@
 
 #include <math.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+
+#include "tpcomm/types.h"
 
 #ifndef TPCOMM_HD
 #ifdef __CUDACC__
@@ -32,6 +35,38 @@
 namespace tpcomm {
 
 enum class QuantFormat : int { kFp8E4m3 = 0, kInt8 = 1 };
+
+/// Elements that share one fp32 scale on the compressed all-reduce's wire (docs/compression.md:
+/// 64 costs 4/64 byte per element of scales and keeps an outlier's reach to 64 elements).
+constexpr int kQuantBlockElems = 64;
+
+/// The quantizer of a communicator's compression (kNone has none: callers check first).
+inline QuantFormat quantFormatOf(Compression c) {
+  return c == Compression::kInt8 ? QuantFormat::kInt8 : QuantFormat::kFp8E4m3;
+}
+
+/// Bytes of `elems` elements on the compressed wire: one code each and one scale per started block.
+TPCOMM_HD inline size_t quantWireBytes(size_t elems) {
+  return elems + (elems + kQuantBlockElems - 1) / kQuantBlockElems * sizeof(float);
+}
+
+/// a * b and a + b rounded once each, never contracted into an FMA (nvcc fuses a product and a
+/// sum it can see across inlined calls; the host compilers here do not fuse without -mfma): the
+/// host and the kernels must produce the same bits.
+TPCOMM_HD inline float quantMul(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+TPCOMM_HD inline float quantAdd(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
 
 constexpr float kFp8E4m3Max = 448.0f;
 constexpr float kInt8Max = 127.0f;
@@ -124,7 +159,7 @@ TPCOMM_HD inline float quantDecode(QuantFormat f, uint8_t code, float scale) {
   const float v = f == QuantFormat::kFp8E4m3 ? fp8E4m3Decode(code) : static_cast<float>(static_cast<int8_t>(code));
   if (!(scale == scale)) return scale;
   if (scale == 0.0f) return 0.0f;
-  const float r = v * scale;
+  const float r = quantMul(v, scale);
   return r == 0.0f ? 0.0f : r;  // the zero rule: never -0
 }
 

@@ -12,6 +12,8 @@
 // .cc explains why one barrier per round is enough).
 // Outputs of 8 MiB and more are written with non-temporal stores (no read-for-ownership).
 // GPU ranks: one kernel per call (staged_host.cu), no host thread involved; see there.
+// staged_host+fp8 / staged_host+int8 (Config::compression): the same class with a wire format;
+// host ranks only for now (the schedule: staged_host_compressed.cc), all-reduce sums.
 #include "algos/algorithm.h"
 #include "algos/launch_params.h"
 
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "algos/host_reduce.h"
+#include "algos/quantize.h"
 #include "common/error.h"
 #include "transports/host_staged.h"
 
@@ -31,6 +34,8 @@ namespace tpcomm {
 // staged_host.cu
 Status launchStagedDevice(const StagedDeviceLaunch& p, cudaStream_t stream);
 Status preloadStagedDevice();
+// staged_host_compressed.cc
+Status stagedHostCompressedAllReduce(HostStagedTransport& t, const CollArgs& a, QuantFormat f);
 
 namespace {
 constexpr size_t kVecBytes = 16;
@@ -103,12 +108,18 @@ Status allReduceProcesses(HostStagedTransport& t, const CollArgs& a) {
 }
 class StagedHost final : public Algorithm {
  public:
-  explicit StagedHost(const AlgoContext* ctx) : ctx_(ctx) {}
-  const char* name() const override { return "staged_host"; }
+  StagedHost(const AlgoContext* ctx, Compression wire) : ctx_(ctx), wire_(wire) {}
+  const char* name() const override {
+    return wire_ == Compression::kFp8 ? "staged_host+fp8" : wire_ == Compression::kInt8 ? "staged_host+int8" : "staged_host";
+  }
   bool supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const override;
   bool available() const override { return !ctx_ || ctx_->hostStaged != nullptr; }
-  bool deterministic() const override { return true; }  // fp32 in rank order, per element
-  Status preload() override { return TPCOMM_CUDA_ONLY(preloadStagedDevice()); }
+  // Uncompressed: fp32 in rank order, per element. Compressed: an element depends on its block.
+  bool deterministic() const override { return wire_ == Compression::kNone; }
+  Compression compression() const override { return wire_; }
+  Status preload() override {
+    return wire_ == Compression::kNone ? TPCOMM_CUDA_ONLY(preloadStagedDevice()) : Status::kOk;
+  }
   Status run(const CollArgs& args) override;
 
  private:
@@ -117,6 +128,7 @@ class StagedHost final : public Algorithm {
   Status runDevice(const CollArgs& a);
   HostStagedTransport::CallWords signature(const CollArgs& a) const;
   const AlgoContext* ctx_;
+  Compression wire_;
   uint64_t calls_ = 0;  // this rank's host calls so far (pairs by barrier order, so a check of the pairing)
 };
 
@@ -125,7 +137,7 @@ class StagedHost final : public Algorithm {
 // past a peer's buffer (threads) or pair with the wrong data (processes). Every rank sees the
 // same table, so every rank fails alike, naming the ranks and fields that differ.
 Status checkSignatures(const HostStagedTransport::CallWords* all, int n) {
-  static const char* const kField[] = {"collective", "count", "dtype/op", "call number"};
+  static const char* const kField[] = {"collective", "count", "compression/dtype/op", "call number"};
   std::string diff;
   for (int r = 1; r < n; ++r)
     for (int f = 0; f < 4; ++f)
@@ -144,12 +156,20 @@ HostStagedTransport::CallWords StagedHost::signature(const CollArgs& a) const {
   HostStagedTransport::CallWords w{};
   w.w[0] = static_cast<uint64_t>(a.kind);
   w.w[1] = a.count;
-  w.w[2] = static_cast<uint64_t>(a.dtype) << 8 | static_cast<uint64_t>(a.op);
+  w.w[2] = static_cast<uint64_t>(wire_) << 16 | static_cast<uint64_t>(a.dtype) << 8 | static_cast<uint64_t>(a.op);
   w.w[3] = calls_;
   return w;
 }
 
 bool StagedHost::supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const {
+  if (wire_ != Compression::kNone) {
+    const char* why = !topo.singleNode() || !topo.allHost() ? "compressed: host ranks only (no GPU kernel yet)"
+                      : q.kind != CollKind::kAllReduce    ? "compressed: all-reduce only"
+                      : q.op != ReduceOp::kSum            ? "compressed: sums only (a quantized max is not the max)"
+                                                          : nullptr;
+    if (why && whyNot) *whyNot = why;
+    return why == nullptr;
+  }
   if (!topo.singleNode()) {
     if (whyNot) *whyNot = "ranks span several nodes";
     return false;
@@ -175,7 +195,9 @@ bool StagedHost::supports(const Topology& topo, const AlgoQuery& q, std::string*
 Status StagedHost::run(const CollArgs& a) {
   if (!ctx_ || !ctx_->hostStaged) return TPCOMM_ERROR(kInternal, "staged_host: no transport");
   if (ctx_->device >= 0) return runDevice(a);
-  Status s = ctx_->hostStaged->sameProcess() ? runHostThreads(a) : runHostProcesses(a);
+  // Compressed calls go through the staging segment in both modes (runHostProcesses).
+  const bool zeroCopy = ctx_->hostStaged->sameProcess() && wire_ == Compression::kNone;
+  Status s = zeroCopy ? runHostThreads(a) : runHostProcesses(a);
   // A host barrier that timed out leaves its arrival counted: the segment's barrier is out of
   // step for good. Mark the communicator failed so later calls return kTimeout (checkError)
   // instead of passing a barrier their peer never reached and reading stale pointers.
@@ -258,6 +280,7 @@ Status StagedHost::runHostProcesses(const CollArgs& a) {
   TPCOMM_TRY(t.exchangeWords(signature(a), words.data()));
   ++calls_;
   TPCOMM_TRY(checkSignatures(words.data(), n));
+  if (wire_ != Compression::kNone) return stagedHostCompressedAllReduce(t, a, quantFormatOf(wire_));
   std::vector<const void*> srcs(n);
   const char* send = static_cast<const char*>(a.send);
   char* recv = static_cast<char*>(a.recv);
@@ -313,6 +336,11 @@ Status StagedHost::runDevice(const CollArgs& a) {
   return TPCOMM_CUDA_ONLY(launchStagedDevice(p, a.stream));
 }
 
-std::unique_ptr<Algorithm> makeStagedHost(const AlgoContext* ctx) { return std::make_unique<StagedHost>(ctx); }
+std::unique_ptr<Algorithm> makeStagedHost(const AlgoContext* ctx) {
+  return std::make_unique<StagedHost>(ctx, Compression::kNone);
+}
+std::unique_ptr<Algorithm> makeStagedHostCompressed(const AlgoContext* ctx, Compression wire) {
+  return std::make_unique<StagedHost>(ctx, wire);
+}
 
 }  // namespace tpcomm

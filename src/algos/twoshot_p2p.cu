@@ -71,14 +71,12 @@ __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
   T* dst = static_cast<T*>(p.recv);
   // Equal chunks of `per` elements (whole packs, at most the scratch's chunk), the last one
   // possibly shorter.
-  const size_t maxChunk = L.twoshotChunk / sizeof(T);
-  const size_t chunks = (p.count + maxChunk - 1) / maxChunk;
-  const size_t per = ((p.count + chunks - 1) / chunks + kEpp - 1) / kEpp * kEpp;
+  const size_t per = dev::twoshotChunkElems(p.count, L.twoshotChunk / sizeof(T), kEpp);
 
   for (size_t c0 = 0; c0 < p.count; c0 += per) {
     ++epoch;
     const size_t len = p.count - c0 < per ? p.count - c0 : per;
-    const size_t bufOff = L.twoshotOffset + (epoch & 1) * L.twoshotBufferBytes();
+    const size_t bufOff = dev::twoshotBufferOffset(L, epoch);
     auto inbox = [&](int owner, int from) {
       return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * L.twoshotSliceCap);
     };
@@ -190,7 +188,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedTwoshotKernel(FusedP2pLa
   for (size_t c0 = 0; c0 < f.rows; c0 += f.rowsPerChunk) {
     ++epoch;
     const size_t len = f.rows - c0 < f.rowsPerChunk ? f.rows - c0 : f.rowsPerChunk;
-    const size_t bufOff = L.twoshotOffset + (epoch & 1) * L.twoshotBufferBytes();
+    const size_t bufOff = dev::twoshotBufferOffset(L, epoch);
     auto inbox = [&](int owner, int from) {
       return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * L.twoshotSliceCap);
     };

@@ -187,6 +187,10 @@ tpcommResult_t tpcommCommInitRankConfig(tpcommComm_t* comm, int nranks, tpcommUn
       return fail(tpcommInvalidArgument, "%s: config->timeoutMs %d: expected >= 0 (0: TPCOMM_TIMEOUT_MS)", where,
                   cfg.timeoutMs);
   }
+  tpcomm::Compression compression = tpcomm::Compression::kNone;
+  if (cfg.compression && cfg.compression[0] && !tpcomm::parseCompression(cfg.compression, &compression))
+    return fail(tpcommInvalidArgument, "%s: config->compression '%s': expected \"none\", \"fp8\" or \"int8\"", where,
+                cfg.compression);
   TPCOMM_C_GUARD(where, {
     std::unique_ptr<tpcommComm> c(new tpcommComm());
     tpcomm::SocketUniqueId id;
@@ -197,6 +201,7 @@ tpcommResult_t tpcommCommInitRankConfig(tpcommComm_t* comm, int nranks, tpcommUn
     cc.timeoutMs = cfg.timeoutMs;
     cc.useNccl = cfg.useNccl != 0;
     if (cfg.algo) cc.algo = cfg.algo;
+    cc.compression = compression;
     s = tpcomm::Communicator::create(*c->bootstrap, device, cc, &c->comm);
     if (s != tpcomm::Status::kOk) {
       tpcommResult_t r = fromCpp(s);

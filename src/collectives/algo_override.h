@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tpcomm/status.h"
+#include "tpcomm/types.h"
 
 namespace tpcomm {
 
@@ -24,6 +25,9 @@ struct AlgoRule {
 struct AlgoOverride {
   bool exclude = false;               ///< "^..." form
   bool deterministicOnly = false;     ///< TPCOMM_DETERMINISTIC / Config::deterministic
+  /// Config::compression / TPCOMM_COMPRESSION: algorithms that compress (Algorithm::compression)
+  /// are offered only when it names their format.
+  Compression compression = Compression::kNone;
   std::vector<std::string> excluded;  ///< names to drop (exclude form)
   std::vector<AlgoRule> rules;        ///< include form
   bool empty() const { return !exclude && rules.empty(); }

@@ -12,6 +12,7 @@
 #include "algos/fused_rmsnorm.h"
 #include "collectives/registry.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "common/params.h"
 #include "common/residency.h"
 #include "topology/probe.h"
@@ -134,6 +135,10 @@ Status checkCreateArgs(Bootstrap& bs, int device, const Config& config) {
     return TPCOMM_INVALID("create: bootstrap rank %d / size %d out of range", bs.rank(), bs.size());
   if (config.timeoutMs < 0)
     return TPCOMM_INVALID("create: config.timeoutMs %d: expected >= 0 (0: TPCOMM_TIMEOUT_MS)", config.timeoutMs);
+  if (config.compression != Compression::kNone && config.compression != Compression::kFp8 &&
+      config.compression != Compression::kInt8)
+    return TPCOMM_INVALID("create: config.compression %d: expected kNone, kFp8 or kInt8",
+                          static_cast<int>(config.compression));
   if (device < 0 && config.ncclComm)
     return TPCOMM_INVALID("create: config.ncclComm is set but device is -1: a host communicator cannot use NCCL");
 #ifdef TPCOMM_HAVE_CUDA
@@ -150,6 +155,39 @@ Status checkCreateArgs(Bootstrap& bs, int device, const Config& config) {
   return Status::kOk;
 }
 
+// Config::compression, else TPCOMM_COMPRESSION, parsed and agreed: a malformed value or ranks that
+// differ fail create on every rank with the same message (ranks that compress differently would
+// select different algorithms and wait for each other until the timeout).
+namespace {
+Status agreeOnCompression(Bootstrap& bs, const Config& config, AlgoOverride* ovr) {
+  Compression mine = config.compression;
+  Status parsed = Status::kOk;
+  if (mine == Compression::kNone) {
+    const std::string& text = paramString(ParamId::kCompression);
+    if (!parseCompression(text.c_str(), &mine)) parsed = TPCOMM_INVALID("create: %s", compressionProblem(text).c_str());
+  }
+  int v = parsed == Status::kOk ? static_cast<int>(mine) : -1;
+  std::vector<int> all(static_cast<size_t>(bs.size()));
+  TPCOMM_TRY(bs.allGather(&v, all.data(), sizeof(int)));
+  if (parsed != Status::kOk) return parsed;
+  for (int r = 0; r < bs.size(); ++r) {
+    if (all[r] < 0) return TPCOMM_INVALID("create: rank %d rejected its TPCOMM_COMPRESSION value", r);
+    if (all[r] != all[0])
+      return TPCOMM_INVALID(
+          "create: compression (Config::compression / TPCOMM_COMPRESSION) is %s on rank %d but %s on rank 0: it must "
+          "be the same on every rank",
+          compressionName(static_cast<Compression>(all[r])), r, compressionName(static_cast<Compression>(all[0])));
+  }
+  ovr->compression = mine;
+  if (mine != Compression::kNone && ovr->deterministicOnly && bs.rank() == 0)
+    TPCOMM_INFO(kInit,
+                "compression %s is not used in the deterministic mode: a compressed result depends on the other "
+                "elements of its block, which the determinism contract excludes (docs/determinism.md)",
+                compressionName(mine));
+  return Status::kOk;
+}
+}  // namespace
+
 // Parameters that shape what ranks exchange (scratch layouts, grids, which algorithm runs) must
 // be equal on every rank: a mismatch would not fail, it would corrupt data or hang. Every rank
 // sees every rank's values, so all return the same error, naming the parameter.
@@ -162,6 +200,7 @@ Status agreeOnSettings(Bootstrap& bs, const Config& config, AlgoOverride* ovr) {
   if (parsed != Status::kOk) return parsed;
   if (!parsedAll) return TPCOMM_INVALID("create: another rank rejected its TPCOMM_ALGO / config.algo");
   ovr->deterministicOnly = config.deterministic || paramInt(ParamId::kDeterministic) != 0;
+  TPCOMM_TRY(agreeOnCompression(bs, config, ovr));
 
   static const ParamId kShared[] = {ParamId::kP2pBlocks,        ParamId::kTwoshotBlocks,   ParamId::kFusedBlocksPerRow,
                                     ParamId::kLamportMaxBytes,  ParamId::kOneshotMaxBytes, ParamId::kTwoshotChunkBytes,

@@ -198,6 +198,16 @@ Status runCollective(Communicator::Impl& impl, CollArgs& a, const NormArgs* norm
     if (s == Status::kNotSupported) continue;
     if (s != Status::kOk) return s;
     impl.lastAlgorithm = fused ? algo->fusedName() : algo->name();
+    if (impl.override.compression != Compression::kNone && algo->compression() == Compression::kNone &&
+        !impl.compressionFallbackSaid) {
+      impl.compressionFallbackSaid = true;  // once per communicator: a decode loop would repeat it every step
+      TPCOMM_INFO(kColl,
+                  "compression %s is on but %s of %zu bytes (%s %s%s) ran uncompressed on %s: no compressed algorithm "
+                  "serves it or none is cheaper (only bf16/f16/f32 sums are compressed; docs/compression.md). Said "
+                  "once per communicator",
+                  compressionName(impl.override.compression), what, a.bytes(), dataTypeName(a.dtype),
+                  reduceOpName(a.op), a.capturing ? ", capturing" : "", impl.lastAlgorithm);
+    }
     TPCOMM_TRACE(kColl, "%s %zu bytes %s -> %s", what, a.bytes(), dataTypeName(a.dtype), impl.lastAlgorithm);
     return norm && !fused ? runSeparateNorm(c, *algo, a, *norm) : Status::kOk;
   }

@@ -32,6 +32,7 @@ struct Communicator::Impl {
   TuningState tuning;  // the measured table the selector uses (null: the cost model only)
   const char* lastAlgorithm = "none";  // an algorithm's name() (static storage)
   bool destroyed = false;
+  bool compressionFallbackSaid = false;  // the INFO line "compression on, this call ran uncompressed", once
   // The stream of the previous GPU call and the event that orders a call on another stream after
   // it (call_path.cc, followPreviousStream).
   bool haveLastStream = false;

@@ -6,6 +6,8 @@
 // measuredPcieGBps).
 #include "collectives/cost_model.h"
 
+#include "algos/quantize.h"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
@@ -120,6 +122,37 @@ double measuredPcieGBps(const std::string& algo, const Topology& topo, size_t by
   return nv ? slowest * nv->gbps / kNvlinkRowsSmGBs : 0.0;
 }
 
+// Compressed algorithms, "<base>+fp8" / "<base>+int8" (docs/compression.md): the base schedule's
+// row at the bytes really on the wire (one byte per element plus a 4-byte scale per block, from
+// quantWireBytes) plus the extra work: alpha for the longer kernel, and the quantize / read-back
+// passes over the message at a per-link-class rate. The rates are estimates until measured: GPU
+// kernels ~800 GB/s of message (the quantizer divides per element); host ranks measured on the
+// 2-core CI VM with allreduce_perf (docs/compression.md), where the passes cost far more than the bytes
+// they save, so compression is never picked there by cost (only by TPCOMM_ALGO).
+constexpr const char* kCompressedBases[] = {"twoshot_p2p", "staged_host"};
+constexpr const char* kCompressedSuffixes[] = {"+fp8", "+int8"};
+
+// The base name when `algo` is a compressed algorithm's, else "".
+std::string compressedBase(const std::string& algo) {
+  for (const char* suffix : kCompressedSuffixes) {
+    const std::string sfx = suffix;
+    if (algo.size() > sfx.size() && algo.compare(algo.size() - sfx.size(), sfx.size(), sfx) == 0)
+      return algo.substr(0, algo.size() - sfx.size());
+  }
+  return "";
+}
+
+double compressedCostUs(const std::string& base, const Topology& topo, const AlgoQuery& q, double (*baseCost)(const std::string&, const Topology&, const AlgoQuery&)) {
+  const size_t es = dataTypeSize(q.dtype);
+  if (es == 0) return kUnmodelledUs;
+  AlgoQuery wire = q;
+  wire.bytes = quantWireBytes(q.bytes / es);
+  const bool host = topo.allHost();
+  const double extraAlphaUs = host ? 2.0 : 3.0;
+  const double passGBps = host ? 0.05 : 800.0;
+  return baseCost(base, topo, wire) + extraAlphaUs + static_cast<double>(q.bytes) / (passGBps * 1e3);
+}
+
 }  // namespace
 
 double slowestMeasuredSmGBs(const Topology& topo) {
@@ -145,6 +178,8 @@ std::string costModelSource(const Topology& topo) {
 }
 
 double modelCostUs(const std::string& algo, const Topology& topo, const AlgoQuery& q) {
+  const std::string base = compressedBase(algo);
+  if (!base.empty()) return compressedCostUs(base, topo, q, &modelCostUs);
   const LinkClass link = linkClassOf(topo);
   const CostRow* r = findRow(algo, link, q.bytes);
   if (!r) return kUnmodelledUs;
@@ -168,6 +203,8 @@ std::vector<std::string> modelledAlgorithms() {
   std::vector<std::string> names;
   for (const CostRow& r : kTable)
     if (std::find(names.begin(), names.end(), r.algo) == names.end()) names.push_back(r.algo);
+  for (const char* base : kCompressedBases)
+    for (const char* suffix : kCompressedSuffixes) names.push_back(std::string(base) + suffix);
   return names;
 }
 

@@ -10,6 +10,9 @@ std::unique_ptr<Algorithm> makeTwoshotMulticast(const AlgoContext* ctx);  // two
 std::unique_ptr<Algorithm> makeRingNccl(const AlgoContext* ctx);         // ring_nccl.cc
 std::unique_ptr<Algorithm> makeStagedHost(const AlgoContext* ctx);       // staged_host.cc
 std::unique_ptr<Algorithm> makeCopyLocal(const AlgoContext* ctx);        // copy_local.cc
+// Compressed all-reduce (offered only when Config::compression names the format).
+std::unique_ptr<Algorithm> makeTwoshotP2pCompressed(const AlgoContext* ctx, Compression wire);  // twoshot_p2p_compressed.cc
+std::unique_ptr<Algorithm> makeStagedHostCompressed(const AlgoContext* ctx, Compression wire);  // staged_host.cc
 
 std::vector<std::unique_ptr<Algorithm>> makeAlgorithms(const AlgoContext* ctx) {
   std::vector<std::unique_ptr<Algorithm>> list;
@@ -21,6 +24,10 @@ std::vector<std::unique_ptr<Algorithm>> makeAlgorithms(const AlgoContext* ctx) {
   list.push_back(makeRingNccl(ctx));
   list.push_back(makeStagedHost(ctx));
   list.push_back(makeCopyLocal(ctx));  // one rank only
+  for (Compression wire : {Compression::kFp8, Compression::kInt8}) {
+    list.push_back(makeTwoshotP2pCompressed(ctx, wire));
+    list.push_back(makeStagedHostCompressed(ctx, wire));
+  }
   return list;
 }
 

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "common/log.h"
+#include "tpcomm/types.h"
 
 namespace tpcomm {
 namespace {
@@ -119,6 +120,12 @@ std::string paramRangeText(const ParamInfo& p) {
   return "";
 }
 
+std::string compressionProblem(const std::string& text) {
+  Compression c;
+  if (parseCompression(text.c_str(), &c)) return "";
+  return "TPCOMM_COMPRESSION='" + text + "': expected none, fp8 (or fp8_e4m3) or int8";
+}
+
 int64_t paramInt(ParamId id) {
   const ParamInfo& p = params()[static_cast<int>(id)];
   int64_t v = 0;
@@ -146,6 +153,7 @@ std::string paramProblem(ParamId id) {
   const ParamInfo& p = params()[static_cast<int>(id)];
   if (p.kind != ParamKind::kText) return numericProblem(p);
   if (id == ParamId::kDebug || id == ParamId::kDebugSubsys) return logConfigProblem(id == ParamId::kDebug, p.value);
+  if (id == ParamId::kCompression) return compressionProblem(p.value);
   return "";
 }
 

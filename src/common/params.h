@@ -44,6 +44,7 @@ namespace tpcomm {
   X(SocketIfname, "SOCKET_IFNAME", "", kText, 0, 0, "socket bootstrap: interfaces, as NCCL_SOCKET_IFNAME (prefixes; ^ excludes, = exact)") \
   X(AllowSharedDevice, "ALLOW_SHARED_DEVICE", "0", kBool, 0, 1, "let createGroup put several ranks on one GPU (tests: proves the multi-rank protocols on one GPU, not their speed)") \
   X(Deterministic, "DETERMINISTIC", "0", kBool, 0, 1, "1: only algorithms that keep the determinism contract (docs/determinism.md); a call none can serve fails instead of falling back to NCCL") \
+  X(Compression, "COMPRESSION", "none", kText, 0, 0, "compressed all-reduce: none, fp8 (e4m3) or int8 (block-scaled, opt-in, bf16/f16/f32 sums only; docs/compression.md). Same on every rank") \
   X(CheckCalls, "CHECK_CALLS", "0", kBool, 0, 1, "GPU P2P paths: every rank checks that all ranks make the same call (count, dtype, op, fused) before touching data (a debug mode; host paths always check)")
 
 enum class ParamId : int {
@@ -80,6 +81,8 @@ int64_t paramInt(ParamId id);
 /// '4294967296': expected an integer in [1, 2147483647] ms; using the default 10000"). Covers
 /// the numeric kinds and TPCOMM_DEBUG / TPCOMM_DEBUG_SUBSYS (tpcomm-doctor reports these).
 std::string paramProblem(ParamId id);
+/// "" when `text` names a compression format (TPCOMM_COMPRESSION), else what is wrong with it.
+std::string compressionProblem(const std::string& text);
 /// "[1, 2147483647]" (kBool: "0 or 1"; kSize adds "bytes"); "" for kText.
 std::string paramRangeText(const ParamInfo& p);
 

@@ -234,6 +234,9 @@ static int testBadInput(void) {
   cfg.magic = TPCOMM_CONFIG_MAGIC;
   cfg.timeoutMs = -5;
   if (expectInvalid(tpcommCommInitRankConfig(&comm, 1, id, 0, -1, &cfg), "config->timeoutMs -5")) return 1;
+  cfg.timeoutMs = 0;
+  cfg.compression = "zstd";
+  if (expectInvalid(tpcommCommInitRankConfig(&comm, 1, id, 0, -1, &cfg), "config->compression 'zstd'")) return 1;
   tpcommUniqueId junk;
   memset(&junk, 0xab, sizeof(junk));
   if (expectInvalid(tpcommCommInitRank(&comm, 2, junk, 1, -1), "not a tpcomm socket unique id")) return 1;

@@ -21,7 +21,7 @@ def solo():
 
 def test_version():
     v, api = tpcomm.version()
-    assert v == tpcomm.__version__ and api == 1
+    assert v == tpcomm.__version__ and api == 2
 
 
 def test_unique_id_round_trips():
@@ -54,6 +54,16 @@ def test_bad_init_arguments():
         tpcomm.Communicator(1, "id", 0)
     with pytest.raises(tpcomm.InvalidArgumentError, match="rank='0': expected an int"):
         tpcomm.Communicator(1, uid, "0")
+    with pytest.raises(tpcomm.InvalidArgumentError, match="config->compression 'zstd'"):
+        tpcomm.Communicator(1, uid, 0, compression="zstd")
+
+
+def test_compression_one_rank():
+    """compression="fp8" reaches Config::compression: a one-rank call stays the exact copy."""
+    comm = tpcomm.Communicator(1, tpcomm.UniqueId.generate("127.0.0.1"), 0, compression="fp8")
+    x = np.arange(100, dtype=np.float32)
+    assert np.array_equal(comm.all_reduce(x), x)
+    comm.destroy()
 
 
 @pytest.mark.parametrize("bad", [np.float64, np.int32, np.int8, np.complex64])

@@ -153,29 +153,10 @@ TEST(BadInput, CreateArguments) {
   EXPECT_EQ(comm->destroy(), Status::kOk);
 }
 
-// Creates one host communicator per rank on threads, rank r with configFor(r); returns each
-// rank's create status and last error message.
-void createOnThreads(int n, const std::function<Config(int)>& configFor, std::vector<Status>* status,
-                     std::vector<std::string>* messages) {
-  auto group = ThreadGroup::create(n);
-  status->assign(n, Status::kOk);
-  messages->assign(n, "");
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      std::unique_ptr<Bootstrap> bs;
-      ASSERT_EQ(makeThreadBootstrap(group, r, &bs), Status::kOk);
-      std::unique_ptr<Communicator> comm;
-      (*status)[r] = Communicator::create(*bs, -1, configFor(r), &comm);
-      (*messages)[r] = lastErrorMessage();
-    });
-  for (auto& t : threads) t.join();
-}
-
 TEST(BadInput, OneRankWithABadOverrideFailsEveryRank) {
   std::vector<Status> status;
   std::vector<std::string> messages;
-  createOnThreads(
+  test::createOnThreads(
       2,
       [](int r) {
         Config cfg;
@@ -194,7 +175,7 @@ TEST(BadInput, OneRankWithABadOverrideFailsEveryRank) {
 TEST(BadInput, RanksWithDifferentOverridesFailEveryRank) {
   std::vector<Status> status;
   std::vector<std::string> messages;
-  createOnThreads(
+  test::createOnThreads(
       2,
       [](int r) {
         Config cfg;

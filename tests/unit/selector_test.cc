@@ -344,6 +344,7 @@ TEST(Selector, DeterministicModeKeepsOnlyContractAlgorithms) {
   auto algos = makeAlgorithms(nullptr);
   AlgoOverride ovr;
   ovr.deterministicOnly = true;
+  ovr.compression = Compression::kFp8;  // compressed algorithms are outside the contract
   for (const char* file : {"nvlink2.json", "pcie2_no_p2p.json", "nvswitch8_multicast.json"}) {
     const Topology topo = fixture(file);
     for (size_t bytes = 8; bytes <= (size_t{1} << 30); bytes *= 8)
@@ -355,14 +356,52 @@ TEST(Selector, DeterministicModeKeepsOnlyContractAlgorithms) {
   }
   for (const auto& a : algos) {
     const std::string n = a->name();
-    EXPECT_EQ(a->deterministic(), n != "ring_nccl" && n != "twoshot_multicast") << n;
+    EXPECT_EQ(a->deterministic(),
+              n != "ring_nccl" && n != "twoshot_multicast" && a->compression() == Compression::kNone)
+        << n;
   }
 }
 
 // Only the P2P kernels' run() is a plain launch whose capture query may be deferred.
 TEST(Selector, LaunchesOnlyNamesTheP2pFamily) {
   auto algos = makeAlgorithms(nullptr);
-  for (const auto& a : algos) EXPECT_EQ(a->launchesOnly(), endsWith(a->name(), "_p2p")) << a->name();
+  for (const auto& a : algos) {
+    const std::string n = a->name();
+    EXPECT_EQ(a->launchesOnly(), endsWith(n.substr(0, n.find('+')), "_p2p")) << n;  // twoshot_p2p+fp8 too
+  }
+}
+
+// Compressed algorithms (docs/compression.md) are candidates only when the communicator's
+// compression names their format, only for sums, and cost the bytes on the wire plus the
+// quantize passes: on NVLink cheaper than plain two-shot for 1 GB of bf16, dearer at 64 KB; on
+// host ranks never first by cost.
+TEST(Selector, CompressionIsOptInAndCostsWireBytes) {
+  auto algos = makeAlgorithms(nullptr);
+  const Topology nv = fixture("nvlink2.json");
+  auto names = [&](const Topology& t, const AlgoOverride& o, ReduceOp op, size_t bytes) {
+    std::vector<std::string> v;
+    for (const Candidate& c : selectAlgorithms(rawList(algos), t, {CollKind::kAllReduce, DataType::kBF16, op, bytes, false}, o))
+      v.push_back(c.algo->name());
+    return v;
+  };
+  auto has = [](const std::vector<std::string>& v, const char* n) { return std::find(v.begin(), v.end(), n) != v.end(); };
+  AlgoOverride off, fp8, int8;
+  fp8.compression = Compression::kFp8;
+  int8.compression = Compression::kInt8;
+  for (size_t bytes : {size_t{1} << 16, size_t{1} << 30}) {
+    for (const std::string& n : names(nv, off, ReduceOp::kSum, bytes)) EXPECT_EQ(n.find('+'), std::string::npos) << n;
+    EXPECT_TRUE(has(names(nv, fp8, ReduceOp::kSum, bytes), "twoshot_p2p+fp8"));
+    EXPECT_FALSE(has(names(nv, fp8, ReduceOp::kSum, bytes), "twoshot_p2p+int8"));
+    EXPECT_TRUE(has(names(nv, int8, ReduceOp::kSum, bytes), "twoshot_p2p+int8"));
+    EXPECT_FALSE(has(names(nv, fp8, ReduceOp::kMax, bytes), "twoshot_p2p+fp8"));
+  }
+  const AlgoQuery big{CollKind::kAllReduce, DataType::kBF16, ReduceOp::kSum, size_t{1} << 30, false};
+  const AlgoQuery small{CollKind::kAllReduce, DataType::kBF16, ReduceOp::kSum, size_t{1} << 16, false};
+  EXPECT_LT(modelCostUs("twoshot_p2p+fp8", nv, big), modelCostUs("twoshot_p2p", nv, big));
+  EXPECT_GT(modelCostUs("twoshot_p2p+fp8", nv, small), modelCostUs("twoshot_p2p", nv, small));
+  const Topology host = Topology::host(4, true);
+  for (size_t bytes : {size_t{1} << 10, size_t{1} << 20, size_t{1} << 30})
+    EXPECT_EQ(names(host, fp8, ReduceOp::kSum, bytes).front(), "staged_host") << bytes;
 }
 
 // The cost table (collectives/cost_model.cc) has a row for every algorithm of the registry, and

@@ -135,5 +135,24 @@ inline void runHostRanks(int n, const Config& config, const std::function<void(i
   for (auto& t : threads) t.join();
 }
 
+/// Creates one host communicator per rank on n threads, rank r with configFor(r) (create may
+/// fail); returns each rank's create status and last error message.
+inline void createOnThreads(int n, const std::function<Config(int)>& configFor, std::vector<Status>* status,
+                            std::vector<std::string>* messages) {
+  auto group = ThreadGroup::create(n);
+  status->assign(n, Status::kOk);
+  messages->assign(n, "");
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      std::unique_ptr<Bootstrap> bs;
+      ASSERT_EQ(makeThreadBootstrap(group, r, &bs), Status::kOk);
+      std::unique_ptr<Communicator> comm;
+      (*status)[r] = Communicator::create(*bs, -1, configFor(r), &comm);
+      (*messages)[r] = lastErrorMessage();
+    });
+  for (auto& t : threads) t.join();
+}
+
 }  // namespace test
 }  // namespace tpcomm

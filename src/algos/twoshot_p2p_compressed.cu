@@ -1,0 +1,273 @@
+// twoshot_p2p_compressed.cu: twoshot_p2p+fp8 / twoshot_p2p+int8, the compressed all-reduce
+// (sums) over peer-mapped buffers: twoshot_p2p.cu's schedule (NCCL's RSxST_AGxST, both phases by
+// push) with block-scaled one-byte codes on the wire (algos/quantize.h, docs/compression.md).
+// Who writes what where, per chunk (the message is cut into chunks of `per` elements, a multiple
+// of the quantization block B = kQuantBlockElems; slice j of a chunk, whole blocks, is owned by
+// rank j; part b of each slice, whole blocks, belongs to CUDA block b; warp w of a CUDA block
+// handles every kWarps-th quantization block of its part):
+//   Phase 1: block b quantizes part b of slice j of its input (j != me) and stores the codes
+//     and each block's fp32 scale into rank j's inbox slot `me` (plain stores into peer memory).
+//     Barrier (flag value 2e).
+//   Reduce: block b reads back, for each quantization block of part b of its own slice, every
+//     rank's codes in rank order 0..n-1 (its own quantized locally, bit-identical to what it
+//     would have sent), sums them in fp32 (quantAdd: never an FMA), quantizes the sum once,
+//     stores those codes and scale into every peer's gather area, and writes its own output
+//     from the same codes read back. Barrier (flag value 2e+1).
+//   Phase 2: block b reads back part b of every other slice from its gather area into its output.
+// So every rank's output block is decode(quantize(sum_r decode(quantize(x_r)))): the same bits
+// on every rank and from run to run, and the same bits as the host form (staged_host_compressed.cc),
+// since blocks start at multiples of B of the message whatever the chunking.
+// Publication, freedom, timeouts: exactly twoshot_p2p's. The barriers are p2p_common.cuh's
+// peerBarrier (block release fence, __threadfence_system, then st.release.sys of the flag; the
+// waiter's ld.acquire.sys), on twoshot_p2p's flags, per-block epochs and parity-buffered inbox and
+// gather areas (kP2pTwoshot, the same grid TPCOMM_TWOSHOT_BLOCKS), so plain, fused and compressed
+// two-shot calls interleave freely: each call is one kernel, and within it a peer's block b
+// rewrites parity e%2 only after the first barrier of chunk e+1 with this rank's block b, which
+// has then finished chunk e-1. Which bytes block b reads and writes is a fixed function of (slice,
+// part) for every chunk of a call (a shorter last chunk only clips the parts). Every wait is
+// bounded (TPCOMM_TIMEOUT_MS); on expiry the block poisons the communicator (every rank's poison
+// word and its error word) and leaves; outputs are then partly written, and every later P2P call
+// does nothing and reports kTimeout (p2pBegin). Peer-written codes and scales are read with
+// ld.global.cg (past L1: peers rewrite them between calls). `recv` may equal `send`: an input
+// element is read by the block that later writes the same output element, before it writes it.
+// Wire layout: an inbox slot holds sliceCap code bytes, then the slice's scales (fp32); the
+// gather area maxChunk code bytes, then the chunk's scales. Both fit twoshot_p2p's areas because
+// maxChunk keeps (B + 4) / B bytes per element within the chunk less n x 256 bytes.
+#include <cuda_runtime.h>
+
+#include "algos/launch_params.h"
+#include "algos/p2p_common.cuh"
+#include "algos/quantize.h"
+
+namespace tpcomm {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kB = kQuantBlockElems;
+constexpr int kPerLane = kB / 32;
+static_assert(kB % 32 == 0 && kPerLane == 2, "a lane holds two elements of a block (one 16-bit code store)");
+
+// Elements per chunk: whole blocks, n whole-block slices, codes and scales within twoshot_p2p's
+// areas (0: the chunk is too small for n ranks).
+__host__ __device__ size_t twoshotCompressedChunkElems(const P2pLayout& L, int n) {
+  const size_t unit = static_cast<size_t>(n) * kB, reserve = static_cast<size_t>(n) * 256;
+  if (L.twoshotChunk <= reserve) return 0;
+  return (L.twoshotChunk - reserve) / (kB + sizeof(float)) * kB / unit * unit;
+}
+
+struct Wire {
+  uint8_t* codes;
+  float* scales;
+};
+__device__ __forceinline__ Wire wireAt(char* base, size_t codeBytes) {
+  return {reinterpret_cast<uint8_t*>(base), reinterpret_cast<float*>(base + codeBytes)};
+}
+
+// The block's amax as quantAmax computes it (max of |x| over the valid elements, NaN if any is
+// NaN), over the warp's 32 lanes x kPerLane values (invalid ones are 0).
+__device__ __forceinline__ float warpAmax(const float (&x)[kPerLane]) {
+  float a = 0.0f;
+  bool nan = false;
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u) {
+    nan = nan || !(x[u] == x[u]);
+    a = fmaxf(a, fabsf(x[u]));
+  }
+  nan = __any_sync(0xffffffffu, nan);
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, d));
+  return nan ? quantBitsFloat(0x7fc00000u) : a;
+}
+
+// Quantizes one block held by the warp (m valid elements, x[u] of lane at element lane*kPerLane+u):
+// the codes into code[0..m) (at element offset i of `w`) and the scale into w.scales[s] (lane 0),
+// for every wire in `ws`; returns the lane's values read back.
+template <int F, int kWires>
+__device__ __forceinline__ void quantizeWarp(const float (&x)[kPerLane], int m, const Wire (&ws)[kWires], int used,
+                                             size_t i, size_t s, float (&back)[kPerLane]) {
+  constexpr QuantFormat f = static_cast<QuantFormat>(F);
+  const int lane = threadIdx.x & 31;
+  const float scale = quantScale(f, warpAmax(x));
+  uint8_t c[kPerLane];
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u) {
+    c[u] = quantEncode(f, x[u], scale);
+    back[u] = quantDecode(f, c[u], scale);
+  }
+  const int e = lane * kPerLane;
+  for (int k = 0; k < used; ++k) {
+    if (m == kB) {
+      *reinterpret_cast<uint16_t*>(ws[k].codes + i + e) = static_cast<uint16_t>(c[0] | (c[1] << 8));
+    } else {
+#pragma unroll
+      for (int u = 0; u < kPerLane; ++u)
+        if (e + u < m) ws[k].codes[i + e + u] = c[u];
+    }
+    if (lane == 0) ws[k].scales[s] = scale;
+  }
+}
+
+// One block's values read back from a wire written by a peer (ld.global.cg).
+template <int F>
+__device__ __forceinline__ void readBack(const Wire& w, size_t i, size_t s, int m, float (&v)[kPerLane]) {
+  constexpr QuantFormat f = static_cast<QuantFormat>(F);
+  const int e = (threadIdx.x & 31) * kPerLane;
+  const float scale = __ldcg(w.scales + s);
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u) v[u] = e + u < m ? quantDecode(f, __ldcg(w.codes + i + e + u), scale) : 0.0f;
+}
+
+template <typename T>
+__device__ __forceinline__ void loadBlock(const T* x, int m, float (&v)[kPerLane]) {
+  const int e = (threadIdx.x & 31) * kPerLane;
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u) v[u] = e + u < m ? dev::Elem<T>::toFloat(x[e + u]) : 0.0f;
+}
+
+template <typename T>
+__device__ __forceinline__ void storeBlock(T* y, int m, const float (&v)[kPerLane]) {
+  const int e = (threadIdx.x & 31) * kPerLane;
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u)
+    if (e + u < m) y[e + u] = dev::Elem<T>::fromFloat(v[u]);
+}
+
+template <typename T, int F>
+__global__ void __launch_bounds__(kThreads) twoshotCompressedKernel(P2pLaunch p) {
+  constexpr QuantFormat f = static_cast<QuantFormat>(F);
+  const int me = p.rank, n = p.nRanks, b = blockIdx.x, nb = gridDim.x, warp = threadIdx.x / 32;
+  const P2pLayout& L = p.layout;
+  dev::pdlLaunchDependents();
+  dev::pdlWait();  // inputs and the epoch may come from the previous kernel
+  uint64_t deadline;
+  if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing (p2p_common.cuh)
+  uint64_t* epochPtr = dev::epochAt(p.peers[me], L, kP2pTwoshot, b);
+  uint64_t epoch = *epochPtr;
+  const uint64_t callEpoch = epoch + 1;
+  dev::signaturePublish(p, kP2pTwoshot, callEpoch);
+  const T* src = static_cast<const T*>(p.send);
+  T* dst = static_cast<T*>(p.recv);
+  const size_t maxChunk = twoshotCompressedChunkElems(L, n);  // > 0: checked at launch
+  const size_t sliceCap = maxChunk / n;
+  const size_t per = dev::twoshotChunkElems(p.count, maxChunk, kB);
+
+  for (size_t c0 = 0; c0 < p.count; c0 += per) {
+    ++epoch;
+    const size_t len = p.count - c0 < per ? p.count - c0 : per;
+    const size_t bufOff = dev::twoshotBufferOffset(L, epoch);
+    auto inbox = [&](int owner, int from) {
+      return wireAt(p.peers[owner] + bufOff + static_cast<size_t>(from) * L.twoshotSliceCap, sliceCap);
+    };
+    auto gather = [&](int owner) {
+      return wireAt(p.peers[owner] + bufOff + static_cast<size_t>(n) * L.twoshotSliceCap, maxChunk);
+    };
+    // Part b of slice j, slice-relative [lo, hi) from slice start s, clipped to this chunk.
+    auto part = [&](int j, size_t* s, size_t* lo, size_t* hi) {
+      size_t e;
+      dev::splitRange(per, n, j, kB, s, &e);
+      dev::splitRange(e - *s, nb, b, kB, lo, hi);
+      const size_t room = len > *s ? len - *s : 0;
+      *lo = *lo < room ? *lo : room;
+      *hi = *hi < room ? *hi : room;
+    };
+    // Calls fn(k, m) for each quantization block [k, k + m) of [lo, hi) this warp handles.
+    auto forBlocks = [&](size_t lo, size_t hi, auto fn) {
+      for (size_t k = lo + static_cast<size_t>(warp) * kB; k < hi; k += static_cast<size_t>(kWarps) * kB)
+        fn(k, static_cast<int>(hi - k < kB ? hi - k : kB));
+    };
+
+    for (int j = 0; j < n; ++j) {
+      if (j == me) continue;
+      size_t s, lo, hi;
+      part(j, &s, &lo, &hi);
+      const Wire to[1] = {inbox(j, me)};
+      forBlocks(lo, hi, [&](size_t k, int m) {
+        float x[kPerLane], back[kPerLane];
+        loadBlock(src + c0 + s + k, m, x);
+        quantizeWarp<F, 1>(x, m, to, 1, k, k / kB, back);
+      });
+    }
+    if (!dev::peerBarrier(p, kP2pTwoshot, 2 * epoch, deadline)) return;
+    if (epoch == callEpoch && !dev::signatureCheck(p, kP2pTwoshot, callEpoch, deadline)) return;
+
+    {
+      size_t s, lo, hi;
+      part(me, &s, &lo, &hi);
+      Wire to[kMaxP2pRanks];
+      int used = 0;
+      for (int r = 0; r < n; ++r)
+        if (r != me) to[used++] = gather(r);
+      forBlocks(lo, hi, [&](size_t k, int m) {
+        float own[kPerLane], acc[kPerLane], v[kPerLane];
+        loadBlock(src + c0 + s + k, m, v);
+        const float scale = quantScale(f, warpAmax(v));
+#pragma unroll
+        for (int u = 0; u < kPerLane; ++u) own[u] = quantDecode(f, quantEncode(f, v[u], scale), scale);
+        for (int r = 0; r < n; ++r) {
+          if (r != me) readBack<F>(inbox(me, r), k, k / kB, m, v);
+#pragma unroll
+          for (int u = 0; u < kPerLane; ++u) {
+            const float x = r == me ? own[u] : v[u];
+            acc[u] = r == 0 ? x : quantAdd(acc[u], x);
+          }
+        }
+        const int e = (threadIdx.x & 31) * kPerLane;
+#pragma unroll
+        for (int u = 0; u < kPerLane; ++u)
+          if (e + u >= m) acc[u] = 0.0f;  // lanes past a short block take no part in its amax
+        float back[kPerLane];
+        quantizeWarp<F, kMaxP2pRanks>(acc, m, to, used, s + k, (s + k) / kB, back);
+        storeBlock(dst + c0 + s + k, m, back);
+      });
+    }
+    if (!dev::peerBarrier(p, kP2pTwoshot, 2 * epoch + 1, deadline)) return;
+
+    for (int j = 0; j < n; ++j) {
+      if (j == me) continue;
+      size_t s, lo, hi;
+      part(j, &s, &lo, &hi);
+      const Wire from = gather(me);
+      forBlocks(lo, hi, [&](size_t k, int m) {
+        float v[kPerLane];
+        readBack<F>(from, s + k, (s + k) / kB, m, v);
+        storeBlock(dst + c0 + s + k, m, v);
+      });
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) *epochPtr = epoch;
+}
+
+// Calls launch(TypeTag<T>, IntTag<format>) for the call's dtype and format (dispatchKernel's op
+// slot carries the format: 0 fp8, 1 int8).
+template <typename Launch>
+cudaError_t dispatchCompressed(int dtype, int format, Launch launch) {
+  return dev::dispatchKernel(dtype, format, false, [&](auto t, auto fmt, auto) { return launch(t, fmt); });
+}
+
+}  // namespace
+
+Status preloadTwoshotCompressedKernels() {
+  for (int dt = 0; dt < 3; ++dt)
+    for (int fmt = 0; fmt < 2; ++fmt) {
+      cudaError_t e = dispatchCompressed(dt, fmt, [](auto t, auto f) {
+        return dev::preload(twoshotCompressedKernel<typename decltype(t)::type, decltype(f)::value>);
+      });
+      if (e != cudaSuccess) return dev::toStatus(e, "twoshot_p2p compressed");
+    }
+  return Status::kOk;
+}
+
+Status launchTwoshotCompressed(const P2pLaunch& p, QuantFormat format, cudaStream_t stream) {
+  if (twoshotCompressedChunkElems(p.layout, p.nRanks) == 0)
+    return TPCOMM_ERROR(kNotSupported, "twoshot_p2p compressed: a %zu-byte chunk is too small for %d ranks",
+                        p.layout.twoshotChunk, p.nRanks);
+  cudaError_t e = dispatchCompressed(p.dtype, static_cast<int>(format), [&](auto t, auto f) {
+    return dev::launch(twoshotCompressedKernel<typename decltype(t)::type, decltype(f)::value>, p.blocks, kThreads,
+                       p.pdl, stream, p);
+  });
+  return dev::toStatus(e, "twoshot_p2p compressed launch");
+}
+
+}  // namespace tpcomm

@@ -1,0 +1,205 @@
+// The compressed two-shot over CUDA P2P (twoshot_p2p+fp8 / twoshot_p2p+int8, issue 18;
+// docs/compression.md). Every element, on every rank, bitwise equal to the wire format's
+// definition computed on the host block by block (tests/unit/compressed_check.h: the same bits
+// as the host ranks' staged_host+fp8), so equal on every rank; within the stated error bound of
+// the exact sum; eager and as CUDA-graph replays; the same bits over 200 rotating runs; NaN/Inf
+// make their whole 64-element block NaN, zeros of either sign give +0. Chunks of 64 KiB
+// (TPCOMM_TWOSHOT_CHUNK_BYTES) so mid-size messages cross many chunks and both parities.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <map>
+#include <memory>
+#include <random>
+#include <tuple>
+
+#include "gpu_allreduce_util.h"
+#include "unit/compressed_check.h"
+#include "unit/test_util.h"
+
+namespace tpcomm_test {
+namespace {
+
+using tpcomm::Communicator;
+using tpcomm::Compression;
+using tpcomm::Config;
+using tpcomm::Status;
+
+std::string algoOf(Compression c) { return std::string("twoshot_p2p+") + tpcomm::compressionName(c); }
+
+RankGroup* compressedGroup(Compression c) {
+  static std::map<Compression, std::unique_ptr<RankGroup>> groups;
+  auto it = groups.find(c);
+  if (it != groups.end()) return it->second.get();
+  tpcomm::test::ScopedEnv chunk("TPCOMM_TWOSHOT_CHUNK_BYTES", "65536");  // read at create
+  tpcomm::test::ScopedEnv check("TPCOMM_CHECK_CALLS", "1");
+  Config cfg;
+  cfg.algo = algoOf(c);
+  cfg.compression = c;
+  cfg.useNccl = false;
+  auto g = makeRankGroup(cfg, "compressed " + algoOf(c));
+  if (!g) return nullptr;
+  return (groups[c] = std::move(g)).get();
+}
+
+struct DeviceBuffers {
+  std::vector<void*> in, out;
+  ~DeviceBuffers() {
+    for (void* p : in) cudaFree(p);
+    for (void* p : out) cudaFree(p);
+  }
+};
+
+// One compressed all-reduce on every rank of g, eager or as `replays` graph replays (each with
+// fresh inputs from `inputsFor(replay)`), every output compared bitwise with the definition.
+void runAndCompare(RankGroup* g, Compression c, DataType dtype, size_t count, bool graph, int replays,
+                   const std::function<std::vector<std::vector<uint8_t>>(int)>& inputsFor, bool checkBound) {
+  const int n = g->n();
+  const size_t es = tpcomm::dataTypeSize(dtype), bytes = count * es;
+  DeviceBuffers buf;
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaSetDevice(g->devices[r]));
+    void *a = nullptr, *b = nullptr;
+    CUDA_OK(cudaMalloc(&a, bytes));
+    CUDA_OK(cudaMalloc(&b, bytes));
+    buf.in.push_back(a);
+    buf.out.push_back(b);
+  }
+  auto issue = [&] {
+    ASSERT_EQ(Communicator::groupStart(), Status::kOk);
+    for (int r = 0; r < n; ++r)
+      ASSERT_EQ(g->comms[r]->allReduce(buf.in[r], buf.out[r], count, dtype, ReduceOp::kSum, g->streams[r]),
+                Status::kOk)
+          << tpcomm::lastErrorMessage();
+    ASSERT_EQ(Communicator::groupEnd(), Status::kOk);
+  };
+  RankGraphs graphs;
+  if (graph) {
+    captureOnEveryRank(*g, issue, &graphs);
+    ASSERT_TRUE(graphs.ok());
+  }
+  for (int rep = 0; rep < replays && !testing::Test::HasFatalFailure(); ++rep) {
+    const std::vector<std::vector<uint8_t>> inputs = inputsFor(rep);
+    const std::vector<uint8_t> want =
+        tpcomm::test::compressedReference(inputs, count, dtype, tpcomm::quantFormatOf(c));
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaSetDevice(g->devices[r]));
+      CUDA_OK(cudaMemsetAsync(buf.out[r], 0xff, bytes, g->streams[r]));
+      CUDA_OK(cudaMemcpyAsync(buf.in[r], inputs[r].data(), bytes, cudaMemcpyHostToDevice, g->streams[r]));
+    }
+    if (graph)
+      ASSERT_TRUE(launchOnEveryRank(*g, graphs));
+    else
+      issue();
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaSetDevice(g->devices[r]));
+      CUDA_OK(cudaStreamSynchronize(g->streams[r]));
+      ASSERT_EQ(g->comms[r]->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
+      if (!graph) EXPECT_EQ(std::string(g->comms[r]->lastAlgorithm()), algoOf(c));
+      std::vector<uint8_t> got(bytes);
+      CUDA_OK(cudaMemcpy(got.data(), buf.out[r], bytes, cudaMemcpyDeviceToHost));
+      const long long bad = firstMismatch(got, want, es);
+      ASSERT_EQ(bad, -1) << "rank " << r << " run " << rep << " element " << bad << ": got "
+                         << tpcomm::loadAsFloat(got.data(), bad, dtype) << " want "
+                         << tpcomm::loadAsFloat(want.data(), bad, dtype);
+    }
+    if (checkBound && rep == 0) {  // equal bits everywhere, so rank 0's output is everyone's
+      size_t over = 0;
+      for (size_t i = 0; i < count; ++i) {
+        double exact = 0;
+        for (const auto& in : inputs) exact += tpcomm::loadAsFloat(in.data(), i, dtype);
+        const double err = std::fabs(tpcomm::loadAsFloat(want.data(), i, dtype) - exact);
+        over += !(err <= tpcomm::test::compressedErrorBound(inputs, count, dtype, tpcomm::quantFormatOf(c), i));
+      }
+      EXPECT_EQ(over, 0u) << "elements over the stated bound";
+    }
+  }
+}
+
+// Normal values with an outlier (x100) every 97 elements and signed zeros.
+std::vector<std::vector<uint8_t>> randomInputs(int n, DataType dtype, size_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::vector<uint8_t>> v;
+  for (int r = 0; r < n; ++r)
+    v.push_back(makeHost(dtype, count, [&](size_t i) {
+      const float x = normal(rng);
+      return i % 211 == 7 ? ((i & 1) ? -0.0f : 0.0f) : (i % 97 == 5 ? 100.0f * x : x);
+    }));
+  return v;
+}
+
+using Param = std::tuple<Compression, DataType, size_t, bool>;
+class CompressedP2p : public testing::TestWithParam<Param> {};
+
+TEST_P(CompressedP2p, DefinitionBitsOnEveryRankWithinTheBound) {
+  if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto [c, dtype, count, graph] = GetParam();
+  RankGroup* g = compressedGroup(c);
+  ASSERT_NE(g, nullptr);
+  runAndCompare(g, c, dtype, count, graph, graph ? 3 : 1,
+                [&](int rep) { return randomInputs(g->n(), dtype, count, static_cast<uint32_t>(count * 7 + rep)); },
+                true);
+}
+
+// Odd counts, below / around the 64-element block, and counts spanning many 64 KiB chunks.
+INSTANTIATE_TEST_SUITE_P(
+    Sizes, CompressedP2p,
+    testing::Combine(testing::Values(Compression::kFp8, Compression::kInt8),
+                     testing::Values(DataType::kF32, DataType::kF16, DataType::kBF16),
+                     testing::Values<size_t>(1, 63, 65, 1000, 4097, 65536 + 3, 300001, (1u << 22) + 17), testing::Bool()));
+
+// 200 calls rotating over three input sets: every one the definition's bits (run to run).
+TEST(CompressedP2pRules, SameBitsOverRotatingRuns) {
+  if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  for (Compression c : {Compression::kFp8, Compression::kInt8}) {
+    RankGroup* g = compressedGroup(c);
+    ASSERT_NE(g, nullptr);
+    const size_t count = 100003;
+    std::vector<std::vector<std::vector<uint8_t>>> sets;
+    for (uint32_t s = 0; s < 3; ++s) sets.push_back(randomInputs(g->n(), DataType::kBF16, count, 99 + s));
+    runAndCompare(g, c, DataType::kBF16, count, false, 200, [&](int rep) { return sets[rep % 3]; }, false);
+  }
+}
+
+// NaN or +-Inf in any rank's block: that whole 64-element block of the result is NaN (its scale is
+// NaN), on every rank; other blocks are unaffected. Blocks of zeros of either sign give +0.
+TEST(CompressedP2pRules, NonFiniteBlocksAreNaNZerosArePositive) {
+  if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  constexpr size_t kB = tpcomm::kQuantBlockElems;
+  const size_t count = 5 * kB + 9;
+  for (Compression c : {Compression::kFp8, Compression::kInt8})
+    for (bool graph : {false, true}) {
+      RankGroup* g = compressedGroup(c);
+      ASSERT_NE(g, nullptr);
+      const int n = g->n();
+      auto inputs = [&](int) {
+        std::vector<std::vector<uint8_t>> v;
+        for (int r = 0; r < n; ++r)
+          v.push_back(makeHost(DataType::kF32, count, [&](size_t i) {
+            if (i < kB) return (i + r) % 2 ? -0.0f : 0.0f;
+            if (r == n - 1 && i == kB + 3) return std::numeric_limits<float>::quiet_NaN();
+            if (r == 0 && i == 2 * kB + 60) return std::numeric_limits<float>::infinity();
+            if (i == 3 * kB) return r == 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
+            return 0.25f * static_cast<float>(r + 1);
+          }));
+        return v;
+      };
+      // The definition is NaN exactly on blocks 1..3 and +0 on block 0; check that, then the bits.
+      const auto in = inputs(0);
+      const auto want = tpcomm::test::compressedReference(in, count, DataType::kF32, tpcomm::quantFormatOf(c));
+      for (size_t i = 0; i < count; ++i) {
+        const float v = tpcomm::loadAsFloat(want.data(), i, DataType::kF32);
+        if (i < kB)
+          ASSERT_EQ(tpcomm::test::elementBits(want.data(), i, DataType::kF32), 0u) << i;
+        else if (i < 4 * kB)
+          ASSERT_TRUE(std::isnan(v)) << i;
+        else
+          ASSERT_TRUE(std::isfinite(v)) << i;
+      }
+      runAndCompare(g, c, DataType::kF32, count, graph, graph ? 2 : 1, inputs, false);
+    }
+}
+
+}  // namespace
+}  // namespace tpcomm_test
