@@ -244,9 +244,12 @@ TEST_P(GpuFault, PdlWaitIsNotCountedAgainstTheTimeout) {
     upload(*g, r, inputs[r]);
   }
   poison(*g);
+  // Rank 0's all-reduce starts at once (PDL) and waits 450 ms for its spin kernel; rank 1's
+  // starts after a plain 550 ms spin. Counted from griddepcontrol.wait, rank 0 then waits ~100
+  // ms for rank 1, inside the 150 ms timeout; counted from the launch it would wait 550 ms.
   for (int r = 0; r < 2; ++r) {
     cudaSetDevice(g->devices[r]);
-    spinKernel<<<1, 32, 0, g->streams[r]>>>(450ull * 1000 * 1000, 1);
+    spinKernel<<<1, 32, 0, g->streams[r]>>>(r == 0 ? 450ull * 1000 * 1000 : 550ull * 1000 * 1000, r == 0 ? 1 : 0);
     ASSERT_EQ(g->comms[r]->allReduce(g->in[r], g->out[r], count, dt, ReduceOp::kSum, g->streams[r]), Status::kOk);
   }
   for (int r = 0; r < 2; ++r) {
