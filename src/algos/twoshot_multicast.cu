@@ -28,6 +28,7 @@
 
 #include "algos/device_common.cuh"
 #include "algos/launch.cuh"
+#include "algos/chunk_split.h"
 #include "algos/launch_params.h"
 
 namespace tpcomm {
@@ -43,13 +44,6 @@ struct Tag {
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define TPCOMM_MULTIMEM_OK 1
-
-// [begin, end) of part p of `units` cut into `parts` as evenly as possible.
-__device__ __forceinline__ void splitUnits(size_t units, int parts, int p, size_t* begin, size_t* end) {
-  const size_t per = units / parts, extra = units % parts, up = static_cast<size_t>(p);
-  *begin = up * per + (up < extra ? up : extra);
-  *end = *begin + per + (up < extra ? 1 : 0);
-}
 
 // multimem.ld_reduce of the 16-byte pack at multicast address `a`, for (T, Op).
 template <typename T, int Op>
@@ -129,18 +123,10 @@ __global__ void __launch_bounds__(kThreads) twoshotMulticastKernel(MulticastLaun
   for (size_t c0 = 0; c0 < p.count; c0 += chunkElems) {
     const size_t len = p.count - c0 < chunkElems ? p.count - c0 : chunkElems;
     const size_t packs = (len + kEpp - 1) / kEpp;
-    // Packs [lo, hi) of the chunk: part b of slice j of a FULL chunk, clipped to this chunk's
-    // packs. Block b owns the same packs of the buffer in every chunk, so a shorter last chunk
-    // never has block b write packs that block b' (synchronised by other barriers) still reads
-    // from the previous chunk (issue 21 item 15; twoshot_p2p clips the same way).
+    // Packs [lo, hi) of the chunk that block b handles for slice j (chunk_split.h: the full
+    // chunk's split, clipped, so a shorter last chunk stays inside what b owned before).
     const size_t fullPacks = chunkElems / kEpp;
-    auto part = [&](int j, size_t* lo, size_t* hi) {
-      size_t s, e, a, z;
-      splitUnits(fullPacks, n, j, &s, &e);
-      splitUnits(e - s, nb, b, &a, &z);
-      *lo = s + a < packs ? s + a : packs;
-      *hi = s + z < packs ? s + z : packs;
-    };
+    auto part = [&](int j, size_t* lo, size_t* hi) { chunkPart(fullPacks, packs, n, j, nb, b, lo, hi); };
 
     for (int j = 0; j < n; ++j) {
       size_t lo, hi;
