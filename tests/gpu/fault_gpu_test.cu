@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/params.h"
 #include "gpu_allreduce_util.h"
 
 namespace tpcomm_test {
@@ -331,6 +332,27 @@ INSTANTIATE_TEST_SUITE_P(All, SignedZeros,
                          testing::Combine(testing::Values("lamport_p2p", "oneshot_p2p", "twoshot_p2p", "staged_host"),
                                           testing::Values(DataType::kF32, DataType::kF16, DataType::kBF16),
                                           testing::Values(ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin)));
+
+// Item 19: every block of a call must be resident at once (ranks spin on each other). A grid
+// that cannot be (TPCOMM_STAGED_BLOCKS 1024 per role, x2 roles, on GPUs that hold about one of
+// tpcomm's heaviest blocks per SM) is refused at create on every rank, naming the parameter,
+// instead of deadlocking until the timeout at the first call.
+TEST(Residency, CreateRefusesAGridThatCannotBeResident) {
+  setenv("TPCOMM_STAGED_BLOCKS", "1024", 1);
+  tpcomm::reloadParams();
+  Config cfg;
+  cfg.algo = "staged_host";
+  std::vector<std::unique_ptr<Communicator>> comms;
+  const Status s = Communicator::createGroup(rankDevices(), cfg, &comms);
+  const std::string msg = tpcomm::lastErrorMessage();
+  unsetenv("TPCOMM_STAGED_BLOCKS");
+  tpcomm::reloadParams();
+  EXPECT_EQ(s, Status::kInvalidArgument) << msg;
+  EXPECT_NE(msg.find("TPCOMM_STAGED_BLOCKS"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("resident"), std::string::npos) << msg;
+  for (auto& c : comms)
+    if (c) c->abort();
+}
 
 }  // namespace
 }  // namespace tpcomm_test
