@@ -80,6 +80,13 @@ class Communicator {
 
   /// recv[i] = op over ranks of send[i], i < count. send == recv is in place.
   Status allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, cudaStream_t stream);
+  /// The same with this call's compression instead of the communicator's (Config::compression):
+  /// e.g. kFp8 for a prefill's large all-reduces and kNone for decode on one communicator. Every
+  /// rank must pass the same value for the same call (as for count and dtype; TPCOMM_CHECK_CALLS
+  /// catches a mismatch). Only bf16/f16/f32 sums are compressed; others run uncompressed
+  /// (docs/compression.md). kInvalidArgument for a value that is not a Compression.
+  Status allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, cudaStream_t stream,
+                   Compression compression);
 
   /// recv[i] = op over ranks of send[rank * recvCount + i], i < recvCount. send holds
   /// size() * recvCount elements.

@@ -32,6 +32,7 @@ struct CollArgs {
   cudaStream_t stream = nullptr;
   bool capturing = false;  ///< the stream is capturing a CUDA graph
   int nRanks = 1;
+  int compression = -1;  ///< this call's Compression; -1: the communicator's (AlgoOverride::compression)
 
   size_t elemSize() const { return dataTypeSize(dtype); }
   /// Bytes of the largest buffer (nccl-tests' "size"): allReduce count, else count * nRanks.
@@ -45,8 +46,9 @@ struct AlgoQuery {
   ReduceOp op = ReduceOp::kSum;
   size_t bytes = 0;
   bool capturing = false;
+  int compression = -1;  ///< the call's Compression; -1: the communicator's (AlgoOverride::compression)
 
-  static AlgoQuery of(const CollArgs& a) { return {a.kind, a.dtype, a.op, a.bytes(), a.capturing}; }
+  static AlgoQuery of(const CollArgs& a) { return {a.kind, a.dtype, a.op, a.bytes(), a.capturing, a.compression}; }
 };
 
 }  // namespace tpcomm

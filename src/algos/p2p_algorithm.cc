@@ -48,10 +48,12 @@ Status P2pAlgorithm::checkSize(const CollArgs& a) const {
 namespace {
 // What every rank must agree on for one call (TPCOMM_CHECK_CALLS): FNV-1a of the call's shape,
 // never 0 (0 means "not checked").
-uint32_t callSignature(const CollArgs& a, bool fused) {
+// The compression is the algorithm's (ranks that ran twoshot_p2p and twoshot_p2p+fp8 on one call,
+// e.g. after different per-call overrides, share epochs and scratch but not the wire format).
+uint32_t callSignature(const CollArgs& a, bool fused, Compression wire) {
   uint64_t h = 1469598103934665603ull;
   for (uint64_t v : {static_cast<uint64_t>(a.kind), static_cast<uint64_t>(a.count), static_cast<uint64_t>(a.dtype),
-                     static_cast<uint64_t>(a.op), static_cast<uint64_t>(fused)})
+                     static_cast<uint64_t>(a.op), static_cast<uint64_t>(fused), static_cast<uint64_t>(wire)})
     for (int k = 0; k < 8; ++k) h = (h ^ ((v >> (8 * k)) & 0xff)) * 1099511628211ull;
   return static_cast<uint32_t>(h ^ (h >> 32)) | 1u;
 }
@@ -81,7 +83,7 @@ P2pLaunch P2pAlgorithm::launchParams(const CollArgs& a, int blocks) const {
   p.dtype = static_cast<int>(a.dtype);
   p.op = static_cast<int>(a.op);
   p.blocks = blocks;
-  p.signature = ctx_->launch.checkCalls ? callSignature(a, false) : 0;
+  p.signature = ctx_->launch.checkCalls ? callSignature(a, false, compression()) : 0;
   p.kind = static_cast<int>(a.kind);
   return p;
 }
@@ -110,7 +112,7 @@ Status P2pAlgorithm::runFusedNorm(const CollArgs& a, const NormArgs& norm) {
   sum.op = ReduceOp::kSum;
   FusedP2pLaunch f{};
   f.p2p = launchParams(sum, grid);
-  if (f.p2p.signature) f.p2p.signature = callSignature(sum, true);
+  if (f.p2p.signature) f.p2p.signature = callSignature(sum, true, compression());
   f.residual = norm.residual;
   f.weight = norm.weight;
   f.eps = norm.eps;

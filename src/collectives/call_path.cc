@@ -78,7 +78,7 @@ Status queryCapture(const AlgoContext& c, CollArgs& a, const char* what) {
 
 const Communicator::Impl::CachedSelection& lookupSelection(Communicator::Impl& impl, const CollArgs& a) {
   const Communicator::Impl::ShapeKey key{static_cast<int>(a.kind), static_cast<int>(a.dtype), static_cast<int>(a.op),
-                                         a.bytes()};
+                                         a.bytes(), a.compression};
   if (impl.lastSelection && key == impl.lastShape) return *impl.lastSelection;
   auto hit = impl.selectionCache.find(key);
   if (hit == impl.selectionCache.end()) {
@@ -198,14 +198,14 @@ Status runCollective(Communicator::Impl& impl, CollArgs& a, const NormArgs* norm
     if (s == Status::kNotSupported) continue;
     if (s != Status::kOk) return s;
     impl.lastAlgorithm = fused ? algo->fusedName() : algo->name();
-    if (impl.override.compression != Compression::kNone && algo->compression() == Compression::kNone &&
-        !impl.compressionFallbackSaid) {
+    const Compression asked = a.compression >= 0 ? static_cast<Compression>(a.compression) : impl.override.compression;
+    if (asked != Compression::kNone && algo->compression() == Compression::kNone && !impl.compressionFallbackSaid) {
       impl.compressionFallbackSaid = true;  // once per communicator: a decode loop would repeat it every step
       TPCOMM_INFO(kColl,
                   "compression %s is on but %s of %zu bytes (%s %s%s) ran uncompressed on %s: no compressed algorithm "
                   "serves it or none is cheaper (only bf16/f16/f32 sums are compressed; docs/compression.md). Said "
                   "once per communicator",
-                  compressionName(impl.override.compression), what, a.bytes(), dataTypeName(a.dtype),
+                  compressionName(asked), what, a.bytes(), dataTypeName(a.dtype),
                   reduceOpName(a.op), a.capturing ? ", capturing" : "", impl.lastAlgorithm);
     }
     TPCOMM_TRACE(kColl, "%s %zu bytes %s -> %s", what, a.bytes(), dataTypeName(a.dtype), impl.lastAlgorithm);

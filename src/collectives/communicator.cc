@@ -152,6 +152,21 @@ Status Communicator::allReduce(const void* send, void* recv, size_t count, DataT
   return runCollective(*impl_, a, nullptr, "allReduce");
 }
 
+Status Communicator::allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                               cudaStream_t stream, Compression compression) {
+  TPCOMM_TRY(enter(*this, impl_.get(), "allReduce"));
+  if (compression != Compression::kNone && compression != Compression::kFp8 && compression != Compression::kInt8)
+    return TPCOMM_INVALID("allReduce: compression %d: expected Compression::kNone, kFp8 or kInt8",
+                          static_cast<int>(compression));
+  DeviceGuard guard(impl_->ctx->device);
+  TPCOMM_TRY(validateCall("allReduce", send, recv, count, dtype, op, impl_->ctx->nRanks, false));
+  const size_t bytes = count * dataTypeSize(dtype);
+  TPCOMM_TRY(checkOverlap("allReduce", send, bytes, recv, bytes, send == recv));
+  CollArgs a = collArgs(CollKind::kAllReduce, send, recv, count, dtype, op, stream);
+  a.compression = static_cast<int>(compression);
+  return runCollective(*impl_, a, nullptr, "allReduce");
+}
+
 Status Communicator::reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op,
                                    cudaStream_t stream) {
   TPCOMM_TRY(enter(*this, impl_.get(), "reduceScatter"));

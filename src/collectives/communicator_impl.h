@@ -39,9 +39,10 @@ struct Communicator::Impl {
   cudaStream_t lastStream = nullptr;
   void* streamOrderEvent = nullptr;  // cudaEvent_t, made at the first change of stream
 
-  // Selections already made, by call shape (kind, dtype, op, bytes), for both stream modes: the
-  // selector is pure, so a decode loop that repeats the same few sizes pays for it once.
-  using ShapeKey = std::tuple<int, int, int, size_t>;
+  // Selections already made, by call shape (kind, dtype, op, bytes, per-call compression or -1),
+  // for both stream modes: the selector is pure, so a decode loop that repeats the same few sizes
+  // pays for it once.
+  using ShapeKey = std::tuple<int, int, int, size_t, int>;
   struct CachedSelection {
     ShapeSelection sel;
     // Both modes start with the same algorithm, one that only refuses by call shape or enqueues
@@ -52,7 +53,7 @@ struct Communicator::Impl {
   std::map<ShapeKey, CachedSelection> selectionCache;
   // The last shape looked up. Safe: std::map never moves its entries, and the pointer is reset
   // whenever the map is cleared (the only removal).
-  ShapeKey lastShape{-1, -1, -1, 0};
+  ShapeKey lastShape{-1, -1, -1, 0, -1};
   const CachedSelection* lastSelection = nullptr;
 
   ~Impl();

@@ -13,7 +13,9 @@ std::vector<Candidate> selectAlgorithms(const std::vector<Algorithm*>& algos, co
   for (Algorithm* a : algos) {
     if ((availableOnly && !a->available()) || ovr.excludes(a->name())) continue;
     if (ovr.deterministicOnly && !a->deterministic()) continue;
-    if (a->compression() != Compression::kNone && a->compression() != ovr.compression) continue;  // opt-in only
+    // Opt-in only: the call's compression, else the communicator's.
+    const Compression want = q.compression >= 0 ? static_cast<Compression>(q.compression) : ovr.compression;
+    if (a->compression() != Compression::kNone && a->compression() != want) continue;
     std::string why;
     if (!a->supports(topo, q, &why)) continue;
     // Eligible: only now may the measured table say anything about it.

@@ -215,6 +215,63 @@ TEST(CompressedHostRules, DeterministicModeRunsUncompressed) {
   });
 }
 
+// The per-call override (Communicator::allReduce(..., Compression)): one communicator created
+// without compression compresses the calls that ask for it (here forced onto staged_host+fp8,
+// since the host cost model never picks it) and no others; one created with fp8 runs a call
+// that passes kNone uncompressed and exact. Alternating both on one communicator keeps every
+// result right. A value that is not a Compression is refused, naming it.
+TEST(CompressedHostRules, PerCallOverride) {
+  test::ScopedEnv env("TPCOMM_COMPRESSION", nullptr);
+  const size_t count = 1000;
+  std::vector<std::vector<char>> inputs(2);
+  for (int r = 0; r < 2; ++r) {
+    inputs[r] = test::makeBuffer(count, DataType::kF32);
+    test::fillInput(inputs[r].data(), count, DataType::kF32, r);
+  }
+  const std::vector<char> want = test::compressedReference(inputs, count, DataType::kF32, QuantFormat::kFp8E4m3);
+  for (Compression made : {Compression::kNone, Compression::kFp8}) {
+    test::runHostRanks(2, compressedConfig(made, "staged_host+fp8"), [&](int me, Communicator& comm) {
+      std::vector<float> in(count), out(count);
+      std::memcpy(in.data(), inputs[me].data(), count * sizeof(float));
+      for (int round = 0; round < 4; ++round) {
+        const Compression c = round % 2 ? Compression::kFp8 : Compression::kNone;
+        ASSERT_EQ(comm.allReduce(in.data(), out.data(), count, DataType::kF32, ReduceOp::kSum, nullptr, c), Status::kOk)
+            << lastErrorMessage();
+        EXPECT_STREQ(comm.lastAlgorithm(), c == Compression::kFp8 ? "staged_host+fp8" : "staged_host");
+        if (c == Compression::kNone) {
+          std::string first;
+          EXPECT_EQ(test::countWrong(out.data(), count, DataType::kF32,
+                                     [](size_t i) { return test::expectedValue(2, i, ReduceOp::kSum); }, &first),
+                    0u)
+              << first;
+        } else {
+          EXPECT_EQ(std::memcmp(out.data(), want.data(), count * sizeof(float)), 0)
+              << "rank " << me << ": not the fp8 wire format's definition";
+        }
+      }
+      EXPECT_EQ(comm.allReduce(in.data(), out.data(), count, DataType::kF32, ReduceOp::kSum, nullptr,
+                               static_cast<Compression>(7)),
+                Status::kInvalidArgument);
+      EXPECT_NE(std::string(lastErrorMessage()).find("compression 7"), std::string::npos) << lastErrorMessage();
+    });
+  }
+}
+
+// Ranks that pass different per-call compressions for the same call run different algorithms
+// on the same staging slots: the call signatures differ, and every rank fails the call with
+// kInvalidArgument instead of mixing wire formats.
+TEST(CompressedHostRules, PerCallMismatchIsRefusedOnEveryRank) {
+  test::ScopedEnv env("TPCOMM_COMPRESSION", nullptr);
+  test::runHostRanks(2, compressedConfig(Compression::kNone, "staged_host+fp8"), [&](int me, Communicator& comm) {
+    std::vector<float> in(256), out(256);
+    test::fillInput(in.data(), in.size(), DataType::kF32, me);
+    const Compression c = me == 0 ? Compression::kFp8 : Compression::kNone;
+    EXPECT_EQ(comm.allReduce(in.data(), out.data(), in.size(), DataType::kF32, ReduceOp::kSum, nullptr, c),
+              Status::kInvalidArgument)
+        << "rank " << me;
+  });
+}
+
 TEST(CompressedHostRules, RanksThatDisagreeAreRefusedOnEveryRank) {
   std::vector<Status> st;
   std::vector<std::string> msg;
