@@ -112,8 +112,8 @@ class UnfusedAR:
     """nccl (dist.all_reduce) and tpcomm (Communicator.all_reduce): the GEMM, the in-place
     all-reduce, the residual add, the next RMSNorm; only `all_reduce` differs."""
 
-    def __init__(self, name, all_reduce):
-        self.name, self.all_reduce = name, all_reduce
+    def __init__(self, name, all_reduce, comm=None):
+        self.name, self.all_reduce, self.comm = name, all_reduce, comm
 
     def reduce_add_norm(self, a, w, x, norm_w, eps):
         y = a @ w.t()
@@ -414,7 +414,7 @@ def main():
                     import tpcomm.torch as tt
 
                     comm = tt.Communicator.from_process_group()
-                ar = UnfusedAR("tpcomm", comm.all_reduce) if name == "tpcomm" else TpcommFusedAR(comm)
+                ar = UnfusedAR("tpcomm", comm.all_reduce, comm) if name == "tpcomm" else TpcommFusedAR(comm)
         except Exception as e:
             why = "%s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0][:200])
         if not agree(why is None, dev) and why is None:
@@ -444,6 +444,11 @@ def main():
         return {k: slowest(statistics.median(v)) for k, v in got.items()}
 
     table = {}  # (phase, mode, size) -> {backend: tok/s, or cold ms}
+    algos = {}  # (mode or "prefill", size, backend) -> tpcomm's algorithm for that shape
+
+    def algorithm(ar):  # what tpcomm chose for the shape just run (captured graphs keep it)
+        c = getattr(ar, "comm", None)
+        return c.last_algorithm if c is not None else None
     gen = {}  # backend -> greedy tokens
     with torch.inference_mode():
         # Greedy check first (eager): every backend decodes the same tokens.
@@ -468,12 +473,13 @@ def main():
                 fn = (lambda ar=ar: model.forward(ar, toks, 0))
                 cold[ar.name] = slowest(clock.cold(fn)[0])
                 calls[ar.name] = fn
+                algos[("prefill", P, ar.name)] = algorithm(ar)
             ms = alternate(calls, a.reps)
             row = table.setdefault(("prefill", "eager", P), {})
             for k in calls:
                 row[k] = P / ms[k] * 1e3
                 emit(dict(what="prefill", allreduce=k, tokens=P, warm_ms=ms[k], tok_s=P / ms[k] * 1e3,
-                          cold_ms=cold[k]))
+                          cold_ms=cold[k], algorithm=algos[("prefill", P, k)]))
             table.setdefault(("prefill cold ms", "eager", P), {}).update(cold)
 
         # Decode at position C, batch B, each mode.
@@ -496,6 +502,7 @@ def main():
                             fn = g.replay
                         fn()
                         calls[ar.name] = fn
+                        algos[(mode, B, ar.name)] = algorithm(ar)
                     except Exception as e:
                         ok, why = False, "%s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0][:200])
                         clock.sync()
@@ -514,7 +521,8 @@ def main():
                     row[k] = B * 1e3 / ms[k]
                     emit(dict(what="decode", allreduce=k, mode=mode, batch=B, pos=C, step_ms=ms[k],
                               tok_s=B * 1e3 / ms[k], step_gb=model.step_bytes(B, C) / 1e9,
-                              cold_ms=cold[k], cold_includes="compile" if mode == "compile" else "first call"))
+                              cold_ms=cold[k], cold_includes="compile" if mode == "compile" else "first call",
+                              algorithm=algos[(mode, B, k)]))
                 table.setdefault(("decode cold ms", mode, B), {}).update({k: cold[k] for k in calls})
                 del graphs
 
@@ -535,7 +543,8 @@ def main():
             s += "".join("%20s" % ("%.3f" % (row[n] / base) if base and n in row else "-") for n in ratios)
         out(s)
     if comm is not None:
-        out("# tpcomm's last algorithm: %s" % comm.last_algorithm)
+        out("# tpcomm's algorithms: " + ", ".join("%s %s %d: %s" % (k[2], k[0], k[1], v)
+                                                   for k, v in algos.items() if v))
     if gen:
         ref = gen[names[0]]
         out("# greedy tokens (%d-token prompt, eager): %s %s; " % (a.gen_prompt, names[0], ref) + "; ".join(
