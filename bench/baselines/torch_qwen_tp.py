@@ -38,7 +38,9 @@ the very first call of the process also pays torch's lazy initialisation.
 Greedy check: each backend prefills a --gen-prompt-token prompt and decodes --generate tokens
 eagerly; rank 0 prints the tokens and whether they equal the first backend's (fp32 on 2 ranks:
 the sums are the same, so the tokens must be; the fused norm may round differently in its last
-bits, which changes a token only at a near-tie).
+bits, which changes a token only at a near-tie). The timed decode steps are checked the same
+way: each backend's tokens from its last timed call (graph replay or compiled step) are printed
+and compared, per mode and batch.
 Rank 0 prints a table and one JSON object per measurement; --results FILE writes both there after
 a header `# commit ...; date ...; command: ...` (COMMIT from the environment first).
 """
@@ -450,6 +452,7 @@ def main():
         c = getattr(ar, "comm", None)
         return c.last_algorithm if c is not None else None
     gen = {}  # backend -> greedy tokens
+    checks = []  # per decode mode and batch: do the backends' step tokens agree
     with torch.inference_mode():
         # Greedy check first (eager): every backend decodes the same tokens.
         if a.generate:
@@ -488,10 +491,11 @@ def main():
         for B in batches:
             tok = ((torch.arange(B, device=dev) * 31 + 5) % p["V"]).view(B, 1)
             for mode in modes:
-                calls, graphs, cold = {}, [], {}
+                calls, graphs, cold, res = {}, [], {}, {}
                 for ar in backends:
-                    fn = (lambda ar=ar, lf=(layer_c if mode == "compile" else layer_forward):
-                          model.forward(ar, tok, C, decode_len=C + 1, layer_fn=lf))
+                    def fn(ar=ar, lf=(layer_c if mode == "compile" else layer_forward), res=res):
+                        # the step's tokens; under capture, the graph's output that replays refresh
+                        res[ar.name] = model.forward(ar, tok, C, decode_len=C + 1, layer_fn=lf)
                     ok, why = True, None
                     try:
                         c_ms, _ = clock.cold(fn)  # eager: first call; compile: includes compiling
@@ -524,6 +528,13 @@ def main():
                               cold_ms=cold[k], cold_includes="compile" if mode == "compile" else "first call",
                               algorithm=algos[(mode, B, k)]))
                 table.setdefault(("decode cold ms", mode, B), {}).update({k: cold[k] for k in calls})
+                step_toks = {k: res[k].tolist() for k in calls}  # the last timed call's tokens
+                ref = step_toks[next(iter(calls))]
+                for k in calls:
+                    emit(dict(what="step_tokens", allreduce=k, mode=mode, batch=B, tokens=step_toks[k],
+                              same=step_toks[k] == ref))
+                checks.append("%s batch %d: %s" % (mode, B, "same" if all(v == ref for v in step_toks.values())
+                                                   else "DIFFERENT %s" % step_toks))
                 del graphs
 
     # The table: tok/s per backend, speed-up over nccl in the same mode.
@@ -545,6 +556,8 @@ def main():
     if comm is not None:
         out("# tpcomm's algorithms: " + ", ".join("%s %s %d: %s" % (k[2], k[0], k[1], v)
                                                    for k, v in algos.items() if v))
+    if checks:
+        out("# decode step tokens across backends (last timed call): " + "; ".join(checks))
     if gen:
         ref = gen[names[0]]
         out("# greedy tokens (%d-token prompt, eager): %s %s; " % (a.gen_prompt, names[0], ref) + "; ".join(

@@ -56,12 +56,15 @@ def tokens_of(records):
 
 
 def test_backends_decode_the_same_greedy_tokens(two_ranks):
-    _, records, _ = two_ranks
+    stdout, records, _ = two_ranks
     toks = tokens_of(records)
     assert set(toks) == {"nccl", "tpcomm", "tpcomm_fused"}, toks
     assert len(toks["nccl"]) == 6 and len(set(toks["nccl"])) > 1, toks  # varied: equality means something
     assert toks["tpcomm"] == toks["nccl"], toks
     assert toks["tpcomm_fused"] == toks["nccl"], toks
+    steps = [r for r in records if r["what"] == "step_tokens"]
+    assert len(steps) == 2 * 3 and all(r["same"] for r in steps), steps
+    assert "# decode step tokens across backends (last timed call): eager batch 1: same; eager batch 2: same" in stdout
 
 
 def test_two_ranks_decode_what_one_rank_holding_everything_decodes(two_ranks, tmp_path):
