@@ -22,6 +22,8 @@ echo "libtpcomm build rc=$rc"
 [ $rc = 0 ] || { tail -20 "$OUTDIR/python_gpu_build.log"; exit 1; }
 rm -rf "$SITE" && mkdir -p "$SITE/tpcomm"
 cp -r "$root/python/tpcomm/." "$SITE/tpcomm/" && mkdir -p "$SITE/tpcomm/lib" && cp -L "$B/libtpcomm.so" "$SITE/tpcomm/lib/"
+# PY_BUILD_ONLY=1: stop here, the package laid out in $SITE (scripts/python_gpu_e2e.sh runs from it).
+[ "${PY_BUILD_ONLY:-0}" = 1 ] && { echo "package laid out in $SITE"; exit 0; }
 ngpu=$(python3 -c "import torch; print(min(torch.cuda.device_count(), 2))")
 echo "# commit ${COMMIT:-$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)}; date $(date -u +%FT%TZ); command: $0 $*" \
   > "$OUTDIR/python_gpu_check.txt"

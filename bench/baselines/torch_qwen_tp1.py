@@ -119,6 +119,22 @@ def time_ms(fn, reps):
     return statistics.median(ts)
 
 
+def capture(fn):
+    """fn captured in a CUDA graph after two warm-up calls on a side stream, replayed once."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    g.replay()
+    torch.cuda.synchronize()
+    return g
+
+
 def emit(rec):
     print(json.dumps(rec), flush=True)
 
@@ -162,16 +178,7 @@ def main():
             if not a.no_eager_decode:
                 step()
                 variants.append(("eager", time_ms(step, a.steps)))
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(2):
-                    step()
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                step()
-            g.replay()
+            g = capture(step)
             variants.append(("graph", time_ms(g.replay, a.steps)))
             del g
             if a.compile:
@@ -183,13 +190,7 @@ def main():
                     cstep()
                 torch.cuda.synchronize()
                 compile_s = time.perf_counter() - t0
-                with torch.cuda.stream(s):
-                    cstep()
-                torch.cuda.current_stream().wait_stream(s)
-                gc = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(gc):
-                    cstep()
-                gc.replay()
+                gc = capture(cstep)
                 variants.append(("compile+graph", time_ms(gc.replay, a.steps)))
                 emit(dict(what="compile_time", preset=a.preset, pos=C, seconds=compile_s))
                 del gc
