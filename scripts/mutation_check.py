@@ -120,6 +120,17 @@ CPU_MUTANTS = [
                  "        retain(pending_);\n        pending_ = nullptr;\n        return;\n      }",
                  "        retain(pending_);\n        pending_ = nullptr;\n      }")],
          targets=["tpcomm_mpi_bootstrap_fault"], tests=[("ctest", "^tpcomm_mpi_bootstrap_fault_np[24]$")]),
+    # 5: the timed-out collective's buffers freed while MPI may still complete it (late ranks),
+    # and with no op pending the destructor frees the communicator too.
+    dict(name="mpi_pending_op_freed", item=5,
+         edits=[("src/bootstrap/mpi_bootstrap.cc", "      pending_ = op;  // still pending: kept alive with its buffers",
+                 "      delete op;")],
+         targets=["tpcomm_mpi_bootstrap_fault"], tests=[("ctest", "^tpcomm_mpi_bootstrap_fault_np[24]$")]),
+    # 5, 10: makeMpiBootstrap's MPI_Comm_dup unbounded (a rank whose peers never call it blocks).
+    dict(name="mpi_dup_unbounded", item=10,
+         edits=[("src/bootstrap/mpi_bootstrap.cc", "  if (MPI_Comm_idup(comm, dup, &req) != MPI_SUCCESS) {",
+                 "  if (MPI_Comm_dup(comm, dup) != MPI_SUCCESS) {")],
+         targets=["tpcomm_mpi_bootstrap_fault"], tests=[("ctest", "^tpcomm_mpi_bootstrap_fault_np2$")]),
     # 6: nothing removes a dead process's /dev/shm segment (neither create nor --clean).
     dict(name="shm_stale_never_removed", item=6,
          edits=[("src/transports/host_staged.cc", "  DIR* d = opendir(\"/dev/shm\");", "  DIR* d = nullptr;")],
