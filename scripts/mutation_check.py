@@ -23,6 +23,7 @@ uncommitted work."""
 import argparse
 import datetime
 import os
+import re
 import subprocess
 import sys
 import time
@@ -180,12 +181,14 @@ CPU_MUTANTS = [
                  "      if (h->arrivedRound[r].load(std::memory_order_relaxed) != static_cast<uint32_t>(round + 1)) {",
                  "      if (r == rank_) {")],
          targets=["tpcomm_unit_timeout"], tests=[("ctest", "^tpcomm_unit_timeout$")]),
-    # 11: every rank contributes an n x n block to the topology allGather (n^3 in all).
+    # 11: every rank contributes an n x n block to the topology allGather (n^3 in all); the rows
+    # still land right, so only the test's size bound can tell.
     dict(name="topology_exchange_n3", item=11,
          edits=[("src/topology/probe.cc", "std::vector<LinkRecord> contribution(n), gathered(nn);",
                  "std::vector<LinkRecord> contribution(nn), gathered(nn * n);"),
                 ("src/topology/probe.cc", "gathered.data(), sizeof(LinkRecord) * n));",
-                 "gathered.data(), sizeof(LinkRecord) * nn));")],
+                 "gathered.data(), sizeof(LinkRecord) * nn));"),
+                ("src/topology/probe.cc", "&gathered[static_cast<size_t>(l) * n]", "&gathered[static_cast<size_t>(l) * nn]")],
          targets=["tpcomm_unit_topology_exchange"], tests=[("ctest", "^tpcomm_unit_topology_exchange$")]),
     # 12: partially overlapping send/recv accepted.
     dict(name="overlap_accepted", item=12,
@@ -233,6 +236,7 @@ def sh(cmd, timeout, log, cwd=ROOT):
 
 def summary(out):
     keep = ("[  PASSED  ]", "[  FAILED  ]", "tests passed", "***Timeout", "***Failed", "Exception:", "passed,")
+    out = re.sub(r"\x1b\[[0-9;]*m", "", out)  # gtest colours under mpiexec
     lines = [l.strip() for l in out.splitlines() if any(k in l for k in keep)]
     return "; ".join(lines[:4])[:300].replace("|", "/")
 
