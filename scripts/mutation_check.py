@@ -241,6 +241,11 @@ def summary(out):
     return "; ".join(lines[:4])[:300].replace("|", "/")
 
 
+def clip(out):
+    """The first 6000 and the last 14000 characters of a long output (first failures and summary)."""
+    return out if len(out) <= 20000 else out[:6000] + "\n[... %d characters left out ...]\n" % (len(out) - 20000) + out[-14000:]
+
+
 def describe(tests):
     return " + ".join("ctest -R '%s'" % t[1] if t[0] == "ctest" else "%s --gtest_filter=%s" % (os.path.basename(t[1]), t[2])
                       for t in tests)
@@ -265,7 +270,7 @@ def run_tests(build_dir, tests, log):
             rc, out = sh([exe, "--gtest_filter=" + t[2]], 1800, log, cwd=os.path.dirname(exe))
             if "[==========] 0 tests" in out:
                 rc = rc or 8
-        log.write(out[-20000:] + "\n")
+        log.write(clip(out) + "\n")
         failed |= rc != 0
         details.append("%s rc %d%s" % (os.path.basename(t[1]), rc, (": " + summary(out)) if summary(out) else ""))
     return failed, "; ".join(details)
