@@ -257,23 +257,21 @@ def build(build_dir, targets, log, jobs):
 
 
 def run_tests(build_dir, tests, log):
-    """(failed, detail): failed when any test failed (rc != 0)."""
-    failed, details = False, []
+    """(failed, detail, empty): failed when any test failed (rc != 0); empty when a regex or
+    filter matched no test (neither a catch nor a pass: the mutant's test list is out of date)."""
+    failed, empty, details = False, False, []
     for t in tests:
         if t[0] == "ctest":
             rc, out = sh(["ctest", "-R", t[1], "--output-on-failure"], 1800, log, cwd=build_dir)
-            # No test matched: an error, never a pass.
-            if "No tests were found" in out:
-                rc = rc or 8
+            empty |= "No tests were found" in out
         else:
             exe = os.path.join(build_dir, t[1])
             rc, out = sh([exe, "--gtest_filter=" + t[2]], 1800, log, cwd=os.path.dirname(exe))
-            if "[==========] 0 tests" in out:
-                rc = rc or 8
+            empty |= "[==========] 0 tests" in out
         log.write(clip(out) + "\n")
         failed |= rc != 0
         details.append("%s rc %d%s" % (os.path.basename(t[1]), rc, (": " + summary(out)) if summary(out) else ""))
-    return failed, "; ".join(details)
+    return failed, "; ".join(details), empty
 
 
 def apply_mutant(m):
@@ -347,10 +345,10 @@ def main():
                              out.strip().splitlines()[-1][:200] if out.strip() else ""))
                 bad += 1
                 continue
-            failed, detail = run_tests(a.build, m["tests"], log)
-            rows.append((m["name"], m["item"], describe(m["tests"]), "FAILED (caught)" if failed else "passed (NOT caught)",
-                         detail))
-            bad += not failed
+            failed, detail, empty = run_tests(a.build, m["tests"], log)
+            verdict = "no test matched" if empty else "FAILED (caught)" if failed else "passed (NOT caught)"
+            rows.append((m["name"], m["item"], describe(m["tests"]), verdict, detail))
+            bad += empty or not failed
         finally:
             for full, text in originals.items():
                 open(full, "w").write(text)
@@ -366,7 +364,8 @@ def main():
                 tests.append(t)
     rc, out = build(a.build, targets, log, a.jobs)
     if rc == 0:
-        failed, detail = run_tests(a.build, tests, log)
+        failed, detail, empty = run_tests(a.build, tests, log)
+        failed |= empty
     else:
         failed, detail = True, "build failed: " + (out.strip().splitlines()[-1][:200] if out.strip() else "")
     rows.append(("(none: the fixed code)", "-", describe(tests), "FAILED" if failed else "passed", detail))
