@@ -4,10 +4,15 @@
 // in place and out of place, for f32/f16/bf16 x sum/max/min and counts that span many staging
 // chunks. Two communicators: the default staging geometry and a tiny one (4 KiB x 2 slots) so
 // that even small messages are cut into many chunks. Exit status: 0 only if every rank passed.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -166,6 +171,35 @@ TEST_F(MpiCollectives, SharedSegmentIsUnlinked) {
   while (fgets(line, sizeof(line), ls)) leftovers += line;
   pclose(ls);
   EXPECT_EQ(leftovers, "") << "shared memory left linked";
+  EXPECT_EQ(comm->destroy(), Status::kOk);
+}
+
+
+// Issue 21 item 6: a segment left by a rank 0 that died between shm_open and shm_unlink is
+// removed by the next create in processes mode (rank 0 cleans this user's tpcomm segments whose
+// pid is gone before it makes its own), not only by `tpcomm-doctor --clean`.
+TEST_F(MpiCollectives, CreateRemovesStaleSegmentsOfDeadProcesses) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::string stale;
+  if (rank == 0) {
+    int pid = 4194303;  // above any pid_max but the largest: no such process
+    while (pid > 1 && !(kill(pid, 0) != 0 && errno == ESRCH)) --pid;
+    stale = "/tpcomm-" + std::to_string(pid) + "-0-5ta1e000";
+    int fd = shm_open(stale.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    ASSERT_GE(fd, 0) << "shm_open " << stale;
+    ASSERT_EQ(ftruncate(fd, 4096), 0);
+    close(fd);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto comm = make(kGeometries[1]);
+  ASSERT_NE(comm, nullptr);
+  if (rank == 0) {
+    struct stat st;
+    const bool left = stat(("/dev/shm" + stale).c_str(), &st) == 0;
+    if (left) shm_unlink(stale.c_str());
+    EXPECT_FALSE(left) << "create left the dead process's segment /dev/shm" << stale;
+  }
   EXPECT_EQ(comm->destroy(), Status::kOk);
 }
 
