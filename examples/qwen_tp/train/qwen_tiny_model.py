@@ -100,7 +100,8 @@ class Attention(nn.Module):
         group = c.num_attention_heads // c.num_key_value_heads
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        # Under autocast the normed q/k come out fp32 (weight * x) and v bf16: one dtype for SDPA.
+        o = F.scaled_dot_product_attention(q.to(v.dtype), k.to(v.dtype), v, is_causal=True)
         return self.o_proj(o.transpose(1, 2).reshape(B, T, -1))
 
 
