@@ -94,6 +94,8 @@ void printUsage() {
       "  --allreduce-compression none|fp8|int8  compressed all-reduce (tpcomm Config::compression; GPU;\n"
       "                                      docs/compression.md): bf16 sums cost fewer bytes, not exact\n"
       "  --metrics-file F        Prometheus text output (default qwen_tp_metrics.prom)\n"
+      "  --dump-logits F         first run the prompt teacher-forced and write every position's full-vocab logits\n"
+      "                          (fp32, header: positions, vocab, ids; logits_dump.h), then run as usual\n"
       "  --no-fused-norm         all-reduce, then a separate residual + RMSNorm (default: one\n"
       "                          Communicator::allReduceResidualRmsNorm call after o_proj and down_proj)\n"
       "  --gemv cublas|custom    GPU GEMMs of <= 8 tokens: cuBLAS (default) or the example's tensor-core GEMV\n"
@@ -136,6 +138,7 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
                                               "--allreduce",
                                               "--allreduce-compression",
                                               "--metrics-file",
+                                              "--dump-logits",
                                               "--gemv",
                                               "--seed"};
     bool takesValue = false;
@@ -205,6 +208,8 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
       f->allreduceCompression = v;
     else if (a == "--metrics-file")
       f->metricsFile = v;
+    else if (a == "--dump-logits")
+      f->dumpLogits = v;
     else if (a == "--gemv")
       f->gemv = v;
     else if (a == "--seed") {
@@ -248,6 +253,8 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
   const int promptSources = !f->promptText.empty() + !f->promptTextFile.empty() + !f->promptIds.empty();
   if (promptSources > 1) return fail(err, "give one of --prompt, --prompt-file and --prompt-ids");
   if (f->device == "cpu" && f->mpi) return fail(err, "--mpi is for GPU runs (--device cpu runs its ranks as threads)");
+  if (!f->dumpLogits.empty() && f->mpi)
+    return fail(err, "--dump-logits gathers the ranks' vocab shards in one process: run without --mpi");
   return true;
 }
 

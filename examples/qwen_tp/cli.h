@@ -23,6 +23,7 @@ struct Flags {
   std::string promptTextFile;  ///< --prompt-file (text)
   std::string promptIds;       ///< --prompt-ids a,b,c or @FILE
   std::string tokenizer;       ///< --tokenizer (default: tokenizer.json beside config.json)
+  std::string dumpLogits;      ///< --dump-logits FILE: the prompt's teacher-forced logits (logits_dump.h)
   int promptTokens = 32, nPredict = 32, ctxSize = 0, tp = 1, ubatch = 2048;
   int draftNMax = 0, draftNMin = 0;  ///< --spec-draft-n-max (default 3 with --spec-type), --spec-draft-n-min
   double draftPMin = 0;              ///< --spec-draft-p-min (0: off; llama.cpp's default is 0.75)

@@ -53,6 +53,31 @@ bool readBool(const json& j, const char* key, bool* out, const std::string& src,
   return true;
 }
 
+// transformers 5 writes rope_parameters {"rope_type": "default", "rope_theta": X} instead of a
+// top-level rope_theta (and renames rope_scaling to it). Both forms are read; when both carry a
+// theta they must agree. Any rope_type but "default" is scaling this decoder does not implement.
+bool readRopeParameters(const json& j, float* theta, const std::string& src, std::string* error) {
+  auto rp = j.find("rope_parameters");
+  if (rp == j.end() || rp->is_null()) return true;
+  if (!rp->is_object())
+    return fail(error, src + ": field \"rope_parameters\" must be an object, got " + rp->type_name());
+  auto type = rp->find("rope_type");
+  if (type != rp->end() && !type->is_null() && !(type->is_string() && type->get<std::string>() == "default"))
+    return fail(error, src + ": rope_parameters.rope_type " + type->dump() +
+                           " is not supported by this decoder (only \"default\": plain rotary)");
+  auto t = rp->find("rope_theta");
+  if (t == rp->end() || t->is_null()) return true;
+  if (!t->is_number())
+    return fail(error, src + ": field \"rope_parameters.rope_theta\" must be a number, got " + t->type_name());
+  const float v = t->get<float>();
+  auto top = j.find("rope_theta");
+  if (top != j.end() && !top->is_null() && *theta != v)
+    return fail(error, src + ": rope_theta (" + top->dump() + ") and rope_parameters.rope_theta (" + t->dump() +
+                           ") disagree");
+  *theta = v;
+  return true;
+}
+
 }  // namespace
 
 bool validateConfig(const ModelConfig& c, std::string* error) {
@@ -119,6 +144,7 @@ bool parseConfigJson(const std::string& text, const std::string& src, ModelConfi
   if (!readInt(j, "mtp_num_hidden_layers", false, &c.mtpLayers, src, error)) return false;
   if (!readFloat(j, "rms_norm_eps", &c.rmsNormEps, src, error)) return false;
   if (!readFloat(j, "rope_theta", &c.ropeTheta, src, error)) return false;
+  if (!readRopeParameters(j, &c.ropeTheta, src, error)) return false;
   if (!readBool(j, "tie_word_embeddings", &c.tieWordEmbeddings, src, error)) return false;
   bool bias = false;
   if (!readBool(j, "attention_bias", &bias, src, error)) return false;

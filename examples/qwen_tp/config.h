@@ -21,7 +21,7 @@ struct ModelConfig {
   int numKvHeads = 0;           ///< num_key_value_heads
   int headDim = 0;              ///< head_dim (its own field; not hidden/heads)
   float rmsNormEps = 1e-6f;     ///< rms_norm_eps
-  float ropeTheta = 1e6f;       ///< rope_theta
+  float ropeTheta = 1e6f;       ///< rope_theta, or rope_parameters.rope_theta (transformers 5)
   bool tieWordEmbeddings = false;  ///< tie_word_embeddings: lm_head is embed_tokens
   int maxPositionEmbeddings = 40960;  ///< max_position_embeddings
   int mtpLayers = 0;            ///< mtp_num_hidden_layers (0: no MTP head; 1 supported)

@@ -13,6 +13,7 @@
 
 #include "cpu_group.h"
 #include "cpu_model.h"
+#include "logits_dump.h"
 #include "run.h"
 #include "weights.h"
 
@@ -63,6 +64,8 @@ int runOnCpu(const RunSetup& s) {
   std::vector<int32_t> out;
   GenerateStats plain, spec;
   std::mutex mu;
+  LogitsTable dump;  // every rank fills its vocab columns (--dump-logits)
+  dump.reset(s.prompt, cfg.vocabSize);
   const bool ok = runCpuTpGroup(
       f.tp,
       [&](int rank, tpcomm::Communicator* comm, std::string* e) {
@@ -70,6 +73,15 @@ int runOnCpu(const RunSetup& s) {
         if (!makeTpShape(cfg, f.tp, rank, &shape, e)) return false;
         CpuModel model(cfg, shape, &w, comm, ctx, f.fusedNorm);
         model.setMaxTokensPerCall(f.ubatch);
+        if (!f.dumpLogits.empty()) {
+          auto rows = [&model, &shape](int n, std::vector<float>* o, std::string*) {
+            const std::vector<float>& l = model.lastLogits();
+            o->assign(l.end() - static_cast<ptrdiff_t>(n) * shape.vocab, l.end());
+            return true;
+          };
+          if (!collectTeacherForcedLogits(model, f.ubatch, shape.vocabBegin(), shape.vocab, rows, &dump, e))
+            return false;
+        }
         TextStreamer text(rank == 0 ? s.tok.get() : nullptr);
         std::vector<int32_t> myOut;
         GenerateStats myPlain, mySpec;
@@ -80,6 +92,11 @@ int runOnCpu(const RunSetup& s) {
       },
       &err);
   if (!ok) return std::fprintf(stderr, "qwen_tp --device cpu: %s\n", err.c_str()), 1;
+  if (!f.dumpLogits.empty()) {
+    if (!writeLogitsFile(f.dumpLogits, dump, &err)) return std::fprintf(stderr, "qwen_tp: %s\n", err.c_str()), 1;
+    std::printf("dump-logits: %d positions x %d vocab (fp32, teacher-forced prompt) -> %s\n", P, cfg.vocabSize,
+                f.dumpLogits.c_str());
+  }
   if (needPlain) std::printf("--- plain greedy ---\n%s", formatTimings(plain).c_str());
   if (f.draftNMax > 0)
     std::printf("--- draft-mtp n-max %d n-min %d p-min %.2f ---\n%s%s", f.draftNMax, f.draftNMin, f.draftPMin,

@@ -17,6 +17,7 @@
 
 #include "cli.h"
 #include "gpu_model.h"
+#include "logits_dump.h"
 #include "run.h"
 #include "speculative.h"
 #include "tpcomm/tpcomm.h"
@@ -172,13 +173,20 @@ void report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
   m << formatPrometheus(f.draftNMax > 0 ? r.spec : r.plain, o.ctxSize);
 }
 
-// Everything one rank does: build the model, run, profile; rank 0 reports.
-bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm, std::string* err) {
+// Everything one rank does: build the model, (--dump-logits: the prompt teacher-forced, in calls
+// of kLogitsRows tokens so every row's logits are kept, each rank filling its vocab columns of
+// `dump`), run, profile; rank 0 reports.
+bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm, LogitsTable* dump, std::string* err) {
   TpShape shape;
   if (!makeTpShape(sh.cfg, sh.flags.tp, rank, &shape, err)) return false;
   GpuModel model(sh.cfg, shape, device, comm);
   const GpuModelOptions o = modelOptions(sh);
   if (!model.init(o, err)) return false;
+  if (dump) {
+    auto rows = [&model](int n, std::vector<float>* out, std::string* e) { return model.lastLogits(n, out, e); };
+    if (!collectTeacherForcedLogits(model, GpuModel::kLogitsRows, shape.vocabBegin(), shape.vocab, rows, dump, err))
+      return false;
+  }
   RankResult r;
   if (!runDecode(sh, rank, model, &r, err)) return false;
   if (sh.flags.profile && o.useGraphs && !profileStep(sh, model, &r, err)) return false;  // replays the graphs
@@ -218,7 +226,7 @@ int runOnGpu(RunSetup& sh, int argc, char** argv) {
     }
     if (ok && s == tpcomm::Status::kOk) s = tpcomm::Communicator::create(*boot, rank % std::max(ndev, 1), commConfig(f), &comm);
     if (s != tpcomm::Status::kOk) ok = false, err = std::string("tpcomm: ") + tpcomm::lastErrorMessage();
-    if (ok) ok = runRank(sh, rank, rank % std::max(ndev, 1), f.tp > 1 ? comm.get() : nullptr, &err);
+    if (ok) ok = runRank(sh, rank, rank % std::max(ndev, 1), f.tp > 1 ? comm.get() : nullptr, nullptr, &err);
     if (!ok) std::fprintf(stderr, "qwen_tp rank %d: %s\n", rank, err.c_str());
     if (comm) comm->destroy();
     boot.reset();
@@ -238,12 +246,21 @@ int runOnGpu(RunSetup& sh, int argc, char** argv) {
   std::vector<std::string> errors(f.tp);
   std::vector<char> oks(f.tp, 0);
   std::vector<std::thread> threads;
+  LogitsTable dump;
+  LogitsTable* dumpPtr = f.dumpLogits.empty() ? nullptr : &dump;
+  if (dumpPtr) dump.reset(sh.prompt, sh.cfg.vocabSize);
   for (int r = 0; r < f.tp; ++r)
-    threads.emplace_back([&, r] { oks[r] = runRank(sh, r, devices[r], f.tp > 1 ? comms[r].get() : nullptr, &errors[r]); });
+    threads.emplace_back(
+        [&, r] { oks[r] = runRank(sh, r, devices[r], f.tp > 1 ? comms[r].get() : nullptr, dumpPtr, &errors[r]); });
   for (auto& t : threads) t.join();
   int rc = 0;
   for (int r = 0; r < f.tp; ++r)
     if (!oks[r]) std::fprintf(stderr, "qwen_tp rank %d: %s\n", r, errors[r].c_str()), rc = 1;
+  if (rc == 0 && dumpPtr) {
+    if (!writeLogitsFile(f.dumpLogits, dump, &err)) return std::fprintf(stderr, "qwen_tp: %s\n", err.c_str()), 1;
+    std::printf("dump-logits: %zu positions x %d vocab (fp32, teacher-forced prompt) -> %s\n", sh.prompt.size(),
+                sh.cfg.vocabSize, f.dumpLogits.c_str());
+  }
   for (auto& c : comms) c->destroy();
   return rc;
 }

@@ -43,6 +43,36 @@ TEST(QwenConfig, ParsesHuggingFaceQwen3Config) {
   EXPECT_EQ(p.mtpLayers, 1);
 }
 
+// transformers 5 writes rope_theta inside rope_parameters (and no top-level rope_theta); older
+// versions write it at the top level. Both are read; a theta in both must agree; a rope_type
+// other than "default" is scaling this decoder does not do.
+TEST(QwenConfig, RopeThetaFromTopLevelOrRopeParameters) {
+  const std::string base = R"("vocab_size":8,"hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,
+      "num_attention_heads":4)";
+  struct Row { std::string extra; bool ok; float theta; const char* mustMention; };
+  const Row rows[] = {
+      {R"("rope_theta": 5000)", true, 5000.f, ""},
+      {R"("rope_parameters": {"rope_type": "default", "rope_theta": 12345.0})", true, 12345.f, ""},
+      {R"("rope_parameters": {"rope_theta": 777})", true, 777.f, ""},
+      {R"("rope_theta": 250, "rope_parameters": {"rope_type": "default", "rope_theta": 250})", true, 250.f, ""},
+      {R"("rope_parameters": {"rope_type": "default"}, "rope_theta": 99)", true, 99.f, ""},
+      {R"("rope_parameters": null, "rope_theta": 42)", true, 42.f, ""},
+      {R"("rope_theta": 250, "rope_parameters": {"rope_theta": 251})", false, 0, "disagree"},
+      {R"("rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4})", false, 0, "rope_type"},
+      {R"("rope_parameters": {"rope_theta": "1e6"})", false, 0, "rope_parameters.rope_theta"},
+      {R"("rope_parameters": [1e6])", false, 0, "rope_parameters"},
+      {R"("rope_parameters": {"rope_theta": -1})", false, 0, "rope_theta"},
+  };
+  for (const Row& r : rows) {
+    ModelConfig c;
+    std::string err;
+    const bool ok = parseConfigJson("{" + base + ", " + r.extra + "}", "cfg.json", &c, &err);
+    EXPECT_EQ(ok, r.ok) << r.extra << ": " << err;
+    if (r.ok) EXPECT_FLOAT_EQ(c.ropeTheta, r.theta) << r.extra;
+    else EXPECT_NE(err.find(r.mustMention), std::string::npos) << r.extra << ": " << err;
+  }
+}
+
 TEST(QwenConfig, HeadDimDefaultsToHiddenOverHeadsOnlyWhenAbsent) {
   ModelConfig c;
   std::string err;

@@ -1,0 +1,191 @@
+#!/bin/bash
+# gpu_session.sh: issue 17 items 3 and 4 in one device call on one H200 (about 7-8 minutes):
+#   1. train_tiny_qwen.py (MINUTES, default 5) on the GPU, in the background, while qwen_tp builds
+#      (cmake + ninja, sm_90); meanwhile a --tiny model trained 30 steps on the CPU is checked
+#      against Hugging Face on the GPU (tests/hf_parity.py --device cuda: the "random tiny" case);
+#   2. hf_parity.py --device cuda on the trained model;
+#   3. real draft acceptance of the trained model on held-out text (PROMPTS prompts: the first
+#      PROMPT_CHARS characters of held-out stdlib files, N_PREDICT tokens each): qwen_tp on the GPU
+#      with MTP off and --spec-draft-n-max 1..4 (NMAX), and --spec-draft-p-min (PMIN) on the GPU if
+#      it has it, else on the CPU reference (--device cpu --tp 4, 64 tokens, in the background);
+#   4. a table of acceptance and decode speed, printed last and written to $OUT/summary.md.
+# Logs, each opening with commit, date, command and GPU: $OUT/{build,train,parity,accept,accept_cpu}.log and
+# summary.md (at most 8 files come back from a device call). Usage, from the repository root:
+#   OUT=/path/to/out bash examples/qwen_tp/train/gpu_session.sh
+# COMMIT (env) names the commit when the tree has no .git; PY (env) the Python with torch
+# (default python3); KEEP_CKPT=1 also copies the checkpoint's small files (not the weights) to $OUT.
+# For a smoke test of this script without a GPU: DEVICE=cpu TRAIN_ARGS=--tiny MINUTES=1 SKIP_BUILD=1
+# BUILD=<a build with qwen_tp> (everything then runs on the CPU; the numbers mean nothing).
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+SRC=$(pwd)
+OUT=${OUT:?set OUT}
+B=${BUILD:-$SRC/build-h200}
+PY=${PY:-python3}
+DEVICE=${DEVICE:-cuda}
+TRAIN_ARGS=${TRAIN_ARGS:-}
+MINUTES=${MINUTES:-5}
+NMAX=${NMAX:-"1 2 3 4"}
+PMIN=${PMIN:-"0.5 0.75"}
+PROMPTS=${PROMPTS:-4}
+PROMPT_CHARS=${PROMPT_CHARS:-700}
+N_PREDICT=${N_PREDICT:-200}
+CKPT=${CKPT:-/tmp/qwen_train/ckpt}
+TINY=/tmp/qwen_train/tiny
+W=/tmp/qwen_train/work
+mkdir -p "$OUT" "$W"
+REV=${COMMIT:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)}
+Q=$B/examples/qwen_tp/qwen_tp
+T0=$(date +%s)
+
+header() {  # header <log> <what>
+  { echo "# commit $REV"; echo "# date $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "# command: $2";
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/# gpu /'; } > "$1"
+}
+run() {  # run <log> <timeout s> <command...>: appends the command, its output and its rc
+  local log=$OUT/$1.log t=$2; shift 2
+  echo "## $(date -u +%H:%M:%S) (+$(( $(date +%s) - T0 )) s) $*" >> "$log"
+  timeout "$t" "$@" >> "$log" 2>&1
+  local rc=$?
+  echo "## rc=$rc" >> "$log"
+  return $rc
+}
+for l in build train parity accept accept_cpu; do header "$OUT/$l.log" "examples/qwen_tp/train/gpu_session.sh ($l part)"; done
+echo "# environment: MINUTES=$MINUTES NMAX='$NMAX' PMIN='$PMIN' PROMPTS=$PROMPTS PROMPT_CHARS=$PROMPT_CHARS N_PREDICT=$N_PREDICT PY=$PY" >> "$OUT/train.log"
+run train 30 $PY -c "import sys, torch, transformers, tokenizers; print(sys.version.split()[0], torch.__version__, transformers.__version__, tokenizers.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"
+
+# 1. training in the background (GPU), the build in the foreground (CPU), the tiny model (CPU).
+rm -rf "$CKPT" "$TINY"
+run train $(( ${MINUTES%.*} * 60 + 120 )) $PY -u "$SRC/examples/qwen_tp/train/train_tiny_qwen.py" --device "$DEVICE" \
+    --minutes "$MINUTES" --out "$CKPT" $TRAIN_ARGS &
+TRAIN_PID=$!
+[ "${SKIP_BUILD:-0}" = 1 ] && echo "## SKIP_BUILD=1: using $Q" >> "$OUT/build.log" ||
+run build 300 bash -c "cmake -S '$SRC' -B '$B' -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null && cmake --build '$B' -j14 --target qwen_tp"
+BUILD_RC=$?
+echo "build rc=$BUILD_RC (+$(( $(date +%s) - T0 )) s)"
+run parity 120 $PY "$SRC/examples/qwen_tp/train/train_tiny_qwen.py" --tiny --device cpu --steps 30 --minutes 2 --out "$TINY"
+if [ $BUILD_RC -eq 0 ]; then
+  # The GPU is shared with the training here: a correctness check, no timing.
+  run parity 180 $PY "$SRC/examples/qwen_tp/tests/hf_parity.py" --device "$DEVICE" --model-dir "$TINY" --qwen-tp "$Q" --work "$W/tiny"
+  TINY_RC=$?
+  echo "parity (tiny, 30 steps) rc=$TINY_RC (+$(( $(date +%s) - T0 )) s)"
+fi
+wait $TRAIN_PID
+TRAIN_RC=$?
+echo "train rc=$TRAIN_RC (+$(( $(date +%s) - T0 )) s)"
+grep -E "held-out|trained [0-9]+ steps" "$OUT/train.log" | tail -2
+[ -f "$CKPT/train_metrics.json" ] && { echo "## train_metrics.json"; cat "$CKPT/train_metrics.json"; echo "## config.json"; cat "$CKPT/config.json"; } >> "$OUT/train.log"
+if [ "${KEEP_CKPT:-0}" = 1 ] && [ -d "$CKPT" ]; then
+  mkdir -p "$OUT/ckpt" && cp "$CKPT"/{config.json,tokenizer.json,heldout_files.txt} "$OUT/ckpt/" 2>/dev/null
+fi
+if [ $BUILD_RC -ne 0 ] || [ $TRAIN_RC -ne 0 ] || [ ! -f "$CKPT/model.safetensors" ]; then
+  echo "build or training failed: see $OUT/build.log and $OUT/train.log"; tail -20 "$OUT/build.log" "$OUT/train.log"; exit 1
+fi
+
+# 2. parity of the trained model (the GPU is free now).
+run parity 180 $PY "$SRC/examples/qwen_tp/tests/hf_parity.py" --device "$DEVICE" --model-dir "$CKPT" --qwen-tp "$Q" --work "$W/trained"
+PARITY_RC=$?
+echo "parity (trained) rc=$PARITY_RC (+$(( $(date +%s) - T0 )) s)"
+
+# 3. acceptance on held-out text. Prompt files: the first PROMPT_CHARS characters of the first
+# PROMPTS held-out files that are long enough.
+$PY - "$CKPT/heldout_files.txt" "$W" "$PROMPTS" "$PROMPT_CHARS" <<'EOF' >> "$OUT/accept.log" 2>&1
+import os, sys
+held, work, n, chars = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+k = 0
+for path in open(held).read().split():
+    text = open(path, encoding="utf-8", errors="replace").read()
+    if len(text) < 2 * chars:
+        continue
+    with open(os.path.join(work, "prompt%d.txt" % k), "w") as f:
+        f.write(text[:chars])
+    print("## prompt%d: first %d characters of %s" % (k, chars, path))
+    k += 1
+    if k == n:
+        break
+EOF
+GPU_PMIN=0
+run accept 60 "$Q" --device "$DEVICE" --model-dir "$CKPT" --prompt-file "$W/prompt0.txt" --n-predict 8 --spec-type draft-mtp --spec-draft-p-min 0.5 --no-profile \
+    --metrics-file "$W/probe.prom" && GPU_PMIN=1
+if [ $GPU_PMIN = 0 ]; then
+  # p-min on the fp32 CPU reference, in the background (CPU) while the GPU runs below: n-max 3 with
+  # p-min 0 (off, the CPU's own baseline) and each PMIN, 64 tokens per prompt.
+  (for p in $(seq 0 $(( PROMPTS - 1 ))); do
+     [ -f "$W/prompt$p.txt" ] || continue
+     for pm in 0 $PMIN; do
+       run accept_cpu 150 "$Q" --device cpu --tp 4 --model-dir "$CKPT" --prompt-file "$W/prompt$p.txt" --n-predict 64 \
+           --spec-type draft-mtp --spec-draft-n-max 3 --spec-draft-p-min "$pm" --metrics-file "$W/mc.prom"
+     done
+   done) &
+  CPU_PID=$!
+fi
+for p in $(seq 0 $(( PROMPTS - 1 ))); do
+  [ -f "$W/prompt$p.txt" ] || continue
+  run accept 60 "$Q" --device "$DEVICE" --model-dir "$CKPT" --prompt-file "$W/prompt$p.txt" --n-predict "$N_PREDICT" --no-profile \
+      --metrics-file "$W/m.prom"
+  for n in $NMAX; do
+    run accept 60 "$Q" --device "$DEVICE" --model-dir "$CKPT" --prompt-file "$W/prompt$p.txt" --n-predict "$N_PREDICT" --no-profile \
+        --spec-type draft-mtp --spec-draft-n-max "$n" --metrics-file "$W/m.prom"
+  done
+  if [ $GPU_PMIN = 1 ]; then
+    for pm in $PMIN; do
+      run accept 60 "$Q" --device "$DEVICE" --model-dir "$CKPT" --prompt-file "$W/prompt$p.txt" --n-predict "$N_PREDICT" --no-profile \
+          --spec-type draft-mtp --spec-draft-n-max 3 --spec-draft-p-min "$pm" --metrics-file "$W/m.prom"
+    done
+  fi
+done
+echo "GPU acceptance runs done (+$(( $(date +%s) - T0 )) s)"
+[ -n "${CPU_PID:-}" ] && { wait $CPU_PID; echo "CPU p-min runs done (+$(( $(date +%s) - T0 )) s)"; }
+
+# 4. the table, from accept.log.
+$PY - "$OUT/train.log" "$PARITY_RC" "${TINY_RC:-not run}" "$DEVICE" "$REV" "$OUT/accept.log" "$OUT/accept_cpu.log" <<'EOF' | tee "$OUT/summary.md"
+import re, sys
+from collections import OrderedDict
+train, parity_rc, tiny_rc, device, rev, logs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
+rows = OrderedDict()
+cmd = None
+for line in (l for log in logs for l in open(log, errors="replace")):
+    if line.startswith("## ") and "qwen_tp" in line:
+        cmd = line
+        dev = "cpu" if "--device cpu" in cmd else "cuda"
+        m = re.search(r"--spec-draft-n-max (\d+)", cmd)
+        n = int(m.group(1)) if m else 0
+        if "--n-predict 8 " in cmd:
+            cmd = None
+            continue
+        m = re.search(r"--spec-draft-p-min ([0-9.]+)", cmd)
+        pm = m.group(1) if m else "-"
+        key = (dev, n, pm)
+        r = rows.setdefault(key, {"acc": 0, "drafted": 0, "rounds": 0, "tps": [], "runs": 0, "first": 0})
+    elif cmd and "eval time =" in line and "prompt" not in line:
+        r["tps"].append(float(re.search(r"([0-9.]+) tokens per second", line).group(1)))
+        r["runs"] += 1
+    elif cmd and line.startswith("draft acceptance"):
+        m = re.search(r"\((\d+) accepted / (\d+) generated\), per-token acceptance = [0-9.]+ \((\d+) accepted / (\d+)", line)
+        r["acc"] += int(m.group(1)); r["drafted"] += int(m.group(2))
+        r["first"] += int(m.group(4)) - int(m.group(3))
+        r["rounds"] += int(re.search(r"\((\d+) verify rounds", line).group(1))
+metrics = [l.strip() for l in open(train, errors="replace") if "held-out (" in l]
+print("# qwen_tp on the trained model (commit %s)\n" % rev)
+print("Trained model: %s" % (metrics[-1].replace("[train] ", "") if metrics else "(no training metrics)"))
+verdict = lambda rc: "PASS" if rc == "0" else "FAIL or not run (rc %s)" % rc
+print("HF parity (tests/hf_parity.py --device %s): trained model %s; 30-step --tiny model %s (parity.log)\n"
+      % (device, verdict(parity_rc), verdict(tiny_rc)))
+print("| device | n-max | p-min | runs | accepted/drafted | per-token | mean length | decode tok/s (mean) | vs MTP off |")
+print("|---|---|---|---|---|---|---|---|---|")
+base = {}
+for (dev, n, pm), r in rows.items():
+    tps = sum(r["tps"]) / len(r["tps"]) if r["tps"] else 0
+    if n == 0:
+        base[dev] = tps
+    ratio = r["acc"] / r["drafted"] if r["drafted"] else 0
+    per = r["acc"] / (r["acc"] + r["first"]) if r["acc"] + r["first"] else 0
+    mean = 1 + r["acc"] / r["rounds"] if r["rounds"] else 1
+    speed = "%.2fx" % (tps / base[dev]) if base.get(dev) else "-"
+    print("| %s | %s | %s | %d | %s | %s | %s | %.1f | %s |" % (
+        dev, n or "off", pm, r["runs"], "%.3f (%d/%d)" % (ratio, r["acc"], r["drafted"]) if n else "-",
+        "%.3f" % per if n else "-", "%.2f" % mean if n else "1", tps, speed if n else "1.00x"))
+print("\naccepted/drafted is llama.cpp's draft acceptance (summed over the prompts); decode tok/s excludes the prompt.")
+print("The CPU rows (p-min on the fp32 CPU reference, --tp 4, 64 tokens) measure acceptance, not speed.")
+EOF
+echo "total $(( $(date +%s) - T0 )) s"

@@ -1,0 +1,198 @@
+"""qwen_tiny_model.py: a small Qwen3 with an MTP head in the Qwen3-Next layout, in plain PyTorch.
+
+The math is Hugging Face's modeling_qwen3 (what examples/qwen_tp implements): RMSNorm in fp32
+(weight * normed, normed cast back), per-head q/k RMSNorm before rotate-half rotary, GQA
+attention with scale head_dim^-0.5, SwiGLU, final norm, lm_head (tied or not). Parameter names
+are the Hugging Face tensor names, so state_dict() is the checkpoint as qwen_tp reads it
+(weights.cc: modelTensorSpecs).
+
+The MTP head (qwen_tp engine.h, vLLM's Qwen3-Next MTP): for position s it takes the target's final
+hidden state h_s *after* model.norm and the embedding of token t_{s+1}, computes
+fc([pre_fc_norm_embedding(e); pre_fc_norm_hidden(h)]) (embedding first), runs one decoder layer
+mtp.layers.0 (causal over the MTP positions, rotary position s+1), mtp.norm, then the shared
+lm_head: it predicts t_{s+2}.
+"""
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class TinyQwenConfig:
+    vocab_size: int = 4096
+    hidden_size: int = 512
+    intermediate_size: int = 2048
+    num_hidden_layers: int = 8
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 4
+    head_dim: int = 64
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 2048
+    mtp_num_hidden_layers: int = 1
+
+    def hf_config(self, eos_id, bos_id):
+        """config.json as transformers 5 writes a Qwen3 config (rope_theta inside rope_parameters;
+        qwen_tp reads this form and the older top-level rope_theta), plus mtp_num_hidden_layers."""
+        c = asdict(self)
+        theta = c.pop("rope_theta")
+        c.update({
+            "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_act": "silu",
+            "attention_bias": False, "attention_dropout": 0.0, "initializer_range": 0.02,
+            "rope_parameters": {"rope_type": "default", "rope_theta": theta},
+            "use_cache": True, "use_sliding_window": False, "sliding_window": None,
+            "max_window_layers": self.num_hidden_layers, "bos_token_id": bos_id, "eos_token_id": eos_id,
+            "torch_dtype": "bfloat16", "dtype": "bfloat16",
+        })
+        return c
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_cos_sin(positions, head_dim, theta, device):
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
+    freqs = positions.float()[:, None] * inv_freq[None, :]
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        H, D = c.hidden_size, c.head_dim
+        self.q_proj = nn.Linear(H, c.num_attention_heads * D, bias=False)
+        self.k_proj = nn.Linear(H, c.num_key_value_heads * D, bias=False)
+        self.v_proj = nn.Linear(H, c.num_key_value_heads * D, bias=False)
+        self.o_proj = nn.Linear(c.num_attention_heads * D, H, bias=False)
+        self.q_norm = RMSNorm(D, c.rms_norm_eps)
+        self.k_norm = RMSNorm(D, c.rms_norm_eps)
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        c = self.c
+        q = self.q_norm(self.q_proj(x).view(B, T, c.num_attention_heads, c.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(B, T, c.num_key_value_heads, c.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, c.num_key_value_heads, c.head_dim).transpose(1, 2)
+        cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        group = c.num_attention_heads // c.num_key_value_heads
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+        # Under autocast the normed q/k come out fp32 (weight * x) and v bf16: one dtype for SDPA.
+        o = F.scaled_dot_product_attention(q.to(v.dtype), k.to(v.dtype), v, is_causal=True)
+        return self.o_proj(o.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.self_attn = Attention(c)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.mlp = MLP(c)
+
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):  # "model." in the tensor names
+    def __init__(self, c):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.layers = nn.ModuleList([DecoderLayer(c) for _ in range(c.num_hidden_layers)])
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+
+
+class MtpHead(nn.Module):  # "mtp." in the tensor names (Qwen3-Next layout)
+    def __init__(self, c):
+        super().__init__()
+        self.pre_fc_norm_embedding = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.pre_fc_norm_hidden = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.fc = nn.Linear(2 * c.hidden_size, c.hidden_size, bias=False)
+        self.layers = nn.ModuleList([DecoderLayer(c)])
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+
+
+class TinyQwen(nn.Module):
+    def __init__(self, c: TinyQwenConfig):
+        super().__init__()
+        self.c = c
+        self.model = Backbone(c)
+        if not c.tie_word_embeddings:
+            self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
+        if c.mtp_num_hidden_layers:
+            self.mtp = MtpHead(c)
+        self.apply(self._init)
+        # GPT-2 style: the residual branches' output projections scaled by depth.
+        for name, p in self.named_parameters():
+            if name.endswith("o_proj.weight") or name.endswith("down_proj.weight"):
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * c.num_hidden_layers))
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+
+    def logits(self, h):
+        w = self.model.embed_tokens.weight if self.c.tie_word_embeddings else self.lm_head.weight
+        return F.linear(h, w)
+
+    def forward(self, ids):
+        """ids [B, T] -> (final hidden after model.norm [B, T, H], logits [B, T, V])."""
+        T = ids.shape[1]
+        cos, sin = rope_cos_sin(torch.arange(T, device=ids.device), self.c.head_dim, self.c.rope_theta, ids.device)
+        x = self.model.embed_tokens(ids)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin)
+        h = self.model.norm(x)
+        return h, self.logits(h)
+
+    def mtp_forward(self, hidden, next_ids):
+        """MTP over pairs (hidden[:, s], next_ids[:, s] = t_{s+1}) -> logits predicting t_{s+2}.
+        Rotary positions s+1, as qwen_tp's MTP cache holds them (engine.h)."""
+        T = next_ids.shape[1]
+        cos, sin = rope_cos_sin(torch.arange(1, T + 1, device=hidden.device), self.c.head_dim, self.c.rope_theta,
+                                hidden.device)
+        e = self.model.embed_tokens(next_ids)
+        x = self.mtp.fc(torch.cat([self.mtp.pre_fc_norm_embedding(e), self.mtp.pre_fc_norm_hidden(hidden)], dim=-1))
+        for layer in self.mtp.layers:
+            x = layer(x, cos, sin)
+        return self.logits(self.mtp.norm(x))
+
+    def checkpoint_tensors(self, dtype=torch.bfloat16):
+        """The tensors qwen_tp and transformers read, by Hugging Face name (lm_head omitted when tied)."""
+        return {k: v.detach().to(dtype).contiguous().cpu() for k, v in self.state_dict().items()}

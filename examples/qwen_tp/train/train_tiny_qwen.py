@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""train_tiny_qwen.py --out DIR [--minutes 8] [--device cuda|cpu] [--tiny] [--steps N] [--seed S]
+
+Trains, within a time budget, a small Qwen3 with a real MTP head for examples/qwen_tp, on a corpus
+every machine has: the Python standard library's .py files (site-packages and dist-packages left
+out; every 20th file, in sorted order, held out for evaluation). Steps:
+
+1. A byte-level BPE with Qwen2's pre-tokenizer settings (tests/tokenizer/make_reference.py's
+   build_tokenizer, which qwen_tp's tokenizer is tested against), vocabulary --vocab-size
+   (4096 ids in all: the trained merges, <|endoftext|>, <|im_start|>, <|im_end|>, <think>, </think>).
+2. A Qwen3 (default 8 layers, hidden 512, 8 query / 4 KV heads of 64, SwiGLU 2048, untied lm_head)
+   plus an MTP head in the Qwen3-Next layout (qwen_tiny_model.py) trained to predict token t+2;
+   loss = CE(next token) + --mtp-weight * CE(MTP, t+2). AdamW, warmup then cosine over the time
+   budget (or over --steps when given), bf16 autocast on CUDA.
+3. DIR/config.json, DIR/model.safetensors (bf16), DIR/tokenizer.json, DIR/tokenizer_config.json,
+   and DIR/heldout_files.txt (the evaluation files), in Hugging Face layout; held-out next-token and
+   MTP (t+2) top-1 accuracy printed and written to DIR/train_metrics.json.
+
+Deterministic for a given seed and step count (--steps); with a time budget the step count is
+what fits. --minutes bounds the whole script (tokenizer, encoding, training, evaluation, save).
+`--device cpu --minutes 0.5 --tiny` runs on a CPU in about half a minute (2 layers, hidden 64,
+vocab 1024, 80 of the files): a checkpoint to try the pipeline with, not a useful model.
+"""
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import sysconfig
+import time
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "tokenizer"))
+from make_reference import build_tokenizer  # noqa: E402  (Qwen2's pre-tokenizer settings)
+from qwen_tiny_model import TinyQwen, TinyQwenConfig  # noqa: E402
+
+EOT = "<|endoftext|>"
+
+
+def log(msg):
+    print("[train] %s" % msg, flush=True)
+
+
+def stdlib_files():
+    """Sorted .py files of the standard library, without installed packages."""
+    root = sysconfig.get_paths()["stdlib"]
+    out = []
+    for d, dirs, files in os.walk(root):
+        dirs[:] = sorted(x for x in dirs if x not in ("site-packages", "dist-packages", "__pycache__"))
+        out += [os.path.join(d, f) for f in sorted(files) if f.endswith(".py")]
+    return root, out
+
+
+def read_texts(paths):
+    texts = []
+    for p in paths:
+        try:
+            with open(p, encoding="utf-8") as f:
+                texts.append(f.read())
+        except (UnicodeDecodeError, OSError):
+            texts.append("")
+    return texts
+
+
+def encode_stream(tok, texts, eot_id):
+    ids = []
+    for enc in tok.encode_batch([t for t in texts if t]):
+        ids += enc.ids
+        ids.append(eot_id)
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def batch_at(data, starts, length):
+    return torch.stack([data[s:s + length] for s in starts])
+
+
+def losses(model, x, mtp_weight):
+    """x [B, T+2]: next-token CE over positions 0..T-1 and MTP CE (t+2) over the same positions."""
+    inp, nxt, nxt2 = x[:, :-2], x[:, 1:-1], x[:, 2:]
+    h, logits = model(inp)
+    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), nxt.reshape(-1))
+    mtp_loss = torch.zeros((), device=x.device)
+    if mtp_weight > 0:
+        m = model.mtp_forward(h, nxt)
+        mtp_loss = F.cross_entropy(m.float().reshape(-1, m.shape[-1]), nxt2.reshape(-1))
+    return loss, mtp_loss, logits, (m if mtp_weight > 0 else None)
+
+
+@torch.no_grad()
+def evaluate(model, data, seq, batch, device, autocast, max_windows=2048):
+    """Top-1 accuracy of the next token and of the MTP's t+2, on non-overlapping windows."""
+    model.eval()
+    n = min((len(data) - 2) // seq, max_windows)
+    hit = hit2 = total = 0
+    loss_sum = 0.0
+    for a in range(0, n, batch):
+        starts = [i * seq for i in range(a, min(n, a + batch))]
+        x = batch_at(data, starts, seq + 2).to(device)
+        with autocast():
+            loss, _, logits, m = losses(model, x, 1.0)
+        hit += (logits.argmax(-1) == x[:, 1:-1]).sum().item()
+        hit2 += (m.argmax(-1) == x[:, 2:]).sum().item()
+        total += x[:, 2:].numel()
+        loss_sum += loss.item() * len(starts)
+    model.train()
+    return {"next_token_top1": hit / max(total, 1), "mtp_top1": hit2 / max(total, 1),
+            "next_token_loss": loss_sum / max(n, 1), "eval_tokens": total}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="checkpoint directory (created)")
+    ap.add_argument("--minutes", type=float, default=8.0, help="time budget of the whole script")
+    ap.add_argument("--steps", type=int, default=0, help="train exactly this many steps (0: fill the budget)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--tiny", action="store_true", help="2 layers, hidden 64, vocab 1024, 80 files (CPU smoke run)")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--vocab-size", type=int, default=0, help="model vocab (default 4096, --tiny 1024)")
+    ap.add_argument("--seq", type=int, default=0, help="training window (default 512, --tiny 128)")
+    ap.add_argument("--batch", type=int, default=0, help="windows per step (default 64, --tiny 16)")
+    ap.add_argument("--lr", type=float, default=0, help="peak learning rate (default 2e-3, --tiny 3e-3)")
+    ap.add_argument("--mtp-weight", type=float, default=1.0, help="weight of the MTP (t+2) loss")
+    ap.add_argument("--max-files", type=int, default=0, help="use at most this many stdlib files (0: all)")
+    ap.add_argument("--tied", action="store_true", help="tie lm_head to the embedding")
+    args = ap.parse_args()
+    t_start = time.time()
+    deadline = t_start + args.minutes * 60
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    dev = torch.device(args.device)
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    if args.tiny:
+        cfg = TinyQwenConfig(vocab_size=args.vocab_size or 1024, hidden_size=64, intermediate_size=192,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                             max_position_embeddings=1024, tie_word_embeddings=args.tied)
+        seq, batch, lr, max_files = args.seq or 128, args.batch or 16, args.lr or 3e-3, args.max_files or 80
+    else:
+        cfg = TinyQwenConfig(vocab_size=args.vocab_size or 4096, tie_word_embeddings=args.tied)
+        seq, batch, lr, max_files = args.seq or 512, args.batch or 64, args.lr or 2e-3, args.max_files
+    os.makedirs(args.out, exist_ok=True)
+
+    # 1. corpus and tokenizer
+    root, files = stdlib_files()
+    if max_files:
+        files = files[::max(1, len(files) // max_files)][:max_files]
+    held = files[::20]
+    train_files = [f for i, f in enumerate(files) if i % 20]
+    log("corpus: %d .py files under %s (Python %s): %d for training, %d held out"
+        % (len(files), root, sys.version.split()[0], len(train_files), len(held)))
+    train_texts, held_texts = read_texts(train_files), read_texts(held)
+    t0 = time.time()
+    # build_tokenizer adds <think> and </think> after training: leave room for them.
+    tok = build_tokenizer(train_texts, cfg.vocab_size - 2)
+    if tok.get_vocab_size() > cfg.vocab_size:
+        sys.exit("tokenizer has %d ids > vocab_size %d" % (tok.get_vocab_size(), cfg.vocab_size))
+    eot_id = tok.token_to_id(EOT)
+    tok.save(os.path.join(args.out, "tokenizer.json"))
+    train_data = encode_stream(tok, train_texts, eot_id)
+    held_data = encode_stream(tok, held_texts, eot_id)
+    log("tokenizer: %d ids (byte-level BPE, Qwen2 pre-tokenizer), %.1f s; %d training tokens, %d held-out tokens"
+        % (tok.get_vocab_size(), time.time() - t0, len(train_data), len(held_data)))
+    with open(os.path.join(args.out, "heldout_files.txt"), "w") as f:
+        f.write("".join(p + "\n" for p in held))
+    with open(os.path.join(args.out, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOT, "pad_token": EOT,
+                   "model_max_length": cfg.max_position_embeddings}, f, indent=1)
+
+    # 2. model
+    model = TinyQwen(cfg).to(dev)
+    nparams = sum(p.numel() for p in model.parameters())
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if dev.type == "cuda" else {}))
+
+    def autocast():
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=dev.type == "cuda")
+
+    log("model: %d layers, hidden %d, heads %d/%d x %d, intermediate %d, vocab %d, MTP 1 layer: %.1fM parameters; "
+        "device %s, %d x %d tokens per step, peak lr %g, MTP loss weight %g"
+        % (cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
+           cfg.intermediate_size, cfg.vocab_size, nparams / 1e6, dev, batch, seq, lr, args.mtp_weight))
+    # Keep time for the evaluation and the save: a share of the budget, at least 10 s.
+    reserve = max(10.0, 0.04 * args.minutes * 60)
+    train_start = time.time()
+    train_budget = max(1.0, deadline - reserve - train_start)
+    gen = torch.Generator().manual_seed(args.seed)
+    warm = 100 if not args.tiny else 20
+    step, tokens_seen, last_log = 0, 0, time.time()
+    while True:
+        elapsed = time.time() - train_start
+        if args.steps:
+            if step >= args.steps:
+                break
+            frac = step / args.steps
+        else:
+            if elapsed >= train_budget:
+                break
+            frac = elapsed / train_budget
+        cur_lr = lr * min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+        for g in opt.param_groups:
+            g["lr"] = cur_lr
+        starts = torch.randint(0, len(train_data) - seq - 2, (batch,), generator=gen).tolist()
+        x = batch_at(train_data, starts, seq + 2).to(dev, non_blocking=True)
+        with autocast():
+            loss, mtp_loss, _, _ = losses(model, x, args.mtp_weight)
+            total = loss + args.mtp_weight * mtp_loss
+        opt.zero_grad(set_to_none=True)
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        tokens_seen += batch * seq
+        if time.time() - last_log > (30 if not args.tiny else 5) or step == 1:
+            last_log = time.time()
+            log("step %d  loss %.3f  mtp loss %.3f  lr %.2e  %.0f tok/s  %.0f s"
+                % (step, loss.item(), mtp_loss.item(), cur_lr, tokens_seen / max(time.time() - train_start, 1e-9),
+                   time.time() - t_start))
+    train_s = time.time() - train_start
+    log("trained %d steps, %.1fM tokens (%.2f epochs) in %.1f s" % (step, tokens_seen / 1e6,
+                                                                     tokens_seen / max(len(train_data), 1), train_s))
+
+    # 3. evaluation and checkpoint
+    metrics = evaluate(model, held_data, seq, batch, dev, autocast, max_windows=64 if args.tiny else 2048)
+    metrics.update({"steps": step, "train_tokens": tokens_seen, "train_seconds": round(train_s, 1),
+                    "parameters": nparams, "seed": args.seed, "device": str(dev), "python": sys.version.split()[0],
+                    "torch": torch.__version__})
+    log("held-out (%d tokens, %d files): next-token top-1 %.4f, MTP (t+2) top-1 %.4f, next-token loss %.3f"
+        % (metrics["eval_tokens"], len(held), metrics["next_token_top1"], metrics["mtp_top1"],
+           metrics["next_token_loss"]))
+    from safetensors.torch import save_file
+    save_file(model.checkpoint_tensors(), os.path.join(args.out, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(args.out, "config.json"), "w") as f:
+        json.dump(cfg.hf_config(eos_id=eot_id, bos_id=eot_id), f, indent=1)
+    with open(os.path.join(args.out, "train_metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=1)
+    took = time.time() - t_start
+    log("wrote %s: config.json, model.safetensors (bf16), tokenizer.json; %.1f s in all%s"
+        % (args.out, took, " (over the %.0f s budget: the steps before training took longer)" % (args.minutes * 60)
+           if took > args.minutes * 60 + 5 else ""))
+
+
+if __name__ == "__main__":
+    main()
