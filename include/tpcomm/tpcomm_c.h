@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 /** Version of this header's API. The library's: tpcommGetVersion. */
-#define TPCOMM_C_API_VERSION 2
+#define TPCOMM_C_API_VERSION 3
 
 /** Status codes (plain ints; the values equal tpcomm::Status's). */
 typedef int tpcommResult_t;
@@ -99,6 +99,14 @@ tpcommResult_t tpcommCommInitRankConfig(tpcommComm_t* comm, int nranks, tpcommUn
  * Stream-ordered on GPU ranks, synchronous on host ranks. */
 tpcommResult_t tpcommAllReduce(const void* sendbuff, void* recvbuff, size_t count, tpcommDataType_t datatype,
                                tpcommRedOp_t op, tpcommComm_t comm, tpcommStream_t stream);
+
+/** Since API version 3. tpcommAllReduce with this call's compression instead of the
+ * communicator's (config->compression): "none", "fp8" or "int8"; NULL or "" means the
+ * communicator's. Every rank must pass the same value for the same call (a mismatch fails the
+ * call; docs/compression.md). Only bf16/f16/f32 sums are compressed. */
+tpcommResult_t tpcommAllReduceCompressed(const void* sendbuff, void* recvbuff, size_t count, tpcommDataType_t datatype,
+                                         tpcommRedOp_t op, const char* compression, tpcommComm_t comm,
+                                         tpcommStream_t stream);
 
 /** A decoder layer's epilogue: x = sum over ranks of `in`; residual += x; out = rmsnorm(residual)
  * * weight, per row (rows x hidden elements, weight: hidden). See Communicator::

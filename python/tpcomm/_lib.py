@@ -9,7 +9,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 UNIQUE_ID_BYTES = 128
 CONFIG_MAGIC = 0x7C0C0F19
-C_API_VERSION = 2
+C_API_VERSION = 3
 
 
 class UniqueIdStruct(ctypes.Structure):
@@ -54,6 +54,7 @@ def _declare(lib):
         "tpcommGetUniqueIdForAddress": (c_int, [P(UniqueIdStruct), c_char_p]),
         "tpcommCommInitRankConfig": (c_int, [P(c_void_p), c_int, UniqueIdStruct, c_int, c_int, P(ConfigStruct)]),
         "tpcommAllReduce": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p]),
+        "tpcommAllReduceCompressed": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_int, c_char_p, c_void_p, c_void_p]),
         "tpcommAllReduceResidualRmsNorm": (
             c_int, [c_void_p, c_void_p, c_void_p, c_float, c_void_p, c_size_t, c_size_t, c_int, c_void_p, c_void_p]),
         "tpcommReduceScatter": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p]),

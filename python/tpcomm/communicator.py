@@ -128,14 +128,23 @@ class Communicator:
         self.rank, self.size, self.device = rank, nranks, device
 
     # --- collectives ---------------------------------------------------------------------------
-    def all_reduce(self, send, out=None, op="sum", stream=None, dtype=None):
-        """out[i] = op over ranks of send[i]. out None: in place (send is overwritten). Returns out."""
+    def all_reduce(self, send, out=None, op="sum", stream=None, dtype=None, compression=None):
+        """out[i] = op over ranks of send[i]. out None: in place (send is overwritten). Returns out.
+        compression "none" / "fp8" / "int8" overrides the communicator's for this call (every rank
+        the same; docs/compression.md); None keeps the communicator's."""
         fn = "all_reduce"
         s, o, code = self._pair(fn, send, out, dtype)
         if o.count != s.count:
             raise InvalidArgumentError(1, "%s: out has %d elements, send has %d" % (fn, o.count, s.count))
-        _check(lib.tpcommAllReduce(s.ptr, o.ptr, s.count, code, self._op(op, fn), self._handle(fn),
-                                   self._stream(stream, s, fn)))
+        if compression is None:
+            _check(lib.tpcommAllReduce(s.ptr, o.ptr, s.count, code, self._op(op, fn), self._handle(fn),
+                                       self._stream(stream, s, fn)))
+        else:
+            if not isinstance(compression, str):
+                raise InvalidArgumentError(1, "%s: compression=%r: expected 'none', 'fp8', 'int8' or None"
+                                           % (fn, compression))
+            _check(lib.tpcommAllReduceCompressed(s.ptr, o.ptr, s.count, code, self._op(op, fn),
+                                                 compression.encode(), self._handle(fn), self._stream(stream, s, fn)))
         return send if out is None else out
 
     def reduce_scatter(self, send, out, op="sum", stream=None, dtype=None):

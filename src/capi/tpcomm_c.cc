@@ -228,6 +228,22 @@ tpcommResult_t tpcommAllReduce(const void* sendbuff, void* recvbuff, size_t coun
   })
 }
 
+tpcommResult_t tpcommAllReduceCompressed(const void* sendbuff, void* recvbuff, size_t count, tpcommDataType_t datatype,
+                                         tpcommRedOp_t op, const char* compression, tpcommComm_t comm,
+                                         tpcommStream_t stream) {
+  const char* where = "tpcommAllReduceCompressed";
+  if (!compression || !compression[0]) return tpcommAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
+  if (tpcommResult_t r = checkCall(comm, datatype, &op, where)) return r;
+  tpcomm::Compression c = tpcomm::Compression::kNone;
+  if (!tpcomm::parseCompression(compression, &c))
+    return fail(tpcommInvalidArgument, "%s: compression '%s': expected \"none\", \"fp8\" or \"int8\" (or NULL)", where,
+                compression);
+  TPCOMM_C_GUARD(where, {
+    return fromCpp(comm->comm->allReduce(sendbuff, recvbuff, count, static_cast<tpcomm::DataType>(datatype),
+                                         static_cast<tpcomm::ReduceOp>(op), stream, c));
+  })
+}
+
 tpcommResult_t tpcommAllReduceResidualRmsNorm(const void* in, void* residual, const void* weight, float eps, void* out,
                                               size_t rows, size_t hidden, tpcommDataType_t datatype, tpcommComm_t comm,
                                               tpcommStream_t stream) {

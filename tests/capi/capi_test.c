@@ -257,6 +257,16 @@ static int testBadInput(void) {
   if (expectInvalid(tpcommReduceScatter(x, x, 4, tpcommFloat32, -1, comm, NULL), "op -1")) return 1;
   if (expectInvalid(tpcommReduceScatter(x, x, 4, -1, tpcommSum, comm, NULL), "datatype -1")) return 1;
   if (expectInvalid(tpcommAllGather(x, x, 4, 3, comm, NULL), "datatype 3")) return 1;
+  /* Per-call compression (API version 3): a bad name is refused naming it; NULL, "none" and
+   * "fp8" run (one rank: a copy, whatever the wire). */
+  if (expectInvalid(tpcommAllReduceCompressed(x, x, 4, tpcommFloat32, tpcommSum, "fp4", comm, NULL), "'fp4'"))
+    return 1;
+  CHECK(tpcommAllReduceCompressed(x, x, 4, tpcommFloat32, tpcommSum, NULL, comm, NULL) == tpcommSuccess, "%s",
+        tpcommGetLastError(NULL));
+  CHECK(tpcommAllReduceCompressed(x, x, 4, tpcommFloat32, tpcommSum, "none", comm, NULL) == tpcommSuccess, "%s",
+        tpcommGetLastError(NULL));
+  CHECK(tpcommAllReduceCompressed(x, x, 4, tpcommFloat32, tpcommSum, "fp8", comm, NULL) == tpcommSuccess, "%s",
+        tpcommGetLastError(NULL));
   int got = tpcommAllReduce(NULL, x, 4, tpcommFloat32, tpcommSum, comm, NULL);
   CHECK(got == tpcommInvalidArgument, "null send accepted: %d", got);
   int rank = -1, count = -1, dev = 5;

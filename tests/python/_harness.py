@@ -83,6 +83,25 @@ def reference(op, arrays):
 
 
 # --- workers (module level: spawn pickles them by name) ------------------------------------------
+def compression_worker(rank, nranks, raw_id, q=None):
+    """Per-call compression on a communicator made without it (forced onto staged_host+fp8, which
+    host ranks never pick on cost): [(algorithm, result) for None, "fp8", "none"] and the error a
+    bad value gives."""
+    comm = tpcomm.Communicator(nranks, tpcomm.UniqueId(raw_id), rank, timeout_ms=20000, algo="staged_host+fp8")
+    runs = []
+    for c in (None, "fp8", "none"):
+        x = rank_input(rank, 1000).astype(np.float32)
+        comm.all_reduce(x, compression=c)
+        runs.append((comm.last_algorithm, x))
+    try:
+        comm.all_reduce(rank_input(rank, 10).astype(np.float32), compression="fp4")
+        bad = "no error"
+    except tpcomm.TpcommError as e:
+        bad = "%s: %s" % (type(e).__name__, e)
+    comm.destroy()
+    return runs, bad
+
+
 def collectives_worker(rank, nranks, raw_id, cases, q=None):
     """Runs every case {id: (coll, dtype, op, count)} on one communicator; returns
     {id: (float32 result, algorithm)} or {id: ("error", message)}."""

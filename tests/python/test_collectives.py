@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import tpcomm
-from _harness import from_dtype, raise_if_failed, rank_input, reference, run_ranks, to_dtype, collectives_worker, rmsnorm_worker
+from _harness import (compression_worker, from_dtype, raise_if_failed, rank_input, reference, run_ranks, to_dtype,
+                      collectives_worker, rmsnorm_worker)
 
 DTYPES = ["f32", "f16", "bf16"]
 OPS = ["sum", "max", "min"]
@@ -83,3 +84,20 @@ def test_all_reduce_residual_rmsnorm(nranks, dtype):
         # Every rank gets the same bits.
         first = out if first is None else first
         assert np.array_equal(out.view(np.uint32), first.view(np.uint32)), "rank %d differs from rank 0" % rank
+
+
+def test_per_call_compression():
+    """all_reduce(compression=...) overrides the communicator's setting for one call: fp8 runs
+    staged_host+fp8 (close to the sum, not exact), "none" and None run staged_host exactly; a
+    bad value raises InvalidArgumentError naming it."""
+    uid = tpcomm.UniqueId.generate("127.0.0.1")
+    results = run_ranks(2, compression_worker, (2, bytes(uid)))
+    exact = reference("sum", [rank_input(r, 1000).astype(np.float32) for r in range(2)])
+    for rank, (runs, bad) in sorted(results.items()):
+        algos = [a for a, _ in runs]
+        assert algos == ["staged_host", "staged_host+fp8", "staged_host"], (rank, algos)
+        assert np.array_equal(runs[0][1], exact) and np.array_equal(runs[2][1], exact), rank
+        fp8 = runs[1][1]
+        assert not np.array_equal(fp8, exact)  # quantized
+        assert np.max(np.abs(fp8 - exact)) <= 0.15 * np.max(np.abs(exact)), rank
+        assert "InvalidArgumentError" in bad and "fp4" in bad, bad

@@ -21,7 +21,7 @@ def solo():
 
 def test_version():
     v, api = tpcomm.version()
-    assert v == tpcomm.__version__ and api == 2
+    assert v == tpcomm.__version__ and api == 3
 
 
 def test_unique_id_round_trips():
