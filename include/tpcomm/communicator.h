@@ -83,8 +83,9 @@ class Communicator {
   /// The same with this call's compression instead of the communicator's (Config::compression):
   /// e.g. kFp8 for a prefill's large all-reduces and kNone for decode on one communicator. Every
   /// rank must pass the same value for the same call (as for count and dtype; TPCOMM_CHECK_CALLS
-  /// catches a mismatch). Only bf16/f16/f32 sums are compressed; others run uncompressed
-  /// (docs/compression.md). kInvalidArgument for a value that is not a Compression.
+  /// catches a mismatch). Only bf16/f16/f32 sums are compressed: kFp8/kInt8 with max or min is
+  /// kInvalidArgument (the communicator-wide setting runs those uncompressed instead), as is a
+  /// value that is not a Compression (docs/compression.md).
   Status allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, cudaStream_t stream,
                    Compression compression);
 

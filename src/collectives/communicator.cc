@@ -158,6 +158,11 @@ Status Communicator::allReduce(const void* send, void* recv, size_t count, DataT
   if (compression != Compression::kNone && compression != Compression::kFp8 && compression != Compression::kInt8)
     return TPCOMM_INVALID("allReduce: compression %d: expected Compression::kNone, kFp8 or kInt8",
                           static_cast<int>(compression));
+  // Asked for by name on this call, a compressed max or min is refused rather than quietly run
+  // uncompressed (a quantized max is not the max); the communicator-wide setting falls back.
+  if (compression != Compression::kNone && op != ReduceOp::kSum)
+    return TPCOMM_INVALID("allReduce: compression %s with op %s: only sums are compressed; pass Compression::kNone",
+                          compressionName(compression), reduceOpName(op));
   DeviceGuard guard(impl_->ctx->device);
   TPCOMM_TRY(validateCall("allReduce", send, recv, count, dtype, op, impl_->ctx->nRanks, false));
   const size_t bytes = count * dataTypeSize(dtype);

@@ -253,6 +253,14 @@ TEST(CompressedHostRules, PerCallOverride) {
                                static_cast<Compression>(7)),
                 Status::kInvalidArgument);
       EXPECT_NE(std::string(lastErrorMessage()).find("compression 7"), std::string::npos) << lastErrorMessage();
+      // Named on the call, a compressed max is refused (both ranks refuse alike, before any exchange).
+      EXPECT_EQ(comm.allReduce(in.data(), out.data(), count, DataType::kF32, ReduceOp::kMax, nullptr, Compression::kInt8),
+                Status::kInvalidArgument);
+      EXPECT_NE(std::string(lastErrorMessage()).find("only sums are compressed"), std::string::npos)
+          << lastErrorMessage();
+      ASSERT_EQ(comm.allReduce(in.data(), out.data(), count, DataType::kF32, ReduceOp::kMax, nullptr, Compression::kNone),
+                Status::kOk);
+      EXPECT_STREQ(comm.lastAlgorithm(), "staged_host");
     });
   }
 }
