@@ -141,15 +141,24 @@ Status Communicator::groupStart() {
 }
 Status Communicator::groupEnd() { return normGroupEnded(ncclGroupEndIfAny()); }
 
-Status Communicator::allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                               cudaStream_t stream) {
-  TPCOMM_TRY(enter(*this, impl_.get(), "allReduce"));
-  DeviceGuard guard(impl_->ctx->device);
-  TPCOMM_TRY(validateCall("allReduce", send, recv, count, dtype, op, impl_->ctx->nRanks, false));
+namespace {
+// Both allReduce overloads after their own checks; compression -1: the communicator's.
+Status runAllReduce(Communicator::Impl& impl, const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                    cudaStream_t stream, int compression) {
+  DeviceGuard guard(impl.ctx->device);
+  TPCOMM_TRY(validateCall("allReduce", send, recv, count, dtype, op, impl.ctx->nRanks, false));
   const size_t bytes = count * dataTypeSize(dtype);
   TPCOMM_TRY(checkOverlap("allReduce", send, bytes, recv, bytes, send == recv));
   CollArgs a = collArgs(CollKind::kAllReduce, send, recv, count, dtype, op, stream);
-  return runCollective(*impl_, a, nullptr, "allReduce");
+  a.compression = compression;
+  return runCollective(impl, a, nullptr, "allReduce");
+}
+}  // namespace
+
+Status Communicator::allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                               cudaStream_t stream) {
+  TPCOMM_TRY(enter(*this, impl_.get(), "allReduce"));
+  return runAllReduce(*impl_, send, recv, count, dtype, op, stream, -1);
 }
 
 Status Communicator::allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
@@ -163,13 +172,7 @@ Status Communicator::allReduce(const void* send, void* recv, size_t count, DataT
   if (compression != Compression::kNone && op != ReduceOp::kSum)
     return TPCOMM_INVALID("allReduce: compression %s with op %s: only sums are compressed; pass Compression::kNone",
                           compressionName(compression), reduceOpName(op));
-  DeviceGuard guard(impl_->ctx->device);
-  TPCOMM_TRY(validateCall("allReduce", send, recv, count, dtype, op, impl_->ctx->nRanks, false));
-  const size_t bytes = count * dataTypeSize(dtype);
-  TPCOMM_TRY(checkOverlap("allReduce", send, bytes, recv, bytes, send == recv));
-  CollArgs a = collArgs(CollKind::kAllReduce, send, recv, count, dtype, op, stream);
-  a.compression = static_cast<int>(compression);
-  return runCollective(*impl_, a, nullptr, "allReduce");
+  return runAllReduce(*impl_, send, recv, count, dtype, op, stream, static_cast<int>(compression));
 }
 
 Status Communicator::reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op,
