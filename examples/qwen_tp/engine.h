@@ -40,7 +40,8 @@ class DecoderEngine {
   virtual bool mtpChain(int32_t token, int slot, int32_t* draft, std::string* error) = 0;
   /// Asks the engine to compute, from now on, the top softmax probability of each draft (the
   /// greedy token's probability after mtpFromTarget / mtpChain), for --spec-draft-p-min. False
-  /// when the engine cannot (the default; the GPU decoder does not yet).
+  /// when the engine cannot (the default). Both decoders can: the top probability is
+  /// 1 / sum over the vocabulary of exp(logit - max), its shards' sums gathered with the argmax.
   virtual bool enableDraftProbability() { return false; }
   /// The top probability of the last draft, once enableDraftProbability() returned true.
   virtual double lastDraftProbability() const { return 1.0; }

@@ -179,15 +179,16 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   // The decode kernel's partials serve calls of up to kGraphMaxTokens tokens (all calls when the
   // prefill kernel does not run this head_dim); logits kLogitsRows rows at a time.
   const int64_t attnRows = prefillAttn_ ? kGraphMaxTokens : T;
-  if (!a(&x_, T * H * 2) || !a(&logits_, kLogitsRows * Vl * 4) || !a(&table_, T * shape_.tp * 2 * 4) ||
+  if (!a(&x_, T * H * 2) || !a(&logits_, kLogitsRows * Vl * 4) || !a(&table_, T * shape_.tp * gpu::kArgmaxEntry * 4) ||
       !a(&attnPart_, attnRows * hq * splits_ * (D + 2) * 4) || !a(&hn_, T * H * 2) || !a(&qkv_, T * qkvRows_ * 2) ||
       !a(&q_, T * hq * D * 2) || !a(&att_, T * hq * D * 2) || !a(&proj_, T * H * 2) || !a(&gu_, T * 2 * I * 2) ||
       !a(&act_, T * I * 2) || !a(&hidden_, T * H * 2) || !a(&mtpOut_, T * H * 2) || !a(&mtpHidden_, H * 2) ||
-      !a(&cat_, T * 2 * H * 2) || !a(&dTokens_, T * 4) || !a(&dPos_, 4) || !a(&dOut_, T * 4))
+      !a(&cat_, T * 2 * H * 2) || !a(&dTokens_, T * 4) || !a(&dPos_, 4) || !a(&dOut_, T * 4) || !a(&dProb_, 4))
     return false;
-  QWEN_CUDA(cudaMallocHost(reinterpret_cast<void**>(&hTokens_), static_cast<size_t>(2 * T + 1) * 4));
+  QWEN_CUDA(cudaMallocHost(reinterpret_cast<void**>(&hTokens_), static_cast<size_t>(2 * T + 2) * 4));
   hOut_ = hTokens_ + T;
   hPos_ = hOut_ + T;
+  hProb_ = reinterpret_cast<float*>(hPos_ + 1);
   QWEN_CUDA(cudaStreamSynchronize(stream_));
   return true;
 }
@@ -255,16 +256,16 @@ void GpuModel::enqueueAttention(const Layer& L, int n) {
     gpu::attention(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, splits_, chunk_, attnPart_, att_, stream_);
 }
 
-bool GpuModel::enqueueGreedy(const __nv_bfloat16* hidden, int n, std::string* error) {
+bool GpuModel::enqueueGreedy(const __nv_bfloat16* hidden, int n, bool topProb, std::string* error) {
   const int H = cfg_.hiddenSize;
   for (int r0 = 0; r0 < n; r0 += kLogitsRows) {
     const int rows = std::min(kLogitsRows, n - r0);
     gemm(lmHead_, shape_.vocab, H, hidden + static_cast<size_t>(r0) * H, rows, logits_, true);
     gpu::localArgmax(logits_, rows, shape_.vocab, shape_.vocabBegin(), shape_.tp, shape_.rank,
-                     table_ + static_cast<size_t>(r0) * shape_.tp * 2, stream_);
+                     table_ + static_cast<size_t>(r0) * shape_.tp * gpu::kArgmaxEntry, stream_);
   }
-  if (!allReduce(table_, static_cast<size_t>(n) * shape_.tp * 2, true, error)) return false;
-  gpu::pickArgmax(table_, n, shape_.tp, dOut_, stream_);
+  if (!allReduce(table_, static_cast<size_t>(n) * shape_.tp * gpu::kArgmaxEntry, true, error)) return false;
+  gpu::pickArgmax(table_, n, shape_.tp, dOut_, topProb ? dProb_ : nullptr, stream_);
   return true;
 }
 
@@ -283,7 +284,7 @@ bool GpuModel::enqueue(Kind kind, int n, std::string* error) {
     }
     // A prefill chunk needs the greedy token after its last position only.
     const int rows = kind == kPrefill ? 1 : n;
-    if (!enqueueGreedy(hidden_ + static_cast<size_t>(n - rows) * H, rows, error)) return false;
+    if (!enqueueGreedy(hidden_ + static_cast<size_t>(n - rows) * H, rows, false, error)) return false;
     QWEN_CUDA(cudaMemcpyAsync(hOut_, dOut_, static_cast<size_t>(rows) * 4, cudaMemcpyDeviceToHost, stream_));
   } else {
     // MTP: fc(concat(norm_e(embed(token)), norm_h(hidden))) -> one decoder layer -> mtp.norm.
@@ -295,8 +296,9 @@ bool GpuModel::enqueue(Kind kind, int n, std::string* error) {
     if (!enqueueLayer(mtpLayer_, n, 1, mtpNorm_, mtpOut_, error)) return false;
     const __nv_bfloat16* lastRow = mtpOut_ + static_cast<size_t>(n - 1) * H;
     gpu::copyRowsBf16(lastRow, H, mtpHidden_, H, 1, H, stream_);
-    if (!enqueueGreedy(lastRow, 1, error)) return false;
+    if (!enqueueGreedy(lastRow, 1, draftProb_, error)) return false;
     QWEN_CUDA(cudaMemcpyAsync(hOut_, dOut_, 4, cudaMemcpyDeviceToHost, stream_));
+    if (draftProb_) QWEN_CUDA(cudaMemcpyAsync(hProb_, dProb_, 4, cudaMemcpyDeviceToHost, stream_));
   }
   return cudaOk(cudaGetLastError(), "kernel launch", error);
 }
@@ -338,6 +340,7 @@ bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* ou
   }
   lastLogitsRows_ = kind == kTarget ? (n - 1) % kLogitsRows + 1 : 1;
   std::memcpy(out, hOut_, static_cast<size_t>(kind == kTarget ? n : 1) * 4);
+  if (draftProb_ && (kind == kMtpFromTarget || kind == kMtpChain)) draftP_ = *hProb_;
   return true;
 }
 
@@ -362,11 +365,20 @@ bool GpuModel::mtpChain(int32_t token, int slot, int32_t* draft, std::string* er
   return run(kMtpChain, &token, 1, slot, draft, error);
 }
 
+void GpuModel::dropGraphs() {
+  for (auto& g : graphs_) cudaGraphExecDestroy(g.second);
+  graphs_.clear();
+}
+
 void GpuModel::setSkipAllReduce(bool skip) {
   if (skip == skipAllReduce_) return;
   skipAllReduce_ = skip;
-  for (auto& g : graphs_) cudaGraphExecDestroy(g.second);
-  graphs_.clear();
+  dropGraphs();
+}
+
+bool GpuModel::enableDraftProbability() {
+  if (!draftProb_) dropGraphs();  // the MTP graphs gain the probability's copy
+  return draftProb_ = true;
 }
 
 bool GpuModel::timeTargetStep(int n, int pos, int iters, double* ms, std::string* error) {

@@ -69,6 +69,8 @@ class GpuModel : public DecoderEngine {
   bool prefill(const int32_t* tokens, int n, int pos, int32_t* last, std::string* error) override;
   bool mtpFromTarget(const int32_t* tokens, int n, int slot, int32_t* draft, std::string* error) override;
   bool mtpChain(int32_t token, int slot, int32_t* draft, std::string* error) override;
+  bool enableDraftProbability() override;
+  double lastDraftProbability() const override { return draftP_; }
   bool hasMtp() const override { return cfg_.mtpLayers > 0; }
   int vocabSize() const override { return cfg_.vocabSize; }
   int ctxSize() const override { return opt_.ctxSize; }
@@ -120,7 +122,9 @@ class GpuModel : public DecoderEngine {
   bool enqueueLayer(const Layer& L, int n, int ropeOffset, const __nv_bfloat16* nextNorm, __nv_bfloat16* normOut,
                     std::string* error);
   // Greedy tokens of n hidden rows: the lm_head in slices of kLogitsRows rows, one argmax table.
-  bool enqueueGreedy(const __nv_bfloat16* hidden, int n, std::string* error);
+  // topProb: also the top token's probability into dProb_ (row 0; the MTP calls pass n = 1).
+  bool enqueueGreedy(const __nv_bfloat16* hidden, int n, bool topProb, std::string* error);
+  void dropGraphs();
   void enqueueAttention(const Layer& L, int n);
   bool allReduce(void* buf, size_t count, bool f32, std::string* error);
   // x_ += all-reduce(proj_ [n, H]); out = rmsnorm(x_) * w (proj_ is clobbered on the unfused path).
@@ -155,6 +159,9 @@ class GpuModel : public DecoderEngine {
                 *act_ = nullptr, *hidden_ = nullptr, *mtpOut_ = nullptr, *mtpHidden_ = nullptr, *cat_ = nullptr;
   int32_t *dTokens_ = nullptr, *dPos_ = nullptr, *dOut_ = nullptr;
   int32_t *hTokens_ = nullptr, *hPos_ = nullptr, *hOut_ = nullptr;  // pinned
+  float *dProb_ = nullptr, *hProb_ = nullptr;  // the last draft's top probability (hProb_ pinned, after hPos_)
+  bool draftProb_ = false;
+  double draftP_ = 1.0;
   void* cublasWorkspace_ = nullptr;
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
   int lastTargetN_ = 0;

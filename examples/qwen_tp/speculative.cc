@@ -93,8 +93,7 @@ bool generate(DecoderEngine& e, const std::vector<int32_t>& prompt, const Genera
       return fail(error, "--spec-draft-p-min cannot be combined with simulated acceptance (the probability is the real "
                          "draft's, and simulation replaces the draft)");
     if (!e.enableDraftProbability())
-      return fail(error, "--spec-draft-p-min: this engine does not compute the draft's probability (the GPU decoder "
-                         "does not yet; --device cpu does)");
+      return fail(error, "--spec-draft-p-min: this engine does not compute the draft's probability");
   }
   if (P + opt.nPredict + N + 1 > e.ctxSize())
     return fail(error, "--ctx-size " + std::to_string(e.ctxSize()) + " is too small for " + std::to_string(P) + " prompt + " +

@@ -1,4 +1,4 @@
-// sampling.cu: greedy sampling: per-rank argmax into a (max, index) table, then the pick.
+// sampling.cu: greedy sampling: per-rank argmax into a (max, index, sum) table, then the pick.
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
@@ -10,47 +10,74 @@ namespace qwen {
 namespace gpu {
 namespace {
 
-// One block per row; lowest index wins ties.
+// An entry of the table (kArgmaxEntry floats): each rank's row maximum, its vocabulary index, and
+// the sum of exp(logit - max) over the rank's shard, so that after the table's sum-all-reduce
+// every rank derives the same top probability (for --spec-draft-p-min) from the same numbers.
+constexpr int kEntry = kArgmaxEntry;
+
+struct Top {
+  float max;  // -FLT_MAX when nothing seen
+  int index;  // lowest index among equal maxima
+  float sum;  // sum of exp(v - max) over what was seen
+};
+
+// Merges two partial (max, index, sum); the sums are rescaled to the larger maximum.
+__device__ Top mergeTop(Top a, Top b) {
+  const bool bWins = b.max > a.max || (b.max == a.max && b.index < a.index);
+  const Top& w = bWins ? b : a;
+  const Top& l = bWins ? a : b;
+  return Top{w.max, w.index, w.sum + l.sum * __expf(l.max - w.max)};
+}
+
+// One block per row. One pass: a running maximum with its rescaled sum (online softmax).
 __global__ void localArgmaxKernel(const float* logits, int V, int vocabBegin, int tp, int rank, float* table) {
   pdlLaunch();
   pdlWait();
   const int t = blockIdx.x;
   const float* l = logits + static_cast<int64_t>(t) * V;
-  float best = -FLT_MAX;
-  int bi = 0x7fffffff;
-  for (int i = threadIdx.x; i < V; i += blockDim.x)
-    if (l[i] > best) best = l[i], bi = i;  // per thread, i ascends: first max kept
-  __shared__ float sv[1024];
-  __shared__ int si[1024];
-  sv[threadIdx.x] = best;
-  si[threadIdx.x] = bi;
+  Top mine{-FLT_MAX, 0x7fffffff, 0.f};
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {  // per thread, i ascends: first max kept
+    const float v = l[i];
+    if (v > mine.max) {
+      mine.sum = mine.sum * __expf(mine.max - v) + 1.f;
+      mine.max = v, mine.index = i;
+    } else {
+      mine.sum += __expf(v - mine.max);
+    }
+  }
+  __shared__ Top s[1024];
+  s[threadIdx.x] = mine;
   __syncthreads();
   for (int o = blockDim.x / 2; o > 0; o >>= 1) {
-    if (threadIdx.x < o) {
-      float v2 = sv[threadIdx.x + o];
-      int i2 = si[threadIdx.x + o];
-      if (v2 > sv[threadIdx.x] || (v2 == sv[threadIdx.x] && i2 < si[threadIdx.x]))
-        sv[threadIdx.x] = v2, si[threadIdx.x] = i2;
-    }
+    if (threadIdx.x < o) s[threadIdx.x] = mergeTop(s[threadIdx.x], s[threadIdx.x + o]);
     __syncthreads();
   }
-  if (threadIdx.x < tp * 2) table[static_cast<int64_t>(t) * tp * 2 + threadIdx.x] = 0.f;
+  float* row = table + static_cast<int64_t>(t) * tp * kEntry;
+  if (threadIdx.x < tp * kEntry) row[threadIdx.x] = 0.f;  // the other ranks' entries: zero for the sum
   __syncthreads();
   if (threadIdx.x == 0) {
-    table[(static_cast<int64_t>(t) * tp + rank) * 2] = sv[0];
-    table[(static_cast<int64_t>(t) * tp + rank) * 2 + 1] = static_cast<float>(vocabBegin + si[0]);
+    row[rank * kEntry] = s[0].max;
+    row[rank * kEntry + 1] = static_cast<float>(vocabBegin + s[0].index);
+    row[rank * kEntry + 2] = s[0].sum;
   }
 }
 
-__global__ void pickArgmaxKernel(const float* table, int n, int tp, int32_t* tokens) {
+__global__ void pickArgmaxKernel(const float* table, int n, int tp, int32_t* tokens, float* topProb) {
   pdlLaunch();
   pdlWait();
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= n) return;
+  const float* row = table + static_cast<int64_t>(t) * tp * kEntry;
   int br = 0;
   for (int r = 1; r < tp; ++r)
-    if (table[(t * tp + r) * 2] > table[(t * tp + br) * 2]) br = r;
-  tokens[t] = static_cast<int32_t>(table[(t * tp + br) * 2 + 1]);
+    if (row[r * kEntry] > row[br * kEntry]) br = r;
+  tokens[t] = static_cast<int32_t>(row[br * kEntry + 1]);
+  if (topProb) {  // 1 / sum over the vocabulary of exp(logit - global max); rank order fixed
+    const float m = row[br * kEntry];
+    float sum = 0.f;
+    for (int r = 0; r < tp; ++r) sum += row[r * kEntry + 2] * __expf(row[r * kEntry] - m);
+    topProb[t] = 1.f / sum;
+  }
 }
 
 }  // namespace
@@ -59,8 +86,8 @@ void localArgmax(const float* logits, int n, int V, int vocabBegin, int tp, int 
   launch(localArgmaxKernel, n, 1024, s, logits, V, vocabBegin, tp, rank, table);
 }
 
-void pickArgmax(const float* table, int n, int tp, int32_t* tokens, cudaStream_t s) {
-  launch(pickArgmaxKernel, (n + 127) / 128, 128, s, table, n, tp, tokens);
+void pickArgmax(const float* table, int n, int tp, int32_t* tokens, float* topProb, cudaStream_t s) {
+  launch(pickArgmaxKernel, (n + 127) / 128, 128, s, table, n, tp, tokens, topProb);
 }
 
 }  // namespace gpu

@@ -1,4 +1,4 @@
-// sampling.cuh: greedy sampling: vocab-parallel argmax through a (max, index) table.
+// sampling.cuh: greedy sampling: vocab-parallel argmax through a (max, index, sum) table.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,11 +9,16 @@
 namespace qwen {
 namespace gpu {
 
-/// Per row of logits [n, V]: (max, vocabBegin + argmax, lowest index on ties) into
-/// table[(t * tp + rank) * 2 + {0, 1}]; the rest of the table is zeroed by this call.
+/// Floats per (row, rank) entry of the table.
+constexpr int kArgmaxEntry = 3;
+/// Per row of logits [n, V]: (max, vocabBegin + argmax with the lowest index on ties, sum of
+/// exp(logit - max) over the shard) into table[(t * tp + rank) * 3 + {0, 1, 2}]; the rest of the
+/// row's table is zeroed by this call, so a sum-all-reduce gathers every rank's entry.
 void localArgmax(const float* logits, int n, int V, int vocabBegin, int tp, int rank, float* table, cudaStream_t s);
-/// After the table is sum-all-reduced: tokens[t] = index of the best (value, lowest rank).
-void pickArgmax(const float* table, int n, int tp, int32_t* tokens, cudaStream_t s);
+/// After the table is sum-all-reduced: tokens[t] = index of the best (value, lowest rank); when
+/// topProb is not null, topProb[t] = that token's softmax probability over the whole vocabulary
+/// (the same on every rank: computed from the same table in rank order).
+void pickArgmax(const float* table, int n, int tp, int32_t* tokens, float* topProb, cudaStream_t s);
 
 }  // namespace gpu
 }  // namespace qwen

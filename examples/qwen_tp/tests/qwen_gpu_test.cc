@@ -135,6 +135,58 @@ TEST(QwenGpu, LogitsMatchTheCpuReference) { checkLogitsAgainstCpu(false); }
 
 TEST(QwenGpu, CustomGemvLogitsMatchTheCpuReference) { checkLogitsAgainstCpu(true); }
 
+// --spec-draft-p-min on the GPU: each draft's top probability (the argmax table's shard sums,
+// gathered with the argmax) equals 1 / sum exp(logit - max) over the draft's own logits, computed
+// here in fp64, to 1e-4 relative (fp32 sums, __expf); and the speculative loop with p-min 1
+// (every draft stopped) or 1e-9 (none stopped) gives the greedy tokens either way.
+TEST(QwenGpu, DraftTopProbabilityMatchesItsLogits) {
+  const ModelConfig c = tiny();
+  ASSERT_GT(c.mtpLayers, 0);
+  TpShape s;
+  std::string err;
+  ASSERT_TRUE(makeTpShape(c, 1, 0, &s, &err));
+  GpuModel gpu(c, s, 0, nullptr);
+  GpuModelOptions o;
+  o.ctxSize = 64;
+  o.maxTokensPerCall = 32;
+  o.seed = 33;
+  ASSERT_TRUE(gpu.init(o, &err)) << err;
+  ASSERT_TRUE(gpu.enableDraftProbability());
+  auto p = prompt(12, c.vocabSize);
+  std::vector<int32_t> next(12);
+  ASSERT_TRUE(gpu.target(p.data(), 12, 0, next.data(), &err)) << err;
+  int32_t draft = -1;
+  for (int step = 0; step < 4; ++step) {  // the first from the target's rows, then chained (graphs)
+    ASSERT_TRUE(step == 0 ? gpu.mtpFromTarget(p.data() + 1, 11, 0, &draft, &err)
+                          : gpu.mtpChain(draft, 10 + step, &draft, &err)) << err;
+    std::vector<float> lg;
+    ASSERT_TRUE(gpu.lastLogits(1, &lg, &err)) << err;
+    double mx = -1e300, sum = 0;
+    int arg = 0;
+    for (int i = 0; i < c.vocabSize; ++i)
+      if (lg[i] > mx) mx = lg[i], arg = i;
+    for (int i = 0; i < c.vocabSize; ++i) sum += std::exp(static_cast<double>(lg[i]) - mx);
+    EXPECT_EQ(draft, arg) << "step " << step;
+    const double want = 1.0 / sum, got = gpu.lastDraftProbability();
+    EXPECT_NEAR(got, want, 1e-4 * want) << "step " << step;
+  }
+  GenerateOptions g;
+  g.nPredict = 32;
+  std::vector<int32_t> ref, out;
+  GenerateStats st;
+  ASSERT_TRUE(generate(gpu, p, g, &ref, &st, &err)) << err;
+  for (double pMin : {1.0, 1e-9}) {
+    g.draftNMax = 3;
+    g.draftPMin = pMin;
+    ASSERT_TRUE(generate(gpu, p, g, &out, &st, &err)) << err;
+    EXPECT_EQ(out, ref) << "p-min " << pMin;
+    if (pMin == 1.0)
+      EXPECT_EQ(st.drafted, 0);
+    else
+      EXPECT_GT(st.drafted, 0);
+  }
+}
+
 // ---- gpu::gemvBf16 against an fp64 host reference and cublasGemmEx ----
 
 float bf16ToFloatHost(uint16_t h) {

@@ -6,8 +6,8 @@
 #   2. hf_parity.py --device cuda on the trained model;
 #   3. real draft acceptance of the trained model on held-out text (PROMPTS prompts: the first
 #      PROMPT_CHARS characters of held-out stdlib files, N_PREDICT tokens each): qwen_tp on the GPU
-#      with MTP off and --spec-draft-n-max 1..4 (NMAX), and --spec-draft-p-min (PMIN) on the GPU if
-#      it has it, else on the CPU reference (--device cpu --tp 4, 64 tokens, in the background);
+#      with MTP off and --spec-draft-n-max 1..6 (NMAX), and --spec-draft-p-min (PMIN) at n-max 3 and
+#      6 (PMIN_NMAX) on the GPU if it has it, else on the CPU reference (--device cpu --tp 4, 64 tokens, in the background);
 #   4. a table of acceptance and decode speed, printed last and written to $OUT/summary.md.
 # Logs, each opening with commit, date, command and GPU: $OUT/{build,train,parity,accept,accept_cpu}.log and
 # summary.md (at most 8 files come back from a device call). Usage, from the repository root:
@@ -25,7 +25,8 @@ PY=${PY:-python3}
 DEVICE=${DEVICE:-cuda}
 TRAIN_ARGS=${TRAIN_ARGS:-}
 MINUTES=${MINUTES:-5}
-NMAX=${NMAX:-"1 2 3 4"}
+NMAX=${NMAX:-"1 2 3 4 5 6"}
+PMIN_NMAX=${PMIN_NMAX:-"3 6"}
 PMIN=${PMIN:-"0.5 0.75"}
 PROMPTS=${PROMPTS:-4}
 PROMPT_CHARS=${PROMPT_CHARS:-700}
@@ -51,7 +52,7 @@ run() {  # run <log> <timeout s> <command...>: appends the command, its output a
   return $rc
 }
 for l in build train parity accept accept_cpu; do header "$OUT/$l.log" "examples/qwen_tp/train/gpu_session.sh ($l part)"; done
-echo "# environment: MINUTES=$MINUTES NMAX='$NMAX' PMIN='$PMIN' PROMPTS=$PROMPTS PROMPT_CHARS=$PROMPT_CHARS N_PREDICT=$N_PREDICT PY=$PY" >> "$OUT/train.log"
+echo "# environment: MINUTES=$MINUTES NMAX='$NMAX' PMIN_NMAX='$PMIN_NMAX' PMIN='$PMIN' PROMPTS=$PROMPTS PROMPT_CHARS=$PROMPT_CHARS N_PREDICT=$N_PREDICT PY=$PY" >> "$OUT/train.log"
 run train 30 $PY -c "import sys, torch, transformers, tokenizers; print(sys.version.split()[0], torch.__version__, transformers.__version__, tokenizers.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"
 
 # 1. training in the background (GPU), the build in the foreground (CPU), the tiny model (CPU).
@@ -128,9 +129,11 @@ for p in $(seq 0 $(( PROMPTS - 1 ))); do
         --spec-type draft-mtp --spec-draft-n-max "$n" --metrics-file "$W/m.prom"
   done
   if [ $GPU_PMIN = 1 ]; then
-    for pm in $PMIN; do
-      run accept 60 "$Q" --device "$DEVICE" --model-dir "$CKPT" --prompt-file "$W/prompt$p.txt" --n-predict "$N_PREDICT" --no-profile \
-          --spec-type draft-mtp --spec-draft-n-max 3 --spec-draft-p-min "$pm" --metrics-file "$W/m.prom"
+    for n in $PMIN_NMAX; do
+      for pm in $PMIN; do
+        run accept 60 "$Q" --device "$DEVICE" --model-dir "$CKPT" --prompt-file "$W/prompt$p.txt" --n-predict "$N_PREDICT" --no-profile \
+            --spec-type draft-mtp --spec-draft-n-max "$n" --spec-draft-p-min "$pm" --metrics-file "$W/m.prom"
+      done
     done
   fi
 done
