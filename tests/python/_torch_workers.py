@@ -74,3 +74,30 @@ def vllm_adapter_worker(rank, nranks, port):
         return flags, y.double().tolist(), x.double().tolist(), z is out and torch.equal(z, y), ca.custom_all_reduce(x)
     finally:
         dist.destroy_process_group()
+
+
+def torch_compression_worker(rank, nranks, raw_id, q=None):
+    """The torch op's per-call compression on a communicator made without it (forced onto
+    staged_host+fp8, which host ranks never pick on cost): [(algorithm, result)] for None, "fp8",
+    "none", then "fp8" out of place and "fp8" under torch.compile; and the error a bad value gives."""
+    comm = tt.Communicator(nranks, tpcomm.UniqueId(raw_id), rank, device=-1, timeout_ms=20000,
+                           algo="staged_host+fp8")
+    runs = []
+    for c in (None, "fp8", "none"):
+        x = torch.from_numpy(rank_input(rank, 1000)).float()
+        comm.all_reduce(x, compression=c)
+        runs.append((comm.last_algorithm, x.double().tolist()))
+    x = torch.from_numpy(rank_input(rank, 1000)).float()
+    y = comm.all_reduce(x, inplace=False, compression="fp8")
+    runs.append((comm.last_algorithm, y.double().tolist()))
+    compiled = torch.compile(lambda t: comm.all_reduce(t * 1, inplace=False, compression="fp8"), fullgraph=True,
+                             backend="aot_eager")
+    y = compiled(torch.from_numpy(rank_input(rank, 1000)).float())
+    runs.append((comm.last_algorithm, y.double().tolist()))
+    try:
+        comm.all_reduce(torch.zeros(10), compression="fp4")
+        bad = "no error"
+    except RuntimeError as e:
+        bad = str(e)
+    comm.destroy()
+    return runs, bad

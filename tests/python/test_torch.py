@@ -95,3 +95,28 @@ def test_vllm_adapter_interface_on_host_ranks():
         assert np.array_equal(y, want) and same, rank
         assert np.array_equal(x, rounded(rank_input(rank, 100), "bf16")), "custom_all_reduce changed its input"
         assert after_close is None
+
+
+def test_torch_per_call_compression():
+    """comm.all_reduce(t, compression=...) overrides the communicator's setting for one call, in
+    place, out of place and under torch.compile: fp8 runs staged_host+fp8 (close, not exact, the
+    same bits on every rank and in every form), "none" and None run staged_host exactly; a bad
+    value raises RuntimeError naming it."""
+    from _torch_workers import torch_compression_worker
+    uid = tpcomm.UniqueId.generate("127.0.0.1")
+    results = run_ranks(2, torch_compression_worker, (2, bytes(uid)), timeout_s=600)
+    raise_if_failed(results)
+    exact = reference("sum", [rank_input(r, 1000).astype(np.float32) for r in range(2)])
+    first = None
+    for rank, (runs, bad) in sorted(results.items()):
+        algos = [a for a, _ in runs]
+        assert algos == ["staged_host", "staged_host+fp8", "staged_host"] + ["staged_host+fp8"] * 2, (rank, algos)
+        values = [np.asarray(v) for _, v in runs]
+        assert np.array_equal(values[0], exact) and np.array_equal(values[2], exact), rank
+        fp8 = values[1]
+        assert not np.array_equal(fp8, exact)  # quantized
+        assert np.max(np.abs(fp8 - exact)) <= 0.15 * np.max(np.abs(exact)), rank
+        assert np.array_equal(values[3], fp8) and np.array_equal(values[4], fp8), rank
+        first = fp8 if first is None else first
+        assert np.array_equal(fp8, first), "rank %d differs from rank 0" % rank
+        assert "fp4" in bad, bad

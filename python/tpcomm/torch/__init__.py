@@ -61,13 +61,18 @@ class Communicator:
             raise tpcomm.InvalidArgumentError(1, "%s: tensor is on %s but this communicator is %s" % (
                 fn, t.device, "a host rank (device -1)" if self.device < 0 else "on CUDA device %d" % self.device))
 
-    def all_reduce(self, tensor, op="sum", inplace=True):
-        """In place (returns `tensor`), like dist.all_reduce; inplace=False returns a new tensor."""
+    def all_reduce(self, tensor, op="sum", inplace=True, compression=None):
+        """In place (returns `tensor`), like dist.all_reduce; inplace=False returns a new tensor.
+        compression "none" / "fp8" / "int8" overrides the communicator's for this call (the same on
+        every rank; docs/compression.md); None keeps the communicator's."""
         self._check_device(tensor, "all_reduce")
+        if compression is not None and not isinstance(compression, str):
+            raise tpcomm.InvalidArgumentError(1, "all_reduce: compression=%r: expected 'none', 'fp8', 'int8' or None"
+                                              % (compression,))
         if inplace:
-            _ops.all_reduce_(tensor, self._h, _op_code(op))
+            _ops.all_reduce_(tensor, self._h, _op_code(op), compression)
             return tensor
-        return _ops.all_reduce(tensor, self._h, _op_code(op))
+        return _ops.all_reduce(tensor, self._h, _op_code(op), compression)
 
     def reduce_scatter(self, tensor, op="sum"):
         """Reduces over ranks and returns this rank's slice of the first dimension."""

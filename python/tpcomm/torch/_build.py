@@ -41,7 +41,7 @@ def load_ops():
         addr = lambda fn: ctypes.cast(fn, ctypes.c_void_p).value  # noqa: E731
         torch.ops.tpcomm._set_api([addr(lib.tpcommAllReduce), addr(lib.tpcommReduceScatter),
                                    addr(lib.tpcommAllGather), addr(lib.tpcommAllReduceResidualRmsNorm),
-                                   addr(lib.tpcommGetLastError)])
+                                   addr(lib.tpcommGetLastError), addr(lib.tpcommAllReduceCompressed)])
         _loaded = True
 
 

@@ -5,7 +5,8 @@
 // Built by tpcomm/torch/_build.py against the installed torch at first import. It links nothing
 // of tpcomm: Python hands over the C API's function addresses (libtpcomm, already loaded by the
 // ctypes layer) through tpcomm::_set_api, so the extension needs neither tpcomm's headers nor a
-// link path. The prototypes below are those of include/tpcomm/tpcomm_c.h, C API version 1.
+// link path. The prototypes below are those of include/tpcomm/tpcomm_c.h (tpcommAllReduceCompressed:
+// C API version 3).
 #include <torch/library.h>
 #include <ATen/ATen.h>
 
@@ -20,6 +21,7 @@
 namespace {
 
 using AllReduceFn = int (*)(const void*, void*, size_t, int, int, void*, void*);
+using AllReduceCompressedFn = int (*)(const void*, void*, size_t, int, int, const char*, void*, void*);
 using ReduceScatterFn = int (*)(const void*, void*, size_t, int, int, void*, void*);
 using AllGatherFn = int (*)(const void*, void*, size_t, int, void*, void*);
 using RmsNormFn = int (*)(const void*, void*, const void*, float, void*, size_t, size_t, int, void*, void*);
@@ -31,16 +33,18 @@ struct Api {
   AllGatherFn allGather = nullptr;
   RmsNormFn rmsNorm = nullptr;
   LastErrorFn lastError = nullptr;
+  AllReduceCompressedFn allReduceCompressed = nullptr;
 };
 Api gApi;
 
 void setApi(const std::vector<int64_t>& addrs) {
-  TORCH_CHECK(addrs.size() == 5, "tpcomm::_set_api: expected 5 function addresses, got ", addrs.size());
+  TORCH_CHECK(addrs.size() == 6, "tpcomm::_set_api: expected 6 function addresses, got ", addrs.size());
   gApi.allReduce = reinterpret_cast<AllReduceFn>(addrs[0]);
   gApi.reduceScatter = reinterpret_cast<ReduceScatterFn>(addrs[1]);
   gApi.allGather = reinterpret_cast<AllGatherFn>(addrs[2]);
   gApi.rmsNorm = reinterpret_cast<RmsNormFn>(addrs[3]);
   gApi.lastError = reinterpret_cast<LastErrorFn>(addrs[4]);
+  gApi.allReduceCompressed = reinterpret_cast<AllReduceCompressedFn>(addrs[5]);
 }
 
 int dtypeCode(const at::Tensor& t, const char* fn, const char* arg) {
@@ -83,21 +87,25 @@ void* commPtr(int64_t comm, const char* fn) {
   return reinterpret_cast<void*>(comm);
 }
 
-void allReduceInPlace(at::Tensor x, int64_t comm, int64_t op) {
+// compression: none (the communicator's setting), else "none", "fp8" or "int8" for this call.
+int allReduceCall(const at::Tensor& x, void* out, int64_t comm, int64_t op,
+                  const std::optional<c10::string_view>& compression) {
   void* c = commPtr(comm, "all_reduce");
   checkTensor(x, "all_reduce", "tensor");
-  check(gApi.allReduce(x.data_ptr(), x.data_ptr(), x.numel(), dtypeCode(x, "all_reduce", "tensor"), static_cast<int>(op),
-                       c, streamFor(x)),
-        "all_reduce");
+  const int dtype = dtypeCode(x, "all_reduce", "tensor");
+  if (!compression) return gApi.allReduce(x.data_ptr(), out, x.numel(), dtype, static_cast<int>(op), c, streamFor(x));
+  const std::string name(compression->data(), compression->size());
+  return gApi.allReduceCompressed(x.data_ptr(), out, x.numel(), dtype, static_cast<int>(op), name.c_str(), c,
+                                  streamFor(x));
 }
 
-at::Tensor allReduceOut(const at::Tensor& x, int64_t comm, int64_t op) {
-  void* c = commPtr(comm, "all_reduce");
-  checkTensor(x, "all_reduce", "tensor");
+void allReduceInPlace(at::Tensor x, int64_t comm, int64_t op, std::optional<c10::string_view> compression) {
+  check(allReduceCall(x, x.data_ptr(), comm, op, compression), "all_reduce");
+}
+
+at::Tensor allReduceOut(const at::Tensor& x, int64_t comm, int64_t op, std::optional<c10::string_view> compression) {
   at::Tensor out = at::empty_like(x);
-  check(gApi.allReduce(x.data_ptr(), out.data_ptr(), x.numel(), dtypeCode(x, "all_reduce", "tensor"),
-                       static_cast<int>(op), c, streamFor(x)),
-        "all_reduce");
+  check(allReduceCall(x, out.data_ptr(), comm, op, compression), "all_reduce");
   return out;
 }
 
@@ -149,8 +157,10 @@ at::Tensor rmsNorm(const at::Tensor& x, at::Tensor residual, const at::Tensor& w
 }
 
 // Meta (fake-tensor) kernels: shapes only, for torch.compile and torch.export.
-void allReduceInPlaceMeta(at::Tensor, int64_t, int64_t) {}
-at::Tensor allReduceOutMeta(const at::Tensor& x, int64_t, int64_t) { return at::empty_like(x); }
+void allReduceInPlaceMeta(at::Tensor, int64_t, int64_t, std::optional<c10::string_view>) {}
+at::Tensor allReduceOutMeta(const at::Tensor& x, int64_t, int64_t, std::optional<c10::string_view>) {
+  return at::empty_like(x);
+}
 at::Tensor reduceScatterMeta(const at::Tensor& x, int64_t, int64_t, int64_t nranks) {
   std::vector<int64_t> shape = x.sizes().vec();
   TORCH_CHECK(!shape.empty() && shape[0] % nranks == 0, "tpcomm.reduce_scatter: first dimension not a multiple of ranks");
@@ -169,8 +179,8 @@ at::Tensor rmsNormMeta(const at::Tensor& x, at::Tensor, const at::Tensor&, doubl
 
 TORCH_LIBRARY(tpcomm, m) {
   m.def("_set_api(int[] addrs) -> ()", &setApi);
-  m.def("all_reduce_(Tensor(a!) tensor, int comm, int op) -> ()");
-  m.def("all_reduce(Tensor tensor, int comm, int op) -> Tensor");
+  m.def("all_reduce_(Tensor(a!) tensor, int comm, int op, str? compression=None) -> ()");
+  m.def("all_reduce(Tensor tensor, int comm, int op, str? compression=None) -> Tensor");
   m.def("reduce_scatter(Tensor tensor, int comm, int op, int nranks) -> Tensor");
   m.def("all_gather(Tensor tensor, int comm, int nranks) -> Tensor");
   m.def("all_reduce_residual_rmsnorm(Tensor x, Tensor(a!) residual, Tensor weight, float eps, int comm) -> Tensor");
