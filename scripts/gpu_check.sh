@@ -4,7 +4,7 @@
 # tpcomm_gpu_tests (createGroup), tpcomm_gpu_mpi_tests (mpirun -np 2), qwen_gpu_test, the shim
 # tests, the topology probe, the GEMV benchmark and one-rank (single-GPU overhead) tables, each
 # under its own time limit; logs in OUTDIR/logs (default $OUT or ./gpu-logs), a one-line result
-# per step. SKIP="name ..." leaves steps out. COMMIT=<hash> names the commit in the logs (the GPU
+# per step. SKIP="name ..." leaves steps out; GPU_FILTER a gtest filter for tpcomm_gpu_tests. COMMIT=<hash> names the commit in the logs (the GPU
 # machine's copy of .git can be stale, so callers pass it). Multicast stays off (docs/multicast.md): gpu_common.sh
 # exports the variables for every child and mpirun forwards them.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
@@ -20,7 +20,9 @@ step() {  # NAME SECONDS COMMAND...: runs it under a limit, prints rc and the su
   local rc=$?
   echo "$name rc=$rc $(el) | $(grep -aE 'tests ran|PASSED|FAILED  \] [0-9]|ok  |FAIL|Passed|Failed|equal for' "$L/$name.txt" | tail -4 | tr '\n' ' ' | cut -c1-300)"
 }
-step gpu_tests 300 "$B/tests/gpu/tpcomm_gpu_tests"
+# One GPU runs the multi-rank cases with two ranks sharing it: ~300-400 s for the whole binary.
+# GPU_FILTER=<gtest filter> runs a subset.
+step gpu_tests "${GPU_TESTS_S:-$([ "$ngpu" -ge 2 ] && echo 300 || echo 540)}" "$B/tests/gpu/tpcomm_gpu_tests" ${GPU_FILTER:+--gtest_filter=$GPU_FILTER}
 [ "$ngpu" -ge 2 ] && step gpu_mpi_tests 150 $MPI "$B/tests/gpu/tpcomm_gpu_mpi_tests"
 step qwen_gpu 200 "$B/examples/qwen_tp/tests/qwen_gpu_test"
 [ "$ngpu" -ge 2 ] && step shim_ctest 200 ctest --test-dir "$B" -R "shim|consumer" --output-on-failure
