@@ -181,17 +181,21 @@ class TinyQwen(nn.Module):
         h = self.model.norm(x)
         return h, self.logits(h)
 
-    def mtp_forward(self, hidden, next_ids):
-        """MTP over pairs (hidden[:, s], next_ids[:, s] = t_{s+1}) -> logits predicting t_{s+2}.
-        Rotary positions s+1, as qwen_tp's MTP cache holds them (engine.h)."""
+    def mtp_forward(self, hidden, next_ids, pos0=1, return_hidden=False):
+        """MTP over pairs (hidden[:, s], next_ids[:, s] = t_{s+pos0}) -> logits predicting
+        t_{s+pos0+1}. Rotary positions s+pos0, as qwen_tp's MTP cache holds them (engine.h): pos0
+        = 1 for pairs with the target's hidden, k for the k-th step of a draft chain, whose hidden
+        is the previous step's output (after mtp.norm, as qwen_tp's mtpChain feeds it).
+        return_hidden: (that normed output hidden, logits)."""
         T = next_ids.shape[1]
-        cos, sin = rope_cos_sin(torch.arange(1, T + 1, device=hidden.device), self.c.head_dim, self.c.rope_theta,
-                                hidden.device)
+        cos, sin = rope_cos_sin(torch.arange(pos0, pos0 + T, device=hidden.device), self.c.head_dim,
+                                self.c.rope_theta, hidden.device)
         e = self.model.embed_tokens(next_ids)
         x = self.mtp.fc(torch.cat([self.mtp.pre_fc_norm_embedding(e), self.mtp.pre_fc_norm_hidden(hidden)], dim=-1))
         for layer in self.mtp.layers:
             x = layer(x, cos, sin)
-        return self.logits(self.mtp.norm(x))
+        h = self.mtp.norm(x)
+        return (h, self.logits(h)) if return_hidden else self.logits(h)
 
     def checkpoint_tensors(self, dtype=torch.bfloat16):
         """The tensors qwen_tp and transformers read, by Hugging Face name (lm_head omitted when tied)."""

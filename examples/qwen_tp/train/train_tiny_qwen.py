@@ -79,37 +79,54 @@ def batch_at(data, starts, length):
     return torch.stack([data[s:s + length] for s in starts])
 
 
-def losses(model, x, mtp_weight):
-    """x [B, T+2]: next-token CE over positions 0..T-1 and MTP CE (t+2) over the same positions."""
+def losses(model, x, mtp_weight, chain=1):
+    """x [B, T+2]: next-token CE over positions 0..T-1 and the MTP CE, averaged over `chain` steps.
+    Step 1 predicts t_{s+2} from (the target's hidden at s, t_{s+1}) for s = 0..T-1; step k >= 2
+    predicts t_{s+k+1} from (step k-1's output hidden at s, t_{s+k}) for s = 0..T-k, as a draft
+    chain feeds the head its own output. Returns (loss, mtp_loss, logits, [(mtp logits, targets)
+    per step])."""
+    T = x.shape[1] - 2
     inp, nxt, nxt2 = x[:, :-2], x[:, 1:-1], x[:, 2:]
     h, logits = model(inp)
     loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), nxt.reshape(-1))
     mtp_loss = torch.zeros((), device=x.device)
+    steps = []
     if mtp_weight > 0:
-        m = model.mtp_forward(h, nxt)
-        mtp_loss = F.cross_entropy(m.float().reshape(-1, m.shape[-1]), nxt2.reshape(-1))
-    return loss, mtp_loss, logits, (m if mtp_weight > 0 else None)
+        hk, m = model.mtp_forward(h, nxt, return_hidden=True)
+        steps.append((m, nxt2))
+        for k in range(2, chain + 1):
+            hk, m = model.mtp_forward(hk[:, :-1], x[:, k:T + 1], pos0=k, return_hidden=True)
+            steps.append((m, x[:, k + 1:T + 2]))
+        mtp_loss = sum(F.cross_entropy(m.float().reshape(-1, m.shape[-1]), t.reshape(-1)) for m, t in steps) / len(steps)
+    return loss, mtp_loss, logits, steps
 
 
 @torch.no_grad()
-def evaluate(model, data, seq, batch, device, autocast, max_windows=2048):
-    """Top-1 accuracy of the next token and of the MTP's t+2, on non-overlapping windows."""
+def evaluate(model, data, seq, batch, device, autocast, max_windows=2048, chain=1):
+    """Top-1 accuracy of the next token and of each MTP chain step (step 1: t+2), on
+    non-overlapping windows."""
     model.eval()
     n = min((len(data) - 2) // seq, max_windows)
-    hit = hit2 = total = 0
+    hit = total = 0
+    hits, totals = [0] * chain, [0] * chain
     loss_sum = 0.0
     for a in range(0, n, batch):
         starts = [i * seq for i in range(a, min(n, a + batch))]
         x = batch_at(data, starts, seq + 2).to(device)
         with autocast():
-            loss, _, logits, m = losses(model, x, 1.0)
+            loss, _, logits, steps = losses(model, x, 1.0, chain)
         hit += (logits.argmax(-1) == x[:, 1:-1]).sum().item()
-        hit2 += (m.argmax(-1) == x[:, 2:]).sum().item()
         total += x[:, 2:].numel()
+        for k, (m, t) in enumerate(steps):
+            hits[k] += (m.argmax(-1) == t).sum().item()
+            totals[k] += t.numel()
         loss_sum += loss.item() * len(starts)
     model.train()
-    return {"next_token_top1": hit / max(total, 1), "mtp_top1": hit2 / max(total, 1),
-            "next_token_loss": loss_sum / max(n, 1), "eval_tokens": total}
+    out = {"next_token_top1": hit / max(total, 1), "mtp_top1": hits[0] / max(totals[0], 1),
+           "next_token_loss": loss_sum / max(n, 1), "eval_tokens": total}
+    if chain > 1:
+        out["mtp_chain_top1"] = [h / max(t, 1) for h, t in zip(hits, totals)]
+    return out
 
 
 def main():
@@ -125,9 +142,13 @@ def main():
     ap.add_argument("--batch", type=int, default=0, help="windows per step (default 64, --tiny 16)")
     ap.add_argument("--lr", type=float, default=0, help="peak learning rate (default 2e-3, --tiny 3e-3)")
     ap.add_argument("--mtp-weight", type=float, default=1.0, help="weight of the MTP (t+2) loss")
+    ap.add_argument("--mtp-chain", type=int, default=1,
+                    help="also train the MTP head on its own output for this many chained steps (1: t+2 only)")
     ap.add_argument("--max-files", type=int, default=0, help="use at most this many stdlib files (0: all)")
     ap.add_argument("--tied", action="store_true", help="tie lm_head to the embedding")
     args = ap.parse_args()
+    if args.mtp_chain < 1:
+        ap.error("--mtp-chain %d: expected 1 or more" % args.mtp_chain)
     t_start = time.time()
     deadline = t_start + args.minutes * 60
     random.seed(args.seed)
@@ -211,7 +232,7 @@ def main():
         starts = torch.randint(0, len(train_data) - seq - 2, (batch,), generator=gen).tolist()
         x = batch_at(train_data, starts, seq + 2).to(dev, non_blocking=True)
         with autocast():
-            loss, mtp_loss, _, _ = losses(model, x, args.mtp_weight)
+            loss, mtp_loss, _, _ = losses(model, x, args.mtp_weight, args.mtp_chain)
             total = loss + args.mtp_weight * mtp_loss
         opt.zero_grad(set_to_none=True)
         total.backward()
@@ -229,13 +250,17 @@ def main():
                                                                      tokens_seen / max(len(train_data), 1), train_s))
 
     # 3. evaluation and checkpoint
-    metrics = evaluate(model, held_data, seq, batch, dev, autocast, max_windows=64 if args.tiny else 2048)
+    metrics = evaluate(model, held_data, seq, batch, dev, autocast, max_windows=64 if args.tiny else 2048,
+                       chain=args.mtp_chain)
     metrics.update({"steps": step, "train_tokens": tokens_seen, "train_seconds": round(train_s, 1),
                     "parameters": nparams, "seed": args.seed, "device": str(dev), "python": sys.version.split()[0],
                     "torch": torch.__version__})
     log("held-out (%d tokens, %d files): next-token top-1 %.4f, MTP (t+2) top-1 %.4f, next-token loss %.3f"
         % (metrics["eval_tokens"], len(held), metrics["next_token_top1"], metrics["mtp_top1"],
            metrics["next_token_loss"]))
+    if args.mtp_chain > 1:
+        log("held-out MTP top-1 per chained step (t+2, t+3, ...): %s"
+            % ", ".join("%.4f" % a for a in metrics["mtp_chain_top1"]))
     from safetensors.torch import save_file
     save_file(model.checkpoint_tensors(), os.path.join(args.out, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(args.out, "config.json"), "w") as f:
