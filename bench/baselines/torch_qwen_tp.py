@@ -75,9 +75,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from torch_qwen_tp1 import PRESETS as TP1_PRESETS, capture  # noqa: E402  (this script's folder)
-
-PRESETS = dict(TP1_PRESETS, tiny=dict(V=512, H=64, I=192, L=3, hq=4, hk=2, D=16))  # tiny: CPU tests
+from torch_qwen_tp1 import PRESETS, capture, time_samples  # noqa: E402  (this script's folder; tiny: CPU tests)
 
 
 def rope(x, cos, sin):  # x [B, h, T, D]
@@ -272,20 +270,7 @@ class Clock:
 
     def samples(self, fn, n):
         """n calls of fn, each timed alone (CUDA events, or wall clock on CPU); ms each."""
-        out = []
-        for _ in range(n):
-            if self.cuda:
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                fn()
-                b.record()
-                b.synchronize()
-                out.append(a.elapsed_time(b))
-            else:
-                t0 = time.perf_counter()
-                fn()
-                out.append((time.perf_counter() - t0) * 1e3)
-        return out
+        return time_samples(fn, n, self.cuda)
 
     def cold(self, fn):
         self.sync()
