@@ -62,9 +62,10 @@ MUTANTS = [
      "    if (me.smCount > 0 && residentBlocksPerSm() > 0 && need > capacity)",
      "    if (me.smCount < 0 && need > capacity)",
      "Residency.*"),
-    # Not run yet: a Lamport thread whose wait failed leaves alone while the rest of its block
-    # reaches clearPrevious/finish's barriers. Undefined behaviour that a plain run may survive,
-    # so the timeout test runs under compute-sanitizer's synccheck (a 7th field: the wrapper).
+    # A Lamport thread whose wait failed leaves alone while the rest of its block reaches
+    # finish's barrier. Survives (one H200, under synccheck; a 7th field: the wrapper): no test
+    # can fail on it (sm_80 on), docs/reliability.md says why (item 18). Kept to show the fix
+    # text is in place.
     ("lamport_thread_leaves_alone", 18, "src/algos/lamport_p2p.cu",
      "  if (__syncthreads_or(!ok)) return;",
      "  if (!ok) return;",

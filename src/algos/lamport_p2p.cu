@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
     storeUserPack<T, kVec>(p.recv, i, p.count, PackOf<T>::fromFloats(acc));
   }
   // A thread whose wait failed leaves with the whole block: none may stop short of a barrier
-  // the others reach (clearPrevious and finish synchronise the block).
+  // the others reach (finish synchronises the block).
   if (__syncthreads_or(!ok)) return;
   // 3. clear the buffer read in the previous call
   round.clearPrevious(local, n, me);

@@ -2,7 +2,8 @@
 // of two-shot run as collectives of their own (NCCL's ReduceScatter / AllGather semantics:
 // reduce-scatter's input is n pieces of `count` elements, piece j for rank j; all-gather's output
 // is n pieces, piece r from rank r). Both by push, through twoshot_p2p's scratch, epochs and
-// flags (same grid, TPCOMM_TWOSHOT_BLOCKS), so they interleave freely with its all-reduce.
+// flags (same grid, TPCOMM_TWOSHOT_BLOCKS), so they interleave freely with its all-reduce. One
+// device function (halvesRun) is the body of both kernels.
 //
 // The per-rank piece is processed in chunks of `per` elements (at most one inbox slot,
 // twoshotSliceCap bytes; every chunk is split over blocks as a full chunk is, clipped to its
@@ -69,8 +70,14 @@ __device__ __forceinline__ void copyPart(T* out, const T* in, size_t lo, size_t 
         [&](size_t i, const Pack& v) { *reinterpret_cast<Pack*>(out + i) = v; }, [&](size_t i) { out[i] = in[i]; });
 }
 
-template <typename T, int Op, bool kVec>
-__global__ void __launch_bounds__(kThreads) reduceScatterKernel(P2pLaunch p) {
+// Both kernels' body: the prologue, the chunk loop (push, barrier, signature check on the first
+// chunk) and the epoch store are shared; kReduceScatter picks what is pushed (piece j, or the
+// whole input) and what is written after the barrier. A compile-time flag, not a callback: the
+// generated code is the same as the two kernels written out (a lambda moved ptxas's register
+// choice and added spills). Returns early, the block's epoch not stored, on poison, timeout or a
+// signature mismatch.
+template <typename T, int Op, bool kVec, bool kReduceScatter>
+__device__ __forceinline__ void halvesRun(const P2pLaunch& p) {
   const int me = p.rank, n = p.nRanks;
   const P2pLayout& L = p.layout;
   dev::pdlLaunchDependents();
@@ -94,59 +101,39 @@ __global__ void __launch_bounds__(kThreads) reduceScatterKernel(P2pLaunch p) {
     size_t lo, hi;
     blockPart<T>(per, len, &lo, &hi);
     for (int j = 0; j < n; ++j)
-      if (j != me) copyPart<T, kVec>(inbox(j, me), src + static_cast<size_t>(j) * p.count + c0, lo, hi, false);
+      if (j != me) copyPart<T, kVec>(inbox(j, me), src + (kReduceScatter ? j * p.count : 0) + c0, lo, hi, false);
     if (!dev::peerBarrier(p, kP2pTwoshot, 2 * epoch + 1, deadline)) return;
     if (epoch == callEpoch && !dev::signatureCheck(p, kP2pTwoshot, callEpoch, deadline)) return;
-    const T* own = src + static_cast<size_t>(me) * p.count + c0;
-    T* out = dst + c0;
-    auto from = [&](int r) { return inbox(me, r); };
-    dev::forRange<T, kVec>(
-        lo, hi, [&](size_t i) { return dev::reduceRanksPack<T, Op>(n, me, own, from, i); },
-        [&](size_t i, const Pack& v) { *reinterpret_cast<Pack*>(out + i) = v; },
-        [&](size_t i) { out[i] = dev::reduceRanksElem<T, Op>(n, me, own, from, i); });
+    if constexpr (kReduceScatter) {  // own piece from the input and the n-1 inbox slots
+      const T* own = src + static_cast<size_t>(me) * p.count + c0;
+      T* out = dst + c0;
+      auto from = [&](int r) { return inbox(me, r); };
+      dev::forRange<T, kVec>(
+          lo, hi, [&](size_t i) { return dev::reduceRanksPack<T, Op>(n, me, own, from, i); },
+          [&](size_t i, const Pack& v) { *reinterpret_cast<Pack*>(out + i) = v; },
+          [&](size_t i) { out[i] = dev::reduceRanksElem<T, Op>(n, me, own, from, i); });
+    } else {  // output piece r from the input (r == me) or inbox slot r
+      for (int r = 0; r < n; ++r) {
+        T* out = dst + static_cast<size_t>(r) * p.count + c0;
+        if (r == me)
+          copyPart<T, kVec>(out, src + c0, lo, hi, false);
+        else
+          copyPart<T, kVec>(out, inbox(me, r), lo, hi, true);
+      }
+    }
   }
   __syncthreads();
   if (threadIdx.x == 0) *epochPtr = epoch;
 }
 
+template <typename T, int Op, bool kVec>
+__global__ void __launch_bounds__(kThreads) reduceScatterKernel(P2pLaunch p) {
+  halvesRun<T, Op, kVec, true>(p);
+}
+
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(kThreads) allGatherKernel(P2pLaunch p) {
-  const int me = p.rank, n = p.nRanks;
-  const P2pLayout& L = p.layout;
-  dev::pdlLaunchDependents();
-  dev::pdlWait();
-  uint64_t deadline;
-  if (!dev::p2pBegin(p, &deadline)) return;
-  uint64_t* epochPtr = dev::epochAt(p.peers[me], L, kP2pTwoshot, blockIdx.x);
-  uint64_t epoch = *epochPtr;
-  const uint64_t callEpoch = epoch + 1;
-  dev::signaturePublish(p, kP2pTwoshot, callEpoch);
-  const T* src = static_cast<const T*>(p.send);
-  T* dst = static_cast<T*>(p.recv);
-  const size_t per = halvesChunk<T>(p);
-  for (size_t c0 = 0; c0 < p.count; c0 += per) {
-    ++epoch;
-    const size_t len = p.count - c0 < per ? p.count - c0 : per;
-    const size_t bufOff = L.twoshotOffset + (epoch & 1) * L.twoshotBufferBytes();
-    auto inbox = [&](int owner, int from) {
-      return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * L.twoshotSliceCap);
-    };
-    size_t lo, hi;
-    blockPart<T>(per, len, &lo, &hi);
-    for (int j = 0; j < n; ++j)
-      if (j != me) copyPart<T, kVec>(inbox(j, me), src + c0, lo, hi, false);
-    if (!dev::peerBarrier(p, kP2pTwoshot, 2 * epoch + 1, deadline)) return;
-    if (epoch == callEpoch && !dev::signatureCheck(p, kP2pTwoshot, callEpoch, deadline)) return;
-    for (int r = 0; r < n; ++r) {
-      T* out = dst + static_cast<size_t>(r) * p.count + c0;
-      if (r == me)
-        copyPart<T, kVec>(out, src + c0, lo, hi, false);
-      else
-        copyPart<T, kVec>(out, inbox(me, r), lo, hi, true);
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) *epochPtr = epoch;
+  halvesRun<T, 0, kVec, false>(p);
 }
 
 // 16-byte vectors need every piece aligned: the bases and the piece length in bytes.

@@ -4,9 +4,12 @@
 // allReduceResidualRmsNorm walks the same loop: each candidate's fused kernel where it has one
 // (Algorithm::runFusedNorm), else its all-reduce and then the one separate norm (the GPU kernel
 // of fused_rmsnorm.cu, or hostResidualRmsNorm on host ranks). Every path gives the same bits.
+// explainAllReduce / explainCollective: the candidates a call of that shape would walk, reported
+// instead of run (selected afresh, not from the cache).
 #include <vector>
 
 #include "algos/fused_rmsnorm.h"
+#include "collectives/call_checks.h"
 #include "collectives/communicator_impl.h"
 #include "common/log.h"
 
@@ -212,6 +215,38 @@ Status runCollective(Communicator::Impl& impl, CollArgs& a, const NormArgs* norm
     return norm && !fused ? runSeparateNorm(c, *algo, a, *norm) : Status::kOk;
   }
   return TPCOMM_ERROR(kNotSupported, "%s: every candidate declined %zu bytes", what, a.bytes());
+}
+
+Status Communicator::explainAllReduce(size_t count, DataType dtype, ReduceOp op, bool capturing,
+                                      std::vector<AlgorithmChoice>* out) const {
+  return explainCollective(Collective::kAllReduce, count, dtype, op, capturing, out);
+}
+
+static_assert(static_cast<int>(Collective::kReduceScatter) == static_cast<int>(CollKind::kReduceScatter) &&
+                  static_cast<int>(Collective::kAllGather) == static_cast<int>(CollKind::kAllGather),
+              "Collective and CollKind name the same collectives");
+
+Status Communicator::explainCollective(Collective kind, size_t count, DataType dtype, ReduceOp op, bool capturing,
+                                       std::vector<AlgorithmChoice>* out) const {
+  clearError();
+  const char* what = kind == Collective::kAllReduce ? "explainAllReduce" : "explainCollective";
+  if (!out) return TPCOMM_INVALID("%s: out is null", what);
+  out->clear();
+  if (!impl_ || impl_->destroyed) return TPCOMM_INVALID("%s: the communicator was destroyed", what);
+  if (static_cast<int>(kind) < 0 || static_cast<int>(kind) > static_cast<int>(Collective::kAllGather))
+    return TPCOMM_INVALID("%s: kind %d: expected Collective::kAllReduce, kReduceScatter or kAllGather", what,
+                          static_cast<int>(kind));
+  const CollKind k = static_cast<CollKind>(kind);
+  if (k == CollKind::kAllGather) op = ReduceOp::kSum;
+  // Any non-null pointer passes validateCall's null checks: nothing is read or written here.
+  int probe = 0;
+  TPCOMM_TRY(validateCall(what, &probe, &probe, count, dtype, op, impl_->ctx->nRanks, k != CollKind::kAllReduce));
+  const size_t pieces = k == CollKind::kAllReduce ? 1 : static_cast<size_t>(impl_->ctx->nRanks);
+  const AlgoQuery q{k, dtype, op, count * dataTypeSize(dtype) * pieces, capturing};
+  for (const Candidate& c :
+       selectAlgorithms(impl_->algoList, impl_->ctx->topo, q, impl_->override, false, impl_->tuning.table.get()))
+    out->push_back({c.algo->name(), c.costUs, c.forced, c.algo->available()});
+  return Status::kOk;
 }
 
 }  // namespace tpcomm
