@@ -14,6 +14,14 @@
 
 #include "algos/host_convert.h"
 
+// x86-64: each public entry is also compiled for AVX2 (twice the vector width; no FMA, so the
+// same roundings) and picked at load time by the CPU's features (GCC/Clang function multiversioning).
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
+#define TPCOMM_QUANT_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define TPCOMM_QUANT_CLONES
+#endif
+
 namespace tpcomm {
 
 using namespace hostconv;
@@ -73,7 +81,7 @@ inline float fp8DecodeBranchFree(uint32_t c) {
 }
 
 // Elements x[0..m) of a buffer of dtype dt as floats (exact widenings).
-inline void loadBlock(const void* x, DataType dt, size_t k, int m, float* __restrict v) {
+inline __attribute__((always_inline)) void loadBlock(const void* x, DataType dt, size_t k, int m, float* __restrict v) {
   const char* p = static_cast<const char*>(x);
   switch (dt) {
     case DataType::kF32: std::memcpy(v, p + k * 4, static_cast<size_t>(m) * 4); break;
@@ -87,7 +95,7 @@ inline void loadBlock(const void* x, DataType dt, size_t k, int m, float* __rest
 }
 
 // v[0..m) rounded to dt into elements [k, k + m) of out (storeFromFloat's roundings).
-inline void storeBlock(const float* __restrict v, int m, void* out, size_t k, DataType dt) {
+inline __attribute__((always_inline)) void storeBlock(const float* __restrict v, int m, void* out, size_t k, DataType dt) {
   char* p = static_cast<char*>(out);
   alignas(64) uint16_t h[kB];
   switch (dt) {
@@ -98,9 +106,8 @@ inline void storeBlock(const float* __restrict v, int m, void* out, size_t k, Da
   std::memcpy(p + k * 2, h, static_cast<size_t>(m) * 2);
 }
 
-}  // namespace
-
-void hostQuantizeFloats(QuantFormat f, const float* __restrict x, int m, uint8_t* __restrict codes, float* scale) {
+inline __attribute__((always_inline)) void quantizeFloats(QuantFormat f, const float* __restrict x, int m,
+                                                          uint8_t* __restrict codes, float* scale) {
   // quantAmax: for floats that are not NaN, |x| orders as its bits do, and the largest bits are
   // the largest |x| (+0 for zeros of either sign); NaN bits exceed Inf's, and quantScale turns
   // NaN or Inf alike into the NaN scale.
@@ -125,7 +132,8 @@ void hostQuantizeFloats(QuantFormat f, const float* __restrict x, int m, uint8_t
   for (int i = 0; i < m; ++i) codes[i] = static_cast<uint8_t>(w[i]);
 }
 
-void hostDequantizeFloats(QuantFormat f, const uint8_t* __restrict codes, float scale, int m, float* __restrict out) {
+inline __attribute__((always_inline)) void dequantizeFloats(QuantFormat f, const uint8_t* __restrict codes, float scale,
+                                                            int m, float* __restrict out) {
   // quantDecode's per-block cases first: a NaN scale reads back itself, a zero scale +0.
   if (!(scale == scale) || scale == 0.0f) {
     const float v = scale == scale ? 0.0f : scale;
@@ -143,36 +151,46 @@ void hostDequantizeFloats(QuantFormat f, const uint8_t* __restrict codes, float 
   }
 }
 
-void hostQuantize(QuantFormat f, const void* x, DataType dt, size_t count, uint8_t* codes, float* scales) {
+}  // namespace
+
+TPCOMM_QUANT_CLONES void hostQuantizeFloats(QuantFormat f, const float* x, int m, uint8_t* codes, float* scale) {
+  quantizeFloats(f, x, m, codes, scale);
+}
+
+TPCOMM_QUANT_CLONES void hostDequantizeFloats(QuantFormat f, const uint8_t* codes, float scale, int m, float* out) {
+  dequantizeFloats(f, codes, scale, m, out);
+}
+
+TPCOMM_QUANT_CLONES void hostQuantize(QuantFormat f, const void* x, DataType dt, size_t count, uint8_t* codes, float* scales) {
   alignas(64) float v[kB];
   for (size_t k = 0; k < count; k += kB) {
     const int m = static_cast<int>(count - k < kB ? count - k : kB);
     loadBlock(x, dt, k, m, v);
-    hostQuantizeFloats(f, v, m, codes + k, &scales[k / kB]);
+    quantizeFloats(f, v, m, codes + k, &scales[k / kB]);
   }
 }
 
-void hostDequantize(QuantFormat f, const uint8_t* codes, const float* scales, size_t count, void* out, DataType dt) {
+TPCOMM_QUANT_CLONES void hostDequantize(QuantFormat f, const uint8_t* codes, const float* scales, size_t count, void* out, DataType dt) {
   alignas(64) float v[kB];
   for (size_t k = 0; k < count; k += kB) {
     const int m = static_cast<int>(count - k < kB ? count - k : kB);
-    hostDequantizeFloats(f, codes + k, scales[k / kB], m, v);
+    dequantizeFloats(f, codes + k, scales[k / kB], m, v);
     storeBlock(v, m, out, k, dt);
   }
 }
 
-void hostQuantizedSum(QuantFormat f, const uint8_t* const* codes, const float* const* scales, int n, size_t count,
+TPCOMM_QUANT_CLONES void hostQuantizedSum(QuantFormat f, const uint8_t* const* codes, const float* const* scales, int n, size_t count,
                       uint8_t* outCodes, float* outScales) {
   alignas(64) float acc[kB], v[kB];
   for (size_t k = 0; k < count; k += kB) {
     const int m = static_cast<int>(count - k < kB ? count - k : kB);
     const size_t s = k / kB;
-    hostDequantizeFloats(f, codes[0] + k, scales[0][s], m, acc);
+    dequantizeFloats(f, codes[0] + k, scales[0][s], m, acc);
     for (int r = 1; r < n; ++r) {
-      hostDequantizeFloats(f, codes[r] + k, scales[r][s], m, v);
+      dequantizeFloats(f, codes[r] + k, scales[r][s], m, v);
       for (int i = 0; i < m; ++i) acc[i] = quantAdd(acc[i], v[i]);
     }
-    hostQuantizeFloats(f, acc, m, outCodes + k, &outScales[s]);
+    quantizeFloats(f, acc, m, outCodes + k, &outScales[s]);
   }
 }
 
