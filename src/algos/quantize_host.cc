@@ -84,7 +84,9 @@ inline float fp8DecodeBranchFree(uint32_t c) {
 inline __attribute__((always_inline)) void loadBlock(const void* x, DataType dt, size_t k, int m, float* __restrict v) {
   const char* p = static_cast<const char*>(x);
   switch (dt) {
-    case DataType::kF32: std::memcpy(v, p + k * 4, static_cast<size_t>(m) * 4); break;
+    case DataType::kF32:
+      std::memcpy(v, p + k * 4, static_cast<size_t>(m) * 4);
+      break;
     case DataType::kF16:
       for (int i = 0; i < m; ++i) v[i] = widenF16(load16(p, k + i));
       break;
@@ -95,13 +97,20 @@ inline __attribute__((always_inline)) void loadBlock(const void* x, DataType dt,
 }
 
 // v[0..m) rounded to dt into elements [k, k + m) of out (storeFromFloat's roundings).
-inline __attribute__((always_inline)) void storeBlock(const float* __restrict v, int m, void* out, size_t k, DataType dt) {
+inline __attribute__((always_inline)) void storeBlock(const float* __restrict v, int m, void* out, size_t k,
+                                                      DataType dt) {
   char* p = static_cast<char*>(out);
   alignas(64) uint16_t h[kB];
   switch (dt) {
-    case DataType::kF32: std::memcpy(p + k * 4, v, static_cast<size_t>(m) * 4); return;
-    case DataType::kF16: narrowBlock<kB>(h, v, m, [](float f) { return narrowF16Wide(f); }); break;
-    case DataType::kBF16: narrowBlock<kB>(h, v, m, [](float f) { return narrowBf16Wide(f); }); break;
+    case DataType::kF32:
+      std::memcpy(p + k * 4, v, static_cast<size_t>(m) * 4);
+      return;
+    case DataType::kF16:
+      narrowBlock<kB>(h, v, m, [](float f) { return narrowF16Wide(f); });
+      break;
+    case DataType::kBF16:
+      narrowBlock<kB>(h, v, m, [](float f) { return narrowBf16Wide(f); });
+      break;
   }
   std::memcpy(p + k * 2, h, static_cast<size_t>(m) * 2);
 }
@@ -161,7 +170,8 @@ TPCOMM_QUANT_CLONES void hostDequantizeFloats(QuantFormat f, const uint8_t* code
   dequantizeFloats(f, codes, scale, m, out);
 }
 
-TPCOMM_QUANT_CLONES void hostQuantize(QuantFormat f, const void* x, DataType dt, size_t count, uint8_t* codes, float* scales) {
+TPCOMM_QUANT_CLONES void hostQuantize(QuantFormat f, const void* x, DataType dt, size_t count, uint8_t* codes,
+                                      float* scales) {
   alignas(64) float v[kB];
   for (size_t k = 0; k < count; k += kB) {
     const int m = static_cast<int>(count - k < kB ? count - k : kB);
@@ -170,7 +180,8 @@ TPCOMM_QUANT_CLONES void hostQuantize(QuantFormat f, const void* x, DataType dt,
   }
 }
 
-TPCOMM_QUANT_CLONES void hostDequantize(QuantFormat f, const uint8_t* codes, const float* scales, size_t count, void* out, DataType dt) {
+TPCOMM_QUANT_CLONES void hostDequantize(QuantFormat f, const uint8_t* codes, const float* scales, size_t count,
+                                        void* out, DataType dt) {
   alignas(64) float v[kB];
   for (size_t k = 0; k < count; k += kB) {
     const int m = static_cast<int>(count - k < kB ? count - k : kB);
@@ -179,8 +190,8 @@ TPCOMM_QUANT_CLONES void hostDequantize(QuantFormat f, const uint8_t* codes, con
   }
 }
 
-TPCOMM_QUANT_CLONES void hostQuantizedSum(QuantFormat f, const uint8_t* const* codes, const float* const* scales, int n, size_t count,
-                      uint8_t* outCodes, float* outScales) {
+TPCOMM_QUANT_CLONES void hostQuantizedSum(QuantFormat f, const uint8_t* const* codes, const float* const* scales, int n,
+                                          size_t count, uint8_t* outCodes, float* outScales) {
   alignas(64) float acc[kB], v[kB];
   for (size_t k = 0; k < count; k += kB) {
     const int m = static_cast<int>(count - k < kB ? count - k : kB);

@@ -83,14 +83,20 @@ int main(int argc, char** argv) {
       std::mt19937 rng(1);
       std::normal_distribution<float> normal(0.0f, 1.0f);
       for (size_t i = 0; i < count; ++i) storeFromFloat(x.data(), i, dt, normal(rng) * (i % 97 == 0 ? 100.0f : 1.0f));
-      const double qf = medianGBps(bytes, reps, [&] { hostQuantize(f, x.data(), dt, count, codes.data(), scales.data()); });
-      const double qs = medianGBps(bytes, reps, [&] { scalarQuantize(f, x.data(), dt, count, codes2.data(), scales2.data()); });
-      const double df = medianGBps(bytes, reps, [&] { hostDequantize(f, codes.data(), scales.data(), count, out.data(), dt); });
-      const double ds = medianGBps(bytes, reps, [&] { scalarDequantize(f, codes.data(), scales.data(), count, out.data(), dt); });
+      const double qf =
+          medianGBps(bytes, reps, [&] { hostQuantize(f, x.data(), dt, count, codes.data(), scales.data()); });
+      const double qs =
+          medianGBps(bytes, reps, [&] { scalarQuantize(f, x.data(), dt, count, codes2.data(), scales2.data()); });
+      const double df =
+          medianGBps(bytes, reps, [&] { hostDequantize(f, codes.data(), scales.data(), count, out.data(), dt); });
+      const double ds =
+          medianGBps(bytes, reps, [&] { scalarDequantize(f, codes.data(), scales.data(), count, out.data(), dt); });
       const bool same = codes == codes2 && std::memcmp(scales.data(), scales2.data(), blocks * 4) == 0;
       std::printf("  %-5s %-5s %12.2f %12.2f %12.2f %12.2f%s\n", f == QuantFormat::kFp8E4m3 ? "fp8" : "int8",
-                  dt == DataType::kF32 ? "f32" : dt == DataType::kF16 ? "f16" : "bf16", qf, qs, df, ds,
-                  same ? "" : "  MISMATCH fast vs scalar codes");
+                  dt == DataType::kF32   ? "f32"
+                  : dt == DataType::kF16 ? "f16"
+                                         : "bf16",
+                  qf, qs, df, ds, same ? "" : "  MISMATCH fast vs scalar codes");
       if (!same) return 1;
     }
   return 0;

@@ -100,10 +100,12 @@ TEST(QuantizeHost, Every16BitValueMatchesScalar) {
     std::vector<uint16_t> shuffled = ordered;
     std::shuffle(shuffled.begin(), shuffled.end(), rng);
     // Anchors: 1.0, 0.5, a large value, a tiny normal, a denormal, the largest finite value.
-    const uint16_t anchors[] = {
-        static_cast<uint16_t>(dt == DataType::kBF16 ? 0x3f80 : 0x3c00), static_cast<uint16_t>(dt == DataType::kBF16 ? 0x3f00 : 0x3800),
-        static_cast<uint16_t>(dt == DataType::kBF16 ? 0x4b00 : 0x6000), static_cast<uint16_t>(dt == DataType::kBF16 ? 0x0080 : 0x0400),
-        0x0001, static_cast<uint16_t>(dt == DataType::kBF16 ? 0x7f7f : 0x7bff)};
+    const uint16_t anchors[] = {static_cast<uint16_t>(dt == DataType::kBF16 ? 0x3f80 : 0x3c00),
+                                static_cast<uint16_t>(dt == DataType::kBF16 ? 0x3f00 : 0x3800),
+                                static_cast<uint16_t>(dt == DataType::kBF16 ? 0x4b00 : 0x6000),
+                                static_cast<uint16_t>(dt == DataType::kBF16 ? 0x0080 : 0x0400),
+                                0x0001,
+                                static_cast<uint16_t>(dt == DataType::kBF16 ? 0x7f7f : 0x7bff)};
     std::vector<uint16_t> anchored;  // blocks of [anchor, 63 values of at most its magnitude]
     for (uint16_t a : anchors) {
       const float top = loadAsFloat(&a, 0, dt);
@@ -141,7 +143,8 @@ TEST(QuantizeHost, RoundingTiesUnderScaleOneMatchScalar) {
       uint32_t u;
       std::memcpy(&u, &p, 4);
       for (int d = -8; d <= 8; ++d)
-        if (static_cast<int64_t>(u) + d >= 0) values.push_back(bitsFloat(static_cast<uint32_t>(static_cast<int64_t>(u) + d)));
+        if (static_cast<int64_t>(u) + d >= 0)
+          values.push_back(bitsFloat(static_cast<uint32_t>(static_cast<int64_t>(u) + d)));
     }
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> mant(1.0f, 2.0f);
@@ -189,10 +192,21 @@ TEST(QuantizeHost, F32PatternsAndSpecialBlocksMatchScalar) {
 
 // Every code read back under scales of every kind, into floats, bitwise as quantDecode.
 TEST(QuantizeHost, EveryCodeUnderEveryKindOfScale) {
-  const float scales[] = {std::numeric_limits<float>::quiet_NaN(), 0.0f, -0.0f, std::numeric_limits<float>::denorm_min(),
-                          1e-42f, std::numeric_limits<float>::min(), 1e-30f, std::ldexp(1.0f, -9), 1.0f / 448.0f,
-                          1.0f, 3.14159f, 1e30f, std::numeric_limits<float>::max() / 448.0f,
-                          std::numeric_limits<float>::max(), -2.5f};
+  const float scales[] = {std::numeric_limits<float>::quiet_NaN(),
+                          0.0f,
+                          -0.0f,
+                          std::numeric_limits<float>::denorm_min(),
+                          1e-42f,
+                          std::numeric_limits<float>::min(),
+                          1e-30f,
+                          std::ldexp(1.0f, -9),
+                          1.0f / 448.0f,
+                          1.0f,
+                          3.14159f,
+                          1e30f,
+                          std::numeric_limits<float>::max() / 448.0f,
+                          std::numeric_limits<float>::max(),
+                          -2.5f};
   uint8_t codes[256];
   for (int c = 0; c < 256; ++c) codes[c] = static_cast<uint8_t>(c);
   for (QuantFormat f : kFormats)
@@ -223,9 +237,9 @@ TEST(QuantizeHost, QuantizedSumMatchesScalar) {
       for (int r = 0; r < n; ++r) {
         std::vector<float> x(count);
         for (size_t i = 0; i < count; ++i) x[i] = normal(rng) * (i % 97 == 0 ? 100.0f : 1.0f);
-        x[3 * kB + r] = r == 1 ? std::numeric_limits<float>::infinity() : x[3 * kB + r];  // a NaN block
+        x[3 * kB + r] = r == 1 ? std::numeric_limits<float>::infinity() : x[3 * kB + r];      // a NaN block
         for (int i = 0; i < kB; ++i) x[5 * kB + i] = r % 2 ? -x[5 * kB + i] : x[5 * kB + i];  // cancellation
-        for (int i = 0; i < kB; ++i) x[7 * kB + i] = 3e38f;                                 // sum overflows
+        for (int i = 0; i < kB; ++i) x[7 * kB + i] = 3e38f;                                   // sum overflows
         refQuantize(f, x.data(), DataType::kF32, count, codes[r].data(), scales[r].data());
         cp[r] = codes[r].data();
         sp[r] = scales[r].data();

@@ -404,6 +404,36 @@ TEST(Selector, CompressionIsOptInAndCostsWireBytes) {
     EXPECT_EQ(names(host, fp8, ReduceOp::kSum, bytes).front(), "staged_host") << bytes;
 }
 
+// GPU ranks without P2P: staged_host+fp8/int8 (staged_host_compressed.cu) is a candidate for
+// eager sums when asked, never under capture (staged_host is not capturable) nor for max, and
+// by cost first for large messages (half the bytes through host memory), dearer than plain
+// staged_host for small ones.
+TEST(Selector, StagedHostCompressedOnGpuRanksWithoutP2p) {
+  auto algos = makeAlgorithms(nullptr);
+  const Topology pcie = Topology::uniform(2, LinkKind::kPcie);
+  auto names = [&](const AlgoOverride& o, ReduceOp op, size_t bytes, bool capturing) {
+    std::vector<std::string> v;
+    for (const Candidate& c :
+         selectAlgorithms(rawList(algos), pcie, {CollKind::kAllReduce, DataType::kBF16, op, bytes, capturing}, o))
+      v.push_back(c.algo->name());
+    return v;
+  };
+  auto has = [](const std::vector<std::string>& v, const char* n) { return std::find(v.begin(), v.end(), n) != v.end(); };
+  AlgoOverride off, fp8, int8;
+  fp8.compression = Compression::kFp8;
+  int8.compression = Compression::kInt8;
+  const size_t big = size_t{1} << 30, small = size_t{1} << 10;
+  EXPECT_FALSE(has(names(off, ReduceOp::kSum, big, false), "staged_host+fp8"));
+  EXPECT_TRUE(has(names(fp8, ReduceOp::kSum, small, false), "staged_host+fp8"));
+  EXPECT_FALSE(has(names(fp8, ReduceOp::kSum, small, false), "staged_host+int8"));
+  EXPECT_TRUE(has(names(int8, ReduceOp::kSum, small, false), "staged_host+int8"));
+  EXPECT_FALSE(has(names(fp8, ReduceOp::kMax, big, false), "staged_host+fp8"));
+  EXPECT_FALSE(has(names(fp8, ReduceOp::kSum, big, true), "staged_host+fp8"));
+  EXPECT_EQ(names(fp8, ReduceOp::kSum, big, false).front(), "staged_host+fp8");
+  const AlgoQuery q{CollKind::kAllReduce, DataType::kBF16, ReduceOp::kSum, small, false};
+  EXPECT_GT(modelCostUs("staged_host+fp8", pcie, q), modelCostUs("staged_host", pcie, q));
+}
+
 // The cost table (collectives/cost_model.cc) has a row for every algorithm of the registry, and
 // none for a name the registry does not know (a typo there would silently never be used).
 TEST(CostModel, EveryRegistryAlgorithmIsModelled) {
