@@ -111,6 +111,32 @@ __device__ __forceinline__ void storeBlock(T* y, int m, const float (&v)[kPerLan
     if (e + u < m) y[e + u] = dev::Elem<T>::fromFloat(v[u]);
 }
 
+// The reduce step of the compressed kernels for one block held by the warp: this rank's own
+// values x (0 past m) quantized and read back locally (the bits it sent its peers), summed with
+// every other rank's read-back values in fp32 in rank order 0..n-1 (quantAdd: never an FMA);
+// readPeer(r, v) fills v with rank r's. Lanes past m get 0, so they take no part in the sum's amax.
+template <int F, typename ReadPeer>
+__device__ __forceinline__ void sumReadBack(const float (&x)[kPerLane], int m, int n, int me, ReadPeer readPeer,
+                                            float (&acc)[kPerLane]) {
+  constexpr QuantFormat f = static_cast<QuantFormat>(F);
+  float own[kPerLane], v[kPerLane];
+  const float scale = quantScale(f, warpAmax(x));
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u) own[u] = quantDecode(f, quantEncode(f, x[u], scale), scale);
+  for (int r = 0; r < n; ++r) {
+    if (r != me) readPeer(r, v);
+#pragma unroll
+    for (int u = 0; u < kPerLane; ++u) {
+      const float y = r == me ? own[u] : v[u];
+      acc[u] = r == 0 ? y : quantAdd(acc[u], y);
+    }
+  }
+  const int e = (threadIdx.x & 31) * kPerLane;
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u)
+    if (e + u >= m) acc[u] = 0.0f;
+}
+
 // Calls launch(TypeTag<T>, IntTag<format>) for the call's dtype and format (dispatchKernel's op
 // slot carries the format: 0 fp8, 1 int8).
 template <typename Launch>

@@ -58,7 +58,6 @@ constexpr int kB = kQuantBlockElems;
 
 template <typename T, int F>
 __global__ void __launch_bounds__(kThreads) stagedCompressedKernel(StagedDeviceLaunch p) {
-  constexpr QuantFormat f = static_cast<QuantFormat>(F);
   const bool publisher = blockIdx.x < static_cast<unsigned>(p.blocks);
   const int b = publisher ? blockIdx.x : blockIdx.x - p.blocks;
   const int me = p.rank, n = p.nRanks, warp = threadIdx.x / 32;
@@ -110,23 +109,11 @@ __global__ void __launch_bounds__(kThreads) stagedCompressedKernel(StagedDeviceL
         mine = dev::waitFlagAtLeast(p.ready + r * perRank + flagIdx, seq, deadline, p.errorWord, r);
       if (!__syncthreads_and(mine)) return;
       forBlocks([&](size_t k, int m) {
-        float own[kPerLane], acc[kPerLane], v[kPerLane];
-        dev::loadBlock(src + c0 + k, m, v);
-        const float scale = quantScale(f, dev::warpAmax(v));
-#pragma unroll
-        for (int u = 0; u < kPerLane; ++u) own[u] = quantDecode(f, quantEncode(f, v[u], scale), scale);
-        for (int r = 0; r < n; ++r) {
-          if (r != me) dev::readBack<F, true>(wireOf(r), k - lo, (k - lo) / kB, m, v);
-#pragma unroll
-          for (int u = 0; u < kPerLane; ++u) {
-            const float x = r == me ? own[u] : v[u];
-            acc[u] = r == 0 ? x : quantAdd(acc[u], x);
-          }
-        }
-        const int e = (threadIdx.x & 31) * kPerLane;
-#pragma unroll
-        for (int u = 0; u < kPerLane; ++u)
-          if (e + u >= m) acc[u] = 0.0f;  // lanes past a short block take no part in its amax
+        float x[kPerLane], acc[kPerLane];
+        dev::loadBlock(src + c0 + k, m, x);
+        dev::sumReadBack<F>(
+            x, m, n, me,
+            [&](int r, float(&v)[kPerLane]) { dev::readBack<F, true>(wireOf(r), k - lo, (k - lo) / kB, m, v); }, acc);
         const Wire none[1] = {};
         float back[kPerLane];
         dev::quantizeWarp<F, 1>(acc, m, none, 0, 0, 0, back);  // quantized once, stored nowhere

@@ -7,13 +7,7 @@
 
 #include <cstddef>
 
-#ifndef TPCOMM_HD
-#ifdef __CUDACC__
-#define TPCOMM_HD __host__ __device__
-#else
-#define TPCOMM_HD
-#endif
-#endif
+#include "common/host_device.h"
 
 namespace tpcomm {
 

@@ -48,7 +48,6 @@ using dev::Wire;
 using dev::loadBlock;
 using dev::quantizeWarp;
 using dev::storeBlock;
-using dev::warpAmax;
 using dev::wireAt;
 
 constexpr int kThreads = 512;
@@ -65,7 +64,6 @@ __host__ __device__ size_t twoshotCompressedChunkElems(const P2pLayout& L, int n
 
 template <typename T, int F>
 __global__ void __launch_bounds__(kThreads) twoshotCompressedKernel(P2pLaunch p) {
-  constexpr QuantFormat f = static_cast<QuantFormat>(F);
   const int me = p.rank, n = p.nRanks, b = blockIdx.x, nb = gridDim.x, warp = threadIdx.x / 32;
   const P2pLayout& L = p.layout;
   dev::pdlLaunchDependents();
@@ -129,23 +127,11 @@ __global__ void __launch_bounds__(kThreads) twoshotCompressedKernel(P2pLaunch p)
       for (int r = 0; r < n; ++r)
         if (r != me) to[used++] = gather(r);
       forBlocks(lo, hi, [&](size_t k, int m) {
-        float own[kPerLane], acc[kPerLane], v[kPerLane];
-        loadBlock(src + c0 + s + k, m, v);
-        const float scale = quantScale(f, warpAmax(v));
-#pragma unroll
-        for (int u = 0; u < kPerLane; ++u) own[u] = quantDecode(f, quantEncode(f, v[u], scale), scale);
-        for (int r = 0; r < n; ++r) {
-          if (r != me) dev::readBack<F, false>(inbox(me, r), k, k / kB, m, v);
-#pragma unroll
-          for (int u = 0; u < kPerLane; ++u) {
-            const float x = r == me ? own[u] : v[u];
-            acc[u] = r == 0 ? x : quantAdd(acc[u], x);
-          }
-        }
-        const int e = (threadIdx.x & 31) * kPerLane;
-#pragma unroll
-        for (int u = 0; u < kPerLane; ++u)
-          if (e + u >= m) acc[u] = 0.0f;  // lanes past a short block take no part in its amax
+        float x[kPerLane], acc[kPerLane];
+        loadBlock(src + c0 + s + k, m, x);
+        dev::sumReadBack<F>(x, m, n, me, [&](int r, float(&v)[kPerLane]) {
+          dev::readBack<F, false>(inbox(me, r), k, k / kB, m, v);
+        }, acc);
         float back[kPerLane];
         quantizeWarp<F, kMaxP2pRanks>(acc, m, to, used, s + k, (s + k) / kB, back);
         storeBlock(dst + c0 + s + k, m, back);

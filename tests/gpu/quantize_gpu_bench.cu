@@ -21,6 +21,7 @@
 #include "algos/host_reduce.h"
 #include "algos/quantize.h"
 #include "algos/quantize_host.h"
+#include "unit/count_reps_args.h"
 #include "algos/quantize_warp.cuh"
 
 namespace {
@@ -135,20 +136,7 @@ bool runOne(DataType dt, size_t count, int reps, int grid) {
 int main(int argc, char** argv) {
   size_t count = size_t{64} << 20;
   int reps = 20;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--count") && i + 1 < argc) {
-      count = std::strtoull(argv[++i], nullptr, 10);
-    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
-      reps = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: %s [--count N] [--reps N]\n", argv[0]);
-      return 2;
-    }
-  }
-  if (count == 0 || reps < 1) {
-    std::fprintf(stderr, "--count and --reps must be positive\n");
-    return 2;
-  }
+  if (!test::parseCountReps(argc, argv, &count, &reps)) return 2;
   int dev = 0, sms = 0;
   cudaDeviceProp prop{};
   CHECK_CUDA(cudaGetDevice(&dev));

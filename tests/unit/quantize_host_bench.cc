@@ -18,23 +18,16 @@
 #include "algos/host_reduce.h"
 #include "algos/quantize.h"
 #include "algos/quantize_host.h"
+#include "unit/count_reps_args.h"
+#include "unit/compressed_check.h"
 
 namespace {
 
 using namespace tpcomm;
 constexpr int kB = kQuantBlockElems;
 
-void scalarQuantize(QuantFormat f, const void* x, DataType dt, size_t count, uint8_t* codes, float* scales) {
-  float v[kB];
-  for (size_t k = 0; k < count; k += kB) {
-    const int m = static_cast<int>(std::min<size_t>(count - k, kB));
-    for (int i = 0; i < m; ++i) v[i] = loadAsFloat(x, k + i, dt);
-    quantizeBlock(f, v, m, codes + k, &scales[k / kB]);
-  }
-}
-void scalarDequantize(QuantFormat f, const uint8_t* codes, const float* scales, size_t count, void* out, DataType dt) {
-  for (size_t i = 0; i < count; ++i) storeFromFloat(out, i, dt, quantDecode(f, codes[i], scales[i / kB]));
-}
+using test::scalarDequantize;
+using test::scalarQuantize;
 
 template <typename Fn>
 double medianGBps(size_t bytes, int reps, Fn fn) {
@@ -55,20 +48,7 @@ double medianGBps(size_t bytes, int reps, Fn fn) {
 int main(int argc, char** argv) {
   size_t count = size_t{4} << 20;
   int reps = 7;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--count") && i + 1 < argc) {
-      count = std::strtoull(argv[++i], nullptr, 10);
-    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
-      reps = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: %s [--count N] [--reps N]\n", argv[0]);
-      return 2;
-    }
-  }
-  if (count == 0 || reps < 1) {
-    std::fprintf(stderr, "--count and --reps must be positive\n");
-    return 2;
-  }
+  if (!test::parseCountReps(argc, argv, &count, &reps)) return 2;
   std::printf("# quantize_host_bench: %zu elements, median of %d, one thread; GB/s of message (dtype bytes)\n", count,
               reps);
   std::printf("# %-5s %-5s %12s %12s %12s %12s\n", "fmt", "dtype", "quant_fast", "quant_scalar", "dequant_fast",

@@ -18,6 +18,7 @@
 
 #include "algos/host_reduce.h"
 #include "algos/quantize.h"
+#include "unit/compressed_check.h"
 
 namespace tpcomm {
 namespace {
@@ -34,18 +35,8 @@ float bitsFloat(uint32_t u) {
   return v;
 }
 
-// The scalar path, as staged_host+fp8 computed it before the fast one (and compressed_check.h does).
-void refQuantize(QuantFormat f, const void* x, DataType dt, size_t count, uint8_t* codes, float* scales) {
-  float v[kB];
-  for (size_t k = 0; k < count; k += kB) {
-    const int m = static_cast<int>(std::min<size_t>(count - k, kB));
-    for (int i = 0; i < m; ++i) v[i] = loadAsFloat(x, k + i, dt);
-    quantizeBlock(f, v, m, codes + k, &scales[k / kB]);
-  }
-}
-void refDequantize(QuantFormat f, const uint8_t* codes, const float* scales, size_t count, void* out, DataType dt) {
-  for (size_t i = 0; i < count; ++i) storeFromFloat(out, i, dt, quantDecode(f, codes[i], scales[i / kB]));
-}
+using test::scalarDequantize;
+using test::scalarQuantize;
 
 // Index of the first differing element of two buffers of `elemBytes`-byte elements, or -1.
 long firstDifference(const void* a, const void* b, size_t count, size_t elemBytes) {
@@ -63,7 +54,7 @@ size_t checkBothWays(QuantFormat f, const void* in, DataType dt, size_t count, c
   std::vector<uint8_t> codes(count, 0xaa), refCodes(count, 0x55);
   std::vector<float> scales(blocks, 1.0f), refScales(blocks, 2.0f);
   hostQuantize(f, in, dt, count, codes.data(), scales.data());
-  refQuantize(f, in, dt, count, refCodes.data(), refScales.data());
+  scalarQuantize(f, in, dt, count, refCodes.data(), refScales.data());
   long d = firstDifference(codes.data(), refCodes.data(), count, 1);
   EXPECT_EQ(d, -1) << what << " " << formatName(f) << ": code " << d << " is " << int(codes[d < 0 ? 0 : d])
                    << ", scalar " << int(refCodes[d < 0 ? 0 : d]) << " (input element as float "
@@ -74,7 +65,7 @@ size_t checkBothWays(QuantFormat f, const void* in, DataType dt, size_t count, c
     const size_t es = dataTypeSize(out);
     std::vector<char> got(count * es, 0x11), want(count * es, 0x22);
     hostDequantize(f, refCodes.data(), refScales.data(), count, got.data(), out);
-    refDequantize(f, refCodes.data(), refScales.data(), count, want.data(), out);
+    scalarDequantize(f, refCodes.data(), refScales.data(), count, want.data(), out);
     d = firstDifference(got.data(), want.data(), count, es);
     EXPECT_EQ(d, -1) << what << " " << formatName(f) << ": read back into dtype " << static_cast<int>(out)
                      << ", element " << d;
@@ -240,7 +231,7 @@ TEST(QuantizeHost, QuantizedSumMatchesScalar) {
         x[3 * kB + r] = r == 1 ? std::numeric_limits<float>::infinity() : x[3 * kB + r];      // a NaN block
         for (int i = 0; i < kB; ++i) x[5 * kB + i] = r % 2 ? -x[5 * kB + i] : x[5 * kB + i];  // cancellation
         for (int i = 0; i < kB; ++i) x[7 * kB + i] = 3e38f;                                   // sum overflows
-        refQuantize(f, x.data(), DataType::kF32, count, codes[r].data(), scales[r].data());
+        scalarQuantize(f, x.data(), DataType::kF32, count, codes[r].data(), scales[r].data());
         cp[r] = codes[r].data();
         sp[r] = scales[r].data();
       }

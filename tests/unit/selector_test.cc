@@ -375,16 +375,23 @@ TEST(Selector, LaunchesOnlyNamesTheP2pFamily) {
 // compression names their format, only for sums, and cost the bytes on the wire plus the
 // quantize passes: on NVLink cheaper than plain two-shot for 1 GB of bf16, dearer at 64 KB; on
 // host ranks never first by cost.
+// The names of the candidates for a bf16 all-reduce of `bytes`, best first.
+std::vector<std::string> candidateNames(const std::vector<std::unique_ptr<Algorithm>>& algos, const Topology& t,
+                                        const AlgoOverride& o, ReduceOp op, size_t bytes, bool capturing = false) {
+  std::vector<std::string> v;
+  for (const Candidate& c :
+       selectAlgorithms(rawList(algos), t, {CollKind::kAllReduce, DataType::kBF16, op, bytes, capturing}, o))
+    v.push_back(c.algo->name());
+  return v;
+}
+bool has(const std::vector<std::string>& v, const char* n) { return std::find(v.begin(), v.end(), n) != v.end(); }
+
 TEST(Selector, CompressionIsOptInAndCostsWireBytes) {
   auto algos = makeAlgorithms(nullptr);
   const Topology nv = fixture("nvlink2.json");
   auto names = [&](const Topology& t, const AlgoOverride& o, ReduceOp op, size_t bytes) {
-    std::vector<std::string> v;
-    for (const Candidate& c : selectAlgorithms(rawList(algos), t, {CollKind::kAllReduce, DataType::kBF16, op, bytes, false}, o))
-      v.push_back(c.algo->name());
-    return v;
+    return candidateNames(algos, t, o, op, bytes);
   };
-  auto has = [](const std::vector<std::string>& v, const char* n) { return std::find(v.begin(), v.end(), n) != v.end(); };
   AlgoOverride off, fp8, int8;
   fp8.compression = Compression::kFp8;
   int8.compression = Compression::kInt8;
@@ -412,13 +419,8 @@ TEST(Selector, StagedHostCompressedOnGpuRanksWithoutP2p) {
   auto algos = makeAlgorithms(nullptr);
   const Topology pcie = Topology::uniform(2, LinkKind::kPcie);
   auto names = [&](const AlgoOverride& o, ReduceOp op, size_t bytes, bool capturing) {
-    std::vector<std::string> v;
-    for (const Candidate& c :
-         selectAlgorithms(rawList(algos), pcie, {CollKind::kAllReduce, DataType::kBF16, op, bytes, capturing}, o))
-      v.push_back(c.algo->name());
-    return v;
+    return candidateNames(algos, pcie, o, op, bytes, capturing);
   };
-  auto has = [](const std::vector<std::string>& v, const char* n) { return std::find(v.begin(), v.end(), n) != v.end(); };
   AlgoOverride off, fp8, int8;
   fp8.compression = Compression::kFp8;
   int8.compression = Compression::kInt8;
