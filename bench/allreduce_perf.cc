@@ -9,6 +9,7 @@
 //   -t N: N threads, one rank each (GPU t, or host ranks), thread bootstrap.
 // Without GPUs (or with --host) every rank is a host rank (device -1) over host memory.
 // Multicast stays off unless asked for: NCCL_NVLS_ENABLE is set to 0 when it is unset.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -92,6 +93,12 @@ int runThreads(tpcomm_bench::RunInfo& info, const std::vector<std::vector<int>>&
 
 }  // namespace
 
+// TPCOMM_ALLOW_SHARED_DEVICE=1: the library lets createGroup put several ranks on one GPU.
+bool sharedDeviceAllowed() {
+  const char* v = std::getenv("TPCOMM_ALLOW_SHARED_DEVICE");
+  return v && std::string(v) == "1";
+}
+
 int main(int argc, char** argv) {
   tpcomm_bench::Args args;
   std::string error;
@@ -160,13 +167,19 @@ int main(int argc, char** argv) {
     if (!info.gpu) {
       rc = usageError("-g " + std::to_string(args.nGpus) + " needs GPUs (none visible" +
                       std::string(args.hostRanks ? ", --host given" : "") + "); use -t N for host ranks");
-    } else if (args.nGpus > gpus) {
-      rc = usageError("-g " + std::to_string(args.nGpus) + " but only " + std::to_string(gpus) + " GPUs are visible");
+    } else if (args.nGpus > gpus && !sharedDeviceAllowed()) {
+      rc = usageError("-g " + std::to_string(args.nGpus) + " but only " + std::to_string(gpus) +
+                      " GPUs are visible (TPCOMM_ALLOW_SHARED_DEVICE=1 puts several ranks on one GPU)");
     } else {
+      // More ranks than GPUs only with TPCOMM_ALLOW_SHARED_DEVICE=1: rank i on GPU i % gpus, the
+      // ranks sharing each GPU's SMs and memory bandwidth (a protocol check and a relative
+      // timing of algorithms on the same footing, not the speed of separate GPUs).
       std::vector<int> devs;
-      for (int i = 0; i < args.nGpus; ++i) devs.push_back(i);
+      for (int i = 0; i < args.nGpus; ++i) devs.push_back(i % gpus);
       info.nRanks = args.nGpus;
-      info.mode = "one process, one thread driving " + std::to_string(args.nGpus) + " GPUs";
+      info.mode = "one process, one thread driving " + std::to_string(args.nGpus) + " ranks on " +
+                  std::to_string(std::min(args.nGpus, gpus)) + " GPU(s)" +
+                  (args.nGpus > gpus ? " (TPCOMM_ALLOW_SHARED_DEVICE=1: ranks share GPUs)" : "");
       rc = runThreads(info, {devs});
     }
   } else {

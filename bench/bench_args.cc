@@ -133,7 +133,8 @@ nccl-tests flags:
   -R, --local_register <r>   0 only: tpcomm's benchmark registers no buffers (nccl-tests' 1/2 refused)
   -G, --cudagraph <n>        capture the -n collectives of a batch in a CUDA graph and replay it
                              n times per batch (default 0: eager launches)
-  -g, --ngpus <n>            GPUs driven by one thread of this process (default 1)
+  -g, --ngpus <n>            GPUs driven by one thread of this process (default 1); more than the
+                             visible GPUs with TPCOMM_ALLOW_SHARED_DEVICE=1 (rank i on GPU i mod gpus)
   -t, --nthreads <n>         threads in this process, one rank each (default 1)
 
 tpcomm extras:

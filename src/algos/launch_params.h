@@ -75,6 +75,10 @@ struct StagedDeviceLaunch {
   uint64_t seqBase;     // chunk c has sequence seqBase + c + 1
   uint32_t* errorWord;  // device view of the communicator's async error word
   uint64_t timeoutNs;
+  // Compressed calls only (staged_host_compressed.cu): the QuantFormat, and quantization blocks
+  // per CUDA block per chunk (stagedQuantBlocksPerPiece).
+  int format;
+  size_t quantBlocks;
 };
 
 /// Parameters of one multicast all-reduce (twoshot_multicast.cu).

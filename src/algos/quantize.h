@@ -24,13 +24,7 @@
 
 #include "tpcomm/types.h"
 
-#ifndef TPCOMM_HD
-#ifdef __CUDACC__
-#define TPCOMM_HD __host__ __device__
-#else
-#define TPCOMM_HD
-#endif
-#endif
+#include "common/host_device.h"
 
 namespace tpcomm {
 

@@ -12,8 +12,9 @@
 // .cc explains why one barrier per round is enough).
 // Outputs of 8 MiB and more are written with non-temporal stores (no read-for-ownership).
 // GPU ranks: one kernel per call (staged_host.cu), no host thread involved; see there.
-// staged_host+fp8 / staged_host+int8 (Config::compression): the same class with a wire format;
-// host ranks only for now (the schedule: staged_host_compressed.cc), all-reduce sums.
+// staged_host+fp8 / staged_host+int8 (Config::compression): the same class with a wire format,
+// all-reduce sums: host ranks run staged_host_compressed.cc's schedule, GPU ranks
+// staged_host_compressed.cu's kernel (same slots, flags and sequence numbers as the plain kernel).
 #include "algos/algorithm.h"
 #include "algos/launch_params.h"
 
@@ -26,14 +27,17 @@
 
 #include "algos/host_reduce.h"
 #include "algos/quantize.h"
+#include "algos/staged_pieces.h"
 #include "common/error.h"
 #include "transports/host_staged.h"
 
 namespace tpcomm {
 
-// staged_host.cu
+// staged_host.cu, staged_host_compressed.cu
 Status launchStagedDevice(const StagedDeviceLaunch& p, cudaStream_t stream);
 Status preloadStagedDevice();
+Status launchStagedCompressed(const StagedDeviceLaunch& p, cudaStream_t stream);
+Status preloadStagedCompressedKernels();
 // staged_host_compressed.cc
 Status stagedHostCompressedAllReduce(HostStagedTransport& t, const CollArgs& a, QuantFormat f);
 
@@ -118,7 +122,8 @@ class StagedHost final : public Algorithm {
   bool deterministic() const override { return wire_ == Compression::kNone; }
   Compression compression() const override { return wire_; }
   Status preload() override {
-    return wire_ == Compression::kNone ? TPCOMM_CUDA_ONLY(preloadStagedDevice()) : Status::kOk;
+    return wire_ == Compression::kNone ? TPCOMM_CUDA_ONLY(preloadStagedDevice())
+                                       : TPCOMM_CUDA_ONLY(preloadStagedCompressedKernels());
   }
   Status run(const CollArgs& args) override;
 
@@ -163,10 +168,12 @@ HostStagedTransport::CallWords StagedHost::signature(const CollArgs& a) const {
 
 bool StagedHost::supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const {
   if (wire_ != Compression::kNone) {
-    const char* why = !topo.singleNode() || !topo.allHost() ? "compressed: host ranks only (no GPU kernel yet)"
-                      : q.kind != CollKind::kAllReduce    ? "compressed: all-reduce only"
-                      : q.op != ReduceOp::kSum            ? "compressed: sums only (a quantized max is not the max)"
-                                                          : nullptr;
+    const char* why = !topo.singleNode()                    ? "ranks span several nodes"
+                      : !topo.allHost() && !topo.allGpu()   ? "mixed host and GPU ranks"
+                      : topo.allGpu() && q.capturing        ? "sequence numbers are host-side: not CUDA-graph capturable"
+                      : q.kind != CollKind::kAllReduce      ? "compressed: all-reduce only"
+                      : q.op != ReduceOp::kSum              ? "compressed: sums only (a quantized max is not the max)"
+                                                            : nullptr;
     if (why && whyNot) *whyNot = why;
     return why == nullptr;
   }
@@ -329,10 +336,25 @@ Status StagedHost::runDevice(const CollArgs& a) {
   p.blocks = g.blocks;
   p.ready = t.readyFlags();
   p.consumed = t.consumedFlags();
-  size_t chunks = (a.count * a.elemSize() + g.chunkBytes - 1) / g.chunkBytes;
-  p.seqBase = t.takeSequence(chunks);
   p.errorWord = ctx_->asyncError.deviceWord;
   p.timeoutNs = ctx_->timeoutNs();
+  if (wire_ != Compression::kNone) {
+    // Compressed: chunks of blocks x quantBlocks quantization blocks (codes + scales fill each
+    // piece of a slot; staged_host_compressed.cu). The sequence numbers are taken only once the
+    // call is sure to launch, so every rank takes the same ones.
+    p.format = static_cast<int>(quantFormatOf(wire_));
+    p.quantBlocks = stagedQuantBlocksPerPiece(g.chunkBytes, g.blocks, kQuantBlockElems);
+    if (p.quantBlocks == 0)
+      return TPCOMM_ERROR(kNotSupported,
+                          "%s: a staging piece (%zu-byte slots / %d blocks) cannot hold one %d-element block's codes "
+                          "and scale: raise TPCOMM_STAGED_CHUNK_BYTES",
+                          name(), g.chunkBytes, g.blocks, kQuantBlockElems);
+    const size_t chunkElems = p.quantBlocks * kQuantBlockElems * g.blocks;
+    p.seqBase = t.takeSequence((a.count + chunkElems - 1) / chunkElems);
+    return TPCOMM_CUDA_ONLY(launchStagedCompressed(p, a.stream));
+  }
+  size_t chunks = (a.count * a.elemSize() + g.chunkBytes - 1) / g.chunkBytes;
+  p.seqBase = t.takeSequence(chunks);
   return TPCOMM_CUDA_ONLY(launchStagedDevice(p, a.stream));
 }
 

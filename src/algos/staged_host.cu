@@ -22,6 +22,7 @@
 #include "algos/host_reduce.h"
 #include "algos/launch.cuh"
 #include "algos/launch_params.h"
+#include "algos/staged_pieces.h"
 
 namespace tpcomm {
 namespace {
@@ -52,9 +53,9 @@ __global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLa
     {
       // Split the full slot, not this chunk: block b owns the same bytes of a slot in every use
       // (any call size or dtype; a 16-byte unit is kEpp elements of every T), clipped to len.
-      size_t units = p.chunkBytes / dev::kPackBytes, per = units / p.blocks, extra = units % p.blocks;
-      size_t ub = b * per + (static_cast<size_t>(b) < extra ? b : extra);
-      size_t ue = ub + per + (static_cast<size_t>(b) < extra ? 1 : 0);
+      static_assert(kStagedUnitBytes == dev::kPackBytes, "a piece unit is one vector");
+      size_t ub, ue;
+      stagedPiece(p.chunkBytes, p.blocks, b, &ub, &ue);
       pb = ub * kEpp < len ? ub * kEpp : len;
       pe = ue * kEpp < len ? ue * kEpp : len;
     }

@@ -22,6 +22,7 @@
 #include "algos/coll_args.h"
 #include "algos/host_reduce.h"
 #include "algos/quantize.h"
+#include "algos/quantize_host.h"
 #include "common/error.h"
 #include "transports/host_staged.h"
 
@@ -38,20 +39,9 @@ struct Wire {
 };
 Wire wireAt(char* base, size_t cap) { return {reinterpret_cast<uint8_t*>(base), reinterpret_cast<float*>(base + cap)}; }
 
-// Blocks [b, e) (element offsets, multiples of kBlock; e may end a short last block) of the
-// elements x[0..len) into `w`.
-void quantizeRange(QuantFormat f, const void* x, DataType dt, size_t b, size_t e, Wire w) {
-  float v[kBlock];
-  for (size_t k = b; k < e; k += kBlock) {
-    const int n = static_cast<int>(e - k < kBlock ? e - k : kBlock);
-    for (int i = 0; i < n; ++i) v[i] = loadAsFloat(x, k + i, dt);
-    quantizeBlock(f, v, n, w.codes + k, &w.scales[k / kBlock]);
-  }
-}
-
-// Elements [b, e) of `w` read back into out[b..e).
-void dequantizeRange(QuantFormat f, const Wire& w, size_t b, size_t e, void* out, DataType dt) {
-  for (size_t i = b; i < e; ++i) storeFromFloat(out, i, dt, quantDecode(f, w.codes[i], w.scales[i / kBlock]));
+// Elements [b, e) of `w` (b a multiple of kBlock) read back into out[b..e).
+void dequantizeSlice(QuantFormat f, const Wire& w, size_t b, size_t e, void* out, DataType dt) {
+  hostDequantize(f, w.codes + b, w.scales + b / kBlock, e - b, static_cast<char*>(out) + b * dataTypeSize(dt), dt);
 }
 
 }  // namespace
@@ -68,31 +58,27 @@ Status stagedHostCompressedAllReduce(HostStagedTransport& t, const CollArgs& a, 
   std::vector<Wire> staged(n);
   for (int r = 0; r < n; ++r) staged[r] = wireAt(t.slots(r), cap);
   const Wire result = wireAt(t.result(), cap);
-  float sum[kBlock];
+  std::vector<const uint8_t*> codes(n);
+  std::vector<const float*> scales(n);
   for (size_t c0 = 0; c0 < a.count; c0 += cap) {
     const size_t len = a.count - c0 < cap ? a.count - c0 : cap;
     const char* in = send + c0 * es;
     char* out = recv + c0 * es;
-    quantizeRange(f, in, a.dtype, 0, len, staged[me]);
+    hostQuantize(f, in, a.dtype, len, staged[me].codes, staged[me].scales);
     TPCOMM_TRY(t.barrier());
     size_t b, e;
     partition(len, n, me, kBlock, &b, &e);
-    for (size_t k = b; k < e; k += kBlock) {
-      const int m = static_cast<int>(e - k < kBlock ? e - k : kBlock);
-      const size_t s = k / kBlock;
-      for (int i = 0; i < m; ++i) {
-        float acc = quantDecode(f, staged[0].codes[k + i], staged[0].scales[s]);
-        for (int r = 1; r < n; ++r) acc = quantAdd(acc, quantDecode(f, staged[r].codes[k + i], staged[r].scales[s]));
-        sum[i] = acc;
-      }
-      quantizeBlock(f, sum, m, result.codes + k, &result.scales[s]);
+    for (int r = 0; r < n; ++r) {
+      codes[r] = staged[r].codes + b;
+      scales[r] = staged[r].scales + b / kBlock;
     }
-    dequantizeRange(f, result, b, e, out, a.dtype);
+    hostQuantizedSum(f, codes.data(), scales.data(), n, e - b, result.codes + b, result.scales + b / kBlock);
+    dequantizeSlice(f, result, b, e, out, a.dtype);
     TPCOMM_TRY(t.barrier());
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;
       partition(len, n, j, kBlock, &b, &e);
-      dequantizeRange(f, result, b, e, out, a.dtype);
+      dequantizeSlice(f, result, b, e, out, a.dtype);
     }
   }
   return Status::kOk;

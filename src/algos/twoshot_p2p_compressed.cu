@@ -38,15 +38,21 @@
 #include "algos/launch_params.h"
 #include "algos/p2p_common.cuh"
 #include "algos/quantize.h"
+#include "algos/quantize_warp.cuh"
 
 namespace tpcomm {
 namespace {
 
+using dev::kPerLane;
+using dev::Wire;
+using dev::loadBlock;
+using dev::quantizeWarp;
+using dev::storeBlock;
+using dev::wireAt;
+
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int kB = kQuantBlockElems;
-constexpr int kPerLane = kB / 32;
-static_assert(kB % 32 == 0 && kPerLane == 2, "a lane holds two elements of a block (one 16-bit code store)");
 
 // Elements per chunk: whole blocks, n whole-block slices, codes and scales within twoshot_p2p's
 // areas (0: the chunk is too small for n ranks).
@@ -56,86 +62,8 @@ __host__ __device__ size_t twoshotCompressedChunkElems(const P2pLayout& L, int n
   return (L.twoshotChunk - reserve) / (kB + sizeof(float)) * kB / unit * unit;
 }
 
-struct Wire {
-  uint8_t* codes;
-  float* scales;
-};
-__device__ __forceinline__ Wire wireAt(char* base, size_t codeBytes) {
-  return {reinterpret_cast<uint8_t*>(base), reinterpret_cast<float*>(base + codeBytes)};
-}
-
-// The block's amax as quantAmax computes it (max of |x| over the valid elements, NaN if any is
-// NaN), over the warp's 32 lanes x kPerLane values (invalid ones are 0).
-__device__ __forceinline__ float warpAmax(const float (&x)[kPerLane]) {
-  float a = 0.0f;
-  bool nan = false;
-#pragma unroll
-  for (int u = 0; u < kPerLane; ++u) {
-    nan = nan || !(x[u] == x[u]);
-    a = fmaxf(a, fabsf(x[u]));
-  }
-  nan = __any_sync(0xffffffffu, nan);
-#pragma unroll
-  for (int d = 16; d > 0; d >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, d));
-  return nan ? quantBitsFloat(0x7fc00000u) : a;
-}
-
-// Quantizes one block held by the warp (m valid elements, x[u] of lane at element lane*kPerLane+u):
-// the codes into code[0..m) (at element offset i of `w`) and the scale into w.scales[s] (lane 0),
-// for every wire in `ws`; returns the lane's values read back.
-template <int F, int kWires>
-__device__ __forceinline__ void quantizeWarp(const float (&x)[kPerLane], int m, const Wire (&ws)[kWires], int used,
-                                             size_t i, size_t s, float (&back)[kPerLane]) {
-  constexpr QuantFormat f = static_cast<QuantFormat>(F);
-  const int lane = threadIdx.x & 31;
-  const float scale = quantScale(f, warpAmax(x));
-  uint8_t c[kPerLane];
-#pragma unroll
-  for (int u = 0; u < kPerLane; ++u) {
-    c[u] = quantEncode(f, x[u], scale);
-    back[u] = quantDecode(f, c[u], scale);
-  }
-  const int e = lane * kPerLane;
-  for (int k = 0; k < used; ++k) {
-    if (m == kB) {
-      *reinterpret_cast<uint16_t*>(ws[k].codes + i + e) = static_cast<uint16_t>(c[0] | (c[1] << 8));
-    } else {
-#pragma unroll
-      for (int u = 0; u < kPerLane; ++u)
-        if (e + u < m) ws[k].codes[i + e + u] = c[u];
-    }
-    if (lane == 0) ws[k].scales[s] = scale;
-  }
-}
-
-// One block's values read back from a wire written by a peer (ld.global.cg).
-template <int F>
-__device__ __forceinline__ void readBack(const Wire& w, size_t i, size_t s, int m, float (&v)[kPerLane]) {
-  constexpr QuantFormat f = static_cast<QuantFormat>(F);
-  const int e = (threadIdx.x & 31) * kPerLane;
-  const float scale = __ldcg(w.scales + s);
-#pragma unroll
-  for (int u = 0; u < kPerLane; ++u) v[u] = e + u < m ? quantDecode(f, __ldcg(w.codes + i + e + u), scale) : 0.0f;
-}
-
-template <typename T>
-__device__ __forceinline__ void loadBlock(const T* x, int m, float (&v)[kPerLane]) {
-  const int e = (threadIdx.x & 31) * kPerLane;
-#pragma unroll
-  for (int u = 0; u < kPerLane; ++u) v[u] = e + u < m ? dev::Elem<T>::toFloat(x[e + u]) : 0.0f;
-}
-
-template <typename T>
-__device__ __forceinline__ void storeBlock(T* y, int m, const float (&v)[kPerLane]) {
-  const int e = (threadIdx.x & 31) * kPerLane;
-#pragma unroll
-  for (int u = 0; u < kPerLane; ++u)
-    if (e + u < m) y[e + u] = dev::Elem<T>::fromFloat(v[u]);
-}
-
 template <typename T, int F>
 __global__ void __launch_bounds__(kThreads) twoshotCompressedKernel(P2pLaunch p) {
-  constexpr QuantFormat f = static_cast<QuantFormat>(F);
   const int me = p.rank, n = p.nRanks, b = blockIdx.x, nb = gridDim.x, warp = threadIdx.x / 32;
   const P2pLayout& L = p.layout;
   dev::pdlLaunchDependents();
@@ -199,23 +127,11 @@ __global__ void __launch_bounds__(kThreads) twoshotCompressedKernel(P2pLaunch p)
       for (int r = 0; r < n; ++r)
         if (r != me) to[used++] = gather(r);
       forBlocks(lo, hi, [&](size_t k, int m) {
-        float own[kPerLane], acc[kPerLane], v[kPerLane];
-        loadBlock(src + c0 + s + k, m, v);
-        const float scale = quantScale(f, warpAmax(v));
-#pragma unroll
-        for (int u = 0; u < kPerLane; ++u) own[u] = quantDecode(f, quantEncode(f, v[u], scale), scale);
-        for (int r = 0; r < n; ++r) {
-          if (r != me) readBack<F>(inbox(me, r), k, k / kB, m, v);
-#pragma unroll
-          for (int u = 0; u < kPerLane; ++u) {
-            const float x = r == me ? own[u] : v[u];
-            acc[u] = r == 0 ? x : quantAdd(acc[u], x);
-          }
-        }
-        const int e = (threadIdx.x & 31) * kPerLane;
-#pragma unroll
-        for (int u = 0; u < kPerLane; ++u)
-          if (e + u >= m) acc[u] = 0.0f;  // lanes past a short block take no part in its amax
+        float x[kPerLane], acc[kPerLane];
+        loadBlock(src + c0 + s + k, m, x);
+        dev::sumReadBack<F>(x, m, n, me, [&](int r, float(&v)[kPerLane]) {
+          dev::readBack<F, false>(inbox(me, r), k, k / kB, m, v);
+        }, acc);
         float back[kPerLane];
         quantizeWarp<F, kMaxP2pRanks>(acc, m, to, used, s + k, (s + k) / kB, back);
         storeBlock(dst + c0 + s + k, m, back);
@@ -230,7 +146,7 @@ __global__ void __launch_bounds__(kThreads) twoshotCompressedKernel(P2pLaunch p)
       const Wire from = gather(me);
       forBlocks(lo, hi, [&](size_t k, int m) {
         float v[kPerLane];
-        readBack<F>(from, s + k, (s + k) / kB, m, v);
+        dev::readBack<F, false>(from, s + k, (s + k) / kB, m, v);
         storeBlock(dst + c0 + s + k, m, v);
       });
     }
@@ -239,19 +155,12 @@ __global__ void __launch_bounds__(kThreads) twoshotCompressedKernel(P2pLaunch p)
   if (threadIdx.x == 0) *epochPtr = epoch;
 }
 
-// Calls launch(TypeTag<T>, IntTag<format>) for the call's dtype and format (dispatchKernel's op
-// slot carries the format: 0 fp8, 1 int8).
-template <typename Launch>
-cudaError_t dispatchCompressed(int dtype, int format, Launch launch) {
-  return dev::dispatchKernel(dtype, format, false, [&](auto t, auto fmt, auto) { return launch(t, fmt); });
-}
-
 }  // namespace
 
 Status preloadTwoshotCompressedKernels() {
   for (int dt = 0; dt < 3; ++dt)
     for (int fmt = 0; fmt < 2; ++fmt) {
-      cudaError_t e = dispatchCompressed(dt, fmt, [](auto t, auto f) {
+      cudaError_t e = dev::dispatchCompressed(dt, fmt, [](auto t, auto f) {
         return dev::preload(twoshotCompressedKernel<typename decltype(t)::type, decltype(f)::value>);
       });
       if (e != cudaSuccess) return dev::toStatus(e, "twoshot_p2p compressed");
@@ -263,7 +172,7 @@ Status launchTwoshotCompressed(const P2pLaunch& p, QuantFormat format, cudaStrea
   if (twoshotCompressedChunkElems(p.layout, p.nRanks) == 0)
     return TPCOMM_ERROR(kNotSupported, "twoshot_p2p compressed: a %zu-byte chunk is too small for %d ranks",
                         p.layout.twoshotChunk, p.nRanks);
-  cudaError_t e = dispatchCompressed(p.dtype, static_cast<int>(format), [&](auto t, auto f) {
+  cudaError_t e = dev::dispatchCompressed(p.dtype, static_cast<int>(format), [&](auto t, auto f) {
     return dev::launch(twoshotCompressedKernel<typename decltype(t)::type, decltype(f)::value>, p.blocks, kThreads,
                        p.pdl, stream, p);
   });

@@ -27,12 +27,7 @@
 #include "tpcomm/status.h"
 #include "transports/transport_env.h"
 
-// Layout accessors are used by host code and kernels alike.
-#ifdef __CUDACC__
-#define TPCOMM_HD __host__ __device__
-#else
-#define TPCOMM_HD
-#endif
+#include "common/host_device.h"  // layout accessors are used by host code and kernels alike
 
 namespace tpcomm {
 

@@ -1,17 +1,24 @@
-// The compressed two-shot over CUDA P2P (twoshot_p2p+fp8 / twoshot_p2p+int8, issue 18;
-// docs/compression.md). Every element, on every rank, bitwise equal to the wire format's
+// The compressed all-reduce on GPU ranks (issue 18; docs/compression.md): the two-shot over CUDA
+// P2P (twoshot_p2p+fp8 / +int8) and the one-shot through pinned host memory (staged_host+fp8 /
+// +int8, forced as "staged_host+fp8|staged_host" so a call asking for no compression runs plain
+// staged_host on the same slots). Every element, on every rank, bitwise equal to the wire format's
 // definition computed on the host block by block (tests/unit/compressed_check.h: the same bits
 // as the host ranks' staged_host+fp8), so equal on every rank; within the stated error bound of
 // the exact sum; eager and as CUDA-graph replays; the same bits over 200 rotating runs; NaN/Inf
 // make their whole 64-element block NaN, zeros of either sign give +0. Chunks of 64 KiB
-// (TPCOMM_TWOSHOT_CHUNK_BYTES) so mid-size messages cross many chunks and both parities.
+// (TPCOMM_TWOSHOT_CHUNK_BYTES, TPCOMM_STAGED_CHUNK_BYTES) so mid-size messages cross many chunks,
+// both parities and every staging slot. staged_host cannot be captured in a CUDA graph (its
+// sequence numbers are taken on the host per call), so its rows are eager only; it adds in-place
+// calls interleaved with plain staged_host calls on the same communicator.
 #include <gtest/gtest.h>
 
 #include <limits>
 #include <map>
 #include <memory>
 #include <random>
+#include <string>
 #include <tuple>
+#include <utility>
 
 #include "gpu_allreduce_util.h"
 #include "unit/compressed_check.h"
@@ -25,21 +32,25 @@ using tpcomm::Compression;
 using tpcomm::Config;
 using tpcomm::Status;
 
-std::string algoOf(Compression c) { return std::string("twoshot_p2p+") + tpcomm::compressionName(c); }
+const char* const kP2p = "twoshot_p2p";
+const char* const kStaged = "staged_host";
 
-RankGroup* compressedGroup(Compression c) {
-  static std::map<Compression, std::unique_ptr<RankGroup>> groups;
-  auto it = groups.find(c);
+std::string algoOf(const std::string& base, Compression c) { return base + "+" + tpcomm::compressionName(c); }
+
+RankGroup* compressedGroup(const std::string& base, Compression c) {
+  static std::map<std::pair<std::string, Compression>, std::unique_ptr<RankGroup>> groups;
+  auto it = groups.find({base, c});
   if (it != groups.end()) return it->second.get();
   tpcomm::test::ScopedEnv chunk("TPCOMM_TWOSHOT_CHUNK_BYTES", "65536");  // read at create
+  tpcomm::test::ScopedEnv staged("TPCOMM_STAGED_CHUNK_BYTES", "65536");
   tpcomm::test::ScopedEnv check("TPCOMM_CHECK_CALLS", "1");
   Config cfg;
-  cfg.algo = algoOf(c);
+  cfg.algo = base == kStaged ? algoOf(base, c) + "|" + kStaged : algoOf(base, c);
   cfg.compression = c;
   cfg.useNccl = false;
-  auto g = makeRankGroup(cfg, "compressed " + algoOf(c));
+  auto g = makeRankGroup(cfg, "compressed " + algoOf(base, c));
   if (!g) return nullptr;
-  return (groups[c] = std::move(g)).get();
+  return (groups[{base, c}] = std::move(g)).get();
 }
 
 struct DeviceBuffers {
@@ -51,9 +62,11 @@ struct DeviceBuffers {
 };
 
 // One compressed all-reduce on every rank of g, eager or as `replays` graph replays (each with
-// fresh inputs from `inputsFor(replay)`), every output compared bitwise with the definition.
-void runAndCompare(RankGroup* g, Compression c, DataType dtype, size_t count, bool graph, int replays,
-                   const std::function<std::vector<std::vector<uint8_t>>(int)>& inputsFor, bool checkBound) {
+// fresh inputs from `inputsFor(replay)`), every output compared bitwise with the definition
+// (in place: the input buffer is the output).
+void runAndCompare(RankGroup* g, const std::string& base, Compression c, DataType dtype, size_t count, bool graph,
+                   int replays, const std::function<std::vector<std::vector<uint8_t>>(int)>& inputsFor,
+                   bool checkBound, bool inPlace = false) {
   const int n = g->n();
   const size_t es = tpcomm::dataTypeSize(dtype), bytes = count * es;
   DeviceBuffers buf;
@@ -68,7 +81,8 @@ void runAndCompare(RankGroup* g, Compression c, DataType dtype, size_t count, bo
   auto issue = [&] {
     ASSERT_EQ(Communicator::groupStart(), Status::kOk);
     for (int r = 0; r < n; ++r)
-      ASSERT_EQ(g->comms[r]->allReduce(buf.in[r], buf.out[r], count, dtype, ReduceOp::kSum, g->streams[r]),
+      ASSERT_EQ(g->comms[r]->allReduce(buf.in[r], inPlace ? buf.in[r] : buf.out[r], count, dtype, ReduceOp::kSum,
+                                       g->streams[r]),
                 Status::kOk)
           << tpcomm::lastErrorMessage();
     ASSERT_EQ(Communicator::groupEnd(), Status::kOk);
@@ -84,7 +98,7 @@ void runAndCompare(RankGroup* g, Compression c, DataType dtype, size_t count, bo
         tpcomm::test::compressedReference(inputs, count, dtype, tpcomm::quantFormatOf(c));
     for (int r = 0; r < n; ++r) {
       CUDA_OK(cudaSetDevice(g->devices[r]));
-      CUDA_OK(cudaMemsetAsync(buf.out[r], 0xff, bytes, g->streams[r]));
+      CUDA_OK(cudaMemsetAsync(buf.out[r], 0xff, bytes, g->streams[r]));  // unused in place: the input is there
       CUDA_OK(cudaMemcpyAsync(buf.in[r], inputs[r].data(), bytes, cudaMemcpyHostToDevice, g->streams[r]));
     }
     if (graph)
@@ -95,9 +109,9 @@ void runAndCompare(RankGroup* g, Compression c, DataType dtype, size_t count, bo
       CUDA_OK(cudaSetDevice(g->devices[r]));
       CUDA_OK(cudaStreamSynchronize(g->streams[r]));
       ASSERT_EQ(g->comms[r]->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
-      if (!graph) EXPECT_EQ(std::string(g->comms[r]->lastAlgorithm()), algoOf(c));
+      if (!graph) EXPECT_EQ(std::string(g->comms[r]->lastAlgorithm()), algoOf(base, c));
       std::vector<uint8_t> got(bytes);
-      CUDA_OK(cudaMemcpy(got.data(), buf.out[r], bytes, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(got.data(), inPlace ? buf.in[r] : buf.out[r], bytes, cudaMemcpyDeviceToHost));
       const long long bad = firstMismatch(got, want, es);
       ASSERT_EQ(bad, -1) << "rank " << r << " run " << rep << " element " << bad << ": got "
                          << tpcomm::loadAsFloat(got.data(), bad, dtype) << " want "
@@ -129,48 +143,106 @@ std::vector<std::vector<uint8_t>> randomInputs(int n, DataType dtype, size_t cou
   return v;
 }
 
-using Param = std::tuple<Compression, DataType, size_t, bool>;
-class CompressedP2p : public testing::TestWithParam<Param> {};
+using Param = std::tuple<std::string, Compression, DataType, size_t, bool>;
+class CompressedGpu : public testing::TestWithParam<Param> {};
 
-TEST_P(CompressedP2p, DefinitionBitsOnEveryRankWithinTheBound) {
+TEST_P(CompressedGpu, DefinitionBitsOnEveryRankWithinTheBound) {
   if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  auto [c, dtype, count, graph] = GetParam();
-  RankGroup* g = compressedGroup(c);
+  auto [base, c, dtype, count, graph] = GetParam();
+  RankGroup* g = compressedGroup(base, c);
   ASSERT_NE(g, nullptr);
-  runAndCompare(g, c, dtype, count, graph, graph ? 3 : 1,
+  runAndCompare(g, base, c, dtype, count, graph, graph ? 3 : 1,
                 [&](int rep) { return randomInputs(g->n(), dtype, count, static_cast<uint32_t>(count * 7 + rep)); },
                 true);
 }
 
 // Odd counts, below / around the 64-element block, and counts spanning many 64 KiB chunks.
-INSTANTIATE_TEST_SUITE_P(
-    Sizes, CompressedP2p,
-    testing::Combine(testing::Values(Compression::kFp8, Compression::kInt8),
-                     testing::Values(DataType::kF32, DataType::kF16, DataType::kBF16),
-                     testing::Values<size_t>(1, 63, 65, 1000, 4097, 65536 + 3, 300001, (1u << 22) + 17), testing::Bool()));
+const auto kCounts = testing::Values<size_t>(1, 63, 65, 1000, 4097, 65536 + 3, 300001, (1u << 22) + 17);
+INSTANTIATE_TEST_SUITE_P(Sizes, CompressedGpu,
+                         testing::Combine(testing::Values(std::string(kP2p)),
+                                          testing::Values(Compression::kFp8, Compression::kInt8),
+                                          testing::Values(DataType::kF32, DataType::kF16, DataType::kBF16), kCounts,
+                                          testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(StagedSizes, CompressedGpu,  // eager only: staged_host is not capturable
+                         testing::Combine(testing::Values(std::string(kStaged)),
+                                          testing::Values(Compression::kFp8, Compression::kInt8),
+                                          testing::Values(DataType::kF32, DataType::kF16, DataType::kBF16), kCounts,
+                                          testing::Values(false)));
 
 // 200 calls rotating over three input sets: every one the definition's bits (run to run).
-TEST(CompressedP2pRules, SameBitsOverRotatingRuns) {
+TEST(CompressedGpuRules, SameBitsOverRotatingRuns) {
+  if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  for (const char* base : {kP2p, kStaged})
+    for (Compression c : {Compression::kFp8, Compression::kInt8}) {
+      RankGroup* g = compressedGroup(base, c);
+      ASSERT_NE(g, nullptr);
+      const size_t count = 100003;
+      std::vector<std::vector<std::vector<uint8_t>>> sets;
+      for (uint32_t s = 0; s < 3; ++s) sets.push_back(randomInputs(g->n(), DataType::kBF16, count, 99 + s));
+      runAndCompare(g, base, c, DataType::kBF16, count, false, 200, [&](int rep) { return sets[rep % 3]; }, false);
+    }
+}
+
+// staged_host+fp8/int8 in place, alternating with plain staged_host calls (a call asking for no
+// compression) on the same communicator, so both kernels take turns on the same staging slots,
+// flags and sequence numbers: every compressed call gives the definition's bits, every plain one
+// the exact sum of integer inputs, and each names the algorithm that ran.
+TEST(CompressedGpuRules, StagedInPlaceInterleavedWithPlainCalls) {
   if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
   for (Compression c : {Compression::kFp8, Compression::kInt8}) {
-    RankGroup* g = compressedGroup(c);
+    RankGroup* g = compressedGroup(kStaged, c);
     ASSERT_NE(g, nullptr);
-    const size_t count = 100003;
-    std::vector<std::vector<std::vector<uint8_t>>> sets;
-    for (uint32_t s = 0; s < 3; ++s) sets.push_back(randomInputs(g->n(), DataType::kBF16, count, 99 + s));
-    runAndCompare(g, c, DataType::kBF16, count, false, 200, [&](int rep) { return sets[rep % 3]; }, false);
+    const int n = g->n();
+    for (size_t count : {size_t{300001}, size_t{4097}, size_t{1} << 20}) {
+      runAndCompare(g, kStaged, c, DataType::kBF16, count, false, 1,
+                    [&](int rep) { return randomInputs(n, DataType::kBF16, count, static_cast<uint32_t>(count + rep)); },
+                    false, true);
+      // A plain call: integer inputs (rank r: element i = (i + r) % 7 - 3), sums exact in f32.
+      const size_t bytes = count * sizeof(float);
+      DeviceBuffers buf;
+      for (int r = 0; r < n; ++r) {
+        CUDA_OK(cudaSetDevice(g->devices[r]));
+        void* p = nullptr;
+        CUDA_OK(cudaMalloc(&p, bytes));
+        buf.in.push_back(p);
+        const auto in = makeHost(DataType::kF32, count, [&](size_t i) { return static_cast<float>((i + r) % 7) - 3.0f; });
+        CUDA_OK(cudaMemcpy(p, in.data(), bytes, cudaMemcpyHostToDevice));
+      }
+      ASSERT_EQ(Communicator::groupStart(), Status::kOk);
+      for (int r = 0; r < n; ++r)
+        ASSERT_EQ(g->comms[r]->allReduce(buf.in[r], buf.in[r], count, DataType::kF32, ReduceOp::kSum, g->streams[r],
+                                         Compression::kNone),
+                  Status::kOk)
+            << tpcomm::lastErrorMessage();
+      ASSERT_EQ(Communicator::groupEnd(), Status::kOk);
+      for (int r = 0; r < n; ++r) {
+        CUDA_OK(cudaSetDevice(g->devices[r]));
+        CUDA_OK(cudaStreamSynchronize(g->streams[r]));
+        ASSERT_EQ(g->comms[r]->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
+        EXPECT_EQ(std::string(g->comms[r]->lastAlgorithm()), kStaged);
+        std::vector<float> got(count);
+        CUDA_OK(cudaMemcpy(got.data(), buf.in[r], bytes, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < count; ++i) {
+          float want = 0;
+          for (int q = 0; q < n; ++q) want += static_cast<float>((i + q) % 7) - 3.0f;
+          ASSERT_EQ(got[i], want) << "plain call, rank " << r << " element " << i;
+        }
+      }
+    }
   }
 }
 
 // NaN or +-Inf in any rank's block: that whole 64-element block of the result is NaN (its scale is
 // NaN), on every rank; other blocks are unaffected. Blocks of zeros of either sign give +0.
-TEST(CompressedP2pRules, NonFiniteBlocksAreNaNZerosArePositive) {
+TEST(CompressedGpuRules, NonFiniteBlocksAreNaNZerosArePositive) {
   if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
   constexpr size_t kB = tpcomm::kQuantBlockElems;
   const size_t count = 5 * kB + 9;
+  for (const char* base : {kP2p, kStaged})
   for (Compression c : {Compression::kFp8, Compression::kInt8})
     for (bool graph : {false, true}) {
-      RankGroup* g = compressedGroup(c);
+      if (graph && std::string(base) == kStaged) continue;  // not capturable
+      RankGroup* g = compressedGroup(base, c);
       ASSERT_NE(g, nullptr);
       const int n = g->n();
       auto inputs = [&](int) {
@@ -197,7 +269,7 @@ TEST(CompressedP2pRules, NonFiniteBlocksAreNaNZerosArePositive) {
         else
           ASSERT_TRUE(std::isfinite(v)) << i;
       }
-      runAndCompare(g, c, DataType::kF32, count, graph, graph ? 2 : 1, inputs, false);
+      runAndCompare(g, base, c, DataType::kF32, count, graph, graph ? 2 : 1, inputs, false);
     }
 }
 

@@ -14,6 +14,22 @@
 namespace tpcomm {
 namespace test {
 
+// quantize.h's scalar functions over a buffer, element by element (the definition the fast host
+// quantizers of algos/quantize_host.h must equal bit for bit): codes[0..count) and one scale per
+// started block of the elements of x (dtype dt); and read back into out (dtype dt).
+inline void scalarQuantize(QuantFormat f, const void* x, DataType dt, size_t count, uint8_t* codes, float* scales) {
+  float v[kQuantBlockElems];
+  for (size_t k = 0; k < count; k += kQuantBlockElems) {
+    const int m = static_cast<int>(std::min<size_t>(count - k, kQuantBlockElems));
+    for (int i = 0; i < m; ++i) v[i] = loadAsFloat(x, k + i, dt);
+    quantizeBlock(f, v, m, codes + k, &scales[k / kQuantBlockElems]);
+  }
+}
+inline void scalarDequantize(QuantFormat f, const uint8_t* codes, const float* scales, size_t count, void* out,
+                             DataType dt) {
+  for (size_t i = 0; i < count; ++i) storeFromFloat(out, i, dt, quantDecode(f, codes[i], scales[i / kQuantBlockElems]));
+}
+
 // The definition: per block of kQuantBlockElems elements aligned at the message start.
 // Buf: std::vector<char> or std::vector<uint8_t>, one per rank.
 template <typename Buf>

@@ -375,16 +375,23 @@ TEST(Selector, LaunchesOnlyNamesTheP2pFamily) {
 // compression names their format, only for sums, and cost the bytes on the wire plus the
 // quantize passes: on NVLink cheaper than plain two-shot for 1 GB of bf16, dearer at 64 KB; on
 // host ranks never first by cost.
+// The names of the candidates for a bf16 all-reduce of `bytes`, best first.
+std::vector<std::string> candidateNames(const std::vector<std::unique_ptr<Algorithm>>& algos, const Topology& t,
+                                        const AlgoOverride& o, ReduceOp op, size_t bytes, bool capturing = false) {
+  std::vector<std::string> v;
+  for (const Candidate& c :
+       selectAlgorithms(rawList(algos), t, {CollKind::kAllReduce, DataType::kBF16, op, bytes, capturing}, o))
+    v.push_back(c.algo->name());
+  return v;
+}
+bool has(const std::vector<std::string>& v, const char* n) { return std::find(v.begin(), v.end(), n) != v.end(); }
+
 TEST(Selector, CompressionIsOptInAndCostsWireBytes) {
   auto algos = makeAlgorithms(nullptr);
   const Topology nv = fixture("nvlink2.json");
   auto names = [&](const Topology& t, const AlgoOverride& o, ReduceOp op, size_t bytes) {
-    std::vector<std::string> v;
-    for (const Candidate& c : selectAlgorithms(rawList(algos), t, {CollKind::kAllReduce, DataType::kBF16, op, bytes, false}, o))
-      v.push_back(c.algo->name());
-    return v;
+    return candidateNames(algos, t, o, op, bytes);
   };
-  auto has = [](const std::vector<std::string>& v, const char* n) { return std::find(v.begin(), v.end(), n) != v.end(); };
   AlgoOverride off, fp8, int8;
   fp8.compression = Compression::kFp8;
   int8.compression = Compression::kInt8;
@@ -402,6 +409,31 @@ TEST(Selector, CompressionIsOptInAndCostsWireBytes) {
   const Topology host = Topology::host(4, true);
   for (size_t bytes : {size_t{1} << 10, size_t{1} << 20, size_t{1} << 30})
     EXPECT_EQ(names(host, fp8, ReduceOp::kSum, bytes).front(), "staged_host") << bytes;
+}
+
+// GPU ranks without P2P: staged_host+fp8/int8 (staged_host_compressed.cu) is a candidate for
+// eager sums when asked, never under capture (staged_host is not capturable) nor for max, and
+// by cost first for large messages (half the bytes through host memory), dearer than plain
+// staged_host for small ones.
+TEST(Selector, StagedHostCompressedOnGpuRanksWithoutP2p) {
+  auto algos = makeAlgorithms(nullptr);
+  const Topology pcie = Topology::uniform(2, LinkKind::kPcie);
+  auto names = [&](const AlgoOverride& o, ReduceOp op, size_t bytes, bool capturing) {
+    return candidateNames(algos, pcie, o, op, bytes, capturing);
+  };
+  AlgoOverride off, fp8, int8;
+  fp8.compression = Compression::kFp8;
+  int8.compression = Compression::kInt8;
+  const size_t big = size_t{1} << 30, small = size_t{1} << 10;
+  EXPECT_FALSE(has(names(off, ReduceOp::kSum, big, false), "staged_host+fp8"));
+  EXPECT_TRUE(has(names(fp8, ReduceOp::kSum, small, false), "staged_host+fp8"));
+  EXPECT_FALSE(has(names(fp8, ReduceOp::kSum, small, false), "staged_host+int8"));
+  EXPECT_TRUE(has(names(int8, ReduceOp::kSum, small, false), "staged_host+int8"));
+  EXPECT_FALSE(has(names(fp8, ReduceOp::kMax, big, false), "staged_host+fp8"));
+  EXPECT_FALSE(has(names(fp8, ReduceOp::kSum, big, true), "staged_host+fp8"));
+  EXPECT_EQ(names(fp8, ReduceOp::kSum, big, false).front(), "staged_host+fp8");
+  const AlgoQuery q{CollKind::kAllReduce, DataType::kBF16, ReduceOp::kSum, small, false};
+  EXPECT_GT(modelCostUs("staged_host+fp8", pcie, q), modelCostUs("staged_host", pcie, q));
 }
 
 // The cost table (collectives/cost_model.cc) has a row for every algorithm of the registry, and

@@ -1,0 +1,9 @@
+// host_device.h: TPCOMM_HD marks a function that host code and kernels both call (__host__
+// __device__ under nvcc, nothing for the host compiler).
+#pragma once
+
+#ifdef __CUDACC__
+#define TPCOMM_HD __host__ __device__
+#else
+#define TPCOMM_HD
+#endif
