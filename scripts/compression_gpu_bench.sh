@@ -13,7 +13,7 @@
 #   compressed_gpu_tests.txt  tpcomm_gpu_tests --gtest_filter='*Compressed*' (twoshot_p2p and
 #       staged_host compressed, every format x dtype x size, bitwise the definition on every rank),
 #       given what is left of the 4 minutes (at least 20 s): a run cut short says rc=124 there, and
-#       the same command run alone completes it.
+#       the same command run alone completes it. SKIP_TESTS=1 leaves them out.
 # Build: cmake -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 into $BUILD (default /tmp/tpcomm-gpu-build,
 # reused when present); the build's own log goes to $BUILD/compression_build.log (its tail into
 # the first log on failure). Multicast stays off (docs/multicast.md): the variables below are
@@ -21,6 +21,9 @@
 set -o pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
 export TPCOMM_ALLOW_SHARED_DEVICE=1
+# Two ranks on one GPU must fit its SMs at once (the create-time residency check): two-shot's grid
+# of 128 blocks twice does not fit 132 SMs, 64 does (as tests/gpu/gpu_test_main.cc sets it).
+export TPCOMM_TWOSHOT_BLOCKS=${TPCOMM_TWOSHOT_BLOCKS:-64}
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUTDIR=${1:-${OUT:-$root/gpu-logs}}
 B=${BUILD:-/tmp/tpcomm-gpu-build}
@@ -37,7 +40,7 @@ build() {  # TARGETS...
 header() {  # FILE COMMAND...
   local f=$1; shift
   { echo "# commit $COMMIT; date $(date -u +%Y-%m-%dT%H:%M:%SZ); command: $*"
-    echo "# $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1); env: NCCL_NVLS_ENABLE=0 TPCOMM_MULTICAST=0 TPCOMM_ALLOW_SHARED_DEVICE=1"; } >> "$f"
+    echo "# $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1); env: NCCL_NVLS_ENABLE=0 TPCOMM_MULTICAST=0 TPCOMM_ALLOW_SHARED_DEVICE=1 TPCOMM_TWOSHOT_BLOCKS=$TPCOMM_TWOSHOT_BLOCKS"; } >> "$f"
 }
 run() {  # FILE SECONDS COMMAND...
   local f=$1 t=$2; shift 2
@@ -63,7 +66,9 @@ run "$Q" 40 "$B/tests/gpu/quantize_gpu_bench" --count $((32 << 20)) --reps 20
 run "$A" 80 $P --compression fp8 -A staged_host -A staged_host+fp8 -A staged_host+fp8 -A staged_host
 run "$A" 80 $P --compression int8 -A staged_host -A staged_host+int8 -A staged_host+int8 -A staged_host
 run "$A" 60 ${P/-e 16M/-e 4M} --compression fp8 -A twoshot_p2p -A twoshot_p2p+fp8 -A twoshot_p2p+fp8 -A twoshot_p2p
-if build tpcomm_gpu_tests; then
+if [ "${SKIP_TESTS:-0}" = 1 ]; then
+  echo "# SKIP_TESTS=1: the compressed GPU tests were not run" >> "$G"
+elif build tpcomm_gpu_tests; then
   t=$(left); [ "$t" -lt 20 ] && t=20
   run "$G" "$t" "$B/tests/gpu/tpcomm_gpu_tests" --gtest_filter='*Compressed*'
 else

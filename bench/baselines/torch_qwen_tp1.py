@@ -30,7 +30,7 @@ Decode: one token at position C. Variants, each the median of --steps replays/ca
             finish within N s" (exit 3) instead of waiting. --check-tokens N: the compiled step
             decodes N greedy tokens fed the eager step's tokens (positions C-N+1..C) and the
             argmaxes are compared (a differing one counts only at a near-tie, top-2 gap of the
-            eager logits <= --check-tol).
+            eager logits <= --check-tol x max |logit|).
 tok/s = 1000 / step ms. Every line is printed as JSON too (one object per measurement).
 --device cpu (fp32 by default) runs the same code without CUDA graphs, for the tests.
 """
@@ -291,24 +291,26 @@ def run_compiled(m, a, C, dev, cuda, layer_c):
 def check_tokens(m, a, C, bucket, dev, layer_c, info):
     """The eager step decodes N greedy tokens at positions s..s+N-1 (s = C-N+1 or 0); the
     compiled step, fed the same tokens at the same positions, must give the same argmaxes but
-    at near-ties (eager top-2 gap <= --check-tol)."""
+    at near-ties (eager top-2 gap <= --check-tol x max |eager logit|: bf16 steps that sum in a
+    different order differ by a few bf16 ulps of the logits' scale)."""
     n = min(a.check_tokens, bucket)
     s = max(0, min(C - n + 1, bucket - n))
-    toks, gaps = [5], []
+    toks, gaps, scales = [5], [], []
     for i in range(n):
         lg = m.forward(torch.tensor([toks[-1]], device=dev), s + i, decode_len=s + i + 1, logits=True).float()
         top = lg.topk(2).values
         toks.append(int(lg.argmax()))
         gaps.append(float(top[0] - top[1]))
+        scales.append(float(lg.abs().max()))
     pos = torch.tensor([s], device=dev)
     n0 = graphs_compiled()
     got = []
     for i in range(n):
         pos.fill_(s + i)
         got.append(int(m.masked_step(torch.tensor([toks[i]], device=dev), pos, bucket, a.compile_attention, layer_c)))
-    differ = [dict(step=i, pos=s + i, eager=toks[i + 1], compiled=got[i], eager_top2_gap=gaps[i])
-              for i in range(n) if got[i] != toks[i + 1]]
-    ok = all(d["eager_top2_gap"] <= a.check_tol for d in differ)
+    differ = [dict(step=i, pos=s + i, eager=toks[i + 1], compiled=got[i], eager_top2_gap=gaps[i],
+                   max_abs_logit=scales[i]) for i in range(n) if got[i] != toks[i + 1]]
+    ok = all(d["eager_top2_gap"] <= a.check_tol * d["max_abs_logit"] for d in differ)
     emit(dict(info, what="compile_check", positions=[s, s + n - 1], eager=toks[1:], compiled=got,
               same=not differ, differ=differ, tol=a.check_tol, ok=ok, recompiles=graphs_compiled() - n0))
     if not ok:
@@ -344,7 +346,9 @@ def main():
                     help="seconds the first compiled call may take before the process gives up (exit 3; 0: no limit)")
     ap.add_argument("--check-tokens", type=int, default=0,
                     help="with --compile: compare N greedy tokens of the compiled step with the eager step's")
-    ap.add_argument("--check-tol", type=float, help="near-tie top-2 gap (default 1e-3 fp32, 0.0625 bf16)")
+    ap.add_argument("--check-tol", type=float,
+                    help="near-tie top-2 gap relative to max |logit| (default 1e-4 fp32, 0.03 bf16, the bound of "
+                         "qwen_tp's GPU-vs-fp32 logits test)")
     ap.add_argument("--no-eager-decode", action="store_true")
     a = ap.parse_args()
     for name in ("reps", "steps"):
@@ -361,7 +365,7 @@ def main():
     dev = torch.device(a.device)
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[a.dtype or ("bf16" if cuda else "fp32")]
     if a.check_tol is None:
-        a.check_tol = 0.0625 if dtype == torch.bfloat16 else 1e-3
+        a.check_tol = 0.03 if dtype == torch.bfloat16 else 1e-4
     a.failed = []
     prefill = positions(a.prefill, "--prefill")
     decode = positions(a.decode, "--decode")
