@@ -16,7 +16,11 @@
 #       the same command run alone completes it. SKIP_TESTS=1 leaves them out.
 # Build: cmake -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 into $BUILD (default /tmp/tpcomm-gpu-build,
 # reused when present); the build's own log goes to $BUILD/compression_build.log (its tail into
-# the first log on failure). Multicast stays off (docs/multicast.md): the variables below are
+# the first log on failure). PREBUILT=1: no build; $BUILD already holds allreduce_perf,
+# quantize_gpu_bench and tpcomm_gpu_tests built elsewhere (e.g. off-device from another branch,
+# carried: $COMMIT then names what they were built from), and the tests run in two parts: every
+# size but the largest (4M+17 elements) first, before the timings, then the largest and the
+# 200-run rotation with what is left, so a short device budget still checks every kernel path. Multicast stays off (docs/multicast.md): the variables below are
 # exported for every command and nothing here unsets them.
 set -o pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
@@ -55,6 +59,15 @@ A=$OUTDIR/compression_allreduce.txt
 Q=$OUTDIR/quantize_gpu.txt
 G=$OUTDIR/compressed_gpu_tests.txt
 : > "$A"; : > "$Q"; : > "$G"
+if [ "${PREBUILT:-0}" = 1 ]; then
+  build() { [ -x "$B/tests/gpu/tpcomm_gpu_tests" ]; }
+  S=Sizes/CompressedGpu.*; heavy="$S/14:$S/15:$S/30:$S/31:$S/46:$S/47:$S/62:$S/63:$S/78:$S/79"
+  T=StagedSizes/CompressedGpu.*; heavy="$heavy:$S/94:$S/95:$T/7:$T/15:$T/23:$T/31"
+  heavy="$heavy:$T/39:$T/47:CompressedGpuRules.SameBitsOverRotatingRuns"
+  echo "# PREBUILT=1: binaries in $B built off-device from $COMMIT" >> "$G"
+  [ "${SKIP_TESTS:-0}" = 1 ] || run "$G" 60 "$B/tests/gpu/tpcomm_gpu_tests" --gtest_filter="*Compressed*:-$heavy"
+  [ "${SKIP_TESTS:-0}" = 1 ] || TEST_FILTER=$heavy
+fi
 if ! build allreduce_perf quantize_gpu_bench; then
   echo "# build failed after $(el); tail of $B/compression_build.log:" >> "$A"
   tail -40 "$B/compression_build.log" >> "$A"
@@ -64,13 +77,13 @@ echo "built bench $(el)"
 P="$B/bench/allreduce_perf -g 2 -d bf16 -b 1M -e 16M -f 4 -n 20 -w 5 -K 5"
 run "$Q" 40 "$B/tests/gpu/quantize_gpu_bench" --count $((32 << 20)) --reps 20
 run "$A" 80 $P --compression fp8 -A staged_host -A staged_host+fp8 -A staged_host+fp8 -A staged_host
-run "$A" 80 $P --compression int8 -A staged_host -A staged_host+int8 -A staged_host+int8 -A staged_host
 run "$A" 60 ${P/-e 16M/-e 4M} --compression fp8 -A twoshot_p2p -A twoshot_p2p+fp8 -A twoshot_p2p+fp8 -A twoshot_p2p
+run "$A" 80 $P --compression int8 -A staged_host -A staged_host+int8 -A staged_host+int8 -A staged_host
 if [ "${SKIP_TESTS:-0}" = 1 ]; then
   echo "# SKIP_TESTS=1: the compressed GPU tests were not run" >> "$G"
 elif build tpcomm_gpu_tests; then
   t=$(left); [ "$t" -lt 20 ] && t=20
-  run "$G" "$t" "$B/tests/gpu/tpcomm_gpu_tests" --gtest_filter='*Compressed*'
+  run "$G" "$t" "$B/tests/gpu/tpcomm_gpu_tests" --gtest_filter="${TEST_FILTER:-*Compressed*}"
 else
   echo "# build of tpcomm_gpu_tests failed after $(el); tail of $B/compression_build.log:" >> "$G"
   tail -40 "$B/compression_build.log" >> "$G"
