@@ -11,19 +11,19 @@
 // to its length) and piece b of every slot: the same bytes as staged_host's piece b
 // (staged_pieces.h), so plain and compressed calls share slots, flags and sequence numbers.
 // A piece holds Q B code bytes, then Q fp32 scales.
-//   Publisher b (each warp one quantization block at a time) quantizes its elements of the
-//   chunk from device memory into piece b of its own slot in host memory (plain stores), then
-//   publishes: __threadfence_system + __syncthreads (blockReleaseFence), then thread 0
-//   st.release.sys ready[me][slot][b] = seq.
+//   Publisher b (each warp 8 quantization blocks at a time, 16 elements per lane:
+//   quantize_warp.cuh) quantizes its elements of the chunk from device memory into piece b of
+//   its own slot in host memory (plain stores), then publishes: __threadfence_system +
+//   __syncthreads (blockReleaseFence), then thread 0 st.release.sys ready[me][slot][b] = seq.
 //   Reducer b acquires ready[r][slot][b] >= seq for every r (ld.acquire.sys, one thread per
 //   rank), then for each of its blocks: quantizes its own input again (bit-identical to what it
 //   published), reads every other rank's codes and scale with ld.global.cv (host memory another
-//   GPU rewrote over PCIe since this one may have cached it), sums the read-back values in fp32
-//   in rank order 0..n-1 (quantAdd: never an FMA), quantizes the sum once and writes its output
-//   from those codes read back. Every rank computes the same sum from the same codes, so every
-//   rank writes the same bits, equal to the host form and twoshot_p2p+fp8 (the definition in
-//   docs/compression.md); nothing is sent back. Then blockReleaseFence and thread 0
-//   st.release.sys consumed[me][slot][b] = seq.
+//   GPU rewrote over PCIe since this one may have cached it; 16 codes per lane per load), sums
+//   the read-back values in fp32 in rank order 0..n-1 (quantAdd: never an FMA), quantizes the
+//   sum once and writes its output from those codes read back. Every rank computes the same sum
+//   from the same codes, so every rank writes the same bits, equal to the host form and
+//   twoshot_p2p+fp8 (the definition in docs/compression.md); nothing is sent back. Then
+//   blockReleaseFence and thread 0 st.release.sys consumed[me][slot][b] = seq.
 // When a slot is free: publisher b rewrites piece b of slot s for sequence seq only after every
 // rank's consumed[r][slot][b] >= seq - S (its last reader of the previous use is done). Sequence
 // numbers grow across calls (the host's takeSequence), so no flag is ever reset and a stale flag
@@ -34,7 +34,11 @@
 // the slots' flags stay at the last published sequence, and the host reports kTimeout on this
 // and every later call (the async error word), as for staged_host.
 // In place is safe: reducer b writes elements of chunk c only after publisher b of its own rank
-// read them (ready[me][slot][b]), and each of its warps reads a block before writing it.
+// read them (ready[me][slot][b]), and each of its lanes reads its elements before writing them.
+// Alignment: code addresses are 16-byte aligned, so whole blocks move as 16-byte loads and stores:
+// the staging area is page-aligned (host_staged.cc), slots start at multiples of chunkBytes (a
+// multiple of 4096), pieces at multiples of kStagedUnitBytes = 16, and a block's codes at a
+// multiple of B = 64 in its piece (quantize_warp.cuh checks, and falls back to bytes otherwise).
 // Not CUDA-graph capturable (the sequence numbers are taken on the host per call), as staged_host.
 #include <cuda_runtime.h>
 
@@ -49,6 +53,7 @@
 namespace tpcomm {
 namespace {
 
+using dev::Codes;
 using dev::kPerLane;
 using dev::Wire;
 
@@ -82,11 +87,9 @@ __global__ void __launch_bounds__(kThreads) stagedCompressedKernel(StagedDeviceL
     auto wireOf = [&](int r) {
       return dev::wireAt(p.slots + (static_cast<size_t>(r) * p.nSlots + slot) * p.chunkBytes + pieceOff, perBlock);
     };
-    // Calls fn(k, m) for each quantization block [k, k + m) of [lo, hi) this warp handles.
-    auto forBlocks = [&](auto fn) {
-      for (size_t k = lo + static_cast<size_t>(warp) * kB; k < hi; k += static_cast<size_t>(kWarps) * kB)
-        fn(k, static_cast<int>(hi - k < kB ? hi - k : kB));
-    };
+    // Calls fn(k, m) for each quantization block [k, k + m) of [lo, hi) this lane's group handles
+    // (m = 0: none this step).
+    auto forBlocks = [&](auto fn) { dev::forWarpBlocks(lo, hi, warp, kWarps, fn); };
     const size_t flagIdx = static_cast<size_t>(slot) * p.blocks + b;
 
     if (publisher) {
@@ -95,11 +98,11 @@ __global__ void __launch_bounds__(kThreads) stagedCompressedKernel(StagedDeviceL
         for (int r = threadIdx.x; r < n && mine; r += kThreads)
           mine = dev::waitFlagAtLeast(p.consumed + r * perRank + flagIdx, seq - p.nSlots, deadline, p.errorWord, r);
       if (!__syncthreads_and(mine)) return;
-      const Wire to[1] = {wireOf(me)};
+      const Wire to = wireOf(me);
       forBlocks([&](size_t k, int m) {
-        float x[kPerLane], back[kPerLane];
+        float x[kPerLane];
         dev::loadBlock(src + c0 + k, m, x);
-        dev::quantizeWarp<F, 1>(x, m, to, 1, k - lo, (k - lo) / kB, back);
+        dev::storeCodes(dev::quantizeGroup<F>(x), m, to, k - lo, (k - lo) / kB);
       });
       dev::blockReleaseFence();
       if (threadIdx.x == 0) dev::storeReleaseSys(p.ready + me * perRank + flagIdx, seq);
@@ -112,11 +115,10 @@ __global__ void __launch_bounds__(kThreads) stagedCompressedKernel(StagedDeviceL
         float x[kPerLane], acc[kPerLane];
         dev::loadBlock(src + c0 + k, m, x);
         dev::sumReadBack<F>(
-            x, m, n, me,
-            [&](int r, float(&v)[kPerLane]) { dev::readBack<F, true>(wireOf(r), k - lo, (k - lo) / kB, m, v); }, acc);
-        const Wire none[1] = {};
+            x, m, n, me, [&](int r) -> Codes { return dev::loadCodes<true>(wireOf(r), k - lo, (k - lo) / kB, m); },
+            acc);
         float back[kPerLane];
-        dev::quantizeWarp<F, 1>(acc, m, none, 0, 0, 0, back);  // quantized once, stored nowhere
+        dev::decodeCodes<F>(dev::quantizeGroup<F>(acc), m, back);  // quantized once, stored nowhere
         dev::storeBlock(dst + c0 + k, m, back);
       });
       dev::blockReleaseFence();

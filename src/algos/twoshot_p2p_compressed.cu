@@ -4,7 +4,8 @@
 // Who writes what where, per chunk (the message is cut into chunks of `per` elements, a multiple
 // of the quantization block B = kQuantBlockElems; slice j of a chunk, whole blocks, is owned by
 // rank j; part b of each slice, whole blocks, belongs to CUDA block b; warp w of a CUDA block
-// handles every kWarps-th quantization block of its part):
+// handles every kWarps-th run of 8 quantization blocks of its part, 16 elements per lane:
+// quantize_warp.cuh):
 //   Phase 1: block b quantizes part b of slice j of its input (j != me) and stores the codes
 //     and each block's fp32 scale into rank j's inbox slot `me` (plain stores into peer memory).
 //     Barrier (flag value 2e).
@@ -33,6 +34,11 @@
 // Wire layout: an inbox slot holds sliceCap code bytes, then the slice's scales (fp32); the
 // gather area maxChunk code bytes, then the chunk's scales. Both fit twoshot_p2p's areas because
 // maxChunk keeps (B + 4) / B bytes per element within the chunk less n x 256 bytes.
+// Alignment: code addresses are 16-byte aligned, so whole blocks move as 16-byte loads and
+// stores: the peer buffers are allocations (256-byte aligned), twoshotOffset is a multiple of
+// 4096, and the buffer size, twoshotSliceCap and so every inbox and gather area start are
+// multiples of 256 (P2pLayout::make); a block's codes sit at a multiple of B = 64 in its area
+// (slices and parts are whole blocks). quantize_warp.cuh checks, and falls back to bytes otherwise.
 #include <cuda_runtime.h>
 
 #include "algos/launch_params.h"
@@ -43,11 +49,11 @@
 namespace tpcomm {
 namespace {
 
+using dev::Codes;
 using dev::kPerLane;
-using dev::Wire;
 using dev::loadBlock;
-using dev::quantizeWarp;
 using dev::storeBlock;
+using dev::Wire;
 using dev::wireAt;
 
 constexpr int kThreads = 512;
@@ -99,21 +105,19 @@ __global__ void __launch_bounds__(kThreads) twoshotCompressedKernel(P2pLaunch p)
       *lo = *lo < room ? *lo : room;
       *hi = *hi < room ? *hi : room;
     };
-    // Calls fn(k, m) for each quantization block [k, k + m) of [lo, hi) this warp handles.
-    auto forBlocks = [&](size_t lo, size_t hi, auto fn) {
-      for (size_t k = lo + static_cast<size_t>(warp) * kB; k < hi; k += static_cast<size_t>(kWarps) * kB)
-        fn(k, static_cast<int>(hi - k < kB ? hi - k : kB));
-    };
+    // Calls fn(k, m) for each quantization block [k, k + m) of [lo, hi) this lane's group handles
+    // (m = 0: none this step).
+    auto forBlocks = [&](size_t lo, size_t hi, auto fn) { dev::forWarpBlocks(lo, hi, warp, kWarps, fn); };
 
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;
       size_t s, lo, hi;
       part(j, &s, &lo, &hi);
-      const Wire to[1] = {inbox(j, me)};
+      const Wire to = inbox(j, me);
       forBlocks(lo, hi, [&](size_t k, int m) {
-        float x[kPerLane], back[kPerLane];
+        float x[kPerLane];
         loadBlock(src + c0 + s + k, m, x);
-        quantizeWarp<F, 1>(x, m, to, 1, k, k / kB, back);
+        dev::storeCodes(dev::quantizeGroup<F>(x), m, to, k, k / kB);
       });
     }
     if (!dev::peerBarrier(p, kP2pTwoshot, 2 * epoch, deadline)) return;
@@ -122,18 +126,16 @@ __global__ void __launch_bounds__(kThreads) twoshotCompressedKernel(P2pLaunch p)
     {
       size_t s, lo, hi;
       part(me, &s, &lo, &hi);
-      Wire to[kMaxP2pRanks];
-      int used = 0;
-      for (int r = 0; r < n; ++r)
-        if (r != me) to[used++] = gather(r);
       forBlocks(lo, hi, [&](size_t k, int m) {
         float x[kPerLane], acc[kPerLane];
         loadBlock(src + c0 + s + k, m, x);
-        dev::sumReadBack<F>(x, m, n, me, [&](int r, float(&v)[kPerLane]) {
-          dev::readBack<F, false>(inbox(me, r), k, k / kB, m, v);
-        }, acc);
+        dev::sumReadBack<F>(
+            x, m, n, me, [&](int r) -> Codes { return dev::loadCodes<false>(inbox(me, r), k, k / kB, m); }, acc);
+        const Codes sum = dev::quantizeGroup<F>(acc);
+        for (int r = 0; r < n; ++r)
+          if (r != me) dev::storeCodes(sum, m, gather(r), s + k, (s + k) / kB);
         float back[kPerLane];
-        quantizeWarp<F, kMaxP2pRanks>(acc, m, to, used, s + k, (s + k) / kB, back);
+        dev::decodeCodes<F>(sum, m, back);
         storeBlock(dst + c0 + s + k, m, back);
       });
     }

@@ -1,6 +1,7 @@
 // quantize_gpu_bench: the GPU quantize and read-back passes of the compressed all-reduce alone
-// (algos/quantize_warp.cuh, one warp per 64-element block, as twoshot_p2p_compressed.cu and
-// staged_host_compressed.cu run them), on one GPU, device memory to device memory. Prints GB/s
+// (algos/quantize_warp.cuh: 4 lanes per 64-element block, 8 blocks per warp, as
+// twoshot_p2p_compressed.cu and staged_host_compressed.cu run them), on one GPU, device memory to
+// device memory. Prints GB/s
 // of message (count x element size / time; median of --reps launches timed with CUDA events) for
 // quantize (message -> codes + scales) and dequantize (codes + scales -> message), fp8 and int8 x
 // f32, f16, bf16, and checks that the GPU's codes, scales and read-back message are bitwise the
@@ -41,27 +42,24 @@ constexpr int kB = kQuantBlockElems;
 
 template <typename T, int F>
 __global__ void __launch_bounds__(kThreads) quantizeKernel(const T* x, size_t count, dev::Wire w) {
-  const size_t warps = static_cast<size_t>(gridDim.x) * (kThreads / 32);
-  for (size_t q = blockIdx.x * static_cast<size_t>(kThreads / 32) + threadIdx.x / 32; q * kB < count; q += warps) {
-    const size_t k = q * kB;
-    const int m = static_cast<int>(count - k < kB ? count - k : kB);
-    float v[dev::kPerLane], back[dev::kPerLane];
+  const int warps = static_cast<int>(gridDim.x) * (kThreads / 32);
+  const int warp = static_cast<int>(blockIdx.x) * (kThreads / 32) + static_cast<int>(threadIdx.x / 32);
+  dev::forWarpBlocks(0, count, warp, warps, [&](size_t k, int m) {
+    float v[dev::kPerLane];
     dev::loadBlock(x + k, m, v);
-    const dev::Wire to[1] = {w};
-    dev::quantizeWarp<F, 1>(v, m, to, 1, k, q, back);
-  }
+    dev::storeCodes(dev::quantizeGroup<F>(v), m, w, k, k / kB);
+  });
 }
 
 template <typename T, int F>
 __global__ void __launch_bounds__(kThreads) dequantizeKernel(dev::Wire w, size_t count, T* out) {
-  const size_t warps = static_cast<size_t>(gridDim.x) * (kThreads / 32);
-  for (size_t q = blockIdx.x * static_cast<size_t>(kThreads / 32) + threadIdx.x / 32; q * kB < count; q += warps) {
-    const size_t k = q * kB;
-    const int m = static_cast<int>(count - k < kB ? count - k : kB);
+  const int warps = static_cast<int>(gridDim.x) * (kThreads / 32);
+  const int warp = static_cast<int>(blockIdx.x) * (kThreads / 32) + static_cast<int>(threadIdx.x / 32);
+  dev::forWarpBlocks(0, count, warp, warps, [&](size_t k, int m) {
     float v[dev::kPerLane];
-    dev::readBack<F, false>(w, k, q, m, v);
+    dev::readBack<F, false>(w, k, k / kB, m, v);
     dev::storeBlock(out + k, m, v);
-  }
+  });
 }
 
 template <typename Launch>
