@@ -125,10 +125,14 @@ double measuredPcieGBps(const std::string& algo, const Topology& topo, size_t by
 // Compressed algorithms, "<base>+fp8" / "<base>+int8" (docs/compression.md): the base schedule's
 // row at the bytes really on the wire (one byte per element plus a 4-byte scale per block, from
 // quantWireBytes) plus the extra work: alpha for the longer kernel, and the quantize / read-back
-// passes over the message at a per-link-class rate. The rates are estimates until measured: GPU
-// kernels ~800 GB/s of message (the quantizer divides per element); host ranks: the whole
-// compressed call's extra time measured on the 2-core CI VM with allreduce_perf (session 7, the
-// vectorized host quantizers: ~0.2 GB/s of message under a shared load; docs/compression.md).
+// passes over the message. GPU ranks: the quantize and read-back kernels alone, both passes in
+// series, GB/s of bf16/f16 message on one H200 (session 8, the 16-byte-lane kernels:
+// bench/results/h200x1_raw/session8_4bd7f38/quantize_gpu.txt; fp8 833 + 1113 -> 476, int8 1331 +
+// 1606 -> 728; f32 messages are cheaper per byte, so this overstates their cost). Host ranks: the
+// whole compressed call's extra time measured on the 2-core CI VM with allreduce_perf (session 7,
+// the vectorized host quantizers: ~0.2 GB/s of message under a shared load; docs/compression.md).
+// The sum is optimistic where it matters: a whole staged_host+fp8 call on one GPU took 1.06x
+// plain staged_host's time at 32 MB, where this predicts ~0.65x (docs/compression.md).
 // On host ranks the "wire" is the same memory the passes read and write, so the passes cost far
 // more than the bytes they save and compression is never picked there by cost (only by TPCOMM_ALGO).
 constexpr const char* kCompressedBases[] = {"twoshot_p2p", "staged_host"};
@@ -144,14 +148,15 @@ std::string compressedBase(const std::string& algo) {
   return "";
 }
 
-double compressedCostUs(const std::string& base, const Topology& topo, const AlgoQuery& q, double (*baseCost)(const std::string&, const Topology&, const AlgoQuery&)) {
+double compressedCostUs(const std::string& base, bool fp8, const Topology& topo, const AlgoQuery& q,
+                        double (*baseCost)(const std::string&, const Topology&, const AlgoQuery&)) {
   const size_t es = dataTypeSize(q.dtype);
   if (es == 0) return kUnmodelledUs;
   AlgoQuery wire = q;
   wire.bytes = quantWireBytes(q.bytes / es);
   const bool host = topo.allHost();
   const double extraAlphaUs = host ? 2.0 : 3.0;
-  const double passGBps = host ? 0.2 : 800.0;
+  const double passGBps = host ? 0.2 : (fp8 ? 476.0 : 728.0);
   return baseCost(base, topo, wire) + extraAlphaUs + static_cast<double>(q.bytes) / (passGBps * 1e3);
 }
 
@@ -181,7 +186,10 @@ std::string costModelSource(const Topology& topo) {
 
 double modelCostUs(const std::string& algo, const Topology& topo, const AlgoQuery& q) {
   const std::string base = compressedBase(algo);
-  if (!base.empty()) return compressedCostUs(base, topo, q, &modelCostUs);
+  if (!base.empty()) {
+    const bool fp8 = algo.compare(base.size(), std::string::npos, "+fp8") == 0;
+    return compressedCostUs(base, fp8, topo, q, &modelCostUs);
+  }
   const LinkClass link = linkClassOf(topo);
   const CostRow* r = findRow(algo, link, q.bytes);
   if (!r) return kUnmodelledUs;
