@@ -86,14 +86,16 @@ void printUsage() {
       "  --spec-draft-n-max N    most drafts per step (default 3)\n"
       "  --spec-draft-n-min N    drafts shorter than N are dropped (that step decodes one token; default 0)\n"
       "  --spec-draft-p-min P    stop drafting when the draft's top probability is below P (default 0: off;\n"
-      "                          llama.cpp's default is 0.75). CPU reference only for now\n"
+      "                          llama.cpp's default is 0.75)\n"
       "  --sim-draft-acceptance R  simulate drafts so that llama.cpp's accepted/drafted is about R at n-max\n"
       "  --sim-token-acceptance P  simulate drafts: each draft token right with probability P\n"
       "  --sim-acceptance P      deprecated alias of --sim-token-acceptance\n"
       "  --allreduce auto|nccl|staged_host   tpcomm algorithm choice (auto = tpcomm's selector; GPU)\n"
-      "  --allreduce-compression none|fp8|int8  compressed all-reduce (tpcomm Config::compression; GPU;\n"
-      "                                      docs/compression.md): bf16 sums cost fewer bytes, not exact\n"
+      "  --allreduce-compression none|fp8|int8  compressed all-reduce (tpcomm Config::compression;\n"
+      "                                      docs/compression.md): fewer bytes, not exact; --device cpu\n"
+      "                                      runs staged_host+fp8|int8 on its host ranks\n"
       "  --metrics-file F        Prometheus text output (default qwen_tp_metrics.prom)\n"
+      "  --output-ids F          write every generated id to F (space-separated; the output: line shows 64)\n"
       "  --dump-logits F         first run the prompt teacher-forced and write every position's full-vocab logits\n"
       "                          (fp32, header: positions, vocab, ids; logits_dump.h), then run as usual\n"
       "  --no-fused-norm         all-reduce, then a separate residual + RMSNorm (default: one\n"
@@ -139,6 +141,7 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
                                               "--allreduce-compression",
                                               "--metrics-file",
                                               "--dump-logits",
+                                              "--output-ids",
                                               "--gemv",
                                               "--seed"};
     bool takesValue = false;
@@ -210,6 +213,8 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
       f->metricsFile = v;
     else if (a == "--dump-logits")
       f->dumpLogits = v;
+    else if (a == "--output-ids")
+      f->outputIds = v;
     else if (a == "--gemv")
       f->gemv = v;
     else if (a == "--seed") {
@@ -255,6 +260,20 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
   if (f->device == "cpu" && f->mpi) return fail(err, "--mpi is for GPU runs (--device cpu runs its ranks as threads)");
   if (!f->dumpLogits.empty() && f->mpi)
     return fail(err, "--dump-logits gathers the ranks' vocab shards in one process: run without --mpi");
+  return true;
+}
+
+bool reportOutput(const Flags& f, const std::vector<int32_t>& out, std::string* err) {
+  std::printf("output:");
+  for (size_t i = 0; i < out.size() && i < 64; ++i) std::printf(" %d", out[i]);
+  std::printf("%s\n", out.size() > 64 ? " ..." : "");
+  if (f.outputIds.empty()) return true;
+  std::ofstream file(f.outputIds);
+  for (size_t i = 0; i < out.size(); ++i) file << (i ? " " : "") << out[i];
+  file << "\n";
+  file.close();
+  if (!file) return *err = "--output-ids: cannot write " + f.outputIds, false;
+  std::printf("output-ids: %zu ids -> %s\n", out.size(), f.outputIds.c_str());
   return true;
 }
 

@@ -24,6 +24,7 @@ struct Flags {
   std::string promptIds;       ///< --prompt-ids a,b,c or @FILE
   std::string tokenizer;       ///< --tokenizer (default: tokenizer.json beside config.json)
   std::string dumpLogits;      ///< --dump-logits FILE: the prompt's teacher-forced logits (logits_dump.h)
+  std::string outputIds;       ///< --output-ids FILE: every generated id, space-separated
   int promptTokens = 32, nPredict = 32, ctxSize = 0, tp = 1, ubatch = 2048;
   int draftNMax = 0, draftNMin = 0;  ///< --spec-draft-n-max (default 3 with --spec-type), --spec-draft-n-min
   double draftPMin = 0;              ///< --spec-draft-p-min (0: off; llama.cpp's default is 0.75)
@@ -71,6 +72,11 @@ class TextStreamer {
   std::unique_ptr<StreamDecoder> dec_;
   bool started_ = false;
 };
+
+/// Prints the "output:" line (the first 64 generated ids) and, with --output-ids, writes them all
+/// to that file (one line, space-separated, so `--prompt-ids @FILE` reads it back). False with a
+/// message when the file cannot be written.
+bool reportOutput(const Flags& f, const std::vector<int32_t>& out, std::string* err);
 
 /// True when a run needs the plain greedy pass: no speculation, or the reference continuation
 /// of simulated acceptance (then it is also the "MTP off" measurement).

@@ -9,7 +9,16 @@
 
 namespace qwen {
 
-bool runCpuTpGroup(int tp, const std::function<bool(int, tpcomm::Communicator*, std::string*)>& fn, std::string* error) {
+tpcomm::Config hostRankConfig(tpcomm::Compression compression) {
+  tpcomm::Config c;
+  c.compression = compression;
+  if (compression == tpcomm::Compression::kFp8) c.algo = "staged_host+fp8|staged_host";
+  if (compression == tpcomm::Compression::kInt8) c.algo = "staged_host+int8|staged_host";
+  return c;
+}
+
+bool runCpuTpGroup(int tp, const std::function<bool(int, tpcomm::Communicator*, std::string*)>& fn, std::string* error,
+                   const tpcomm::Config& config) {
   if (tp == 1) return fn(0, nullptr, error);
   auto group = tpcomm::ThreadGroup::create(tp);
   std::vector<std::string> errors(tp);
@@ -20,7 +29,7 @@ bool runCpuTpGroup(int tp, const std::function<bool(int, tpcomm::Communicator*, 
       std::unique_ptr<tpcomm::Bootstrap> boot;
       std::unique_ptr<tpcomm::Communicator> comm;
       tpcomm::Status s = tpcomm::makeThreadBootstrap(group, r, &boot);
-      if (s == tpcomm::Status::kOk) s = tpcomm::Communicator::create(*boot, -1, tpcomm::Config(), &comm);
+      if (s == tpcomm::Status::kOk) s = tpcomm::Communicator::create(*boot, -1, config, &comm);
       if (s != tpcomm::Status::kOk) {
         errors[r] = std::string("rank ") + std::to_string(r) + ": communicator: " + tpcomm::statusName(s) + ": " +
                     tpcomm::lastErrorMessage();

@@ -56,10 +56,13 @@ CpuModel::CpuModel(const ModelConfig& cfg, const TpShape& shape, const HostWeigh
   if (cfg_.mtpLayers > 0) mtpCache_.k.assign(per, 0.f), mtpCache_.v.assign(per, 0.f);
 }
 
-bool CpuModel::allReduce(float* buf, size_t count, std::string* error) {
+bool CpuModel::allReduce(float* buf, size_t count, std::string* error, bool exact) {
   ++allReduces_;
   if (shape_.tp == 1) return true;
-  tpcomm::Status s = comm_->allReduce(buf, buf, count, tpcomm::DataType::kF32, tpcomm::ReduceOp::kSum, nullptr);
+  tpcomm::Status s =
+      exact ? comm_->allReduce(buf, buf, count, tpcomm::DataType::kF32, tpcomm::ReduceOp::kSum, nullptr,
+                               tpcomm::Compression::kNone)
+            : comm_->allReduce(buf, buf, count, tpcomm::DataType::kF32, tpcomm::ReduceOp::kSum, nullptr);
   if (s == tpcomm::Status::kOk) return true;
   if (error) *error = std::string("tpcomm allReduce failed: ") + tpcomm::statusName(s) + ": " + tpcomm::lastErrorMessage();
   return false;
@@ -96,7 +99,7 @@ bool CpuModel::embed(const int32_t* tokens, int n, float* x, std::string* error)
     int local = tok - shape_.vocabBegin();
     if (local >= 0 && local < shape_.vocab) std::memcpy(x + t * H, E.data() + static_cast<size_t>(tok) * H, sizeof(float) * H);
   }
-  return allReduce(x, static_cast<size_t>(n) * H, error);  // vocab-parallel embedding
+  return allReduce(x, static_cast<size_t>(n) * H, error, true);  // vocab-parallel embedding: exact
 }
 
 bool CpuModel::layer(const std::string& p, Cache& cache, float* x, float* h, int n, int slot0, int ropePos0,
@@ -181,7 +184,7 @@ bool CpuModel::greedy(const float* hidden, int n, int32_t* out, std::string* err
     table[(t * tp + shape_.rank) * 2] = l[best];
     table[(t * tp + shape_.rank) * 2 + 1] = static_cast<float>(shape_.vocabBegin() + best);  // exact below 2^24
   }
-  if (!allReduce(table.data(), table.size(), error)) return false;
+  if (!allReduce(table.data(), table.size(), error, true)) return false;  // ids: never compressed
   for (int t = 0; t < n; ++t) {
     int br = 0;
     for (int r = 1; r < tp; ++r)
@@ -197,11 +200,11 @@ bool CpuModel::topProbability(int row, double* p, std::string* error) {
   // The global max: each rank's max in its own slot of a zeroed table, gathered by a sum.
   std::vector<float> maxes(static_cast<size_t>(tp), 0.f);
   maxes[static_cast<size_t>(shape_.rank)] = *std::max_element(l, l + Vl);
-  if (!allReduce(maxes.data(), maxes.size(), error)) return false;
+  if (!allReduce(maxes.data(), maxes.size(), error, true)) return false;
   const float m = *std::max_element(maxes.begin(), maxes.end());
   float sum = 0;  // sum of exp(l - max) over this shard, then over all shards
   for (int i = 0; i < Vl; ++i) sum += std::exp(l[i] - m);
-  if (!allReduce(&sum, 1, error)) return false;
+  if (!allReduce(&sum, 1, error, true)) return false;
   *p = 1.0 / sum;
   return true;
 }

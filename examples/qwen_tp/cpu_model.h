@@ -67,7 +67,10 @@ class CpuModel : public DecoderEngine {
   bool allReduceAddNorm(float* partial, float* x, const float* weight, int n, float* out, std::string* error);
   bool embed(const int32_t* tokens, int n, float* x, std::string* error);
   bool greedy(const float* hidden, int n, int32_t* out, std::string* error);
-  bool allReduce(float* buf, size_t count, std::string* error);
+  /// Sums buf over the ranks. exact: never compressed, whatever the communicator's compression
+  /// (Config::compression): for the exchanges that carry ids or must stay exact (the argmax
+  /// table, the top-probability terms, the vocab-parallel embedding), not the layers' sums.
+  bool allReduce(float* buf, size_t count, std::string* error, bool exact = false);
   // Softmax probability of the top logit of row `row` of logits_ (over all ranks' shards).
   bool topProbability(int row, double* p, std::string* error);
   bool mtpForward(const int32_t* tokens, const float* hiddenIn, int n, int slot, int32_t* draft, std::string* error);

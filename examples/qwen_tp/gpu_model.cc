@@ -203,10 +203,12 @@ void GpuModel::gemm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16
                yF32 ? CUDA_R_32F : CUDA_R_16BF, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
-bool GpuModel::allReduce(void* buf, size_t count, bool f32, std::string* error) {
+bool GpuModel::allReduce(void* buf, size_t count, bool f32, std::string* error, bool exact) {
   if (shape_.tp == 1 || skipAllReduce_) return true;
-  tpcomm::Status s = comm_->allReduce(buf, buf, count, f32 ? tpcomm::DataType::kF32 : tpcomm::DataType::kBF16,
-                                      tpcomm::ReduceOp::kSum, stream_);
+  const tpcomm::DataType dt = f32 ? tpcomm::DataType::kF32 : tpcomm::DataType::kBF16;
+  tpcomm::Status s =
+      exact ? comm_->allReduce(buf, buf, count, dt, tpcomm::ReduceOp::kSum, stream_, tpcomm::Compression::kNone)
+            : comm_->allReduce(buf, buf, count, dt, tpcomm::ReduceOp::kSum, stream_);
   if (s == tpcomm::Status::kOk) return true;
   if (error) *error = std::string("tpcomm allReduce: ") + tpcomm::statusName(s) + ": " + tpcomm::lastErrorMessage();
   return false;
@@ -264,7 +266,8 @@ bool GpuModel::enqueueGreedy(const __nv_bfloat16* hidden, int n, bool topProb, s
     gpu::localArgmax(logits_, rows, shape_.vocab, shape_.vocabBegin(), shape_.tp, shape_.rank,
                      table_ + static_cast<size_t>(r0) * shape_.tp * gpu::kArgmaxEntry, stream_);
   }
-  if (!allReduce(table_, static_cast<size_t>(n) * shape_.tp * gpu::kArgmaxEntry, true, error)) return false;
+  // The table carries token ids: never compressed (a quantized id is another token).
+  if (!allReduce(table_, static_cast<size_t>(n) * shape_.tp * gpu::kArgmaxEntry, true, error, true)) return false;
   gpu::pickArgmax(table_, n, shape_.tp, dOut_, topProb ? dProb_ : nullptr, stream_);
   return true;
 }
@@ -275,7 +278,7 @@ bool GpuModel::enqueue(Kind kind, int n, std::string* error) {
   QWEN_CUDA(cudaMemcpyAsync(dTokens_, hTokens_, static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, stream_));
   QWEN_CUDA(cudaMemcpyAsync(dPos_, hPos_, 4, cudaMemcpyHostToDevice, stream_));
   gpu::embed(dTokens_, n, embed_, shape_.vocabBegin(), shape_.vocab, H, x_, stream_);
-  if (!allReduce(x_, static_cast<size_t>(n) * H, false, error)) return false;  // vocab-parallel embedding (exact)
+  if (!allReduce(x_, static_cast<size_t>(n) * H, false, error, true)) return false;  // vocab-parallel embedding (exact)
   if (kind == kTarget || kind == kPrefill) {
     gpu::addRmsNorm(x_, nullptr, layers_[0].ln1, n, H, eps, hn_, stream_);
     for (int l = 0; l < cfg_.numLayers; ++l) {

@@ -126,7 +126,9 @@ class GpuModel : public DecoderEngine {
   bool enqueueGreedy(const __nv_bfloat16* hidden, int n, bool topProb, std::string* error);
   void dropGraphs();
   void enqueueAttention(const Layer& L, int n);
-  bool allReduce(void* buf, size_t count, bool f32, std::string* error);
+  /// Sums buf (f32 or bf16) over the ranks. exact: never compressed, whatever the
+  /// communicator's compression: the argmax table (ids) and the vocab-parallel embedding.
+  bool allReduce(void* buf, size_t count, bool f32, std::string* error, bool exact = false);
   // x_ += all-reduce(proj_ [n, H]); out = rmsnorm(x_) * w (proj_ is clobbered on the unfused path).
   bool allReduceAddNorm(const __nv_bfloat16* w, int n, __nv_bfloat16* out, std::string* error);
   void gemm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32);

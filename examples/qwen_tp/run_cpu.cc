@@ -43,6 +43,8 @@ int runOnCpu(const RunSetup& s) {
   } else {
     makeSyntheticHostWeights(cfg, f.seed, /*roundBf16=*/true, &w);
   }
+  tpcomm::Compression compression = tpcomm::Compression::kNone;
+  tpcomm::parseCompression(f.allreduceCompression.c_str(), &compression);  // checked by parseFlags
   const int P = static_cast<int>(s.prompt.size());
   const int ctx = f.ctxSize > 0 ? f.ctxSize : P + f.nPredict + f.draftNMax + 16;
   if (!checkCtxSize(cfg, ctx, &err)) return std::fprintf(stderr, "qwen_tp: %s\n", err.c_str()), 1;
@@ -90,7 +92,7 @@ int runOnCpu(const RunSetup& s) {
         if (rank == 0) out = myOut, plain = myPlain, spec = mySpec;
         return true;
       },
-      &err);
+      &err, hostRankConfig(compression));
   if (!ok) return std::fprintf(stderr, "qwen_tp --device cpu: %s\n", err.c_str()), 1;
   if (!f.dumpLogits.empty()) {
     if (!writeLogitsFile(f.dumpLogits, dump, &err)) return std::fprintf(stderr, "qwen_tp: %s\n", err.c_str()), 1;
@@ -101,9 +103,7 @@ int runOnCpu(const RunSetup& s) {
   if (f.draftNMax > 0)
     std::printf("--- draft-mtp n-max %d n-min %d p-min %.2f ---\n%s%s", f.draftNMax, f.draftNMin, f.draftPMin,
                 describeSimulation(f).c_str(), formatTimings(spec).c_str());
-  std::printf("output:");
-  for (size_t i = 0; i < out.size() && i < 64; ++i) std::printf(" %d", out[i]);
-  std::printf("%s\n", out.size() > 64 ? " ..." : "");
+  if (!reportOutput(f, out, &err)) return std::fprintf(stderr, "qwen_tp: %s\n", err.c_str()), 1;
   std::ofstream m(f.metricsFile);
   m << formatPrometheus(f.draftNMax > 0 ? spec : plain, ctx);
   return 0;

@@ -121,7 +121,7 @@ double deviceCopyBandwidth() {
 }
 
 // Report (rank 0): configuration, llama.cpp-style timings, memory, roofline, profile, output.
-void report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, const RankResult& r) {
+bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, const RankResult& r, std::string* err) {
   const Flags& f = sh.flags;
   const double bw = deviceCopyBandwidth();
   size_t freeB = 0, totalB = 0;
@@ -166,11 +166,10 @@ void report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
   if (r.verifyMs > 0)
     std::printf("verify step (%d tokens) %.3f ms, without all-reduce %.3f ms -> all-reduce share %.1f%%\n",
                 f.draftNMax + 1, r.verifyMs, r.verifyNoArMs, (r.verifyMs - r.verifyNoArMs) / r.verifyMs * 100);
-  std::printf("output:");
-  for (size_t i = 0; i < r.out.size() && i < 64; ++i) std::printf(" %d", r.out[i]);
-  std::printf("%s\n", r.out.size() > 64 ? " ..." : "");
+  if (!reportOutput(f, r.out, err)) return false;
   std::ofstream m(f.metricsFile);
   m << formatPrometheus(f.draftNMax > 0 ? r.spec : r.plain, o.ctxSize);
+  return true;
 }
 
 // Everything one rank does: build the model, (--dump-logits: the prompt teacher-forced, in calls
@@ -190,7 +189,7 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
   RankResult r;
   if (!runDecode(sh, rank, model, &r, err)) return false;
   if (sh.flags.profile && o.useGraphs && !profileStep(sh, model, &r, err)) return false;  // replays the graphs
-  if (rank == 0) report(sh, model, o, r);
+  if (rank == 0 && !report(sh, model, o, r, err)) return false;
   return true;
 }
 

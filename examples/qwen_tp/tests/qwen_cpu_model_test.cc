@@ -6,6 +6,7 @@
 // same tokens, and the fused call really runs (two per layer).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <set>
@@ -45,7 +46,7 @@ struct Greedy {
 };
 
 bool runGreedy(const TinyModel& m, int tp, const std::vector<int32_t>& p, int steps, Greedy* out, std::string* err,
-               bool fusedNorm = true) {
+               bool fusedNorm = true, tpcomm::Compression compression = tpcomm::Compression::kNone) {
   out->tokens.assign(steps, -1);
   out->logits.assign(steps, std::vector<float>(m.cfg.vocabSize, NAN));
   std::mutex mu;
@@ -77,7 +78,7 @@ bool runGreedy(const TinyModel& m, int tp, const std::vector<int32_t>& p, int st
       out->allReduces = model.allReduceCount();
     }
     return true;
-  }, err);
+  }, err, hostRankConfig(compression));
 }
 
 TEST(QwenCpuModel, TensorParallelRanksGiveTheSameTokensAndLogits) {
@@ -107,6 +108,36 @@ TEST(QwenCpuModel, TensorParallelRanksGiveTheSameTokensAndLogits) {
       if (g1.logits[s][i] > g1.logits[s][best]) best = i;
     EXPECT_EQ(g1.tokens[s], best);
   }
+}
+
+// --allreduce-compression: the layers' sums go through staged_host+fp8|int8, so the logits move
+// (within the format's error), but every greedy token is still the argmax of the logits the
+// ranks computed: the argmax exchange carries token ids and must never be compressed (a
+// quantized id is a neighbouring token: what qwen_tp did before the exchange ran exact).
+TEST(QwenCpuModel, CompressedAllReduceKeepsTheGreedyTokenTheArgmax) {
+  TinyModel m;
+  const auto p = prompt(9, m.cfg.vocabSize);
+  Greedy plain;
+  std::string err;
+  ASSERT_TRUE(runGreedy(m, 2, p, 12, &plain, &err)) << err;
+  for (tpcomm::Compression c : {tpcomm::Compression::kFp8, tpcomm::Compression::kInt8})
+    for (int tp : {2, 4}) {
+      Greedy g;
+      ASSERT_TRUE(runGreedy(m, tp, p, 12, &g, &err, true, c)) << err;
+      double maxDiff = 0;
+      for (int s = 0; s < 12; ++s) {
+        int best = 0;
+        for (int i = 1; i < m.cfg.vocabSize; ++i)
+          if (g.logits[s][i] > g.logits[s][best]) best = i;
+        EXPECT_EQ(g.tokens[s], best) << tpcomm::compressionName(c) << " tp " << tp << " step " << s;
+        for (int i = 0; i < m.cfg.vocabSize; ++i)  // step s had the same inputs as plain's
+          maxDiff = std::max(maxDiff, static_cast<double>(std::fabs(g.logits[s][i] - plain.logits[s][i])));
+        if (g.tokens[s] != plain.tokens[s]) break;  // later steps see other inputs
+      }
+      // Compression really ran (the logits moved) and stayed small against logits of order 1.
+      EXPECT_GT(maxDiff, 0.0) << tpcomm::compressionName(c) << " tp " << tp;
+      EXPECT_LT(maxDiff, 0.5) << tpcomm::compressionName(c) << " tp " << tp;
+    }
 }
 
 TEST(QwenCpuModel, FusedAndUnfusedNormPathsGiveTheSameTokens) {

@@ -9,6 +9,9 @@
 //    activations differ by bf16 rounding and a near-tie may legitimately flip.
 //  - MTP speculative output token-for-token equal to plain greedy, N = 1..6, 256 tokens, with
 //    every all-reduce path (auto, nccl, staged_host), TP=2.
+//  - With a compressed all-reduce (twoshot_p2p+fp8|int8, TP=2), every greedy token is the argmax
+//    of the gathered logits (the argmax exchange carries ids and runs uncompressed). Not yet run
+//    on 2 GPUs (written in session 8, when only one was lent).
 //  - The fused all-reduce + residual + RMSNorm (allReduceResidualRmsNorm, the default) and the
 //    unfused path (--no-fused-norm: allReduce + addRmsNorm) give the same greedy tokens at TP=2
 //    on every algorithm, and the fused call names the algorithm expected.
@@ -30,6 +33,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "cpu_model.h"
@@ -504,6 +508,73 @@ TEST(QwenGpu, Tp2TokensEqualTp1) {
   const float margin = std::fabs(logits[a[k]] - logits[b[k]]);
   EXPECT_LE(margin, 0.03f * mx) << "TP=1 and TP=2 diverge at generated token " << k << " (" << a[k] << " vs " << b[k]
                                 << ") where the reference margin " << margin << " is no tie (max |logit| " << mx << ")";
+}
+
+// --allreduce-compression at TP=2: the layers' sums go through twoshot_p2p+fp8|int8, but every
+// greedy token must still be the argmax of the logits the ranks computed (gathered from their
+// vocab shards): the argmax table carries token ids and must never be compressed (before it ran
+// exact, a quantized id came out as a neighbouring token). Prompt rows, then decode steps through
+// the captured graphs.
+TEST(QwenGpu, CompressedAllReduceKeepsTheGreedyTokenTheArgmax) {
+  if (deviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  const ModelConfig c = tiny();
+  const int tp = 2, V = c.vocabSize;
+  for (const char* algo : {"twoshot_p2p+fp8|twoshot_p2p", "twoshot_p2p+int8|twoshot_p2p"}) {
+    tpcomm::Config cfg;
+    cfg.algo = algo;
+    cfg.compression = std::strstr(algo, "fp8") ? tpcomm::Compression::kFp8 : tpcomm::Compression::kInt8;
+    std::vector<std::unique_ptr<tpcomm::Communicator>> comms;
+    ASSERT_EQ(tpcomm::Communicator::createGroup({0, 1}, cfg, &comms), tpcomm::Status::kOk) << tpcomm::lastErrorMessage();
+    const auto p = prompt(20, V);
+    constexpr int kSteps = 8;
+    const int kept = (20 - 1) % GpuModel::kLogitsRows + 1;  // rows whose logits the model keeps
+    // [row][vocab] for the prompt's kept rows, then one row per decode step; tokens per rank.
+    std::vector<std::vector<float>> table(kept + kSteps, std::vector<float>(V, NAN));
+    std::vector<std::vector<int32_t>> toks(tp);
+    std::vector<std::string> errs(tp);
+    std::vector<char> ok(tp, 0);
+    std::mutex mu;
+    std::vector<std::thread> th;
+    for (int r = 0; r < tp; ++r)
+      th.emplace_back([&, r] {
+        TpShape s;
+        if (!makeTpShape(c, tp, r, &s, &errs[r])) return;
+        GpuModel m(c, s, r, comms[r].get());
+        GpuModelOptions o;
+        o.ctxSize = 64;
+        o.maxTokensPerCall = 32;
+        o.seed = 21;
+        if (!m.init(o, &errs[r])) return;
+        std::vector<int32_t> next(20);
+        std::vector<float> lg;
+        if (!m.target(p.data(), 20, 0, next.data(), &errs[r]) || !m.lastLogits(kept, &lg, &errs[r])) return;
+        auto keep = [&](int row, int from) {  // this rank's vocab columns of lg's row `from`
+          std::lock_guard<std::mutex> lock(mu);
+          for (int i = 0; i < s.vocab; ++i) table[row][s.vocabBegin() + i] = lg[from * s.vocab + i];
+        };
+        for (int k = 0; k < kept; ++k) keep(k, k);
+        toks[r].assign(next.end() - kept, next.end());
+        int32_t tok = next[19];
+        for (int t = 0; t < kSteps; ++t) {
+          int32_t b = -1;
+          if (!m.target(&tok, 1, 20 + t, &b, &errs[r]) || !m.lastLogits(1, &lg, &errs[r])) return;
+          keep(kept + t, 0);
+          toks[r].push_back(b);
+          tok = b;
+        }
+        ok[r] = 1;
+      });
+    for (auto& t : th) t.join();
+    for (auto& cm : comms) cm->destroy();
+    for (int r = 0; r < tp; ++r) ASSERT_TRUE(ok[r]) << algo << " rank " << r << ": " << errs[r];
+    EXPECT_EQ(toks[0], toks[1]) << algo;
+    for (size_t row = 0; row < table.size(); ++row) {
+      int best = 0;
+      for (int i = 1; i < V; ++i)
+        if (table[row][i] > table[row][best]) best = i;
+      EXPECT_EQ(toks[0][row], best) << algo << " row " << row;
+    }
+  }
 }
 
 TEST(QwenGpu, FusedAndUnfusedNormGiveTheSameTokens) {
