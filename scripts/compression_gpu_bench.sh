@@ -60,7 +60,7 @@ Q=$OUTDIR/quantize_gpu.txt
 G=$OUTDIR/compressed_gpu_tests.txt
 : > "$A"; : > "$Q"; : > "$G"
 if [ "${PREBUILT:-0}" = 1 ]; then
-  build() { [ -x "$B/tests/gpu/tpcomm_gpu_tests" ]; }
+  build() { [ -x "$B/tests/gpu/tpcomm_gpu_tests" ] && [ -x "$B/bench/allreduce_perf" ] && [ -x "$B/tests/gpu/quantize_gpu_bench" ]; }
   S=Sizes/CompressedGpu.*; heavy="$S/14:$S/15:$S/30:$S/31:$S/46:$S/47:$S/62:$S/63:$S/78:$S/79"
   T=StagedSizes/CompressedGpu.*; heavy="$heavy:$S/94:$S/95:$T/7:$T/15:$T/23:$T/31"
   heavy="$heavy:$T/39:$T/47:CompressedGpuRules.SameBitsOverRotatingRuns"

@@ -4,16 +4,19 @@
 # tensor-parallel width. Usage, from the repository root:
 #   MODEL_DIR=/path/to/hf_dir OUT=/path/to/out [DEVICE=cpu|cuda] [TP=2] [N_PREDICT=256] \
 #     [PROMPT_CHARS=700] [QWEN=build/examples/qwen_tp/qwen_tp] bash examples/qwen_tp/compression_agreement.sh
-# The prompt: the first PROMPT_CHARS characters of the checkpoint's first held-out file
+# The prompt: the first PROMPT_CHARS bytes of the checkpoint's first held-out file
 # (heldout_files.txt, written by train/train_tiny_qwen.py), else of PROMPT_FILE.
 # 1. Each of none / fp8 / int8 generates N_PREDICT tokens greedily (--output-ids): how many equal
 #    the uncompressed run's, and where the first difference is (after it the contexts differ).
 # 2. The uncompressed run's prompt + tokens are then fed teacher-forced to each setting
 #    (--dump-logits): the largest logit difference and the argmax agreement on the same context,
-#    over the rows that predict the generated tokens (tests/compare_logits.py).
+#    over the rows from the prompt's last on (row p predicts token p+1: the N generated tokens
+#    and one more; tests/compare_logits.py).
 # One raw log, $OUT/compression_agreement.txt, opens with the commit, date and command; a
 # summary table is printed last. On --device cpu the host ranks run staged_host+fp8|int8 (forced:
-# docs/compression.md); on cuda the communicator's selector picks among the compressed algorithms.
+# docs/compression.md). On cuda the selector would leave decode-size messages uncompressed (the
+# cost model), so the compressed runs force TPCOMM_ALGO=GPU_ALGO+fp8|GPU_ALGO (or +int8;
+# GPU_ALGO default twoshot_p2p) and the log shows the algorithm each run used.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -39,12 +42,15 @@ src=${PROMPT_FILE:-}
 [ -z "$src" ] && [ -f "$M/heldout_files.txt" ] && src=$(head -1 "$M/heldout_files.txt")
 [ -n "$src" ] && [ -f "$src" ] || { echo "no prompt: set PROMPT_FILE or give a checkpoint with heldout_files.txt" | tee -a "$L"; exit 1; }
 head -c "$CHARS" "$src" > "$W/prompt.txt"
-echo "# prompt: first $CHARS characters of $src" >> "$L"
+echo "# prompt: first $CHARS bytes of $src" >> "$L"
 
-run() {  # run NAME ARGS...: qwen_tp with the common flags, output appended to the log
-  local name=$1; shift
-  echo "## $name: qwen_tp --device $DEVICE --tp $TP --model-dir $M $*" >> "$L"
-  "$Q" --device "$DEVICE" --tp "$TP" --model-dir "$M" --metrics-file "$W/$name.prom" "$@" >> "$L" 2>&1
+run() {  # run NAME COMPRESSION ARGS...: qwen_tp with the common flags, output appended to the log
+  local name=$1 c=$2; shift 2
+  local env=()
+  [ "$DEVICE" = cuda ] && [ "$c" != none ] && env=(TPCOMM_ALGO="${GPU_ALGO:-twoshot_p2p}+$c|${GPU_ALGO:-twoshot_p2p}")
+  echo "## $name: ${env[*]:-} qwen_tp --device $DEVICE --tp $TP --model-dir $M --allreduce-compression $c $*" >> "$L"
+  env ${env[@]+"${env[@]}"} "$Q" --device "$DEVICE" --tp "$TP" --model-dir "$M" --metrics-file "$W/$name.prom" \
+    --allreduce-compression "$c" "$@" >> "$L" 2>&1
   local rc=$?
   echo "## $name: rc=$rc" >> "$L"
   return $rc
@@ -53,8 +59,8 @@ run() {  # run NAME ARGS...: qwen_tp with the common flags, output appended to t
 for c in none fp8 int8; do
   extra=()
   [ "$c" = none ] && extra=(--dump-logits "$W/prompt.logits")  # its header holds the prompt's ids
-  run "gen_$c" --prompt-file "$W/prompt.txt" --n-predict "$N" --allreduce-compression "$c" \
-    --output-ids "$W/$c.ids" "${extra[@]}" || { echo "gen_$c failed (log: $L)"; exit 1; }
+  run "gen_$c" "$c" --prompt-file "$W/prompt.txt" --n-predict "$N" --output-ids "$W/$c.ids" \
+    ${extra[@]+"${extra[@]}"} || { echo "gen_$c failed (log: $L)"; exit 1; }
 done
 # The teacher-forced sequence: the prompt's ids, then the uncompressed run's tokens.
 P=$("$PY" - "$W/prompt.logits" "$W/none.ids" "$W/seq.ids" <<'EOF'
@@ -65,10 +71,10 @@ ids = list(struct.unpack_from("<%di" % n, raw, 16)) + [int(t) for t in open(sys.
 open(sys.argv[3], "w").write(" ".join(map(str, ids)) + "\n")
 print(n)
 EOF
-)
+) || { echo "cannot read the prompt's ids from $W/prompt.logits" | tee -a "$L"; exit 1; }
 for c in none fp8 int8; do
-  run "tf_$c" --prompt-ids "@$W/seq.ids" --n-predict 1 --allreduce-compression "$c" \
-    --dump-logits "$W/tf_$c.logits" || { echo "tf_$c failed (log: $L)"; exit 1; }
+  run "tf_$c" "$c" --prompt-ids "@$W/seq.ids" --n-predict 1 --dump-logits "$W/tf_$c.logits" ||
+    { echo "tf_$c failed (log: $L)"; exit 1; }
 done
 
 {
@@ -85,7 +91,8 @@ first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
 print("%d/%d | %s" % (same, len(a), "none" if first is None and len(a) == len(b) else "token %d" % (first if first is not None else min(len(a), len(b)))))
 EOF
 )
-    cmp=$("$PY" "$ROOT/examples/qwen_tp/tests/compare_logits.py" "$W/tf_none.logits" "$W/tf_$c.logits" --from $((P - 1)))
+    cmp=$("$PY" "$ROOT/examples/qwen_tp/tests/compare_logits.py" "$W/tf_none.logits" "$W/tf_$c.logits" --from $((P - 1))) ||
+      { echo "compare_logits.py failed for $c: $cmp" | tee -a "$L"; exit 1; }
     echo "| $c | $agree | $cmp |"
   done
 } >> "$L"

@@ -132,7 +132,7 @@ double measuredPcieGBps(const std::string& algo, const Topology& topo, size_t by
 // whole compressed call's extra time measured on the 2-core CI VM with allreduce_perf (session 7,
 // the vectorized host quantizers: ~0.2 GB/s of message under a shared load; docs/compression.md).
 // The sum is optimistic where it matters: a whole staged_host+fp8 call on one GPU took 1.06x
-// plain staged_host's time at 32 MB, where this predicts ~0.65x (docs/compression.md).
+// plain staged_host's time at 16 MB, where this predicts ~0.58x (docs/compression.md).
 // On host ranks the "wire" is the same memory the passes read and write, so the passes cost far
 // more than the bytes they save and compression is never picked there by cost (only by TPCOMM_ALGO).
 constexpr const char* kCompressedBases[] = {"twoshot_p2p", "staged_host"};

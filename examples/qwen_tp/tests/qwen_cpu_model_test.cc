@@ -117,12 +117,11 @@ TEST(QwenCpuModel, TensorParallelRanksGiveTheSameTokensAndLogits) {
 TEST(QwenCpuModel, CompressedAllReduceKeepsTheGreedyTokenTheArgmax) {
   TinyModel m;
   const auto p = prompt(9, m.cfg.vocabSize);
-  Greedy plain;
   std::string err;
-  ASSERT_TRUE(runGreedy(m, 2, p, 12, &plain, &err)) << err;
   for (tpcomm::Compression c : {tpcomm::Compression::kFp8, tpcomm::Compression::kInt8})
     for (int tp : {2, 4}) {
-      Greedy g;
+      Greedy plain, g;  // plain at the same tp: its logits differ from another tp's by rounding
+      ASSERT_TRUE(runGreedy(m, tp, p, 12, &plain, &err)) << err;
       ASSERT_TRUE(runGreedy(m, tp, p, 12, &g, &err, true, c)) << err;
       double maxDiff = 0;
       for (int s = 0; s < 12; ++s) {
@@ -134,8 +133,9 @@ TEST(QwenCpuModel, CompressedAllReduceKeepsTheGreedyTokenTheArgmax) {
           maxDiff = std::max(maxDiff, static_cast<double>(std::fabs(g.logits[s][i] - plain.logits[s][i])));
         if (g.tokens[s] != plain.tokens[s]) break;  // later steps see other inputs
       }
-      // Compression really ran (the logits moved) and stayed small against logits of order 1.
-      EXPECT_GT(maxDiff, 0.0) << tpcomm::compressionName(c) << " tp " << tp;
+      // Compression really ran (the logits moved by more than fp32 rounding) and stayed small
+      // against logits of order 1.
+      EXPECT_GT(maxDiff, 1e-4) << tpcomm::compressionName(c) << " tp " << tp;
       EXPECT_LT(maxDiff, 0.5) << tpcomm::compressionName(c) << " tp " << tp;
     }
 }

@@ -534,6 +534,7 @@ TEST(QwenGpu, CompressedAllReduceKeepsTheGreedyTokenTheArgmax) {
     std::vector<std::string> errs(tp);
     std::vector<char> ok(tp, 0);
     std::mutex mu;
+    std::string normAlgo;  // the layer epilogue's all-reduce, as rank 0 last ran it
     std::vector<std::thread> th;
     for (int r = 0; r < tp; ++r)
       th.emplace_back([&, r] {
@@ -562,12 +563,16 @@ TEST(QwenGpu, CompressedAllReduceKeepsTheGreedyTokenTheArgmax) {
           toks[r].push_back(b);
           tok = b;
         }
+        if (r == 0) normAlgo = m.lastNormAlgorithm();
         ok[r] = 1;
       });
     for (auto& t : th) t.join();
     for (auto& cm : comms) cm->destroy();
     for (int r = 0; r < tp; ++r) ASSERT_TRUE(ok[r]) << algo << " rank " << r << ": " << errs[r];
     EXPECT_EQ(toks[0], toks[1]) << algo;
+    // The layers' sums really ran compressed (a silent fallback would make this test vacuous).
+    EXPECT_NE(normAlgo.find(cfg.compression == tpcomm::Compression::kFp8 ? "+fp8" : "+int8"), std::string::npos)
+        << algo << ": the layer all-reduce ran " << normAlgo;
     for (size_t row = 0; row < table.size(); ++row) {
       int best = 0;
       for (int i = 1; i < V; ++i)
