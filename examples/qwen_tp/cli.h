@@ -32,6 +32,7 @@ struct Flags {
   double simDraftAcceptance = -1;    ///< --sim-draft-acceptance R as given (< 0: not given)
   uint64_t seed = 1;
   bool mpi = false, noGraphs = false, profile = true, fusedNorm = true, pdl = true, prefillAttn = true;
+  bool prefillOverlap = false;  ///< --prefill-overlap (GpuModelOptions::prefillOverlap; GPU, tp > 1)
   bool help = false;
   std::vector<std::string> notes;  ///< deprecation notes to print
 };

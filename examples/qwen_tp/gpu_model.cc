@@ -58,6 +58,9 @@ GpuModel::~GpuModel() {
   if (cublas_) cublasDestroy(cublas_);
   for (void* p : allocations_) cudaFree(p);
   if (hTokens_) cudaFreeHost(hTokens_);
+  for (cudaEvent_t e : {halfReady_[0], halfReady_[1], halfDone_[0], halfDone_[1]})
+    if (e) cudaEventDestroy(e);
+  if (commStream_) cudaStreamDestroy(commStream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -142,6 +145,15 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   }
   gpu::setPdl(opt_.pdl);
   QWEN_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  if (opt_.prefillOverlap && shape_.tp > 1) {
+    // The sums' stream gets the highest priority: its kernels take SMs as the GEMM's blocks
+    // retire instead of queueing behind the whole GEMM.
+    int least = 0, greatest = 0;
+    QWEN_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    QWEN_CUDA(cudaStreamCreateWithPriority(&commStream_, cudaStreamNonBlocking, greatest));
+    for (cudaEvent_t* e : {&halfReady_[0], &halfReady_[1], &halfDone_[0], &halfDone_[1]})
+      QWEN_CUDA(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  }
   if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) return *error = "cublasCreate failed", false;
   cublasSetStream(cublas_, stream_);
   const size_t wsBytes = 32u << 20;  // a fixed workspace: cuBLAS must not allocate inside capture
@@ -203,31 +215,37 @@ void GpuModel::gemm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16
                yF32 ? CUDA_R_32F : CUDA_R_16BF, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
-bool GpuModel::allReduce(void* buf, size_t count, bool f32, std::string* error, bool exact) {
+bool GpuModel::allReduce(void* buf, size_t count, bool f32, std::string* error, bool exact, cudaStream_t stream) {
   if (shape_.tp == 1 || skipAllReduce_) return true;
+  if (!stream) stream = stream_;
   const tpcomm::DataType dt = f32 ? tpcomm::DataType::kF32 : tpcomm::DataType::kBF16;
   tpcomm::Status s =
-      exact ? comm_->allReduce(buf, buf, count, dt, tpcomm::ReduceOp::kSum, stream_, tpcomm::Compression::kNone)
-            : comm_->allReduce(buf, buf, count, dt, tpcomm::ReduceOp::kSum, stream_);
+      exact ? comm_->allReduce(buf, buf, count, dt, tpcomm::ReduceOp::kSum, stream, tpcomm::Compression::kNone)
+            : comm_->allReduce(buf, buf, count, dt, tpcomm::ReduceOp::kSum, stream);
   if (s == tpcomm::Status::kOk) return true;
   if (error) *error = std::string("tpcomm allReduce: ") + tpcomm::statusName(s) + ": " + tpcomm::lastErrorMessage();
   return false;
 }
 
-bool GpuModel::allReduceAddNorm(const __nv_bfloat16* w, int n, __nv_bfloat16* out, std::string* error) {
+bool GpuModel::allReduceAddNorm(const __nv_bfloat16* w, int n, __nv_bfloat16* out, std::string* error, int row0,
+                                cudaStream_t stream) {
   const int H = cfg_.hiddenSize;
+  if (!stream) stream = stream_;
+  const size_t off = static_cast<size_t>(row0) * H;
+  __nv_bfloat16 *proj = proj_ + off, *x = x_ + off;
+  out += off;
   if (opt_.fusedNorm && shape_.tp > 1 && !skipAllReduce_) {
-    // in = proj_, residual = x_, out: three distinct buffers, as the call requires.
-    tpcomm::Status s = comm_->allReduceResidualRmsNorm(proj_, x_, w, cfg_.rmsNormEps, out, static_cast<size_t>(n),
-                                                       static_cast<size_t>(H), tpcomm::DataType::kBF16, stream_);
+    // in = proj, residual = x, out: three distinct buffers, as the call requires.
+    tpcomm::Status s = comm_->allReduceResidualRmsNorm(proj, x, w, cfg_.rmsNormEps, out, static_cast<size_t>(n),
+                                                       static_cast<size_t>(H), tpcomm::DataType::kBF16, stream);
     if (s == tpcomm::Status::kOk) return normAlgo_ = comm_->lastAlgorithm(), true;
     if (error)
       *error = std::string("tpcomm allReduceResidualRmsNorm: ") + tpcomm::statusName(s) + ": " + tpcomm::lastErrorMessage();
     return false;
   }
-  if (!allReduce(proj_, static_cast<size_t>(n) * H, false, error)) return false;
+  if (!allReduce(proj, static_cast<size_t>(n) * H, false, error, false, stream)) return false;
   if (comm_ && !skipAllReduce_) normAlgo_ = comm_->lastAlgorithm();
-  gpu::addRmsNorm(x_, proj_, w, n, H, cfg_.rmsNormEps, out, stream_);
+  gpu::addRmsNorm(x, proj, w, n, H, cfg_.rmsNormEps, out, stream);
   return true;
 }
 
@@ -248,6 +266,62 @@ bool GpuModel::enqueueLayer(const Layer& L, int n, int ropeOffset, const __nv_bf
   gpu::swiglu(gu_, n, I, act_, stream_);
   gemm(L.wd, H, I, act_, n, proj_, false);
   return allReduceAddNorm(nextNorm, n, normOut, error);
+}
+
+bool GpuModel::overlapPrefill(int n) const {
+  // Halves of at least 32 rows; never under capture (calls of <= kGraphMaxTokens tokens).
+  return commStream_ && !skipAllReduce_ && n >= 64 && n > kGraphMaxTokens;
+}
+
+// One layer of a prefill call, rows in two halves A = [0, m) and B = [m, n). Who waits on whom
+// (S = stream_: GEMMs and the decoder's kernels; C = commStream_: every tpcomm call of the layers):
+//   S: wait done[A]; qkv(A); wait done[B]; qkv(B); rope + cache store (all rows); attention (all
+//      rows: half B attends to half A's keys); o_proj(A); rec ready[A]; o_proj(B); rec ready[B]
+//   C: wait ready[A]; sum + residual + norm (A); rec done[A]; wait ready[B]; same (B); rec done[B]
+//   S: wait done[A]; MLP(A); rec ready[A]; wait done[B]; MLP(B); rec ready[B]
+//   C: as above, into normOut
+// So A's o_proj sum hides behind B's o_proj GEMM, B's behind A's MLP, A's MLP sum behind B's MLP
+// and B's behind the next layer's qkv(A). Rows never mix outside attention, which runs after
+// both halves' qkv: buffers are shared by row range and each range has one writer at a time
+// (proj_[A] is written by down(A) only after done[A], i.e. after C read it). Every tpcomm call
+// is on C, in the order the host enqueues them, so the communicator sees one ordered stream of
+// calls; the embedding sum (S) precedes the first ready[A], and enqueue() makes S wait done[B]
+// before the argmax exchange (S). A failed tpcomm call returns false here; run() synchronises
+// both streams before it reports.
+bool GpuModel::enqueueLayerOverlapped(const Layer& L, int n, const __nv_bfloat16* nextNorm, __nv_bfloat16* normOut,
+                                      std::string* error) {
+  const int H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads, I = shape_.inter;
+  const int m = (n / 2) & ~15;
+  const int row0[2] = {0, m}, rows[2] = {m, n - m};
+  auto rowsOf = [&](auto* p, int half, int width) { return p + static_cast<size_t>(row0[half]) * width; };
+  auto sumHalves = [&](const __nv_bfloat16* w, __nv_bfloat16* out) {
+    for (int h = 0; h < 2; ++h) {
+      QWEN_CUDA(cudaStreamWaitEvent(commStream_, halfReady_[h], 0));
+      if (!allReduceAddNorm(w, rows[h], out, error, row0[h], commStream_)) return false;
+      QWEN_CUDA(cudaEventRecord(halfDone_[h], commStream_));
+    }
+    return true;
+  };
+  for (int h = 0; h < 2; ++h) {
+    QWEN_CUDA(cudaStreamWaitEvent(stream_, halfDone_[h], 0));
+    gemm(L.wqkv, qkvRows_, H, rowsOf(hn_, h, H), rows[h], rowsOf(qkv_, h, qkvRows_), false);
+  }
+  gpu::qkNormRopeStore(qkv_, n, hq, hk, D, L.qn, L.kn, cfg_.rmsNormEps, cfg_.ropeTheta, dPos_, 0, q_, L.kCache, L.vCache,
+                       stream_);
+  enqueueAttention(L, n);
+  for (int h = 0; h < 2; ++h) {
+    gemm(L.wo, H, hq * D, rowsOf(att_, h, hq * D), rows[h], rowsOf(proj_, h, H), false);
+    QWEN_CUDA(cudaEventRecord(halfReady_[h], stream_));
+  }
+  if (!sumHalves(L.ln2, hn_)) return false;
+  for (int h = 0; h < 2; ++h) {
+    QWEN_CUDA(cudaStreamWaitEvent(stream_, halfDone_[h], 0));
+    gemm(L.wgu, 2 * I, H, rowsOf(hn_, h, H), rows[h], rowsOf(gu_, h, 2 * I), false);
+    gpu::swiglu(rowsOf(gu_, h, 2 * I), rows[h], I, rowsOf(act_, h, I), stream_);
+    gemm(L.wd, H, I, rowsOf(act_, h, I), rows[h], rowsOf(proj_, h, H), false);
+    QWEN_CUDA(cudaEventRecord(halfReady_[h], stream_));
+  }
+  return sumHalves(nextNorm, normOut);
 }
 
 void GpuModel::enqueueAttention(const Layer& L, int n) {
@@ -281,9 +355,18 @@ bool GpuModel::enqueue(Kind kind, int n, std::string* error) {
   if (!allReduce(x_, static_cast<size_t>(n) * H, false, error, true)) return false;  // vocab-parallel embedding (exact)
   if (kind == kTarget || kind == kPrefill) {
     gpu::addRmsNorm(x_, nullptr, layers_[0].ln1, n, H, eps, hn_, stream_);
+    const bool overlap = overlapPrefill(n);
     for (int l = 0; l < cfg_.numLayers; ++l) {
       const bool last = l + 1 == cfg_.numLayers;
-      if (!enqueueLayer(layers_[l], n, 0, last ? finalNorm_ : layers_[l + 1].ln1, last ? hidden_ : hn_, error)) return false;
+      const __nv_bfloat16* nextNorm = last ? finalNorm_ : layers_[l + 1].ln1;
+      __nv_bfloat16* out = last ? hidden_ : hn_;
+      if (!(overlap ? enqueueLayerOverlapped(layers_[l], n, nextNorm, out, error)
+                    : enqueueLayer(layers_[l], n, 0, nextNorm, out, error)))
+        return false;
+    }
+    if (overlap) {
+      QWEN_CUDA(cudaStreamWaitEvent(stream_, halfDone_[1], 0));  // C's last sum precedes the lm_head
+      ++overlappedCalls_;
     }
     // A prefill chunk needs the greedy token after its last position only.
     const int rows = kind == kPrefill ? 1 : n;
@@ -334,8 +417,10 @@ bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* ou
     }
     QWEN_CUDA(cudaGraphLaunch(it->second, stream_));
   } else if (!enqueue(kind, n, error)) {
+    if (commStream_) cudaStreamSynchronize(commStream_);  // nothing of this call left in flight
     return false;
   }
+  if (commStream_) QWEN_CUDA(cudaStreamSynchronize(commStream_));
   QWEN_CUDA(cudaStreamSynchronize(stream_));
   if (comm_) {
     tpcomm::Status s = comm_->checkError();

@@ -53,6 +53,12 @@ struct GpuModelOptions {
   /// Calls of more than kGraphMaxTokens tokens through gpu::attentionPrefill (tensor cores) when
   /// it supports the head_dim; false: every call through the decode kernel (for comparison).
   bool prefillAttention = true;
+  /// Prefill calls (more than kGraphMaxTokens tokens, tp > 1) in two row halves whose
+  /// all-reduces run on a second, high-priority stream: half A's sum runs while half B's o_proj
+  /// or MLP GEMMs run, half B's while half A's next GEMMs run (enqueueLayerOverlapped). Same
+  /// arithmetic per row; cuBLAS may pick other kernels for the half-size GEMMs, so the bits can
+  /// differ by bf16 rounding.
+  bool prefillOverlap = false;
 };
 
 class GpuModel : public DecoderEngine {
@@ -106,6 +112,8 @@ class GpuModel : public DecoderEngine {
   /// ("fused_oneshot_p2p", ...; the all-reduce's name on the unfused path), "" with tp == 1.
   const std::string& lastNormAlgorithm() const { return normAlgo_; }
   cudaStream_t stream() const { return stream_; }
+  /// Calls that ran the overlapped prefill (GpuModelOptions::prefillOverlap) so far.
+  int overlappedCalls() const { return overlappedCalls_; }
 
  private:
   struct Layer {
@@ -121,6 +129,12 @@ class GpuModel : public DecoderEngine {
   bool enqueue(Kind kind, int n, std::string* error);
   bool enqueueLayer(const Layer& L, int n, int ropeOffset, const __nv_bfloat16* nextNorm, __nv_bfloat16* normOut,
                     std::string* error);
+  // enqueueLayer of a prefill call in two row halves, the all-reduces on commStream_ (see
+  // GpuModelOptions::prefillOverlap); ends with stream_ free to go on only after both halves'
+  // last all-reduce (enqueue() waits on halfDone_[1] before the lm_head).
+  bool enqueueLayerOverlapped(const Layer& L, int n, const __nv_bfloat16* nextNorm, __nv_bfloat16* normOut,
+                              std::string* error);
+  bool overlapPrefill(int n) const;
   // Greedy tokens of n hidden rows: the lm_head in slices of kLogitsRows rows, one argmax table.
   // topProb: also the top token's probability into dProb_ (row 0; the MTP calls pass n = 1).
   bool enqueueGreedy(const __nv_bfloat16* hidden, int n, bool topProb, std::string* error);
@@ -128,9 +142,12 @@ class GpuModel : public DecoderEngine {
   void enqueueAttention(const Layer& L, int n);
   /// Sums buf (f32 or bf16) over the ranks. exact: never compressed, whatever the
   /// communicator's compression: the argmax table (ids) and the vocab-parallel embedding.
-  bool allReduce(void* buf, size_t count, bool f32, std::string* error, bool exact = false);
-  // x_ += all-reduce(proj_ [n, H]); out = rmsnorm(x_) * w (proj_ is clobbered on the unfused path).
-  bool allReduceAddNorm(const __nv_bfloat16* w, int n, __nv_bfloat16* out, std::string* error);
+  bool allReduce(void* buf, size_t count, bool f32, std::string* error, bool exact = false,
+                 cudaStream_t stream = nullptr);
+  // Rows [row0, row0 + n): x_ += all-reduce(proj_); out = rmsnorm(x_) * w (proj_ is clobbered on
+  // the unfused path), on `stream` (nullptr: stream_).
+  bool allReduceAddNorm(const __nv_bfloat16* w, int n, __nv_bfloat16* out, std::string* error, int row0 = 0,
+                        cudaStream_t stream = nullptr);
   void gemm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32);
   bool run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* out, std::string* error);
   // Median of `iters` timed launches of exec on stream_ (CUDA events), in ms.
@@ -143,6 +160,12 @@ class GpuModel : public DecoderEngine {
   GpuModelOptions opt_;
   bool skipAllReduce_ = false;
   cudaStream_t stream_ = nullptr;
+  // Overlapped prefill (opt_.prefillOverlap, tp > 1): the all-reduces' stream, and per row half
+  // the events "its GEMM output is ready" (stream_ -> commStream_) and "its sum + norm is done"
+  // (commStream_ -> stream_). An event is re-recorded only after the wait on its last record
+  // was enqueued, so each wait sees the record it means.
+  cudaStream_t commStream_ = nullptr;
+  cudaEvent_t halfReady_[2] = {nullptr, nullptr}, halfDone_[2] = {nullptr, nullptr};
   cublasHandle_t cublas_ = nullptr;
   std::vector<void*> allocations_;
   size_t weightBytes_ = 0, kvBytes_ = 0, allocBytes_ = 0;
@@ -168,6 +191,7 @@ class GpuModel : public DecoderEngine {
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
   int lastTargetN_ = 0;
   std::string normAlgo_;
+  int overlappedCalls_ = 0;
 };
 
 }  // namespace qwen

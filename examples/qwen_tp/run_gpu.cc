@@ -30,6 +30,11 @@ namespace {
 
 using Shared = RunSetup;
 
+bool sharedDeviceAllowed() {
+  const char* v = std::getenv("TPCOMM_ALLOW_SHARED_DEVICE");
+  return v && std::string(v) == "1";
+}
+
 // What one rank measured; rank 0 reports it.
 struct RankResult {
   std::vector<int32_t> out;
@@ -55,6 +60,7 @@ GpuModelOptions modelOptions(const Shared& sh) {
   o.customGemv = f.gemv == "custom";
   o.pdl = f.pdl;
   o.prefillAttention = f.prefillAttn;
+  o.prefillOverlap = f.prefillOverlap;
   return o;
 }
 
@@ -129,11 +135,12 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
   const int P = static_cast<int>(sh.prompt.size());
   std::printf(
       "qwen_tp: model %s, TP=%d, allreduce %s (last algorithm: %s), layer epilogue %s (%s), prompt %d, "
-      "n-predict %d, ctx-size %d, ubatch %d, prefill attention %s, %s, GEMMs of <= 8 tokens: %s, PDL %s\n",
+      "n-predict %d, ctx-size %d, ubatch %d, prefill attention %s%s, %s, GEMMs of <= 8 tokens: %s, PDL %s\n",
       sh.cfg.name.c_str(), f.tp, f.allreduce.c_str(), model.lastAlgorithm().c_str(),
       f.fusedNorm ? "fused all-reduce + residual + RMSNorm" : "all-reduce, then residual + RMSNorm kernel",
       model.lastNormAlgorithm().c_str(), P, f.nPredict, o.ctxSize, o.maxTokensPerCall,
       model.prefillAttention() ? "tensor-core FA2 kernel (calls > 16 tokens)" : "decode kernel for every call",
+      o.prefillOverlap && f.tp > 1 ? ", prefill all-reduces overlapped (two row halves)" : "",
       o.useGraphs ? "decode in CUDA graphs" : "eager decode (no CUDA graphs)",
       o.customGemv ? "custom GEMV (--gemv custom)" : "cuBLAS", o.pdl ? "on" : "off (--no-pdl)");
   std::printf("prefill cold (first call of the process): %.2f ms / %d tokens (%.2f tokens per second); the timed runs "
@@ -235,8 +242,22 @@ int runOnGpu(RunSetup& sh, int argc, char** argv) {
     return std::fprintf(stderr, "qwen_tp: built without MPI\n"), 2;
 #endif
   }
+  // One GPU per rank; with fewer GPUs than --tp, TPCOMM_ALLOW_SHARED_DEVICE=1 (tpcomm's switch
+  // for one-GPU tests) puts the ranks on the GPUs in turn: the tokens are TP=tp's, the speed not.
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1)
+    return std::fprintf(stderr, "qwen_tp: no CUDA device visible (--device cpu runs the CPU reference)\n"), 1;
+  if (ndev < f.tp && !sharedDeviceAllowed())
+    return std::fprintf(stderr,
+                        "qwen_tp: --tp %d needs %d GPUs, this process sees %d (TPCOMM_ALLOW_SHARED_DEVICE=1 runs several "
+                        "ranks on one GPU: the same tokens, not tensor-parallel speed)\n",
+                        f.tp, f.tp, ndev),
+           1;
   std::vector<int> devices;
-  for (int i = 0; i < f.tp; ++i) devices.push_back(i);
+  for (int i = 0; i < f.tp; ++i) devices.push_back(i % ndev);
+  if (ndev < f.tp)
+    std::fprintf(stderr, "qwen_tp: %d ranks share %d GPU(s) (TPCOMM_ALLOW_SHARED_DEVICE=1): timings are not TP=%d's\n",
+                 f.tp, ndev, f.tp);
   std::vector<std::unique_ptr<tpcomm::Communicator>> comms;
   if (f.tp > 1) {
     tpcomm::Status s = tpcomm::Communicator::createGroup(devices, commConfig(f), &comms);

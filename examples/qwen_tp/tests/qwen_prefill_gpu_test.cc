@@ -14,11 +14,18 @@
 //    within bf16 tolerance of the one-call run (and of the fp32 CPU reference on tiny), the next
 //    token equal wherever the top-2 margin exceeds twice the bound, then 8 teacher-forced
 //    decode steps through the graphs with the same checks.
+//  - Overlapped prefill (GpuModelOptions::prefillOverlap) at TP=2 equals the serial TP=2 run on
+//    the 4-layer head_dim-128 shape: one chunk of 300 rows (halves of 144 and 156), chunks of 128
+//    (halves of 64; the 44-row tail runs serial), and the unfused epilogue; same bound and token
+//    checks as above, and the model must report that the overlapped path ran. Two GPUs, or both
+//    ranks on GPU 0 (TPCOMM_ALLOW_SHARED_DEVICE=1, set by qwen_gpu_test's main on one GPU).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +35,7 @@
 #include "gpu_model.h"
 #include "safetensors.h"
 #include "speculative.h"
+#include "tpcomm/tpcomm.h"
 
 namespace qwen {
 namespace {
@@ -265,6 +273,82 @@ TEST(QwenPrefillGpu, ChunkedPrefillEqualsOneCallHeadDim128) {
                            Variant{"decode kernel only", 512, false}}) {
     runVariant(c, v, prompt, follow, &l, &t);
     compareSteps((std::string("0.6b-shape ") + v.name + " vs one call").c_str(), l, t, one, tOne, 0.02f);
+  }
+}
+
+// The TP=2 twin of runVariant: both ranks in threads, rank r's vocab shard of each step's
+// last-row logits put into one full row. Fails the test when the overlapped path was asked for
+// and did not run.
+void runTp2Variant(const ModelConfig& c, int ubatch, bool overlap, bool fusedNorm, const std::vector<int32_t>& prompt,
+                   const std::vector<int32_t>& follow, std::vector<std::vector<float>>* logits,
+                   std::vector<int32_t>* tokens) {
+  const int tp = 2, steps = 9;
+  int ndev = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&ndev), cudaSuccess);
+  const std::vector<int> devs = {0, 1 % ndev};
+  std::vector<std::unique_ptr<tpcomm::Communicator>> comms;
+  ASSERT_EQ(tpcomm::Communicator::createGroup(devs, tpcomm::Config{}, &comms), tpcomm::Status::kOk)
+      << tpcomm::lastErrorMessage();
+  logits->assign(steps, std::vector<float>(static_cast<size_t>(c.vocabSize), NAN));
+  tokens->assign(steps, -1);
+  std::vector<std::string> errs(tp);
+  std::vector<int> overlapped(tp, 0);
+  std::vector<std::thread> th;
+  for (int r = 0; r < tp; ++r)
+    th.emplace_back([&, r] {
+      TpShape s;
+      if (!makeTpShape(c, tp, r, &s, &errs[r])) return;
+      GpuModel m(c, s, devs[r], comms[r].get());
+      GpuModelOptions o;
+      o.ctxSize = static_cast<int>(prompt.size()) + 16;
+      o.maxTokensPerCall = ubatch;
+      o.seed = 7;
+      o.prefillOverlap = overlap;
+      o.fusedNorm = fusedNorm;
+      if (!m.init(o, &errs[r])) return;
+      std::vector<int32_t> toks = prompt;
+      int32_t draft = 0, in = 0, next = -1;
+      std::vector<float> lg;
+      for (int st = 0; st < steps; ++st) {
+        const int pos = static_cast<int>(prompt.size()) + st - 1;
+        if (st == 0 ? !prefillChunked(m, &toks, false, &draft, &errs[r]) : !m.target(&in, 1, pos, &next, &errs[r])) return;
+        if (!m.lastLogits(1, &lg, &errs[r])) return;
+        std::copy(lg.begin(), lg.end(), (*logits)[st].begin() + s.vocabBegin());  // disjoint shards
+        const int32_t tok = st == 0 ? toks.back() : next;
+        if (r == 0) (*tokens)[st] = tok;
+        in = follow.empty() ? tok : follow[static_cast<size_t>(st)];
+      }
+      overlapped[r] = m.overlappedCalls();
+    });
+  for (auto& t : th) t.join();
+  for (auto& cm : comms) cm->destroy();
+  for (int r = 0; r < tp; ++r) ASSERT_TRUE(errs[r].empty()) << "rank " << r << ": " << errs[r];
+  for (int r = 0; r < tp; ++r)
+    if (overlap) EXPECT_GT(overlapped[r], 0) << "rank " << r << ": the overlapped prefill never ran";
+    else EXPECT_EQ(overlapped[r], 0) << "rank " << r;
+}
+
+TEST(QwenPrefillGpu, OverlappedPrefillEqualsSerialTp2) {
+  ModelConfig c;
+  std::string err;
+  ASSERT_TRUE(presetConfig("qwen3-0.6b", &c, &err));
+  c.numLayers = 4;
+  c.mtpLayers = 0;
+  std::vector<int32_t> prompt(300);
+  for (int i = 0; i < 300; ++i) prompt[i] = (i * 7919 + 13) % c.vocabSize;
+  std::vector<std::vector<float>> serial, l;
+  std::vector<int32_t> tSerial, t;
+  runTp2Variant(c, 512, false, true, prompt, {}, &serial, &tSerial);
+  const std::vector<int32_t> follow(tSerial.begin(), tSerial.end() - 1);
+  struct V {
+    const char* name;
+    int ubatch;
+    bool fused;
+  };
+  for (const V& v : {V{"overlapped, one chunk of 300", 512, true}, V{"overlapped, chunks of 128", 128, true},
+                     V{"overlapped, unfused epilogue", 512, false}}) {
+    runTp2Variant(c, v.ubatch, true, v.fused, prompt, follow, &l, &t);
+    compareSteps((std::string("TP=2 ") + v.name + " vs serial").c_str(), l, t, serial, tSerial, 0.02f);
   }
 }
 

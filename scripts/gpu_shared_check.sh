@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# scripts/gpu_shared_check.sh [OUTDIR]: the multi-rank runs a ONE-GPU machine can make, with two
+# ranks sharing GPU 0 (TPCOMM_ALLOW_SHARED_DEVICE=1): they prove protocols and tokens, not
+# tensor-parallel speed (the "link" is the GPU's own memory, and NCCL refuses two ranks on one
+# GPU, so there is no NCCL column). ~4-5 min on 1x H200 after the build (~60 s). Steps:
+#   qwen_gpu     qwen_gpu_test whole: its TP=2 cases (TP=2 == TP=1 tokens, speculative == greedy,
+#                fused == unfused epilogue, the compressed all-reduce's argmax, the overlapped
+#                prefill) run with both ranks on GPU 0
+#   qwen_cli     qwen_tp --tp 2 on one GPU: a 300-token prompt with and without --prefill-overlap
+#                (tokens equal; timings printed but not TP=2's)
+#   inplace      issue 18's in-place anomaly: staged_host+int8 and +fp8 in and out of place, with
+#                105 calls per size (-w 5, 5 batches of 20: the in-place buffer doubles each call)
+#                and with 5 calls per size (-w 0, 5 batches of 1), to see whether the data's growth
+#                is what slows int8 in place
+#   halves       reduce_scatter_perf / all_gather_perf: auto in CUDA graphs, auto and staged_host
+#                eager: the protocols' one-GPU floor
+# Logs in OUTDIR/logs.tgz, a one-line result per step. COMMIT=<hash> names the commit.
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
+export TPCOMM_ALLOW_SHARED_DEVICE=1
+{ echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  echo "commit ${COMMIT:-$(git -C "$root" rev-parse HEAD)}"; echo "command: scripts/gpu_shared_check.sh (TPCOMM_ALLOW_SHARED_DEVICE=1)"; } > "$L/env.txt" 2>&1
+[ "${SKIP_BUILD:-0}" = 1 ] || gpu_build
+step() {  # NAME SECONDS COMMAND...: appends the command and its output to NAME.txt
+  local name=$1 t=$2; shift 2
+  echo "\$ $*" >> "$L/$name.txt"
+  timeout -k 5 "$t" "$@" >> "$L/$name.txt" 2>&1
+  local rc=$?
+  echo "# rc=$rc" >> "$L/$name.txt"
+  echo "$name rc=$rc $(el) | $(grep -aE 'PASSED|FAILED  \]|tokens per second|Avg bus' "$L/$name.txt" | tail -2 | tr '\n' ' ' | cut -c1-200)"
+}
+step qwen_gpu 260 "$B/examples/qwen_tp/tests/qwen_gpu_test"
+Q="$B/examples/qwen_tp/qwen_tp --model-preset qwen3-0.6b --tp 2 --prompt-tokens 300 --n-predict 32 --ubatch-size 512 --no-profile"
+step qwen_cli 60 $Q --output-ids "$L/serial.ids"
+step qwen_cli 60 $Q --prefill-overlap --output-ids "$L/overlap.ids"
+if cmp -s "$L/serial.ids" "$L/overlap.ids"; then echo "# overlap ids == serial ids" >> "$L/qwen_cli.txt"
+else echo "# overlap ids differ from serial ids" >> "$L/qwen_cli.txt"; fi
+tail -1 "$L/qwen_cli.txt"
+P="$B/bench/allreduce_perf -g 2 -d bf16 -b 1M -e 16M -f 4"
+for c in int8 fp8; do
+  step inplace 60 $P -w 5 -n 20 -K 5 --compression $c -A staged_host+$c -A staged_host
+  step inplace 60 $P -w 0 -n 1 -K 5 --compression $c -A staged_host+$c -A staged_host
+done
+for h in reduce_scatter all_gather; do  # staged_host is not capturable: graphs for auto, eager for both
+  step halves 60 "$B/bench/${h}_perf" -g 2 -d bf16 -b 8 -e 64M -f 4 -G 20 -A auto
+  step halves 60 "$B/bench/${h}_perf" -g 2 -d bf16 -b 8 -e 64M -f 4 -A auto -A staged_host
+done
+tar czf "$OUTDIR/logs.tgz" -C "$OUTDIR" logs && rm -rf "$L"
+echo "total $(el); logs: $OUTDIR/logs.tgz"
