@@ -16,7 +16,7 @@
 #                eager: the protocols' one-GPU floor
 # Logs in OUTDIR/logs.tgz, a one-line result per step. COMMIT=<hash> names the commit.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
-export TPCOMM_ALLOW_SHARED_DEVICE=1
+export TPCOMM_ALLOW_SHARED_DEVICE=1 TPCOMM_TWOSHOT_BLOCKS=64  # both ranks' kernels resident at once
 { echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   echo "commit ${COMMIT:-$(git -C "$root" rev-parse HEAD)}"; echo "command: scripts/gpu_shared_check.sh (TPCOMM_ALLOW_SHARED_DEVICE=1)"; } > "$L/env.txt" 2>&1
 [ "${SKIP_BUILD:-0}" = 1 ] || gpu_build

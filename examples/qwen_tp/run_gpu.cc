@@ -255,9 +255,15 @@ int runOnGpu(RunSetup& sh, int argc, char** argv) {
            1;
   std::vector<int> devices;
   for (int i = 0; i < f.tp; ++i) devices.push_back(i % ndev);
-  if (ndev < f.tp)
-    std::fprintf(stderr, "qwen_tp: %d ranks share %d GPU(s) (TPCOMM_ALLOW_SHARED_DEVICE=1): timings are not TP=%d's\n",
-                 f.tp, ndev, f.tp);
+  if (ndev < f.tp) {
+    // Every rank's all-reduce kernel must be resident at once (tpcomm's create checks it): two
+    // ranks per H200 fit with 64 two-shot blocks each, not the default 128.
+    setenv("TPCOMM_TWOSHOT_BLOCKS", "64", 0);
+    std::fprintf(stderr,
+                 "qwen_tp: %d ranks share %d GPU(s) (TPCOMM_ALLOW_SHARED_DEVICE=1, TPCOMM_TWOSHOT_BLOCKS=%s): timings "
+                 "are not TP=%d's\n",
+                 f.tp, ndev, std::getenv("TPCOMM_TWOSHOT_BLOCKS"), f.tp);
+  }
   std::vector<std::unique_ptr<tpcomm::Communicator>> comms;
   if (f.tp > 1) {
     tpcomm::Status s = tpcomm::Communicator::createGroup(devices, commConfig(f), &comms);

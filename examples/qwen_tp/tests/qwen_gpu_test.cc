@@ -657,6 +657,12 @@ int main(int argc, char** argv) {
     std::printf("qwen_gpu_test: no CUDA device; skipping (exit 77)\n");
     return 77;
   }
-  if (qwen::deviceCount() == 1) setenv("TPCOMM_ALLOW_SHARED_DEVICE", "1", 0);  // TP=2 cases on one GPU
+  setenv("TPCOMM_CHECK_CALLS", "1", 0);  // every P2P kernel checks that all ranks make the same call
+  if (qwen::deviceCount() == 1) {
+    // TP=2 cases with both ranks on GPU 0, as tpcomm_gpu_tests: both ranks' kernels must be
+    // resident at once (create checks it), so 2 x 64 two-shot blocks, not 2 x 128.
+    setenv("TPCOMM_ALLOW_SHARED_DEVICE", "1", 0);
+    setenv("TPCOMM_TWOSHOT_BLOCKS", "64", 0);
+  }
   return RUN_ALL_TESTS();
 }
