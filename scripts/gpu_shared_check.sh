@@ -14,7 +14,8 @@
 #                is what slows int8 in place
 #   halves       reduce_scatter_perf / all_gather_perf: auto in CUDA graphs, auto and staged_host
 #                eager: the protocols' one-GPU floor
-# Logs in OUTDIR/logs.tgz, a one-line result per step. COMMIT=<hash> names the commit.
+# Logs in OUTDIR/logs.tgz, a one-line result per step. COMMIT=<hash> names the commit; SKIP="name ..."
+# leaves steps out.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 export TPCOMM_ALLOW_SHARED_DEVICE=1 TPCOMM_TWOSHOT_BLOCKS=64  # both ranks' kernels resident at once
 { echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -22,6 +23,7 @@ export TPCOMM_ALLOW_SHARED_DEVICE=1 TPCOMM_TWOSHOT_BLOCKS=64  # both ranks' kern
 [ "${SKIP_BUILD:-0}" = 1 ] || gpu_build
 step() {  # NAME SECONDS COMMAND...: appends the command and its output to NAME.txt
   local name=$1 t=$2; shift 2
+  case " ${SKIP:-} " in *" $name "*) return 0 ;; esac
   echo "\$ $*" >> "$L/$name.txt"
   timeout -k 5 "$t" "$@" >> "$L/$name.txt" 2>&1
   local rc=$?

@@ -259,9 +259,13 @@ int runOnGpu(RunSetup& sh, int argc, char** argv) {
     // Every rank's all-reduce kernel must be resident at once (tpcomm's create checks it): two
     // ranks per H200 fit with 64 two-shot blocks each, not the default 128.
     setenv("TPCOMM_TWOSHOT_BLOCKS", "64", 0);
+    // And no programmatic dependent launch: a kernel launched early behind one rank's spinning
+    // all-reduce would hold the SMs the other rank's all-reduce needs (modelOptions: pdl off).
+    setenv("TPCOMM_PDL", "0", 1);
+    sh.flags.pdl = false;
     std::fprintf(stderr,
-                 "qwen_tp: %d ranks share %d GPU(s) (TPCOMM_ALLOW_SHARED_DEVICE=1, TPCOMM_TWOSHOT_BLOCKS=%s): timings "
-                 "are not TP=%d's\n",
+                 "qwen_tp: %d ranks share %d GPU(s) (TPCOMM_ALLOW_SHARED_DEVICE=1, TPCOMM_TWOSHOT_BLOCKS=%s, PDL off): "
+                 "timings are not TP=%d's\n",
                  f.tp, ndev, std::getenv("TPCOMM_TWOSHOT_BLOCKS"), f.tp);
   }
   std::vector<std::unique_ptr<tpcomm::Communicator>> comms;

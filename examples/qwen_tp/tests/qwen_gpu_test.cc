@@ -61,6 +61,8 @@ std::vector<int> rankDevices(int tp) {
   return d;
 }
 bool sharedDevice(int tp) { return deviceCount() < tp; }
+// The decoder's own PDL, off when ranks share a GPU (see main()).
+bool pdlFor(int tp) { return !sharedDevice(tp); }
 
 ModelConfig tiny() {
   ModelConfig c;
@@ -465,6 +467,7 @@ bool runGpu(int tp, const std::string& algo, int draftN, double sim, const std::
       o.fusedNorm = fusedNorm;
       o.customGemv = customGemv;
       o.useGraphs = algo != "staged_host";  // not capturable: under capture tpcomm would pick P2P
+      o.pdl = pdlFor(tp);
       if (!m.init(o, &errs[r])) return;
       GenerateOptions g;
       g.nPredict = nPredict;
@@ -554,6 +557,7 @@ TEST(QwenGpu, CompressedAllReduceKeepsTheGreedyTokenTheArgmax) {
         o.ctxSize = 64;
         o.maxTokensPerCall = 32;
         o.seed = 21;
+        o.pdl = pdlFor(tp);
         if (!m.init(o, &errs[r])) return;
         std::vector<int32_t> next(20);
         std::vector<float> lg;
@@ -663,6 +667,9 @@ int main(int argc, char** argv) {
     // resident at once (create checks it), so 2 x 64 two-shot blocks, not 2 x 128.
     setenv("TPCOMM_ALLOW_SHARED_DEVICE", "1", 0);
     setenv("TPCOMM_TWOSHOT_BLOCKS", "64", 0);
+    // No programmatic dependent launch (tpcomm's and the decoder's, sharedDevice()): a kernel
+    // launched early behind rank 0's spinning all-reduce holds the SMs rank 1's all-reduce needs.
+    setenv("TPCOMM_PDL", "0", 0);
   }
   return RUN_ALL_TESTS();
 }

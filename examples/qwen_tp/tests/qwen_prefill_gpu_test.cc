@@ -304,6 +304,7 @@ void runTp2Variant(const ModelConfig& c, int ubatch, bool overlap, bool fusedNor
       o.maxTokensPerCall = ubatch;
       o.seed = 7;
       o.prefillOverlap = overlap;
+      o.pdl = ndev >= tp;  // no PDL with both ranks on one GPU (qwen_gpu_test.cc's main says why)
       o.fusedNorm = fusedNorm;
       if (!m.init(o, &errs[r])) return;
       std::vector<int32_t> toks = prompt;
