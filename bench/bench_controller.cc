@@ -326,7 +326,10 @@ int runController(const RunInfo& info, tpcomm::Bootstrap* bootstrap, int firstRa
             row.redop = args.coll == Coll::kAllGather ? "none" : ncclTestsOpName(op);
             for (int inPlace = 0; inPlace < 2 && tableOk; ++inPlace) {
               Result& res = inPlace ? row.inPlace : row.outOfPlace;
-              tableOk = timeCollective(world, *backend, ranks, inPlace, count, dtype, op, plan, &res.timeUs, &error);
+              const bool errorData = args.compression != tpcomm::Compression::kNone && algo != "nccl";
+              // Timed on the check's input data, not on what the buffers held (zeros at first).
+              tableOk = writeInputs(world, *backend, ranks, inPlace, count, dtype, errorData, false, &error) &&
+                        timeCollective(world, *backend, ranks, inPlace, count, dtype, op, plan, &res.timeUs, &error);
               res.algo = backend->lastAlgorithm();
               if (tableOk && args.check) {
                 int64_t wrong = 0;

@@ -231,27 +231,27 @@ bool timeCollective(World& world, Backend& backend, std::vector<LocalRank>& rank
   return true;
 }
 
-bool checkCollective(World& world, Backend& backend, std::vector<LocalRank>& ranks, bool inPlace, size_t count,
-                     tpcomm::DataType dtype, tpcomm::ReduceOp op, bool graph, int64_t* wrong, std::string* error,
-                     double* accuracy) {
+bool writeInputs(World& world, Backend& backend, std::vector<LocalRank>& ranks, bool inPlace, size_t count,
+                 tpcomm::DataType dtype, bool errorData, bool poisonOutput, std::string* error) {
   const size_t es = tpcomm::dataTypeSize(dtype);
   const int n = world.nRanks();
   const Coll coll = backend.coll();
   auto fill = [&](void* dst, size_t elems, int rank) {
-    if (accuracy)
+    if (errorData)
       fillErrorInput(dst, elems, dtype, rank);
     else
       fillInput(dst, elems, dtype, rank, n);
   };
   // Host images of what each rank's buffers must hold before the call: the input (element
-  // first.. of rank r's values) and poison everywhere the output goes that is not input.
+  // first.. of rank r's values) and, when asked, poison everywhere the output goes that is not input.
   for (LocalRank& r : ranks) {
     const CollBuffers b = collBuffers(coll, r, inPlace, count, es, n);
     const size_t inCount = coll == Coll::kAllGather ? b.perRank : count;
     const size_t outCount = coll == Coll::kReduceScatter ? b.perRank : count;
+    const bool poison = poisonOutput && (coll == Coll::kAllGather || !inPlace);
     void* input = const_cast<void*>(b.send);
     if (r.device < 0) {
-      if (coll == Coll::kAllGather || !inPlace) std::memset(b.recv, kPoisonByte, outCount * es);
+      if (poison) std::memset(b.recv, kPoisonByte, outCount * es);
       fill(input, inCount, r.rank);  // after the poison: in-place all-gather's input is inside recv
       continue;
     }
@@ -259,11 +259,21 @@ bool checkCollective(World& world, Backend& backend, std::vector<LocalRank>& ran
     r.hostScratch.resize(std::max(inCount, outCount) * es);
     fill(r.hostScratch.data(), inCount, r.rank);
     BENCH_CUDA(cudaSetDevice(r.device));
-    if (coll == Coll::kAllGather || !inPlace) BENCH_CUDA(cudaMemset(b.recv, kPoisonByte, outCount * es));
+    if (poison) BENCH_CUDA(cudaMemset(b.recv, kPoisonByte, outCount * es));
     BENCH_CUDA(cudaMemcpy(input, r.hostScratch.data(), inCount * es, cudaMemcpyHostToDevice));
     BENCH_CUDA(cudaDeviceSynchronize());
 #endif
   }
+  return true;
+}
+
+bool checkCollective(World& world, Backend& backend, std::vector<LocalRank>& ranks, bool inPlace, size_t count,
+                     tpcomm::DataType dtype, tpcomm::ReduceOp op, bool graph, int64_t* wrong, std::string* error,
+                     double* accuracy) {
+  const size_t es = tpcomm::dataTypeSize(dtype);
+  const int n = world.nRanks();
+  const Coll coll = backend.coll();
+  if (!writeInputs(world, backend, ranks, inPlace, count, dtype, accuracy != nullptr, true, error)) return false;
   if (!world.barrier()) {
     *error = "bootstrap barrier failed";
     return false;

@@ -89,6 +89,14 @@ bool timeCollective(World& world, Backend& backend, std::vector<LocalRank>& rank
                     tpcomm::DataType dtype, tpcomm::ReduceOp op, const TimingPlan& plan, double* usPerColl,
                     std::string* error);
 
+/// Writes every local rank's input of the call: the integer-valued check data, or with
+/// `errorData` the random data of the compression columns (bench_error.h); with `poisonOutput`
+/// also poison over the output that is not input. The controller writes the inputs before it
+/// times a size too, so every timing runs on the data the check runs on (a compressed kernel
+/// quantizes a zero block faster than real data). false + message on error.
+bool writeInputs(World& world, Backend& backend, std::vector<LocalRank>& ranks, bool inPlace, size_t count,
+                 tpcomm::DataType dtype, bool errorData, bool poisonOutput, std::string* error);
+
 /// Fills inputs, poisons outputs, runs one collective (in a one-collective CUDA graph when
 /// `graph`), and counts wrong elements on the local ranks. false + message on error.
 /// With `accuracy` (all-reduce sums, --compression): random inputs (bench_error.h) instead, and

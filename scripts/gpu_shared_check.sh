@@ -8,10 +8,10 @@
 #                prefill) run with both ranks on GPU 0
 #   qwen_cli     qwen_tp --tp 2 on one GPU: a 300-token prompt with and without --prefill-overlap
 #                (tokens equal; timings printed but not TP=2's)
-#   inplace      issue 18's in-place anomaly: staged_host+int8 and +fp8 in and out of place, with
-#                105 calls per size (-w 5, 5 batches of 20: the in-place buffer doubles each call)
-#                and with 5 calls per size (-w 0, 5 batches of 1), to see whether the data's growth
-#                is what slows int8 in place
+#   compression  issue 18: staged_host and twoshot_p2p against their +int8 / +fp8 forms, A B B A,
+#                every timing on real input data (allreduce_perf writes the check's inputs before
+#                it times a size; until session 9 the out-of-place timings ran on zero-filled
+#                buffers, which a compressed kernel quantizes faster)
 #   halves       reduce_scatter_perf / all_gather_perf: auto in CUDA graphs, auto and staged_host
 #                eager: the protocols' one-GPU floor
 # Logs in OUTDIR/logs.tgz, a one-line result per step. COMMIT=<hash> names the commit; SKIP="name ..."
@@ -37,10 +37,10 @@ step qwen_cli 60 $Q --prefill-overlap --output-ids "$L/overlap.ids"
 if cmp -s "$L/serial.ids" "$L/overlap.ids"; then echo "# overlap ids == serial ids" >> "$L/qwen_cli.txt"
 else echo "# overlap ids differ from serial ids" >> "$L/qwen_cli.txt"; fi
 tail -1 "$L/qwen_cli.txt"
-P="$B/bench/allreduce_perf -g 2 -d bf16 -b 1M -e 16M -f 4"
-for c in int8 fp8; do
-  step inplace 60 $P -w 5 -n 20 -K 5 --compression $c -A staged_host+$c -A staged_host
-  step inplace 60 $P -w 0 -n 1 -K 5 --compression $c -A staged_host+$c -A staged_host
+P="$B/bench/allreduce_perf -g 2 -d bf16 -b 1M -e 16M -f 4 -w 5 -n 20 -K 5"
+for c in int8 fp8; do  # A B B A, each timing on the check's data (random normal with outliers)
+  step compression 60 $P --compression $c -A staged_host -A staged_host+$c -A staged_host+$c -A staged_host
+  step compression 60 ${P/-e 16M/-e 4M} --compression $c -A twoshot_p2p -A twoshot_p2p+$c -A twoshot_p2p+$c -A twoshot_p2p
 done
 for h in reduce_scatter all_gather; do  # staged_host is not capturable: graphs for auto, eager for both
   step halves 60 "$B/bench/${h}_perf" -g 2 -d bf16 -b 8 -e 64M -f 4 -G 20 -A auto
