@@ -12,5 +12,5 @@ if ! "$py" -c "import torch, transformers, tokenizers, safetensors, numpy" 2>/de
        "(set QWEN_HF_PYTHON to a Python that has them)"
   exit 77
 fi
-"$py" "$here/../train/train_tiny_qwen.py" --tiny --device cpu --steps 30 --minutes 5 --out "$work/ckpt"
+"$py" "$here/../train/train_tiny_qwen.py" --tiny --device cpu --steps 30 --minutes 5 --keep-best --out "$work/ckpt"
 exec "$py" "$here/hf_parity.py" --device cpu --tp 2 --model-dir "$work/ckpt" --qwen-tp "$bin" --work "$work"

@@ -16,6 +16,12 @@ out; every 20th file, in sorted order, held out for evaluation). Steps:
    and DIR/heldout_files.txt (the evaluation files), in Hugging Face layout; held-out next-token and
    MTP (t+2) top-1 accuracy printed and written to DIR/train_metrics.json.
 
+--keep-best guards against over-fitting (four GPU minutes are ~25 epochs of this corpus, and the
+held-out loss then rises: bench/results/qwen_tp_h200x1.md, "Session 9"): every 10th file of the
+training set (offset 10 of 20) becomes a validation set, the validation loss (next token plus
+MTP) is measured every --eval-seconds, and the weights of the best measurement are the ones
+saved. The held-out files stay untouched by that choice.
+
 Deterministic for a given seed and step count (--steps); with a time budget the step count is
 what fits. --minutes bounds the whole script (tokenizer, encoding, training, evaluation, save).
 `--device cpu --minutes 0.5 --tiny` runs on a CPU in about half a minute (2 layers, hidden 64,
@@ -109,21 +115,22 @@ def evaluate(model, data, seq, batch, device, autocast, max_windows=2048, chain=
     n = min((len(data) - 2) // seq, max_windows)
     hit = total = 0
     hits, totals = [0] * chain, [0] * chain
-    loss_sum = 0.0
+    loss_sum = mtp_sum = 0.0
     for a in range(0, n, batch):
         starts = [i * seq for i in range(a, min(n, a + batch))]
         x = batch_at(data, starts, seq + 2).to(device)
         with autocast():
-            loss, _, logits, steps = losses(model, x, 1.0, chain)
+            loss, mtp, logits, steps = losses(model, x, 1.0, chain)
         hit += (logits.argmax(-1) == x[:, 1:-1]).sum().item()
         total += x[:, 2:].numel()
         for k, (m, t) in enumerate(steps):
             hits[k] += (m.argmax(-1) == t).sum().item()
             totals[k] += t.numel()
         loss_sum += loss.item() * len(starts)
+        mtp_sum += mtp.item() * len(starts)
     model.train()
     out = {"next_token_top1": hit / max(total, 1), "mtp_top1": hits[0] / max(totals[0], 1),
-           "next_token_loss": loss_sum / max(n, 1), "eval_tokens": total}
+           "next_token_loss": loss_sum / max(n, 1), "mtp_loss": mtp_sum / max(n, 1), "eval_tokens": total}
     if chain > 1:
         out["mtp_chain_top1"] = [h / max(t, 1) for h, t in zip(hits, totals)]
     return out
@@ -146,6 +153,10 @@ def main():
                     help="also train the MTP head on its own output for this many chained steps (1: t+2 only)")
     ap.add_argument("--max-files", type=int, default=0, help="use at most this many stdlib files (0: all)")
     ap.add_argument("--tied", action="store_true", help="tie lm_head to the embedding")
+    ap.add_argument("--keep-best", action="store_true",
+                    help="hold out a validation set and save the weights of the best validation loss")
+    ap.add_argument("--eval-seconds", type=float, default=0,
+                    help="with --keep-best: seconds between validation measurements (default 15, --tiny 5)")
     args = ap.parse_args()
     if args.mtp_chain < 1:
         ap.error("--mtp-chain %d: expected 1 or more" % args.mtp_chain)
@@ -174,8 +185,12 @@ def main():
         files = files[::max(1, len(files) // max_files)][:max_files]
     held = files[::20]
     train_files = [f for i, f in enumerate(files) if i % 20]
-    log("corpus: %d .py files under %s (Python %s): %d for training, %d held out"
-        % (len(files), root, sys.version.split()[0], len(train_files), len(held)))
+    # --keep-best: files 10, 30, 50, ... validate the checkpoint choice (never the held-out ones).
+    valid_files = [f for i, f in enumerate(files) if i % 20 == 10] if args.keep_best else []
+    train_files = [f for f in train_files if f not in set(valid_files)]
+    log("corpus: %d .py files under %s (Python %s): %d for training, %d held out%s"
+        % (len(files), root, sys.version.split()[0], len(train_files), len(held),
+           ", %d for validation (--keep-best)" % len(valid_files) if valid_files else ""))
     train_texts, held_texts = read_texts(train_files), read_texts(held)
     t0 = time.time()
     # build_tokenizer adds <think> and </think> after training: leave room for them.
@@ -186,6 +201,7 @@ def main():
     tok.save(os.path.join(args.out, "tokenizer.json"))
     train_data = encode_stream(tok, train_texts, eot_id)
     held_data = encode_stream(tok, held_texts, eot_id)
+    valid_data = encode_stream(tok, read_texts(valid_files), eot_id) if valid_files else None
     log("tokenizer: %d ids (byte-level BPE, Qwen2 pre-tokenizer), %.1f s; %d training tokens, %d held-out tokens"
         % (tok.get_vocab_size(), time.time() - t0, len(train_data), len(held_data)))
     with open(os.path.join(args.out, "heldout_files.txt"), "w") as f:
@@ -216,6 +232,20 @@ def main():
     gen = torch.Generator().manual_seed(args.seed)
     warm = 100 if not args.tiny else 20
     step, tokens_seen, last_log = 0, 0, time.time()
+    eval_every = args.eval_seconds or (5.0 if args.tiny else 15.0)
+    best = {"loss": float("inf"), "step": 0, "state": None}
+    last_eval = time.time()
+
+    def validate():
+        # Next-token + MTP loss on a fixed slice of the validation set; the best weights kept on the host.
+        m = evaluate(model, valid_data, seq, batch, dev, autocast, max_windows=32 if args.tiny else 128,
+                     chain=args.mtp_chain)
+        v = m["next_token_loss"] + args.mtp_weight * m["mtp_loss"]
+        if v < best["loss"]:
+            best.update(loss=v, step=step, state={k: t.detach().to("cpu", copy=True) for k, t in model.state_dict().items()})
+        log("validation at step %d: loss %.3f (next %.3f, MTP %.3f)%s"
+            % (step, v, m["next_token_loss"], m["mtp_loss"], "  best" if best["step"] == step else ""))
+
     while True:
         elapsed = time.time() - train_start
         if args.steps:
@@ -240,6 +270,9 @@ def main():
         opt.step()
         step += 1
         tokens_seen += batch * seq
+        if valid_data is not None and time.time() - last_eval > eval_every:
+            validate()
+            last_eval = time.time()
         if time.time() - last_log > (30 if not args.tiny else 5) or step == 1:
             last_log = time.time()
             log("step %d  loss %.3f  mtp loss %.3f  lr %.2e  %.0f tok/s  %.0f s"
@@ -248,11 +281,21 @@ def main():
     train_s = time.time() - train_start
     log("trained %d steps, %.1fM tokens (%.2f epochs) in %.1f s" % (step, tokens_seen / 1e6,
                                                                      tokens_seen / max(len(train_data), 1), train_s))
+    last_step = step
+    if valid_data is not None:
+        validate()
+        if best["state"] is None:
+            sys.exit("--keep-best: no finite validation loss (training diverged)")
+        model.load_state_dict(best["state"])
+        log("--keep-best: keeping the weights of step %d of %d (validation loss %.3f)"
+            % (best["step"], step, best["loss"]))
 
     # 3. evaluation and checkpoint
     metrics = evaluate(model, held_data, seq, batch, dev, autocast, max_windows=64 if args.tiny else 2048,
                        chain=args.mtp_chain)
-    metrics.update({"steps": step, "train_tokens": tokens_seen, "train_seconds": round(train_s, 1),
+    if valid_data is not None:
+        metrics.update({"kept_step": best["step"], "validation_loss": round(best["loss"], 4)})
+    metrics.update({"steps": last_step, "train_tokens": tokens_seen, "train_seconds": round(train_s, 1),
                     "parameters": nparams, "seed": args.seed, "device": str(dev), "python": sys.version.split()[0],
                     "torch": torch.__version__})
     log("held-out (%d tokens, %d files): next-token top-1 %.4f, MTP (t+2) top-1 %.4f, next-token loss %.3f"
