@@ -286,8 +286,11 @@ bool GpuModel::overlapPrefill(int n) const {
 // (proj_[A] is written by down(A) only after done[A], i.e. after C read it). Every tpcomm call
 // is on C, in the order the host enqueues them, so the communicator sees one ordered stream of
 // calls; the embedding sum (S) precedes the first ready[A], and enqueue() makes S wait done[B]
-// before the argmax exchange (S). A failed tpcomm call returns false here; run() synchronises
-// both streams before it reports.
+// before the argmax exchange (S). tpcomm also orders one communicator's calls across streams
+// itself (docs/reliability.md): the first sum of a call on C waits for everything S had
+// enqueued when it was issued, layer 0's o_proj(B) included, so layer 0's first sum overlaps
+// nothing; every later one overlaps as above. A failed tpcomm call returns false here; run()
+// synchronises both streams before it reports.
 bool GpuModel::enqueueLayerOverlapped(const Layer& L, int n, const __nv_bfloat16* nextNorm, __nv_bfloat16* normOut,
                                       std::string* error) {
   const int H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads, I = shape_.inter;
