@@ -11,7 +11,8 @@
 #   compression  issue 18: staged_host and twoshot_p2p against their +int8 / +fp8 forms, A B B A,
 #                every timing on real input data (allreduce_perf writes the check's inputs before
 #                it times a size; until session 9 the out-of-place timings ran on zero-filled
-#                buffers, which a compressed kernel quantizes faster)
+#                buffers), after quantize_gpu_bench (the quantizer alone on normal data and on
+#                its own read-back, the in-place case)
 #   halves       reduce_scatter_perf / all_gather_perf: auto in CUDA graphs, auto and staged_host
 #                eager: the protocols' one-GPU floor
 # Logs in OUTDIR/logs.tgz, a one-line result per step. COMMIT=<hash> names the commit; SKIP="name ..."
@@ -37,6 +38,8 @@ step qwen_cli 60 $Q --prefill-overlap --output-ids "$L/overlap.ids"
 if cmp -s "$L/serial.ids" "$L/overlap.ids"; then echo "# overlap ids == serial ids" >> "$L/qwen_cli.txt"
 else echo "# overlap ids differ from serial ids" >> "$L/qwen_cli.txt"; fi
 tail -1 "$L/qwen_cli.txt"
+# The quantizer alone on normal data and on its own read-back (the in-place input): one GPU.
+step compression 60 "$B/tests/gpu/quantize_gpu_bench" --count $((32 << 20)) --reps 20
 P="$B/bench/allreduce_perf -g 2 -d bf16 -b 1M -e 16M -f 4 -w 5 -n 20 -K 5"
 for c in int8 fp8; do  # A B B A, each timing on the check's data (random normal with outliers)
   step compression 60 $P --compression $c -A staged_host -A staged_host+$c -A staged_host+$c -A staged_host
