@@ -18,7 +18,10 @@
 # Logs in OUTDIR/logs.tgz, a one-line result per step. COMMIT=<hash> names the commit; SKIP="name ..."
 # leaves steps out.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
-export TPCOMM_ALLOW_SHARED_DEVICE=1 TPCOMM_TWOSHOT_BLOCKS=64  # both ranks' kernels resident at once
+# Both ranks' kernels resident at once; no PDL (a kernel launched early behind one rank's spinning
+# all-reduce holds the other's SMs); every module loaded up front (a lazy load waits for the GPU
+# to go idle while a rank spins: docs/p2p.md).
+export TPCOMM_ALLOW_SHARED_DEVICE=1 TPCOMM_TWOSHOT_BLOCKS=64 TPCOMM_PDL=0 CUDA_MODULE_LOADING=EAGER
 { echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   echo "commit ${COMMIT:-$(git -C "$root" rev-parse HEAD)}"; echo "command: scripts/gpu_shared_check.sh (TPCOMM_ALLOW_SHARED_DEVICE=1)"; } > "$L/env.txt" 2>&1
 [ "${SKIP_BUILD:-0}" = 1 ] || gpu_build
@@ -35,7 +38,8 @@ step qwen_gpu 260 "$B/examples/qwen_tp/tests/qwen_gpu_test"
 Q="$B/examples/qwen_tp/qwen_tp --model-preset qwen3-0.6b --tp 2 --prompt-tokens 300 --n-predict 32 --ubatch-size 512 --no-profile"
 step qwen_cli 60 $Q --output-ids "$L/serial.ids"
 step qwen_cli 60 $Q --prefill-overlap --output-ids "$L/overlap.ids"
-if cmp -s "$L/serial.ids" "$L/overlap.ids"; then echo "# overlap ids == serial ids" >> "$L/qwen_cli.txt"
+if [ ! -s "$L/serial.ids" ] || [ ! -s "$L/overlap.ids" ]; then echo "# FAILED: a qwen_tp run wrote no ids" >> "$L/qwen_cli.txt"
+elif cmp -s "$L/serial.ids" "$L/overlap.ids"; then echo "# overlap ids == serial ids" >> "$L/qwen_cli.txt"
 else echo "# overlap ids differ from serial ids" >> "$L/qwen_cli.txt"; fi
 tail -1 "$L/qwen_cli.txt"
 # The quantizer alone on normal data and on its own read-back (the in-place input): one GPU.

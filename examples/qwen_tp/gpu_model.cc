@@ -421,6 +421,7 @@ bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* ou
     QWEN_CUDA(cudaGraphLaunch(it->second, stream_));
   } else if (!enqueue(kind, n, error)) {
     if (commStream_) cudaStreamSynchronize(commStream_);  // nothing of this call left in flight
+    cudaStreamSynchronize(stream_);                          // (its copies read the pinned inputs)
     return false;
   }
   if (commStream_) QWEN_CUDA(cudaStreamSynchronize(commStream_));

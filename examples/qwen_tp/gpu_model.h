@@ -53,7 +53,8 @@ struct GpuModelOptions {
   /// Calls of more than kGraphMaxTokens tokens through gpu::attentionPrefill (tensor cores) when
   /// it supports the head_dim; false: every call through the decode kernel (for comparison).
   bool prefillAttention = true;
-  /// Prefill calls (more than kGraphMaxTokens tokens, tp > 1) in two row halves whose
+  /// Calls of 64+ tokens (prefill chunks, and target() calls that long; never the captured
+  /// decode and verify calls of <= kGraphMaxTokens), tp > 1, in two row halves whose
   /// all-reduces run on a second, high-priority stream: half A's sum runs while half B's o_proj
   /// or MLP GEMMs run, half B's while half A's next GEMMs run (enqueueLayerOverlapped). Same
   /// arithmetic per row; cuBLAS may pick other kernels for the half-size GEMMs, so the bits can

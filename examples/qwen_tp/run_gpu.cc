@@ -142,7 +142,7 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
       model.prefillAttention() ? "tensor-core FA2 kernel (calls > 16 tokens)" : "decode kernel for every call",
       o.prefillOverlap && f.tp > 1 ? ", prefill all-reduces overlapped (two row halves)" : "",
       o.useGraphs ? "decode in CUDA graphs" : "eager decode (no CUDA graphs)",
-      o.customGemv ? "custom GEMV (--gemv custom)" : "cuBLAS", o.pdl ? "on" : "off (--no-pdl)");
+      o.customGemv ? "custom GEMV (--gemv custom)" : "cuBLAS", o.pdl ? "on" : "off");
   std::printf("prefill cold (first call of the process): %.2f ms / %d tokens (%.2f tokens per second); the timed runs "
               "below are warm\n",
               r.coldPrefillSeconds * 1e3, P, r.coldPrefillSeconds > 0 ? P / r.coldPrefillSeconds : 0);
@@ -244,6 +244,10 @@ int runOnGpu(RunSetup& sh, int argc, char** argv) {
   }
   // One GPU per rank; with fewer GPUs than --tp, TPCOMM_ALLOW_SHARED_DEVICE=1 (tpcomm's switch
   // for one-GPU tests) puts the ranks on the GPUs in turn: the tokens are TP=tp's, the speed not.
+  // Ranks sharing a GPU share its module loads: under CUDA's lazy loading one rank's first launch
+  // of a kernel (cuBLAS's, the decoder's) waits for the device to go idle while the other rank's
+  // all-reduce spins on it (docs/p2p.md). So load every module up front, before CUDA starts.
+  if (sharedDeviceAllowed()) setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1)
     return std::fprintf(stderr, "qwen_tp: no CUDA device visible (--device cpu runs the CPU reference)\n"), 1;

@@ -144,7 +144,13 @@ TPCOMM_HD inline float quantAmax(const float* x, int n) {
 /// One element's code under `scale` (finite and > 0; 0 gives code 0).
 TPCOMM_HD inline uint8_t quantEncode(QuantFormat f, float x, float scale) {
   if (!(scale > 0.0f)) return 0;  // zero block, or NaN scale (the scale alone reads back NaN)
-  const float s = x / scale;
+  // +-0 is code 0 in both formats. A zero dividend is swapped for 1 before the division: on the
+  // GPU, IEEE division's fast path hands zero dividends to its out-of-line slow path, and data
+  // read back from int8 codes (what an in-place compressed call quantizes from its second call
+  // on) is ~16% zeros inside non-zero blocks. Same bits either way.
+  const bool zero = x == 0.0f;
+  const float s = (zero ? 1.0f : x) / scale;
+  if (zero) return 0;
   return f == QuantFormat::kFp8E4m3 ? fp8E4m3Encode(s) : static_cast<uint8_t>(int8Encode(s));
 }
 

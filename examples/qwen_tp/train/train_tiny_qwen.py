@@ -19,8 +19,8 @@ out; every 20th file, in sorted order, held out for evaluation). Steps:
 --keep-best guards against over-fitting (four GPU minutes are ~25 epochs of this corpus, and the
 held-out loss then rises: bench/results/qwen_tp_h200x1.md, "Session 9"): every 10th file of the
 training set (offset 10 of 20) becomes a validation set, the validation loss (next token plus
-MTP) is measured every --eval-seconds, and the weights of the best measurement are the ones
-saved. The held-out files stay untouched by that choice.
+MTP) is measured every --eval-seconds (with --steps: every tenth of the steps, so the result
+stays deterministic), and the weights of the best measurement are the ones saved. The held-out files stay untouched by that choice.
 
 Deterministic for a given seed and step count (--steps); with a time budget the step count is
 what fits. --minutes bounds the whole script (tokenizer, encoding, training, evaluation, save).
@@ -187,6 +187,8 @@ def main():
     train_files = [f for i, f in enumerate(files) if i % 20]
     # --keep-best: files 10, 30, 50, ... validate the checkpoint choice (never the held-out ones).
     valid_files = [f for i, f in enumerate(files) if i % 20 == 10] if args.keep_best else []
+    if args.keep_best and not valid_files:
+        sys.exit("--keep-best: %d files leave none for validation (it takes files 10, 30, ...; use more files)" % len(files))
     train_files = [f for f in train_files if f not in set(valid_files)]
     log("corpus: %d .py files under %s (Python %s): %d for training, %d held out%s"
         % (len(files), root, sys.version.split()[0], len(train_files), len(held),
@@ -202,6 +204,8 @@ def main():
     train_data = encode_stream(tok, train_texts, eot_id)
     held_data = encode_stream(tok, held_texts, eot_id)
     valid_data = encode_stream(tok, read_texts(valid_files), eot_id) if valid_files else None
+    if valid_data is not None and len(valid_data) < seq + 2:
+        sys.exit("--keep-best: the validation files hold %d tokens, fewer than one %d-token window" % (len(valid_data), seq + 2))
     log("tokenizer: %d ids (byte-level BPE, Qwen2 pre-tokenizer), %.1f s; %d training tokens, %d held-out tokens"
         % (tok.get_vocab_size(), time.time() - t0, len(train_data), len(held_data)))
     with open(os.path.join(args.out, "heldout_files.txt"), "w") as f:
@@ -232,7 +236,9 @@ def main():
     gen = torch.Generator().manual_seed(args.seed)
     warm = 100 if not args.tiny else 20
     step, tokens_seen, last_log = 0, 0, time.time()
+    # Validation every --eval-seconds, or with --steps every tenth of the steps (deterministic).
     eval_every = args.eval_seconds or (5.0 if args.tiny else 15.0)
+    eval_steps = max(1, args.steps // 10) if args.steps else 0
     best = {"loss": float("inf"), "step": 0, "state": None}
     last_eval = time.time()
 
@@ -241,10 +247,12 @@ def main():
         m = evaluate(model, valid_data, seq, batch, dev, autocast, max_windows=32 if args.tiny else 128,
                      chain=args.mtp_chain)
         v = m["next_token_loss"] + args.mtp_weight * m["mtp_loss"]
-        if v < best["loss"]:
+        best["last"] = step
+        improved = v < best["loss"]
+        if improved:
             best.update(loss=v, step=step, state={k: t.detach().to("cpu", copy=True) for k, t in model.state_dict().items()})
         log("validation at step %d: loss %.3f (next %.3f, MTP %.3f)%s"
-            % (step, v, m["next_token_loss"], m["mtp_loss"], "  best" if best["step"] == step else ""))
+            % (step, v, m["next_token_loss"], m["mtp_loss"], "  best" if improved else ""))
 
     while True:
         elapsed = time.time() - train_start
@@ -270,7 +278,8 @@ def main():
         opt.step()
         step += 1
         tokens_seen += batch * seq
-        if valid_data is not None and time.time() - last_eval > eval_every:
+        if valid_data is not None and step > 0 and (
+                step % eval_steps == 0 if eval_steps else time.time() - last_eval > eval_every):
             validate()
             last_eval = time.time()
         if time.time() - last_log > (30 if not args.tiny else 5) or step == 1:
@@ -283,7 +292,8 @@ def main():
                                                                      tokens_seen / max(len(train_data), 1), train_s))
     last_step = step
     if valid_data is not None:
-        validate()
+        if best.get("last") != step:  # not measured at this step yet
+            validate()
         if best["state"] is None:
             sys.exit("--keep-best: no finite validation loss (training diverged)")
         model.load_state_dict(best["state"])
