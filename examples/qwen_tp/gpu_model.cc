@@ -479,6 +479,14 @@ bool GpuModel::timeTargetStep(int n, int pos, int iters, double* ms, std::string
   return medianGraphMs(graphs_.at({kTarget, n}), iters, ms, error);
 }
 
+bool GpuModel::timeDraftStep(int slot, int iters, double* ms, std::string* error) {
+  int32_t draft = 0;
+  if (!mtpChain(0, slot, &draft, error)) return false;  // captures the graph
+  auto it = graphs_.find({kMtpChain, 1});
+  if (it == graphs_.end()) return *error = "timeDraftStep: the draft step has no CUDA graph (graphs off?)", false;
+  return medianGraphMs(it->second, iters, ms, error);
+}
+
 bool GpuModel::medianGraphMs(cudaGraphExec_t exec, int iters, double* ms, std::string* error) {
   if (iters < 1) return *error = "medianGraphMs: iters must be >= 1", false;
   EventPair ev;  // destroyed on every return

@@ -88,6 +88,9 @@ class GpuModel : public DecoderEngine {
   void setSkipAllReduce(bool skip);
   /// Median milliseconds of `iters` replays of the target step of n tokens at position pos.
   bool timeTargetStep(int n, int pos, int iters, double* ms, std::string* error);
+  /// Median milliseconds of `iters` replays of one chained MTP draft (mtpChain: the MTP layer,
+  /// the lm_head and the argmax exchange) at MTP cache slot `slot`. Needs the MTP head and graphs.
+  bool timeDraftStep(int slot, int iters, double* ms, std::string* error);
   /// The weight GEMMs of one target step at n tokens alone (every layer's qkv, o, gate/up and
   /// down, and the lm_head), captured in one CUDA graph and replayed iters times: median ms, and
   /// the weight bytes they read (what a decode step must read; the roofline's numerator).

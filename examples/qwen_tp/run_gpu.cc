@@ -42,7 +42,7 @@ struct RankResult {
   double coldPrefillSeconds = 0;  // the first prefill of the process (lazy loading, cuBLAS heuristics)
   bool needPlain = false;
   // profile (decode step from its CUDA graph)
-  double stepMs = 0, stepNoArMs = 0, verifyMs = 0, verifyNoArMs = 0, gemmMs = 0;
+  double stepMs = 0, stepNoArMs = 0, verifyMs = 0, verifyNoArMs = 0, gemmMs = 0, draftMs = 0;
   size_t gemmBytes = 0;
 };
 
@@ -96,6 +96,8 @@ bool profileStep(const Shared& sh, GpuModel& model, RankResult* r, std::string* 
   const bool verify = nv > 1 && nv <= GpuModel::kGraphMaxTokens;
   if (!model.timeTargetStep(1, pos, 50, &r->stepMs, err)) return false;
   if (verify && !model.timeTargetStep(nv, pos, 50, &r->verifyMs, err)) return false;
+  // One chained draft: what each of a round's drafts after the first costs (issue 17's draft share).
+  if (f.draftNMax > 0 && model.hasMtp() && !model.timeDraftStep(pos, 50, &r->draftMs, err)) return false;
   model.setSkipAllReduce(true);
   if (!model.timeTargetStep(1, pos, 50, &r->stepNoArMs, err)) return false;
   if (verify && !model.timeTargetStep(nv, pos, 50, &r->verifyNoArMs, err)) return false;
@@ -173,6 +175,14 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
   if (r.verifyMs > 0)
     std::printf("verify step (%d tokens) %.3f ms, without all-reduce %.3f ms -> all-reduce share %.1f%%\n",
                 f.draftNMax + 1, r.verifyMs, r.verifyNoArMs, (r.verifyMs - r.verifyNoArMs) / r.verifyMs * 100);
+  if (r.draftMs > 0 && r.stepMs > 0) {
+    const int N = f.draftNMax;
+    const double round = N * r.draftMs + r.verifyMs;
+    std::printf("draft step (one chained MTP draft, from its graph) %.3f ms = %.1f%% of a decode step; a round of "
+                "n-max %d (%d drafts + the verify) costs at least %.3f ms = %.2f decode steps, %.0f%% of it drafting\n",
+                r.draftMs, r.draftMs / r.stepMs * 100, N, N, round, round / r.stepMs,
+                round > 0 ? N * r.draftMs / round * 100 : 0);
+  }
   if (!reportOutput(f, r.out, err)) return false;
   std::ofstream m(f.metricsFile);
   m << formatPrometheus(f.draftNMax > 0 ? r.spec : r.plain, o.ctxSize);
