@@ -44,18 +44,7 @@ constexpr int kB = kQuantBlockElems;
     }                                                                                             \
   } while (0)
 
-template <typename T, int F>
-__global__ void __launch_bounds__(kThreads) quantizeKernel(const T* x, size_t count, dev::Wire w) {
-  const int warps = static_cast<int>(gridDim.x) * (kThreads / 32);
-  const int warp = static_cast<int>(blockIdx.x) * (kThreads / 32) + static_cast<int>(threadIdx.x / 32);
-  dev::forWarpBlocks(0, count, warp, warps, [&](size_t k, int m) {
-    float v[dev::kPerLane];
-    dev::loadBlock(x + k, m, v);
-    dev::storeCodes(dev::quantizeGroup<F>(v), m, w, k, k / kB);
-  });
-}
-
-// quantizeKernel with quantEncode as it was before session 9 (x / scale even for x = 0), for
+// quantizeGroup with quantEncode as it was before session 9 (x / scale even for x = 0), for
 // timing only: the "divide zeros" column shows what the zero guard saves on each input.
 template <int F>
 __device__ __forceinline__ dev::Codes quantizeGroupDividingZeros(const float (&x)[dev::kPerLane]) {
@@ -75,14 +64,16 @@ __device__ __forceinline__ dev::Codes quantizeGroupDividingZeros(const float (&x
   }
   return c;
 }
-template <typename T, int F>
-__global__ void __launch_bounds__(kThreads) quantizeDividingZerosKernel(const T* x, size_t count, dev::Wire w) {
+
+// kDivideZeros: the pre-session-9 encoding above instead of dev::quantizeGroup (the library's).
+template <typename T, int F, bool kDivideZeros = false>
+__global__ void __launch_bounds__(kThreads) quantizeKernel(const T* x, size_t count, dev::Wire w) {
   const int warps = static_cast<int>(gridDim.x) * (kThreads / 32);
   const int warp = static_cast<int>(blockIdx.x) * (kThreads / 32) + static_cast<int>(threadIdx.x / 32);
   dev::forWarpBlocks(0, count, warp, warps, [&](size_t k, int m) {
     float v[dev::kPerLane];
     dev::loadBlock(x + k, m, v);
-    dev::storeCodes(quantizeGroupDividingZeros<F>(v), m, w, k, k / kB);
+    dev::storeCodes(kDivideZeros ? quantizeGroupDividingZeros<F>(v) : dev::quantizeGroup<F>(v), m, w, k, k / kB);
   });
 }
 
@@ -145,7 +136,7 @@ bool runOne(DataType dt, size_t count, int reps, int grid, bool readback) {
   CHECK_CUDA(cudaMalloc(&scales, blocks * sizeof(float)));
   CHECK_CUDA(cudaMemcpy(x, host.data(), bytes, cudaMemcpyHostToDevice));
   const dev::Wire w{codes, scales};
-  const double q0 = medianGBps(bytes, reps, [&] { quantizeDividingZerosKernel<T, F><<<grid, kThreads>>>(x, count, w); });
+  const double q0 = medianGBps(bytes, reps, [&] { quantizeKernel<T, F, true><<<grid, kThreads>>>(x, count, w); });
   const double q = medianGBps(bytes, reps, [&] { quantizeKernel<T, F><<<grid, kThreads>>>(x, count, w); });
   const double d = medianGBps(bytes, reps, [&] { dequantizeKernel<T, F><<<grid, kThreads>>>(w, count, out); });
   CHECK_CUDA(cudaGetLastError());
