@@ -16,7 +16,8 @@ gpu_build
 step() {  # NAME SECONDS COMMAND...: runs it under a limit, prints rc and the summary lines
   local name=$1 t=$2; shift 2
   case " ${SKIP:-} " in *" $name "*) echo "$name skipped (SKIP)"; return 0 ;; esac
-  timeout -k 5 "$t" "$@" > "$L/$name.txt" 2>&1
+  echo "# commit ${COMMIT:-$(git -C "$root" rev-parse HEAD)}; date $(date -u +%Y-%m-%dT%H:%M:%SZ); command: $*" > "$L/$name.txt"
+  timeout -k 5 "$t" "$@" >> "$L/$name.txt" 2>&1
   local rc=$?
   echo "$name rc=$rc $(el) | $(grep -aE 'tests ran|PASSED|FAILED  \] [0-9]|ok  |FAIL|Passed|Failed|equal for' "$L/$name.txt" | tail -4 | tr '\n' ' ' | cut -c1-300)"
 }

@@ -28,7 +28,8 @@ export TPCOMM_ALLOW_SHARED_DEVICE=1 TPCOMM_TWOSHOT_BLOCKS=64 TPCOMM_PDL=0 CUDA_M
 step() {  # NAME SECONDS COMMAND...: appends the command and its output to NAME.txt
   local name=$1 t=$2; shift 2
   case " ${SKIP:-} " in *" $name "*) return 0 ;; esac
-  echo "\$ $*" >> "$L/$name.txt"
+  [ -s "$L/$name.txt" ] || echo "# commit ${COMMIT:-$(git -C "$root" rev-parse HEAD)}; scripts/gpu_shared_check.sh" > "$L/$name.txt"
+  echo "\$ $* ($(date -u +%Y-%m-%dT%H:%M:%SZ))" >> "$L/$name.txt"
   timeout -k 5 "$t" "$@" >> "$L/$name.txt" 2>&1
   local rc=$?
   echo "# rc=$rc" >> "$L/$name.txt"
