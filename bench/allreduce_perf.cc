@@ -33,8 +33,6 @@
 
 namespace {
 
-const char* gName = "allreduce_perf";  // this binary's benchmark name, for messages
-
 int visibleGpus() {
 #ifdef TPCOMM_BENCH_CUDA
   int n = 0;
@@ -55,7 +53,7 @@ bool launchedByMpi() {
 }
 
 int usageError(const std::string& msg) {
-  std::fprintf(stderr, "%s: %s\n", gName, msg.c_str());
+  std::fprintf(stderr, "%s: %s\n", tpcomm_bench::gBenchName, msg.c_str());
   return 2;
 }
 
@@ -77,7 +75,7 @@ int runThreads(tpcomm_bench::RunInfo& info, const std::vector<std::vector<int>>&
       std::unique_ptr<tpcomm::Bootstrap> bs;
       tpcomm::Status s = tpcomm::makeThreadBootstrap(group, t, &bs);
       if (s != tpcomm::Status::kOk) {
-        std::fprintf(stderr, "%s: thread bootstrap: %s\n", gName, tpcomm::lastErrorMessage());
+        std::fprintf(stderr, "%s: thread bootstrap: %s\n", tpcomm_bench::gBenchName, tpcomm::lastErrorMessage());
         status[t] = 1;
         return;
       }
@@ -102,7 +100,7 @@ bool sharedDeviceAllowed() {
 int main(int argc, char** argv) {
   tpcomm_bench::Args args;
   std::string error;
-  gName = tpcomm_bench::benchName(tpcomm_bench::collFromProgram(argv[0]));
+  tpcomm_bench::gBenchName = tpcomm_bench::benchName(tpcomm_bench::collFromProgram(argv[0]));
   if (!tpcomm_bench::parseArgs(argc, argv, &args, &error)) return usageError(error);
   if (args.help) {
     std::printf("%s", tpcomm_bench::usage(argv[0]).c_str());
@@ -131,11 +129,11 @@ int main(int argc, char** argv) {
 #else
   (void)proc;
   (void)localRank;
-  if (launchedByMpi()) std::fprintf(stderr, "%s: launched by mpirun but built without MPI: each process runs alone\n", gName);
+  if (launchedByMpi()) std::fprintf(stderr, "%s: launched by mpirun but built without MPI: each process runs alone\n", tpcomm_bench::gBenchName);
 #endif
   const int gpus = args.hostRanks ? 0 : visibleGpus();
   if (gpus < args.requireGpus) {
-    std::printf("%s: skipped: %d GPU(s) visible, --require-gpus %d\n", gName, gpus, args.requireGpus);
+    std::printf("%s: skipped: %d GPU(s) visible, --require-gpus %d\n", tpcomm_bench::gBenchName, gpus, args.requireGpus);
 #ifdef TPCOMM_BENCH_MPI
     if (mpi) MPI_Finalize();
 #endif

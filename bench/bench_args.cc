@@ -65,6 +65,8 @@ const char* benchName(Coll c) {
   return c == Coll::kReduceScatter ? "reduce_scatter_perf" : c == Coll::kAllGather ? "all_gather_perf" : "allreduce_perf";
 }
 
+const char* gBenchName = "allreduce_perf";
+
 const char* ncclTestsName(Coll c) {
   return c == Coll::kReduceScatter ? "reduce_scatter_perf" : c == Coll::kAllGather ? "all_gather_perf" : "all_reduce_perf";
 }

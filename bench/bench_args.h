@@ -22,6 +22,8 @@ enum class Coll { kAllReduce, kReduceScatter, kAllGather };
 Coll collFromProgram(const char* argv0);
 /// "allreduce_perf", "reduce_scatter_perf", "all_gather_perf".
 const char* benchName(Coll c);
+/// This binary's benchmark name, for messages (main sets it from argv[0]).
+extern const char* gBenchName;
 /// nccl-tests' binary of the same collective: "all_reduce_perf", ...
 const char* ncclTestsName(Coll c);
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "bench_args.h"
 #include "bench_runner.h"
 #include "tpcomm/communicator.h"
 #include "tpcomm/status.h"
@@ -71,7 +72,7 @@ class TpcommBackend : public Backend {
     for (auto& c : comms_) {
       if (!c) continue;
       tpcomm::Status s = c->destroy();
-      if (s != tpcomm::Status::kOk) std::fprintf(stderr, "allreduce_perf: %s\n", tpcommError("destroy", s).c_str());
+      if (s != tpcomm::Status::kOk) std::fprintf(stderr, "%s: %s\n", gBenchName, tpcommError("destroy", s).c_str());
     }
     comms_.clear();
   }

@@ -113,7 +113,7 @@ std::string versionsLine() {
 bool allOk(World& w, bool mine) { return w.minOf(mine ? 1.0 : 0.0) > 0.5; }
 
 void fail(const World& w, const std::string& msg) {
-  std::fprintf(stderr, "allreduce_perf: rank %d: %s\n", w.firstRank(), msg.c_str());
+  std::fprintf(stderr, "%s: rank %d: %s\n", gBenchName, w.firstRank(), msg.c_str());
 }
 
 nlohmann::json resultJson(const Result& r) {

@@ -77,18 +77,33 @@ bool captureGraphs(Backend& backend, std::vector<LocalRank>& ranks, bool inPlace
   std::string runError;
   bool ok = true;
   for (int i = 0; i < collectives && ok; ++i) ok = backend.run(ranks, inPlace, count, dtype, op, &runError);
-  for (LocalRank& r : ranks) {
-    cudaGraph_t g = nullptr;
-    cudaSetDevice(r.device);
-    cudaError_t e = cudaStreamEndCapture(r.stream, &g);
-    cudaGraphExec_t exec = nullptr;
-    if (ok && e == cudaSuccess) e = cudaGraphInstantiate(&exec, g, 0);
-    if (g) cudaGraphDestroy(g);
-    out->execs.push_back(exec);
+  // Every capture ends before any graph is instantiated: with one thread driving several ranks,
+  // instantiating rank 0's graph while rank 1's stream still captures (thread-local mode) is a
+  // call the capture forbids, and it invalidates rank 1's capture.
+  std::vector<cudaGraph_t> captured(ranks.size(), nullptr);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    cudaSetDevice(ranks[i].device);
+    cudaError_t e = cudaStreamEndCapture(ranks[i].stream, &captured[i]);
     if (ok && e != cudaSuccess) {
       ok = false;
-      runError = std::string("CUDA graph capture: ") + cudaGetErrorString(e);
+      runError = std::string("CUDA graph capture (end, rank ") + std::to_string(ranks[i].rank) +
+                 "): " + cudaGetErrorString(e);
     }
+    cudaGetLastError();
+  }
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    cudaGraphExec_t exec = nullptr;
+    cudaSetDevice(ranks[i].device);
+    if (ok && captured[i]) {
+      cudaError_t e = cudaGraphInstantiate(&exec, captured[i], 0);
+      if (e != cudaSuccess) {
+        ok = false;
+        runError = std::string("CUDA graph instantiate (rank ") + std::to_string(ranks[i].rank) +
+                   "): " + cudaGetErrorString(e);
+      }
+    }
+    if (captured[i]) cudaGraphDestroy(captured[i]);
+    out->execs.push_back(exec);
     cudaGetLastError();
   }
   if (!ok) *error = "graph mode (-G): " + runError;

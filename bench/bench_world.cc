@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "bench_args.h"
+
 namespace tpcomm_bench {
 
 World::World(tpcomm::Bootstrap* bootstrap, int firstRank, int localRanks, int nRanks)
@@ -18,7 +20,7 @@ bool World::gather(const void* mine, void* all, size_t bytes) {
   }
   tpcomm::Status s = bootstrap_->allGather(mine, all, bytes);
   if (s != tpcomm::Status::kOk) {
-    std::fprintf(stderr, "allreduce_perf: rank %d: bootstrap allGather failed: %s: %s\n", firstRank_,
+    std::fprintf(stderr, "%s: rank %d: bootstrap allGather failed: %s: %s\n", gBenchName, firstRank_,
                  tpcomm::statusName(s), tpcomm::lastErrorMessage());
     return false;
   }
@@ -29,7 +31,7 @@ bool World::barrier() {
   if (!bootstrap_) return true;
   tpcomm::Status s = bootstrap_->barrier();
   if (s != tpcomm::Status::kOk) {
-    std::fprintf(stderr, "allreduce_perf: rank %d: bootstrap barrier failed: %s: %s\n", firstRank_,
+    std::fprintf(stderr, "%s: rank %d: bootstrap barrier failed: %s: %s\n", gBenchName, firstRank_,
                  tpcomm::statusName(s), tpcomm::lastErrorMessage());
     return false;
   }
