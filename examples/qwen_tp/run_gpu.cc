@@ -18,6 +18,7 @@
 #include "cli.h"
 #include "gpu_model.h"
 #include "logits_dump.h"
+#include "rank_gate.h"
 #include "run.h"
 #include "speculative.h"
 #include "tpcomm/tpcomm.h"
@@ -192,12 +193,20 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
 // Everything one rank does: build the model, (--dump-logits: the prompt teacher-forced, in calls
 // of kLogitsRows tokens so every row's logits are kept, each rank filling its vocab columns of
 // `dump`), run, profile; rank 0 reports.
-bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm, LogitsTable* dump, std::string* err) {
+// `gate` (rank threads of one process): no rank starts a collective before every rank's init
+// is done (rank_gate.h says why).
+bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm, LogitsTable* dump, RankGate* gate,
+             std::string* err) {
   TpShape shape;
-  if (!makeTpShape(sh.cfg, sh.flags.tp, rank, &shape, err)) return false;
+  const bool shaped = makeTpShape(sh.cfg, sh.flags.tp, rank, &shape, err);
   GpuModel model(sh.cfg, shape, device, comm);
   const GpuModelOptions o = modelOptions(sh);
-  if (!model.init(o, err)) return false;
+  const bool ready = shaped && model.init(o, err);
+  if (gate && !gate->pass(ready)) {
+    if (ready) *err = "another rank's init failed";
+    return false;
+  }
+  if (!ready) return false;
   if (dump) {
     auto rows = [&model](int n, std::vector<float>* out, std::string* e) { return model.lastLogits(n, out, e); };
     if (!collectTeacherForcedLogits(model, GpuModel::kLogitsRows, shape.vocabBegin(), shape.vocab, rows, dump, err))
@@ -242,7 +251,7 @@ int runOnGpu(RunSetup& sh, int argc, char** argv) {
     }
     if (ok && s == tpcomm::Status::kOk) s = tpcomm::Communicator::create(*boot, rank % std::max(ndev, 1), commConfig(f), &comm);
     if (s != tpcomm::Status::kOk) ok = false, err = std::string("tpcomm: ") + tpcomm::lastErrorMessage();
-    if (ok) ok = runRank(sh, rank, rank % std::max(ndev, 1), f.tp > 1 ? comm.get() : nullptr, nullptr, &err);
+    if (ok) ok = runRank(sh, rank, rank % std::max(ndev, 1), f.tp > 1 ? comm.get() : nullptr, nullptr, nullptr, &err);
     if (!ok) std::fprintf(stderr, "qwen_tp rank %d: %s\n", rank, err.c_str());
     if (comm) comm->destroy();
     boot.reset();
@@ -293,9 +302,11 @@ int runOnGpu(RunSetup& sh, int argc, char** argv) {
   LogitsTable dump;
   LogitsTable* dumpPtr = f.dumpLogits.empty() ? nullptr : &dump;
   if (dumpPtr) dump.reset(sh.prompt, sh.cfg.vocabSize);
+  RankGate gate(f.tp);
   for (int r = 0; r < f.tp; ++r)
-    threads.emplace_back(
-        [&, r] { oks[r] = runRank(sh, r, devices[r], f.tp > 1 ? comms[r].get() : nullptr, dumpPtr, &errors[r]); });
+    threads.emplace_back([&, r] {
+      oks[r] = runRank(sh, r, devices[r], f.tp > 1 ? comms[r].get() : nullptr, dumpPtr, &gate, &errors[r]);
+    });
   for (auto& t : threads) t.join();
   int rc = 0;
   for (int r = 0; r < f.tp; ++r)

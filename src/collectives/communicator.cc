@@ -223,6 +223,13 @@ Status Communicator::checkError() {
   if (w == 0) return Status::kOk;
   Status s = static_cast<Status>(w & 0xffffu);
   int peer = static_cast<int>(w >> 16) - 1;
+  // The word names the rank that did not arrive, not the one whose wait expired: a rank that
+  // finds itself named learned of the timeout from a peer's poison.
+  if (s == Status::kTimeout && peer == impl_->ctx->rank)
+    return setError(s, __FILE__, __LINE__,
+                    "rank %d: a peer's collective timed out after %d ms waiting for this rank (rank %d was late: "
+                    "busy, blocked, or its call was never made); the communicator is unusable (destroy or abort it)",
+                    impl_->ctx->rank, impl_->ctx->timeoutMs, peer);
   if (s == Status::kTimeout && peer >= 0)
     return setError(s, __FILE__, __LINE__,
                     "rank %d: a collective timed out after %d ms waiting for rank %d; the communicator is unusable "

@@ -41,6 +41,7 @@
 #include "cpu_model.h"
 #include "gpu_kernels.h"
 #include "gpu_model.h"
+#include "rank_gate.h"
 #include "safetensors.h"
 #include "speculative.h"
 #include "tpcomm/tpcomm.h"
@@ -455,10 +456,11 @@ bool runGpu(int tp, const std::string& algo, int draftN, double sim, const std::
   std::vector<std::string> errs(tp);
   std::vector<char> ok(tp, 0);
   std::vector<std::thread> th;
+  qwen::RankGate gate(tp);  // no collective before every rank's init (rank_gate.h)
   for (int r = 0; r < tp; ++r)
     th.emplace_back([&, r] {
       TpShape s;
-      if (!makeTpShape(c, tp, r, &s, &errs[r])) return;
+      const bool shaped = makeTpShape(c, tp, r, &s, &errs[r]);
       GpuModel m(c, s, devs[r], tp > 1 ? comms[r].get() : nullptr);
       GpuModelOptions o;
       o.ctxSize = 24 + nPredict + 16;
@@ -468,7 +470,7 @@ bool runGpu(int tp, const std::string& algo, int draftN, double sim, const std::
       o.customGemv = customGemv;
       o.useGraphs = algo != "staged_host";  // not capturable: under capture tpcomm would pick P2P
       o.pdl = pdlFor(tp);
-      if (!m.init(o, &errs[r])) return;
+      if (!gate.pass(shaped && m.init(o, &errs[r]))) return;
       GenerateOptions g;
       g.nPredict = nPredict;
       g.draftNMax = draftN;
@@ -548,17 +550,18 @@ TEST(QwenGpu, CompressedAllReduceKeepsTheGreedyTokenTheArgmax) {
     std::mutex mu;
     std::string normAlgo;  // the layer epilogue's all-reduce, as rank 0 last ran it
     std::vector<std::thread> th;
+    qwen::RankGate gate(tp);  // no collective before every rank's init (rank_gate.h)
     for (int r = 0; r < tp; ++r)
       th.emplace_back([&, r] {
         TpShape s;
-        if (!makeTpShape(c, tp, r, &s, &errs[r])) return;
+        const bool shaped = makeTpShape(c, tp, r, &s, &errs[r]);
         GpuModel m(c, s, devs[r], comms[r].get());
         GpuModelOptions o;
         o.ctxSize = 64;
         o.maxTokensPerCall = 32;
         o.seed = 21;
         o.pdl = pdlFor(tp);
-        if (!m.init(o, &errs[r])) return;
+        if (!gate.pass(shaped && m.init(o, &errs[r]))) return;
         std::vector<int32_t> next(20);
         std::vector<float> lg;
         if (!m.target(p.data(), 20, 0, next.data(), &errs[r]) || !m.lastLogits(kept, &lg, &errs[r])) return;

@@ -33,6 +33,7 @@
 #include "cpu_model.h"
 #include "gpu_kernels.h"
 #include "gpu_model.h"
+#include "rank_gate.h"
 #include "safetensors.h"
 #include "speculative.h"
 #include "tpcomm/tpcomm.h"
@@ -300,10 +301,11 @@ void runTp2Variant(const ModelConfig& c, int ubatch, bool overlap, bool fusedNor
   std::vector<std::string> errs(tp);
   std::vector<int> overlapped(tp, 0);
   std::vector<std::thread> th;
+  qwen::RankGate gate(tp);  // no collective before every rank's init (rank_gate.h)
   for (int r = 0; r < tp; ++r)
     th.emplace_back([&, r] {
       TpShape s;
-      if (!makeTpShape(c, tp, r, &s, &errs[r])) return;
+      const bool shaped = makeTpShape(c, tp, r, &s, &errs[r]);
       GpuModel m(c, s, devs[r], comms[r].get());
       GpuModelOptions o;
       o.ctxSize = static_cast<int>(prompt.size()) + 16;
@@ -312,7 +314,7 @@ void runTp2Variant(const ModelConfig& c, int ubatch, bool overlap, bool fusedNor
       o.prefillOverlap = overlap;
       o.pdl = ndev >= tp;  // no PDL with both ranks on one GPU (qwen_gpu_test.cc's main says why)
       o.fusedNorm = fusedNorm;
-      if (!m.init(o, &errs[r])) return;
+      if (!gate.pass(shaped && m.init(o, &errs[r]))) return;
       std::vector<int32_t> toks = prompt;
       int32_t draft = 0, in = 0, next = -1;
       std::vector<float> lg;
