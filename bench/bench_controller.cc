@@ -360,6 +360,20 @@ int runController(const RunInfo& info, tpcomm::Bootstrap* bootstrap, int firstRa
       }
     if (!allOk(world, tableOk)) status = 1;
     if (table.wrongTotal() > 0) status = 1;
+    if (main && algo != "auto" && algo != "nccl") {
+      // A forced name is a preference (Config::algo): where that algorithm cannot serve a call
+      // the selector's next choice runs. Say so, or the table reads as the forced algorithm's.
+      int others = 0, rows = 0;
+      for (const Row& r : table.rows)
+        for (const Result* x : {&r.outOfPlace, &r.inPlace}) {
+          ++rows;
+          if (x->algo != algo) ++others;
+        }
+      if (others > 0)
+        std::printf("# note: -A %s ran on %d of %d timings; the others ran the algorithm named in the algo column "
+                    "(%s cannot serve those calls on these ranks)\n",
+                    algo.c_str(), rows - others, rows, algo.c_str());
+    }
     if (main) {
       printTableFooter(table);
       nlohmann::json jt = {{"algo", algo}, {"out_of_bounds", table.wrongTotal()}, {"average_bus_bandwidth", table.avgBusBw()}};
