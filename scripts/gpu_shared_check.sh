@@ -13,8 +13,8 @@
 #                it times a size; until session 9 the out-of-place timings ran on zero-filled
 #                buffers), after quantize_gpu_bench (the quantizer alone on normal data and on
 #                its own read-back, the in-place case)
-#   halves       reduce_scatter_perf / all_gather_perf: auto in CUDA graphs, auto and staged_host
-#                eager: the protocols' one-GPU floor
+#   halves       allreduce_perf / reduce_scatter_perf / all_gather_perf, one thread driving both
+#                ranks: auto in CUDA graphs (and eager for the halves): the protocols' one-GPU floor
 # Logs in OUTDIR/logs.tgz, a one-line result per step. COMMIT=<hash> names the commit; SKIP="name ..."
 # leaves steps out.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
