@@ -9,7 +9,7 @@
 #      with MTP off and --spec-draft-n-max 1..6 (NMAX), and --spec-draft-p-min (PMIN) at n-max 3 and
 #      6 (PMIN_NMAX) on the GPU if it has it, else on the CPU reference (--device cpu --tp 4, 64 tokens, in the background);
 #   4. a table of acceptance and decode speed, printed last and written to $OUT/summary.md.
-# Logs, each opening with commit, date, command and GPU: $OUT/{build,train,parity,accept,accept_cpu}.log and
+# Logs, each opening with commit, date, command and GPU: $OUT/{build,train,parity,accept,accept_cpu,profile}.log and
 # summary.md (at most 8 files come back from a device call). Usage, from the repository root:
 #   OUT=/path/to/out bash examples/qwen_tp/train/gpu_session.sh
 # COMMIT (env) names the commit when the tree has no .git; PY (env) the Python with torch
@@ -51,7 +51,7 @@ run() {  # run <log> <timeout s> <command...>: appends the command, its output a
   echo "## rc=$rc" >> "$log"
   return $rc
 }
-for l in build train parity accept accept_cpu; do header "$OUT/$l.log" "examples/qwen_tp/train/gpu_session.sh ($l part)"; done
+for l in build train parity accept accept_cpu profile; do header "$OUT/$l.log" "examples/qwen_tp/train/gpu_session.sh ($l part)"; done
 echo "# environment: MINUTES=$MINUTES NMAX='$NMAX' PMIN_NMAX='$PMIN_NMAX' PMIN='$PMIN' PROMPTS=$PROMPTS PROMPT_CHARS=$PROMPT_CHARS N_PREDICT=$N_PREDICT PY=$PY" >> "$OUT/train.log"
 run train 30 $PY -c "import sys, torch, transformers, tokenizers; print(sys.version.split()[0], torch.__version__, transformers.__version__, tokenizers.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"
 
@@ -137,6 +137,10 @@ for p in $(seq 0 $(( PROMPTS - 1 ))); do
     done
   fi
 done
+# The profile at n-max 3 (the decode step's parts from their graphs, and one chained draft's
+# share of a speculative round: issue 17's draft cost), on the first prompt.
+[ -f "$W/prompt0.txt" ] && run profile 90 "$Q" --device "$DEVICE" --model-dir "$CKPT" --prompt-file "$W/prompt0.txt" \
+    --n-predict "$N_PREDICT" --spec-type draft-mtp --spec-draft-n-max 3 --metrics-file "$W/m.prom"
 echo "GPU acceptance runs done (+$(( $(date +%s) - T0 )) s)"
 [ -n "${CPU_PID:-}" ] && { wait $CPU_PID; echo "CPU p-min runs done (+$(( $(date +%s) - T0 )) s)"; }
 
@@ -159,7 +163,14 @@ for line in (l for log in logs for l in open(log, errors="replace")):
         m = re.search(r"--spec-draft-p-min ([0-9.]+)", cmd)
         pm = m.group(1) if m else "-"
         key = (dev, n, pm)
-        r = rows.setdefault(key, {"acc": 0, "drafted": 0, "rounds": 0, "tps": [], "runs": 0, "first": 0})
+        r = rows.setdefault(key, {"acc": 0, "drafted": 0, "rounds": 0, "tps": [], "runs": 0, "first": 0, "distinct": []})
+    elif cmd and line.startswith("output: "):
+        # Distinct 4-grams of the generated ids: near 1 for text, low for a loop (a greedy small
+        # model can fall into one, and a loop is easy to draft: its acceptance says little).
+        ids = line.split()[1:]
+        grams = [tuple(ids[i:i + 4]) for i in range(len(ids) - 3)]
+        if grams:
+            r["distinct"].append(len(set(grams)) / len(grams))
     elif cmd and "eval time =" in line and "prompt" not in line:
         r["tps"].append(float(re.search(r"([0-9.]+) tokens per second", line).group(1)))
         r["runs"] += 1
@@ -174,8 +185,9 @@ print("Trained model: %s" % (metrics[-1].replace("[train] ", "") if metrics else
 verdict = lambda rc: "PASS" if rc == "0" else "FAIL or not run (rc %s)" % rc
 print("HF parity (tests/hf_parity.py --device %s): trained model %s; 30-step --tiny model %s (parity.log)\n"
       % (device, verdict(parity_rc), verdict(tiny_rc)))
-print("| device | n-max | p-min | runs | accepted/drafted | per-token | mean length | decode tok/s (mean) | vs MTP off |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| device | n-max | p-min | runs | accepted/drafted | per-token | mean length | decode tok/s (mean) | vs MTP off | distinct 4-grams (lowest / mean run) |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+looping = False
 base = {}
 for (dev, n, pm), r in rows.items():
     tps = sum(r["tps"]) / len(r["tps"]) if r["tps"] else 0
@@ -185,10 +197,18 @@ for (dev, n, pm), r in rows.items():
     per = r["acc"] / (r["acc"] + r["first"]) if r["acc"] + r["first"] else 0
     mean = 1 + r["acc"] / r["rounds"] if r["rounds"] else 1
     speed = "%.2fx" % (tps / base[dev]) if base.get(dev) else "-"
-    print("| %s | %s | %s | %d | %s | %s | %s | %.1f | %s |" % (
+    distinct = min(r["distinct"]) if r["distinct"] else float("nan")
+    looping = looping or distinct < 0.5
+    mean_distinct = sum(r["distinct"]) / len(r["distinct"]) if r["distinct"] else float("nan")
+    print("| %s | %s | %s | %d | %s | %s | %s | %.1f | %s | %.2f / %.2f |" % (
         dev, n or "off", pm, r["runs"], "%.3f (%d/%d)" % (ratio, r["acc"], r["drafted"]) if n else "-",
-        "%.3f" % per if n else "-", "%.2f" % mean if n else "1", tps, speed if n else "1.00x"))
+        "%.3f" % per if n else "-", "%.2f" % mean if n else "1", tps, speed if n else "1.00x", distinct, mean_distinct))
 print("\naccepted/drafted is llama.cpp's draft acceptance (summed over the prompts); decode tok/s excludes the prompt.")
 print("The CPU rows (p-min on the fp32 CPU reference, --tp 4, 64 tokens) measure acceptance, not speed.")
+print("distinct 4-grams: share of a run's generated 4-grams that are distinct (1: no 4-gram repeats).")
+if looping:
+    print("WARNING: a run's output is mostly a loop (distinct 4-grams < 0.5): a loop is easy to draft, so "
+          "acceptance there overstates what the draft does on text. Do not quote those rows as the target.")
 EOF
+grep -aE "draft|step .*ms" "$OUT/profile.log" | tail -6
 echo "total $(( $(date +%s) - T0 )) s"
