@@ -31,6 +31,14 @@ PMIN=${PMIN:-"0.5 0.75"}
 PROMPTS=${PROMPTS:-4}
 PROMPT_CHARS=${PROMPT_CHARS:-700}
 N_PREDICT=${N_PREDICT:-200}
+# Mid-file prefixes: PREFIXES prompts of PREFIX_CHARS characters ending at a line break inside a
+# held-out file (a point fixed per file), PREFIX_PREDICT tokens each, at n-max PREFIX_NMAX. Short
+# runs from many places in held-out text: a greedy small model that falls into a loop within 200
+# tokens seldom does within 32, so these rows measure the draft on text (distinct 4-grams shows it).
+PREFIXES=${PREFIXES:-24}
+PREFIX_CHARS=${PREFIX_CHARS:-800}
+PREFIX_PREDICT=${PREFIX_PREDICT:-32}
+PREFIX_NMAX=${PREFIX_NMAX:-"1 3 5"}
 CKPT=${CKPT:-/tmp/qwen_train/ckpt}
 TINY=/tmp/qwen_train/tiny
 W=/tmp/qwen_train/work
@@ -52,7 +60,7 @@ run() {  # run <log> <timeout s> <command...>: appends the command, its output a
   return $rc
 }
 for l in build train parity accept accept_cpu profile; do header "$OUT/$l.log" "examples/qwen_tp/train/gpu_session.sh ($l part)"; done
-echo "# environment: MINUTES=$MINUTES NMAX='$NMAX' PMIN_NMAX='$PMIN_NMAX' PMIN='$PMIN' PROMPTS=$PROMPTS PROMPT_CHARS=$PROMPT_CHARS N_PREDICT=$N_PREDICT PY=$PY" >> "$OUT/train.log"
+echo "# environment: MINUTES=$MINUTES NMAX='$NMAX' PMIN_NMAX='$PMIN_NMAX' PMIN='$PMIN' PROMPTS=$PROMPTS PROMPT_CHARS=$PROMPT_CHARS N_PREDICT=$N_PREDICT PREFIXES=$PREFIXES PREFIX_CHARS=$PREFIX_CHARS PREFIX_PREDICT=$PREFIX_PREDICT PREFIX_NMAX='$PREFIX_NMAX' PY=$PY" >> "$OUT/train.log"
 run train 30 $PY -c "import sys, torch, transformers, tokenizers; print(sys.version.split()[0], torch.__version__, transformers.__version__, tokenizers.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"
 
 # 1. training in the background (GPU), the build in the foreground (CPU), the tiny model (CPU).
@@ -90,20 +98,30 @@ echo "parity (trained) rc=$PARITY_RC (+$(( $(date +%s) - T0 )) s)"
 
 # 3. acceptance on held-out text. Prompt files: the first PROMPT_CHARS characters of the first
 # PROMPTS held-out files that are long enough.
-$PY - "$CKPT/heldout_files.txt" "$W" "$PROMPTS" "$PROMPT_CHARS" <<'EOF' >> "$OUT/accept.log" 2>&1
-import os, sys
-held, work, n, chars = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+$PY - "$CKPT/heldout_files.txt" "$W" "$PROMPTS" "$PROMPT_CHARS" "$PREFIXES" "$PREFIX_CHARS" <<'EOF' >> "$OUT/accept.log" 2>&1
+import os, random, sys
+held, work, n, chars, nprefix, pchars = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+texts = [(p, open(p, encoding="utf-8", errors="replace").read()) for p in open(held).read().split()]
 k = 0
-for path in open(held).read().split():
-    text = open(path, encoding="utf-8", errors="replace").read()
+for path, text in texts:
+    if k == n:
+        break
     if len(text) < 2 * chars:
         continue
     with open(os.path.join(work, "prompt%d.txt" % k), "w") as f:
         f.write(text[:chars])
     print("## prompt%d: first %d characters of %s" % (k, chars, path))
     k += 1
-    if k == n:
-        break
+# Prefixes: one per file that is long enough (cycling through them with a new point if there are
+# fewer than PREFIXES), ending at a line break at a point drawn from [pchars, len - 400).
+long_texts = [(p, t) for p, t in texts if len(t) >= pchars + 1200]
+for j in range(nprefix if long_texts else 0):
+    path, text = long_texts[j % len(long_texts)]
+    rng = random.Random("%s:%d" % (os.path.basename(path), j))
+    cut = text.rfind("\n", pchars, rng.randrange(pchars + 400, len(text) - 400)) + 1
+    with open(os.path.join(work, "prefix%d.txt" % j), "w") as f:
+        f.write(text[cut - pchars:cut])
+    print("## prefix%d: characters %d..%d of %s" % (j, cut - pchars, cut, path))
 EOF
 GPU_PMIN=0
 run accept 60 "$Q" --device "$DEVICE" --model-dir "$CKPT" --prompt-file "$W/prompt0.txt" --n-predict 8 --spec-type draft-mtp --spec-draft-p-min 0.5 --no-profile \
@@ -137,6 +155,14 @@ for p in $(seq 0 $(( PROMPTS - 1 ))); do
     done
   fi
 done
+for j in $(seq 0 $(( PREFIXES - 1 ))); do
+  [ -f "$W/prefix$j.txt" ] || continue
+  for n in 0 $PREFIX_NMAX; do
+    spec=""; [ "$n" = 0 ] || spec="--spec-type draft-mtp --spec-draft-n-max $n"
+    run accept 60 "$Q" --device "$DEVICE" --model-dir "$CKPT" --prompt-file "$W/prefix$j.txt" --n-predict "$PREFIX_PREDICT" \
+        --no-profile $spec --metrics-file "$W/m.prom"
+  done
+done
 # The profile at n-max 3 (the decode step's parts from their graphs, and one chained draft's
 # share of a speculative round: issue 17's draft cost), on the first prompt.
 [ -f "$W/prompt0.txt" ] && run profile 90 "$Q" --device "$DEVICE" --model-dir "$CKPT" --prompt-file "$W/prompt0.txt" \
@@ -162,7 +188,8 @@ for line in (l for log in logs for l in open(log, errors="replace")):
             continue
         m = re.search(r"--spec-draft-p-min ([0-9.]+)", cmd)
         pm = m.group(1) if m else "-"
-        key = (dev, n, pm)
+        kind = "mid-file prefixes" if "/prefix" in cmd else "file starts"
+        key = (kind, dev, n, pm)
         r = rows.setdefault(key, {"acc": 0, "drafted": 0, "rounds": 0, "tps": [], "runs": 0, "first": 0, "distinct": []})
     elif cmd and line.startswith("output: "):
         # Distinct 4-grams of the generated ids: near 1 for text, low for a loop (a greedy small
@@ -185,25 +212,27 @@ print("Trained model: %s" % (metrics[-1].replace("[train] ", "") if metrics else
 verdict = lambda rc: "PASS" if rc == "0" else "FAIL or not run (rc %s)" % rc
 print("HF parity (tests/hf_parity.py --device %s): trained model %s; 30-step --tiny model %s (parity.log)\n"
       % (device, verdict(parity_rc), verdict(tiny_rc)))
-print("| device | n-max | p-min | runs | accepted/drafted | per-token | mean length | decode tok/s (mean) | vs MTP off | distinct 4-grams (lowest / mean run) |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("| prompts | device | n-max | p-min | runs | accepted/drafted | per-token | mean length | decode tok/s (mean) | vs MTP off | distinct 4-grams (lowest / mean run) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 looping = False
 base = {}
-for (dev, n, pm), r in rows.items():
+for (kind, dev, n, pm), r in rows.items():
     tps = sum(r["tps"]) / len(r["tps"]) if r["tps"] else 0
     if n == 0:
-        base[dev] = tps
+        base[kind, dev] = tps
     ratio = r["acc"] / r["drafted"] if r["drafted"] else 0
     per = r["acc"] / (r["acc"] + r["first"]) if r["acc"] + r["first"] else 0
     mean = 1 + r["acc"] / r["rounds"] if r["rounds"] else 1
-    speed = "%.2fx" % (tps / base[dev]) if base.get(dev) else "-"
+    speed = "%.2fx" % (tps / base[kind, dev]) if base.get((kind, dev)) else "-"
     distinct = min(r["distinct"]) if r["distinct"] else float("nan")
     looping = looping or distinct < 0.5
     mean_distinct = sum(r["distinct"]) / len(r["distinct"]) if r["distinct"] else float("nan")
-    print("| %s | %s | %s | %d | %s | %s | %s | %.1f | %s | %.2f / %.2f |" % (
-        dev, n or "off", pm, r["runs"], "%.3f (%d/%d)" % (ratio, r["acc"], r["drafted"]) if n else "-",
+    print("| %s | %s | %s | %s | %d | %s | %s | %s | %.1f | %s | %.2f / %.2f |" % (
+        kind, dev, n or "off", pm, r["runs"], "%.3f (%d/%d)" % (ratio, r["acc"], r["drafted"]) if n else "-",
         "%.3f" % per if n else "-", "%.2f" % mean if n else "1", tps, speed if n else "1.00x", distinct, mean_distinct))
 print("\naccepted/drafted is llama.cpp's draft acceptance (summed over the prompts); decode tok/s excludes the prompt.")
+print("file starts: the first PROMPT_CHARS characters of held-out files, N_PREDICT tokens; mid-file prefixes:")
+print("PREFIX_CHARS characters ending inside a held-out file, PREFIX_PREDICT tokens (the values: train.log's environment line).")
 print("The CPU rows (p-min on the fp32 CPU reference, --tp 4, 64 tokens) measure acceptance, not speed.")
 print("distinct 4-grams: share of a run's generated 4-grams that are distinct (1: no 4-gram repeats).")
 if looping:
