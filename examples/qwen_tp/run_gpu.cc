@@ -81,6 +81,11 @@ bool runDecode(const Shared& sh, int rank, GpuModel& model, RankResult* r, std::
     GenerateStats st;
     if (!generate(model, sh.prompt, w, &o, &st, err)) return false;
     r->coldPrefillSeconds = st.prefillSeconds;
+    // The speculative run's graphs (verify and MTP calls of 1..n-max+1 tokens) captured now,
+    // untimed: the timed runs below replay warm graphs.
+    w.draftNMax = f.draftNMax;
+    w.draftPMin = f.draftPMin;
+    if (!warmSpeculation(model, w, static_cast<int>(sh.prompt.size()), err)) return false;
   }
   if (!runPlainAndSpeculative(model, sh, &text, &r->out, &r->plain, &r->spec, err)) return false;
   return true;

@@ -69,6 +69,25 @@ bool prefillChunked(DecoderEngine& e, std::vector<int32_t>* tokens, bool mtp, in
   return true;
 }
 
+bool warmSpeculation(DecoderEngine& e, const GenerateOptions& opt, int pos, std::string* error) {
+  const int N = opt.draftNMax;
+  if (N <= 0 || !e.hasMtp()) return true;
+  if (pos < 0 || pos + N + 1 > e.ctxSize())
+    return fail(error, "warmSpeculation: positions " + std::to_string(pos) + ".." + std::to_string(pos + N) +
+                           " outside the KV cache of " + std::to_string(e.ctxSize()));
+  if (opt.draftPMin > 0 && !e.enableDraftProbability())
+    return fail(error, "--spec-draft-p-min: this engine does not compute the draft's probability");
+  const int most = std::min(N + 1, e.maxTokensPerCall());
+  std::vector<int32_t> toks(static_cast<size_t>(most), 0), next(static_cast<size_t>(most));
+  for (int n = 1; n <= most; ++n) {
+    int32_t draft = 0;
+    if (!e.target(toks.data(), n, pos, next.data(), error) || !e.mtpFromTarget(toks.data(), n, pos, &draft, error) ||
+        !e.mtpChain(draft, pos + n - 1, &draft, error))
+      return false;
+  }
+  return true;
+}
+
 bool generate(DecoderEngine& e, const std::vector<int32_t>& prompt, const GenerateOptions& opt, std::vector<int32_t>* out,
               GenerateStats* st, std::string* error) {
   *st = GenerateStats();

@@ -68,6 +68,14 @@ struct GenerateStats {
 bool generate(DecoderEngine& engine, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
               std::vector<int32_t>* out, GenerateStats* stats, std::string* error);
 
+/// Makes every call shape a speculative run with `opt` can use once, at positions pos.. (KV and
+/// MTP slots written there are overwritten by the next run's prefill and decode): target() and
+/// mtpFromTarget() of 1..draftNMax+1 tokens and one mtpChain(), after enableDraftProbability()
+/// when draftPMin > 0. An engine that captures a CUDA graph per shape then replays warm graphs in
+/// the timed run: without this, a 32-token run spent most of its time capturing them. Needs
+/// pos + draftNMax + 1 <= ctxSize() (generate()'s own requirement for a prompt of pos tokens).
+bool warmSpeculation(DecoderEngine& e, const GenerateOptions& opt, int pos, std::string* error);
+
 /// Prefill of the prompt in *tokens (t_0 .. t_{P-1}) in chunks of e.maxTokensPerCall() tokens
 /// (llama.cpp's --ubatch-size), each through e.prefill() at its positions; appends t_P, the
 /// greedy token after the prompt. With `mtp`, each chunk is followed by the MTP pass over its

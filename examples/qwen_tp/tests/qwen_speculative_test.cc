@@ -19,15 +19,56 @@ struct GenRun {
   GenerateStats stats;
 };
 
+// Forwards to an engine and records every draft it returns (token and top probability): drafts
+// on random weights are almost never accepted, so the output alone would not show a draft
+// computed from a stale MTP cache slot; the drafts themselves do.
+class RecordingEngine : public DecoderEngine {
+ public:
+  explicit RecordingEngine(DecoderEngine& e) : e_(e) {}
+  bool target(const int32_t* t, int n, int pos, int32_t* next, std::string* err) override {
+    return e_.target(t, n, pos, next, err);
+  }
+  bool prefill(const int32_t* t, int n, int pos, int32_t* last, std::string* err) override {
+    return e_.prefill(t, n, pos, last, err);
+  }
+  bool mtpFromTarget(const int32_t* t, int n, int slot, int32_t* draft, std::string* err) override {
+    return note(e_.mtpFromTarget(t, n, slot, draft, err), *draft);
+  }
+  bool mtpChain(int32_t token, int slot, int32_t* draft, std::string* err) override {
+    return note(e_.mtpChain(token, slot, draft, err), *draft);
+  }
+  bool enableDraftProbability() override { return probs_ = e_.enableDraftProbability(); }
+  double lastDraftProbability() const override { return e_.lastDraftProbability(); }
+  bool hasMtp() const override { return e_.hasMtp(); }
+  int vocabSize() const override { return e_.vocabSize(); }
+  int ctxSize() const override { return e_.ctxSize(); }
+  int maxTokensPerCall() const override { return e_.maxTokensPerCall(); }
+  std::vector<double> drafts;  // token, then its probability when asked for
+
+ private:
+  bool note(bool ok, int32_t draft) {
+    if (ok) drafts.push_back(draft);
+    if (ok && probs_) drafts.push_back(e_.lastDraftProbability());
+    return ok;
+  }
+  DecoderEngine& e_;
+  bool probs_ = false;
+};
+
+// warm: warmSpeculation() first, on the same model (what qwen_tp does before its timed runs);
+// drafts (when given): rank 0's drafts during generate().
 bool runGenerate(const ModelConfig& cfg, const HostWeights& w, int tp, const std::vector<int32_t>& p, const GenerateOptions& opt,
-                 GenRun* run, std::string* err, int ctx = 96) {
+                 GenRun* run, std::string* err, int ctx = 96, bool warm = false, std::vector<double>* drafts = nullptr) {
   std::mutex mu;
   return runCpuTpGroup(tp, [&](int rank, tpcomm::Communicator* comm, std::string* e) {
     TpShape s;
     if (!makeTpShape(cfg, tp, rank, &s, e)) return false;
     CpuModel model(cfg, s, &w, comm, ctx);
     GenRun r;
-    if (!generate(model, p, opt, &r.out, &r.stats, e)) return false;
+    if (warm && !warmSpeculation(model, opt, static_cast<int>(p.size()), e)) return false;
+    RecordingEngine rec(model);
+    if (!generate(rec, p, opt, &r.out, &r.stats, e)) return false;
+    if (drafts && rank == 0) *drafts = rec.drafts;
     std::lock_guard<std::mutex> lock(mu);
     if (rank == 0) *run = r;
     return true;
@@ -67,6 +108,39 @@ TEST_F(QwenSpeculative, RealDraftsMatchGreedyForEveryN) {
     EXPECT_FALSE(r.stats.simulated);
     EXPECT_EQ(r.stats.generated, kTokens);
   }
+}
+
+// The warm-up writes KV and MTP slots past the prompt with junk calls; the run that follows
+// must not see them: the same tokens, drafts and acceptance as a run on a fresh model, with and
+// without p-min, at TP = 1 and 2.
+TEST_F(QwenSpeculative, WarmUpLeavesNoTrace) {
+  for (int tp : {1, 2})
+    for (int n : {1, 3, 6})
+      for (double pmin : {0.0, 0.3}) {
+        GenerateOptions g;
+        g.nPredict = kTokens;
+        g.draftNMax = n;
+        g.draftPMin = pmin;
+        GenRun fresh, warmed;
+        std::vector<double> freshDrafts, warmedDrafts;
+        std::string err;
+        ASSERT_TRUE(runGenerate(cfg_, w_, tp, prompt_, g, &fresh, &err, 96, false, &freshDrafts)) << err;
+        ASSERT_TRUE(runGenerate(cfg_, w_, tp, prompt_, g, &warmed, &err, 96, true, &warmedDrafts)) << err;
+        const std::string at = "TP " + std::to_string(tp) + ", N " + std::to_string(n) + ", p-min " + std::to_string(pmin);
+        EXPECT_EQ(warmed.out, greedy_.out) << at;
+        EXPECT_EQ(warmed.out, fresh.out) << at;
+        EXPECT_EQ(warmed.stats.drafted, fresh.stats.drafted) << at;
+        EXPECT_EQ(warmed.stats.accepted, fresh.stats.accepted) << at;
+        EXPECT_GT(freshDrafts.size(), static_cast<size_t>(kTokens / 2)) << at;
+        EXPECT_EQ(warmedDrafts, freshDrafts) << at << ": the drafts differ after a warm-up";
+      }
+  GenerateOptions g;
+  g.nPredict = kTokens;
+  g.draftNMax = 6;
+  GenRun r;
+  std::string err;
+  EXPECT_FALSE(runGenerate(cfg_, w_, 1, prompt_, g, &r, &err, 16, true)) << "a warm-up past the KV cache must fail";
+  EXPECT_NE(err.find("outside the KV cache"), std::string::npos) << err;
 }
 
 TEST_F(QwenSpeculative, SimulatedAcceptanceMatchesGreedyAndIsCounted) {
