@@ -38,6 +38,18 @@ class DecoderEngine {
   virtual bool mtpFromTarget(const int32_t* tokens, int n, int slot, int32_t* draft, std::string* error) = 0;
   /// One chained MTP step: (the last MTP output hidden, token) at MTP slot `slot`.
   virtual bool mtpChain(int32_t token, int slot, int32_t* draft, std::string* error) = 0;
+  /// `count` chained MTP steps in one call: step k takes (the previous step's output hidden, the
+  /// previous step's draft; `token` for k = 0) at slot slot + k, and writes drafts[k] (and, when
+  /// probs is given and enableDraftProbability() returned true, probs[k]). The same drafts as
+  /// `count` mtpChain() calls; this default makes those calls. The GPU decoder runs the chain
+  /// as one CUDA graph: the drafts stay on the device between steps, one host round trip in all.
+  virtual bool mtpChainRun(int32_t token, int slot, int count, int32_t* drafts, double* probs, std::string* error) {
+    for (int k = 0; k < count; ++k) {
+      if (!mtpChain(k == 0 ? token : drafts[k - 1], slot + k, &drafts[k], error)) return false;
+      if (probs) probs[k] = lastDraftProbability();
+    }
+    return true;
+  }
   /// Asks the engine to compute, from now on, the top softmax probability of each draft (the
   /// greedy token's probability after mtpFromTarget / mtpChain), for --spec-draft-p-min. False
   /// when the engine cannot (the default). Both decoders can: the top probability is

@@ -197,10 +197,10 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
       !a(&act_, T * I * 2) || !a(&hidden_, T * H * 2) || !a(&mtpOut_, T * H * 2) || !a(&mtpHidden_, H * 2) ||
       !a(&cat_, T * 2 * H * 2) || !a(&dTokens_, T * 4) || !a(&dPos_, 4) || !a(&dOut_, T * 4) || !a(&dProb_, 4))
     return false;
-  QWEN_CUDA(cudaMallocHost(reinterpret_cast<void**>(&hTokens_), static_cast<size_t>(2 * T + 2) * 4));
+  QWEN_CUDA(cudaMallocHost(reinterpret_cast<void**>(&hTokens_), static_cast<size_t>(4 * T) * 4));
   hOut_ = hTokens_ + T;
   hPos_ = hOut_ + T;
-  hProb_ = reinterpret_cast<float*>(hPos_ + 1);
+  hProb_ = reinterpret_cast<float*>(hPos_ + T);
   QWEN_CUDA(cudaStreamSynchronize(stream_));
   return true;
 }
@@ -352,6 +352,24 @@ bool GpuModel::enqueueGreedy(const __nv_bfloat16* hidden, int n, bool topProb, s
 bool GpuModel::enqueue(Kind kind, int n, std::string* error) {
   const int H = cfg_.hiddenSize;
   const float eps = cfg_.rmsNormEps;
+  if (kind == kMtpChainRun) {
+    // n chained steps. Step k's token: hTokens_[0] for k = 0, else step k-1's draft, copied on
+    // the device (dOut_ -> dTokens_, stream-ordered after the argmax that wrote it); its slot:
+    // hPos_[k]. mtpHidden_ carries the output hidden from step to step, as between mtpChain calls.
+    for (int k = 0; k < n; ++k) {
+      if (k == 0)
+        QWEN_CUDA(cudaMemcpyAsync(dTokens_, hTokens_, 4, cudaMemcpyHostToDevice, stream_));
+      else
+        QWEN_CUDA(cudaMemcpyAsync(dTokens_, dOut_, 4, cudaMemcpyDeviceToDevice, stream_));
+      QWEN_CUDA(cudaMemcpyAsync(dPos_, hPos_ + k, 4, cudaMemcpyHostToDevice, stream_));
+      gpu::embed(dTokens_, 1, embed_, shape_.vocabBegin(), shape_.vocab, H, x_, stream_);
+      if (!allReduce(x_, static_cast<size_t>(H), false, error, true)) return false;
+      if (!enqueueMtp(mtpHidden_, 1, error)) return false;
+      QWEN_CUDA(cudaMemcpyAsync(hOut_ + k, dOut_, 4, cudaMemcpyDeviceToHost, stream_));
+      if (draftProb_) QWEN_CUDA(cudaMemcpyAsync(hProb_ + k, dProb_, 4, cudaMemcpyDeviceToHost, stream_));
+    }
+    return cudaOk(cudaGetLastError(), "kernel launch", error);
+  }
   QWEN_CUDA(cudaMemcpyAsync(dTokens_, hTokens_, static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, stream_));
   QWEN_CUDA(cudaMemcpyAsync(dPos_, hPos_, 4, cudaMemcpyHostToDevice, stream_));
   gpu::embed(dTokens_, n, embed_, shape_.vocabBegin(), shape_.vocab, H, x_, stream_);
@@ -376,20 +394,25 @@ bool GpuModel::enqueue(Kind kind, int n, std::string* error) {
     if (!enqueueGreedy(hidden_ + static_cast<size_t>(n - rows) * H, rows, false, error)) return false;
     QWEN_CUDA(cudaMemcpyAsync(hOut_, dOut_, static_cast<size_t>(rows) * 4, cudaMemcpyDeviceToHost, stream_));
   } else {
-    // MTP: fc(concat(norm_e(embed(token)), norm_h(hidden))) -> one decoder layer -> mtp.norm.
-    const __nv_bfloat16* src = kind == kMtpFromTarget ? hidden_ : mtpHidden_;
-    gpu::rmsNormBf16(x_, H, mtpNormE_, n, H, eps, cat_, 2 * H, stream_);
-    gpu::rmsNormBf16(src, H, mtpNormH_, n, H, eps, cat_ + H, 2 * H, stream_);
-    gemm(mtpFc_, H, 2 * H, cat_, n, x_, false);
-    gpu::addRmsNorm(x_, nullptr, mtpLayer_.ln1, n, H, eps, hn_, stream_);
-    if (!enqueueLayer(mtpLayer_, n, 1, mtpNorm_, mtpOut_, error)) return false;
-    const __nv_bfloat16* lastRow = mtpOut_ + static_cast<size_t>(n - 1) * H;
-    gpu::copyRowsBf16(lastRow, H, mtpHidden_, H, 1, H, stream_);
-    if (!enqueueGreedy(lastRow, 1, draftProb_, error)) return false;
+    if (!enqueueMtp(kind == kMtpFromTarget ? hidden_ : mtpHidden_, n, error)) return false;
     QWEN_CUDA(cudaMemcpyAsync(hOut_, dOut_, 4, cudaMemcpyDeviceToHost, stream_));
     if (draftProb_) QWEN_CUDA(cudaMemcpyAsync(hProb_, dProb_, 4, cudaMemcpyDeviceToHost, stream_));
   }
   return cudaOk(cudaGetLastError(), "kernel launch", error);
+}
+
+// MTP: fc(concat(norm_e(embed(token)), norm_h(hidden))) -> one decoder layer -> mtp.norm.
+bool GpuModel::enqueueMtp(const __nv_bfloat16* src, int n, std::string* error) {
+  const int H = cfg_.hiddenSize;
+  const float eps = cfg_.rmsNormEps;
+  gpu::rmsNormBf16(x_, H, mtpNormE_, n, H, eps, cat_, 2 * H, stream_);
+  gpu::rmsNormBf16(src, H, mtpNormH_, n, H, eps, cat_ + H, 2 * H, stream_);
+  gemm(mtpFc_, H, 2 * H, cat_, n, x_, false);
+  gpu::addRmsNorm(x_, nullptr, mtpLayer_.ln1, n, H, eps, hn_, stream_);
+  if (!enqueueLayer(mtpLayer_, n, 1, mtpNorm_, mtpOut_, error)) return false;
+  const __nv_bfloat16* lastRow = mtpOut_ + static_cast<size_t>(n - 1) * H;
+  gpu::copyRowsBf16(lastRow, H, mtpHidden_, H, 1, H, stream_);
+  return enqueueGreedy(lastRow, 1, draftProb_, error);
 }
 
 bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* out, std::string* error) {
@@ -399,10 +422,11 @@ bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* ou
     return *error = "positions [" + std::to_string(pos) + ", " + std::to_string(pos + n) + ") outside the KV cache of " +
                     std::to_string(opt_.ctxSize) + " (or more than " + std::to_string(T) + " tokens per call)",
            false;
-  for (int i = 0; i < n; ++i)
+  const int nTokens = kind == kMtpChainRun ? 1 : n;  // a chain run takes one token, n positions
+  for (int i = 0; i < nTokens; ++i)
     if (tokens[i] < 0 || tokens[i] >= cfg_.vocabSize) return *error = "token id " + std::to_string(tokens[i]) + " out of range", false;
-  std::memcpy(hTokens_, tokens, static_cast<size_t>(n) * 4);
-  *hPos_ = pos;
+  std::memcpy(hTokens_, tokens, static_cast<size_t>(nTokens) * 4);
+  for (int k = 0; k < (kind == kMtpChainRun ? n : 1); ++k) hPos_[k] = pos + k;
   if (opt_.useGraphs && n <= kGraphMaxTokens) {
     auto key = std::make_pair(static_cast<int>(kind), n);
     auto it = graphs_.find(key);
@@ -431,8 +455,9 @@ bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* ou
     if (s != tpcomm::Status::kOk) return *error = std::string("tpcomm: ") + tpcomm::lastErrorMessage(), false;
   }
   lastLogitsRows_ = kind == kTarget ? (n - 1) % kLogitsRows + 1 : 1;
-  std::memcpy(out, hOut_, static_cast<size_t>(kind == kTarget ? n : 1) * 4);
-  if (draftProb_ && (kind == kMtpFromTarget || kind == kMtpChain)) draftP_ = *hProb_;
+  const int outs = kind == kTarget || kind == kMtpChainRun ? n : 1;
+  std::memcpy(out, hOut_, static_cast<size_t>(outs) * 4);
+  if (draftProb_ && kind != kTarget && kind != kPrefill) draftP_ = hProb_[outs - 1];
   return true;
 }
 
@@ -455,6 +480,16 @@ bool GpuModel::mtpFromTarget(const int32_t* tokens, int n, int slot, int32_t* dr
 bool GpuModel::mtpChain(int32_t token, int slot, int32_t* draft, std::string* error) {
   if (!hasMtp()) return *error = cfg_.name + ": the model has no MTP head", false;
   return run(kMtpChain, &token, 1, slot, draft, error);
+}
+
+bool GpuModel::mtpChainRun(int32_t token, int slot, int count, int32_t* drafts, double* probs, std::string* error) {
+  if (!hasMtp()) return *error = cfg_.name + ": the model has no MTP head", false;
+  if (count < 1) return *error = "mtpChainRun: count " + std::to_string(count) + " must be >= 1", false;
+  if (count > kGraphMaxTokens) return DecoderEngine::mtpChainRun(token, slot, count, drafts, probs, error);  // step by step
+  if (!run(kMtpChainRun, &token, count, slot, drafts, error)) return false;
+  if (probs)
+    for (int k = 0; k < count; ++k) probs[k] = draftProb_ ? static_cast<double>(hProb_[k]) : 1.0;
+  return true;
 }
 
 void GpuModel::dropGraphs() {
@@ -484,6 +519,14 @@ bool GpuModel::timeDraftStep(int slot, int iters, double* ms, std::string* error
   if (!mtpChain(0, slot, &draft, error)) return false;  // captures the graph
   auto it = graphs_.find({kMtpChain, 1});
   if (it == graphs_.end()) return *error = "timeDraftStep: the draft step has no CUDA graph (graphs off?)", false;
+  return medianGraphMs(it->second, iters, ms, error);
+}
+
+bool GpuModel::timeDraftChain(int slot, int count, int iters, double* ms, std::string* error) {
+  std::vector<int32_t> drafts(static_cast<size_t>(std::max(count, 1)));
+  if (!mtpChainRun(0, slot, count, drafts.data(), nullptr, error)) return false;  // captures the graph
+  auto it = graphs_.find({kMtpChainRun, count});
+  if (it == graphs_.end()) return *error = "timeDraftChain: the chain has no CUDA graph (graphs off?)", false;
   return medianGraphMs(it->second, iters, ms, error);
 }
 

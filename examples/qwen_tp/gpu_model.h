@@ -76,6 +76,10 @@ class GpuModel : public DecoderEngine {
   bool prefill(const int32_t* tokens, int n, int pos, int32_t* last, std::string* error) override;
   bool mtpFromTarget(const int32_t* tokens, int n, int slot, int32_t* draft, std::string* error) override;
   bool mtpChain(int32_t token, int slot, int32_t* draft, std::string* error) override;
+  /// The chain as one CUDA graph per count: each step's draft copied on the device into the next
+  /// step's token, each step's position from a pinned array (longer than kGraphMaxTokens steps:
+  /// mtpChain step by step).
+  bool mtpChainRun(int32_t token, int slot, int count, int32_t* drafts, double* probs, std::string* error) override;
   bool enableDraftProbability() override;
   double lastDraftProbability() const override { return draftP_; }
   bool hasMtp() const override { return cfg_.mtpLayers > 0; }
@@ -91,6 +95,8 @@ class GpuModel : public DecoderEngine {
   /// Median milliseconds of `iters` replays of one chained MTP draft (mtpChain: the MTP layer,
   /// the lm_head and the argmax exchange) at MTP cache slot `slot`. Needs the MTP head and graphs.
   bool timeDraftStep(int slot, int iters, double* ms, std::string* error);
+  /// The same for mtpChainRun of `count` steps from its graph (generate()'s drafts 2..n-max).
+  bool timeDraftChain(int slot, int count, int iters, double* ms, std::string* error);
   /// The weight GEMMs of one target step at n tokens alone (every layer's qkv, o, gate/up and
   /// down, and the lm_head), captured in one CUDA graph and replayed iters times: median ms, and
   /// the weight bytes they read (what a decode step must read; the roofline's numerator).
@@ -124,13 +130,17 @@ class GpuModel : public DecoderEngine {
     __nv_bfloat16 *ln1, *ln2, *qn, *kn, *wqkv, *wo, *wgu, *wd;
     __nv_bfloat16 *kCache, *vCache;
   };
-  enum Kind { kTarget = 0, kMtpFromTarget = 1, kMtpChain = 2, kPrefill = 3 };
+  // kMtpChainRun: n chained MTP steps of one token each (mtpChainRun), not n tokens.
+  enum Kind { kTarget = 0, kMtpFromTarget = 1, kMtpChain = 2, kPrefill = 3, kMtpChainRun = 4 };
   bool alloc(void** p, size_t bytes, std::string* error);
   bool fill(__nv_bfloat16* dst, const std::string& name, int64_t rowOff, int64_t rows, int64_t colOff, int64_t cols,
             std::string* error);
   bool loadLayer(const std::string& prefix, Layer* L, std::string* error);
   // Enqueue one pass on stream_ (no sync); inputs in d_tokens_/d_pos_, output in d_out_.
   bool enqueue(Kind kind, int n, std::string* error);
+  // The MTP pass over n pairs (hidden rows of src, tokens already embedded and summed in x_):
+  // fc, the MTP layer, mtp.norm, the greedy draft of the last row into dOut_ (and dProb_).
+  bool enqueueMtp(const __nv_bfloat16* src, int n, std::string* error);
   bool enqueueLayer(const Layer& L, int n, int ropeOffset, const __nv_bfloat16* nextNorm, __nv_bfloat16* normOut,
                     std::string* error);
   // enqueueLayer of a prefill call in two row halves, the all-reduces on commStream_ (see
@@ -187,8 +197,10 @@ class GpuModel : public DecoderEngine {
   __nv_bfloat16 *hn_ = nullptr, *qkv_ = nullptr, *q_ = nullptr, *att_ = nullptr, *proj_ = nullptr, *gu_ = nullptr,
                 *act_ = nullptr, *hidden_ = nullptr, *mtpOut_ = nullptr, *mtpHidden_ = nullptr, *cat_ = nullptr;
   int32_t *dTokens_ = nullptr, *dPos_ = nullptr, *dOut_ = nullptr;
-  int32_t *hTokens_ = nullptr, *hPos_ = nullptr, *hOut_ = nullptr;  // pinned
-  float *dProb_ = nullptr, *hProb_ = nullptr;  // the last draft's top probability (hProb_ pinned, after hPos_)
+  // Pinned, T entries each: input tokens, outputs (tokens; one draft per step of a chain run),
+  // positions (one per step of a chain run; hPos_[0] otherwise).
+  int32_t *hTokens_ = nullptr, *hPos_ = nullptr, *hOut_ = nullptr;
+  float *dProb_ = nullptr, *hProb_ = nullptr;  // drafts' top probabilities (hProb_ pinned, T entries)
   bool draftProb_ = false;
   double draftP_ = 1.0;
   void* cublasWorkspace_ = nullptr;

@@ -85,6 +85,10 @@ bool warmSpeculation(DecoderEngine& e, const GenerateOptions& opt, int pos, std:
         !e.mtpChain(draft, pos + n - 1, &draft, error))
       return false;
   }
+  // generate() chains a round's drafts in one call when it keeps them all (no p-min, no simulation).
+  std::vector<int32_t> drafts(static_cast<size_t>(N));
+  for (int count = 1; opt.draftPMin <= 0 && opt.simAcceptance < 0 && count < N; ++count)
+    if (!e.mtpChainRun(0, pos, count, drafts.data(), nullptr, error)) return false;
   return true;
 }
 
@@ -137,7 +141,14 @@ bool generate(DecoderEngine& e, const std::vector<int32_t>& prompt, const Genera
     ++st->rounds;
     batch[0] = tokens[n];
     int nd = 0;  // draft tokens made this round
-    for (int i = 1; i <= ndMax; ++i) {
+    if (!st->simulated && opt.draftPMin <= 0 && ndMax >= 2) {
+      // Every draft of the round is kept (no p-min stop, no simulation replacing one before the
+      // next is chained on it): drafts 2..ndMax in one call (DecoderEngine::mtpChainRun).
+      batch[1] = draft;
+      if (!e.mtpChainRun(draft, n, ndMax - 1, &batch[2], nullptr, error)) return false;
+      nd = ndMax;
+    }
+    for (int i = nd + 1; i <= ndMax; ++i) {
       if (opt.draftPMin > 0 && e.lastDraftProbability() < opt.draftPMin) break;
       const int64_t outIndex = n + i - P;  // index of this position in the generated output
       int32_t d = draft;

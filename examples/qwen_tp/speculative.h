@@ -70,7 +70,8 @@ bool generate(DecoderEngine& engine, const std::vector<int32_t>& prompt, const G
 
 /// Makes every call shape a speculative run with `opt` can use once, at positions pos.. (KV and
 /// MTP slots written there are overwritten by the next run's prefill and decode): target() and
-/// mtpFromTarget() of 1..draftNMax+1 tokens and one mtpChain(), after enableDraftProbability()
+/// mtpFromTarget() of 1..draftNMax+1 tokens, one mtpChain(), and mtpChainRun() of 1..draftNMax-1
+/// steps when generate() would use it (no p-min, no simulation); enableDraftProbability() first
 /// when draftPMin > 0. An engine that captures a CUDA graph per shape then replays warm graphs in
 /// the timed run: without this, a 32-token run spent most of its time capturing them. Needs
 /// pos + draftNMax + 1 <= ctxSize() (generate()'s own requirement for a prompt of pos tokens).

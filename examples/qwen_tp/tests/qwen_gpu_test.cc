@@ -205,6 +205,58 @@ TEST(QwenGpu, DraftTopProbabilityMatchesItsLogits) {
   }
 }
 
+// mtpChainRun (a round's drafts 2..n-max in one CUDA graph, each draft copied on the device into
+// the next step's token) gives the drafts and top probabilities of the same number of mtpChain
+// calls, bit for bit, for chains of 1, 2 and 5, in graphs and eagerly, with and without the
+// probability; a run past the cache or of no steps is refused, one longer than a graph runs.
+TEST(QwenGpu, ChainedDraftsInOneGraphEqualSingleSteps) {
+  const ModelConfig c = tiny();
+  ASSERT_GT(c.mtpLayers, 0);
+  TpShape s;
+  std::string err;
+  ASSERT_TRUE(makeTpShape(c, 1, 0, &s, &err));
+  auto p = prompt(12, c.vocabSize);
+  for (bool graphs : {true, false})
+    for (bool prob : {false, true}) {
+      GpuModel gpu(c, s, 0, nullptr);
+      GpuModelOptions o;
+      o.ctxSize = 64;
+      o.maxTokensPerCall = 32;
+      o.seed = 35;
+      o.useGraphs = graphs;
+      ASSERT_TRUE(gpu.init(o, &err)) << err;
+      if (prob) ASSERT_TRUE(gpu.enableDraftProbability());
+      for (int count : {1, 2, 5}) {
+        const std::string at = std::string(graphs ? "graphs" : "eager") + (prob ? ", prob" : "") + ", count " +
+                               std::to_string(count);
+        std::vector<int32_t> next(12), single(count), chained(count);
+        std::vector<double> singleP(count), chainedP(count);
+        int32_t first = -1, d = -1;
+        // The same start both times: target rows, then the MTP over them (draft 1, mtpHidden_).
+        ASSERT_TRUE(gpu.target(p.data(), 12, 0, next.data(), &err)) << err;
+        ASSERT_TRUE(gpu.mtpFromTarget(p.data() + 1, 11, 0, &first, &err)) << err;
+        d = first;
+        for (int k = 0; k < count; ++k) {
+          ASSERT_TRUE(gpu.mtpChain(d, 11 + k, &d, &err)) << err << " (" << at << ")";
+          single[k] = d;
+          singleP[k] = gpu.lastDraftProbability();
+        }
+        ASSERT_TRUE(gpu.target(p.data(), 12, 0, next.data(), &err)) << err;
+        ASSERT_TRUE(gpu.mtpFromTarget(p.data() + 1, 11, 0, &d, &err)) << err;
+        ASSERT_EQ(d, first) << at;
+        ASSERT_TRUE(gpu.mtpChainRun(first, 11, count, chained.data(), chainedP.data(), &err)) << err << " (" << at << ")";
+        EXPECT_EQ(chained, single) << at;
+        EXPECT_EQ(chainedP, singleP) << at;
+        EXPECT_EQ(gpu.lastDraftProbability(), singleP.back()) << at;
+      }
+      std::vector<int32_t> out(GpuModel::kGraphMaxTokens + 1);
+      EXPECT_FALSE(gpu.mtpChainRun(0, 60, 5, out.data(), nullptr, &err)) << "slots 60..64 of a 64-slot cache";
+      EXPECT_TRUE(gpu.mtpChainRun(0, 0, GpuModel::kGraphMaxTokens + 1, out.data(), nullptr, &err))
+          << err << " (longer than a graph: step by step)";
+      EXPECT_FALSE(gpu.mtpChainRun(0, 0, 0, out.data(), nullptr, &err));
+    }
+}
+
 // ---- gpu::gemvBf16 against an fp64 host reference and cublasGemmEx ----
 
 float bf16ToFloatHost(uint16_t h) {
