@@ -1,0 +1,80 @@
+// The E4M3 encoder on the GPU against its definition on the host (algos/quantize.h). On sm_89+
+// the device path is the hardware conversion (cvt.rn.satfinite.e4m3x2.f32) with the sign of a
+// zero result cleared; the host path is the software rounding the CPU tests pin down. Every float
+// bit pattern whose magnitude is in [2^-12, 2^11) (both signs: all E4M3 normals, subnormals,
+// ties and the saturation edge at 448..464), then every 65537th pattern of the rest (zeros,
+// float subnormals, large values, +-Inf, NaNs), must give the same code.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "algos/quantize.h"
+
+namespace {
+
+__global__ void encodePatterns(uint32_t first, uint32_t stride, uint32_t n, uint8_t* out) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const uint32_t bits = first + i * stride;
+  float v;
+  memcpy(&v, &bits, sizeof(v));
+  out[i] = tpcomm::fp8E4m3Encode(v);
+}
+
+// Encodes n patterns first, first + stride, ... on the GPU and on the host; returns the number of
+// differences and the first one's pattern.
+uint64_t compareRange(uint32_t first, uint32_t stride, uint32_t n, uint8_t* dev, std::vector<uint8_t>* host,
+                      uint32_t* firstBad, uint8_t* gpuCode, uint8_t* hostCode) {
+  encodePatterns<<<(n + 255) / 256, 256>>>(first, stride, n, dev);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  host->resize(n);
+  EXPECT_EQ(cudaMemcpy(host->data(), dev, n, cudaMemcpyDeviceToHost), cudaSuccess);
+  uint64_t bad = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t bits = first + i * stride;
+    float v;
+    std::memcpy(&v, &bits, sizeof(v));
+    const uint8_t want = tpcomm::fp8E4m3Encode(v);
+    if ((*host)[i] != want && bad++ == 0) {
+      *firstBad = bits;
+      *gpuCode = (*host)[i];
+      *hostCode = want;
+    }
+  }
+  return bad;
+}
+
+TEST(QuantizeGpu, Fp8EncoderMatchesTheHostDefinition) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no GPU";
+  constexpr uint32_t kChunk = 1u << 24;
+  uint8_t* dev = nullptr;
+  ASSERT_EQ(cudaMalloc(&dev, kChunk), cudaSuccess);
+  std::vector<uint8_t> host;
+  uint64_t bad = 0, checked = 0;
+  uint32_t firstBad = 0;
+  uint8_t gpuCode = 0, hostCode = 0;
+  // Exponent fields 115..137 (2^-12 .. 2^11), each sign: 23 x 2^23 patterns per sign.
+  for (uint32_t sign : {0u, 0x80000000u})
+    for (uint32_t lo = sign | (115u << 23); lo < (sign | (138u << 23)); lo += kChunk) {
+      bad += compareRange(lo, 1, kChunk, dev, &host, &firstBad, &gpuCode, &hostCode);
+      checked += kChunk;
+    }
+  // Everything else, sparsely (65537 is odd: every mantissa low bit pattern is visited).
+  const uint32_t sparse = 65537, count = static_cast<uint32_t>((1ull << 32) / sparse);
+  bad += compareRange(0, sparse, count, dev, &host, &firstBad, &gpuCode, &hostCode);
+  checked += count;
+  // The specials by name.
+  const uint32_t specials[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00000u,
+                               0x7f800001u, 0x00000001u, 0x80000001u, 0x43e00000u, 0x43e7ffffu, 0x43e80000u,
+                               0xc3e80000u, 0x3a800000u, 0xba800000u, 0x3b000000u, 0x7f7fffffu};
+  for (uint32_t b : specials) bad += compareRange(b, 1, 1, dev, &host, &firstBad, &gpuCode, &hostCode);
+  cudaFree(dev);
+  EXPECT_EQ(bad, 0u) << "of " << checked << " patterns; first: 0x" << std::hex << firstBad << " gives 0x"
+                     << static_cast<int>(gpuCode) << " on the GPU, 0x" << static_cast<int>(hostCode) << " on the host";
+}
+
+}  // namespace
