@@ -175,8 +175,9 @@ Status tuneRank(Bootstrap& bs, int device, const TuneOptions& o, Clock::time_poi
   return Status::kOk;
 }
 
-// Ranks as threads of this process; GPU r for rank r, or host ranks.
-RankCountResult tuneRankCount(int n, bool host, const TuneOptions& o, Clock::time_point deadline) {
+// Ranks as threads of this process; GPU r % gpus for rank r (more ranks than GPUs only with
+// TPCOMM_ALLOW_SHARED_DEVICE=1), or host ranks.
+RankCountResult tuneRankCount(int n, bool host, int gpus, const TuneOptions& o, Clock::time_point deadline) {
   RankCountResult result;
   auto group = ThreadGroup::create(n);
   std::vector<Status> status(static_cast<size_t>(n), Status::kOk);
@@ -186,7 +187,7 @@ RankCountResult tuneRankCount(int n, bool host, const TuneOptions& o, Clock::tim
     threads.emplace_back([&, r] {
       std::unique_ptr<Bootstrap> bs;
       status[r] = makeThreadBootstrap(group, r, &bs);
-      if (status[r] == Status::kOk) status[r] = tuneRank(*bs, host ? -1 : r, o, deadline, &result);
+      if (status[r] == Status::kOk) status[r] = tuneRank(*bs, host ? -1 : r % gpus, o, deadline, &result);
       messages[r] = lastErrorMessage();
     });
   for (auto& t : threads) t.join();
@@ -313,10 +314,20 @@ int runTune(TuneOptions o) {
       if (!host && n <= gpus) o.rankCounts.push_back(n);
     if (!host && gpus > 2 && gpus != 4 && gpus != 8) o.rankCounts.push_back(gpus);
   }
+  // More ranks than GPUs: ranks share GPUs, for trying the GPU sweep on a one-GPU machine. The
+  // table is then of that shared topology (its own fingerprint), not of a tensor-parallel box.
+  const bool shared = paramInt(ParamId::kAllowSharedDevice) != 0;
   for (int n : o.rankCounts)
-    if (!host && n > gpus) {
-      std::fprintf(stderr, "tpcomm-doctor: --tune-ranks %d: this process sees %d GPU(s)\n", n, gpus);
+    if (!host && n > gpus && !shared) {
+      std::fprintf(stderr,
+                   "tpcomm-doctor: --tune-ranks %d: this process sees %d GPU(s) (TPCOMM_ALLOW_SHARED_DEVICE=1 lets "
+                   "ranks share them, for trying the sweep)\n",
+                   n, gpus);
       return 1;
+    } else if (!host && n > gpus) {
+      std::printf("tune: %d ranks on %d GPU(s): ranks share GPUs (TPCOMM_ALLOW_SHARED_DEVICE=1); the table describes "
+                  "that, not tensor parallelism over separate GPUs\n",
+                  n, gpus);
     }
   if (o.rankCounts.empty()) {
     std::printf("tune: %d GPU visible: nothing to choose between on GPU ranks (--host tunes host ranks)\n", gpus);
@@ -344,7 +355,7 @@ int runTune(TuneOptions o) {
         std::chrono::duration<double>(o.budgetSeconds * static_cast<double>(i + 1) / o.rankCounts.size());
     const Clock::time_point deadline = start + std::chrono::duration_cast<Clock::duration>(share);
     const int n = o.rankCounts[i];
-    RankCountResult r = tuneRankCount(n, host, o, deadline);
+    RankCountResult r = tuneRankCount(n, host, gpus, o, deadline);
     if (!r.error.empty()) {
       std::printf("tune: %d ranks failed: %s\n", n, r.error.c_str());
       continue;

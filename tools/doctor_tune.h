@@ -1,5 +1,6 @@
 // doctor_tune.h: `tpcomm-doctor --tune`. For each rank count, ranks as threads of this process
-// (GPU i for rank i, or host ranks) bring up one communicator per algorithm the topology allows,
+// (GPU i for rank i, or host ranks; with TPCOMM_ALLOW_SHARED_DEVICE=1 more ranks than GPUs may
+// share them, rank i on GPU i % GPUs) bring up one communicator per algorithm the topology allows,
 // each forced to it (Config::algo), and time a warm eager all-reduce (sum) of every size of the
 // sweep in bf16 and f32: warm-up calls, then the median of several batches, a batch's time being
 // its slowest rank's. A size's row holds every algorithm that ran it; the run stops at a time

@@ -44,7 +44,8 @@ void usage() {
                "  --tune          time every usable all-reduce algorithm per size, dtype class and rank count\n"
                "                  (ranks as threads: GPU i for rank i, or host ranks) and write the tuning\n"
                "                  file the selector reads ($XDG_CACHE_HOME/tpcomm/tune.json; TPCOMM_TUNE=0\n"
-               "                  ignores it). With it: --host (host ranks), --tune-ranks 2,4,\n"
+               "                  ignores it). With it: --host (host ranks), --tune-ranks 2,4 (more ranks\n"
+               "                  than GPUs with TPCOMM_ALLOW_SHARED_DEVICE=1: ranks share GPUs),\n"
                "                  --tune-min-bytes 8, --tune-max-bytes 256M (host: 16M), --tune-step 4,\n"
                "                  --tune-repeats 5, --tune-seconds 300 (bound on the whole run)\n"
                "exit: 0 fine or no GPU, 1 usage error, 2 something is broken\n");

@@ -2,16 +2,27 @@
 # tools/tune_gpu_test.sh DOCTOR ALLREDUCE_PERF [MAX_BYTES]: `tpcomm-doctor --tune` on 2 GPUs, then
 # allreduce_perf -g 2 started afterwards: its INFO table must say the choices were measured, and
 # --vs-best prints auto beside the best single forced algorithm per size (issue 20's 3% target is
-# printed, not asserted: it is a measurement). ctest doctor_tune_gpu (label gpu; exit 77, ctest's
-# Skipped, below 2 GPUs). By hand on a GPU machine: bash tools/tune_gpu_test.sh
+# printed, not asserted: it is a measurement). On one GPU both ranks share it. ctest doctor_tune_gpu
+# (label gpu; exit 77, ctest's Skipped, without a GPU). By hand on a GPU machine: bash tools/tune_gpu_test.sh
 # build/tools/tpcomm-doctor build/bench/allreduce_perf 256M
 set -euo pipefail
 doctor=$1
 perf=$2
 max=${3:-64M}
 rc=0
+nccl="-A ring_nccl"
 "$perf" --require-gpus 2 -b 8 -e 8 -n 1 -w 0 -K 1 -c 0 > /dev/null || rc=$?
-[ "$rc" = 77 ] && { echo "tune_gpu_test: fewer than 2 GPUs: skipped"; exit 77; }
+if [ "$rc" = 77 ]; then
+  # One GPU: two ranks share it (as tpcomm_gpu_tests do there): the sweep, the file and the
+  # measured selection are exercised; the numbers describe ranks sharing a GPU. No NCCL (it
+  # refuses two ranks on one GPU), no PDL, modules loaded up front (docs/reliability.md).
+  rc=0
+  "$perf" --require-gpus 1 -b 8 -e 8 -n 1 -w 0 -K 1 -c 0 > /dev/null || rc=$?
+  [ "$rc" = 77 ] && { echo "tune_gpu_test: no GPU: skipped"; exit 77; }
+  export TPCOMM_ALLOW_SHARED_DEVICE=1 TPCOMM_TWOSHOT_BLOCKS=64 TPCOMM_PDL=0 CUDA_MODULE_LOADING=EAGER
+  nccl=""
+  echo "tune_gpu_test: one GPU: two ranks share it"
+fi
 [ "$rc" = 0 ] || exit "$rc"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -22,7 +33,7 @@ fail() { echo "tune_gpu_test: $*" >&2; exit 1; }
 
 "$doctor" --tune --tune-ranks 2 --tune-max-bytes "$max" --tune-seconds 240 || fail "tpcomm-doctor --tune failed"
 [ -s "$file" ] || fail "no $file"
-algos="-A auto -A lamport_p2p -A oneshot_p2p -A twoshot_p2p -A staged_host -A ring_nccl"
+algos="-A auto -A lamport_p2p -A oneshot_p2p -A twoshot_p2p -A staged_host $nccl"
 log=$(TPCOMM_DEBUG=INFO TPCOMM_DEBUG_SUBSYS=INIT,TUNE "$perf" -g 2 -b 8 -e "$max" -f 4 -d bf16 -c 1 $algos --vs-best 2>&1) ||
   { echo "$log"; fail "allreduce_perf failed"; }
 echo "$log"
