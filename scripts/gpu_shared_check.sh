@@ -2,19 +2,22 @@
 # scripts/gpu_shared_check.sh [OUTDIR]: the multi-rank runs a ONE-GPU machine can make, with two
 # ranks sharing GPU 0 (TPCOMM_ALLOW_SHARED_DEVICE=1): they prove protocols and tokens, not
 # tensor-parallel speed (the "link" is the GPU's own memory, and NCCL refuses two ranks on one
-# GPU, so there is no NCCL column). ~4-5 min on 1x H200 after the build (~60 s). Steps:
+# GPU, so there is no NCCL column). ~7-8 min on 1x H200 after the build (~60 s). Steps:
 #   qwen_gpu     qwen_gpu_test whole: its TP=2 cases (TP=2 == TP=1 tokens, speculative == greedy,
 #                fused == unfused epilogue, the compressed all-reduce's argmax, the overlapped
 #                prefill) run with both ranks on GPU 0
 #   qwen_cli     qwen_tp --tp 2 on one GPU: a 300-token prompt with and without --prefill-overlap
 #                (tokens equal; timings printed but not TP=2's)
-#   compression  issue 18: staged_host and twoshot_p2p against their +int8 / +fp8 forms, A B B A,
+#   compression  issue 18: QuantizeGpu.* and *Compressed* GPU tests; staged_host and twoshot_p2p
+#                against their +int8 / +fp8 forms, A B B A,
 #                every timing on real input data (allreduce_perf writes the check's inputs before
 #                it times a size; until session 9 the out-of-place timings ran on zero-filled
 #                buffers), after quantize_gpu_bench (the quantizer alone on normal data and on
 #                its own read-back, the in-place case)
 #   halves       allreduce_perf / reduce_scatter_perf / all_gather_perf, one thread driving both
 #                ranks: auto in CUDA graphs (and eager for the halves): the protocols' one-GPU floor
+#   tune         tpcomm-doctor --tune with two ranks on the GPU, then allreduce_perf --vs-best
+#                (tools/tune_gpu_test.sh, sweep to 4 MB)
 # Logs in OUTDIR/logs.tgz, a one-line result per step. COMMIT=<hash> names the commit; SKIP="name ..."
 # leaves steps out.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
@@ -43,8 +46,10 @@ if [ ! -s "$L/serial.ids" ] || [ ! -s "$L/overlap.ids" ]; then echo "# FAILED: a
 elif cmp -s "$L/serial.ids" "$L/overlap.ids"; then echo "# overlap ids == serial ids" >> "$L/qwen_cli.txt"
 else echo "# overlap ids differ from serial ids" >> "$L/qwen_cli.txt"; fi
 tail -1 "$L/qwen_cli.txt"
-# The quantizer alone on normal data and on its own read-back (the in-place input): one GPU.
+# The quantizer alone on normal data and on its own read-back (the in-place input): one GPU. The
+# fp8 encoder against its host definition, and the compressed GPU tests (bitwise to the host).
 step compression 60 "$B/tests/gpu/quantize_gpu_bench" --count $((32 << 20)) --reps 20
+step compression 200 "$B/tests/gpu/tpcomm_gpu_tests" --gtest_filter='QuantizeGpu.*:*Compressed*'
 P="$B/bench/allreduce_perf -g 2 -d bf16 -b 1M -e 16M -f 4 -w 5 -n 20 -K 5"
 for c in int8 fp8; do  # A B B A, each timing on the check's data (random normal with outliers)
   step compression 60 $P --compression $c -A staged_host -A staged_host+$c -A staged_host+$c -A staged_host
@@ -57,5 +62,8 @@ for h in reduce_scatter all_gather; do  # auto in graphs and eager (staged_host 
   step halves 60 "$B/bench/${h}_perf" -g 2 -d bf16 -b 8 -e 64M -f 4 -G 20 -A auto
   step halves 60 "$B/bench/${h}_perf" -g 2 -d bf16 -b 8 -e 64M -f 4 -A auto
 done
+# Issue 20's --tune on GPU ranks sharing the GPU, then allreduce_perf --vs-best on the measured
+# table (tools/tune_gpu_test.sh; its own cache folder).
+step tune 240 bash "$root/tools/tune_gpu_test.sh" "$B/tools/tpcomm-doctor" "$B/bench/allreduce_perf" 4M
 tar czf "$OUTDIR/logs.tgz" -C "$OUTDIR" logs && rm -rf "$L"
 echo "total $(el); logs: $OUTDIR/logs.tgz"
