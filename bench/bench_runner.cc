@@ -70,9 +70,20 @@ struct Graphs {
 
 bool captureGraphs(Backend& backend, std::vector<LocalRank>& ranks, bool inPlace, size_t count, tpcomm::DataType dtype,
                    tpcomm::ReduceOp op, int collectives, Graphs* out, std::string* error) {
-  for (LocalRank& r : ranks) {
-    BENCH_CUDA(cudaSetDevice(r.device));
-    BENCH_CUDA(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal));
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    cudaError_t e = cudaSetDevice(ranks[i].device);
+    if (e == cudaSuccess) e = cudaStreamBeginCapture(ranks[i].stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {  // end the captures already begun: no stream is left capturing
+      for (size_t j = 0; j < i; ++j) {
+        cudaGraph_t g = nullptr;
+        cudaSetDevice(ranks[j].device);
+        if (cudaStreamEndCapture(ranks[j].stream, &g) == cudaSuccess && g) cudaGraphDestroy(g);
+      }
+      cudaGetLastError();
+      *error = std::string("graph mode (-G): cudaStreamBeginCapture (rank ") + std::to_string(ranks[i].rank) +
+               "): " + cudaGetErrorString(e);
+      return false;
+    }
   }
   std::string runError;
   bool ok = true;

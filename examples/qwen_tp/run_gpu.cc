@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -85,6 +86,7 @@ bool runDecode(const Shared& sh, int rank, GpuModel& model, RankResult* r, std::
     // untimed: the timed runs below replay warm graphs.
     w.draftNMax = f.draftNMax;
     w.draftPMin = f.draftPMin;
+    w.simAcceptance = f.simAcceptance;
     if (!warmSpeculation(model, w, static_cast<int>(sh.prompt.size()), err)) return false;
   }
   if (!runPlainAndSpeculative(model, sh, &text, &r->out, &r->plain, &r->spec, err)) return false;
@@ -104,9 +106,11 @@ bool profileStep(const Shared& sh, GpuModel& model, RankResult* r, std::string* 
   if (verify && !model.timeTargetStep(nv, pos, 50, &r->verifyMs, err)) return false;
   // One chained draft: what each of a round's drafts after the first costs (issue 17's draft share).
   if (f.draftNMax > 0 && model.hasMtp() && !model.timeDraftStep(pos, 50, &r->draftMs, err)) return false;
-  // Drafts 2..n-max as generate() makes them without p-min: one mtpChainRun graph.
-  if (f.draftNMax > 1 && model.hasMtp() && !model.timeDraftChain(pos, f.draftNMax - 1, 50, &r->chainMs, err))
-    return false;
+  // Drafts 2..n-max as generate() makes them when it keeps them all (no p-min, no simulation):
+  // one mtpChainRun graph (chains longer than a graph run step by step: not timed).
+  const bool chained = f.draftNMax > 1 && f.draftNMax - 1 <= GpuModel::kGraphMaxTokens && f.draftPMin <= 0 &&
+                       f.simAcceptance < 0;
+  if (chained && model.hasMtp() && !model.timeDraftChain(pos, f.draftNMax - 1, 50, &r->chainMs, err)) return false;
   model.setSkipAllReduce(true);
   if (!model.timeTargetStep(1, pos, 50, &r->stepNoArMs, err)) return false;
   if (verify && !model.timeTargetStep(nv, pos, 50, &r->verifyNoArMs, err)) return false;
@@ -188,10 +192,10 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
     // A round: the MTP catch-up over the accepted pairs (its first draft; about one draft step),
     // drafts 2..N (one chained graph when N > 1), the verify.
     const int N = f.draftNMax;
-    const double drafting = r.draftMs + (N > 1 ? r.chainMs : 0), round = drafting + r.verifyMs;
+    const double drafting = r.draftMs + (r.chainMs > 0 ? r.chainMs : (N - 1) * r.draftMs), round = drafting + r.verifyMs;
     std::printf("draft step (one chained MTP draft, from its graph) %.3f ms = %.1f%% of a decode step", r.draftMs,
                 r.draftMs / r.stepMs * 100);
-    if (N > 1)
+    if (r.chainMs > 0)
       std::printf("; drafts 2..%d in one graph %.3f ms (%.3f ms each, %d single steps: %.3f ms)", N, r.chainMs,
                   r.chainMs / (N - 1), N - 1, (N - 1) * r.draftMs);
     std::printf("; a round of n-max %d (drafts + the verify) costs at least %.3f ms = %.2f decode steps, %.0f%% of it "
@@ -207,20 +211,19 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
 // Everything one rank does: build the model, (--dump-logits: the prompt teacher-forced, in calls
 // of kLogitsRows tokens so every row's logits are kept, each rank filling its vocab columns of
 // `dump`), run, profile; rank 0 reports.
-// `gate` (rank threads of one process): no rank starts a collective before every rank's init
-// is done (rank_gate.h says why).
-bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm, LogitsTable* dump, RankGate* gate,
-             std::string* err) {
+// `agreeInit` (called once, with whether this rank's init succeeded; true when every rank's
+// did): no rank starts a collective before every rank's init is done (rank_gate.h says why).
+bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm, LogitsTable* dump,
+             const std::function<bool(bool)>& agreeInit, std::string* err) {
   TpShape shape;
   const bool shaped = makeTpShape(sh.cfg, sh.flags.tp, rank, &shape, err);
   GpuModel model(sh.cfg, shape, device, comm);
   const GpuModelOptions o = modelOptions(sh);
   const bool ready = shaped && model.init(o, err);
-  if (gate && !gate->pass(ready)) {
+  if (!agreeInit(ready)) {
     if (ready) *err = "another rank's init failed";
     return false;
   }
-  if (!ready) return false;
   if (dump) {
     auto rows = [&model](int n, std::vector<float>* out, std::string* e) { return model.lastLogits(n, out, e); };
     if (!collectTeacherForcedLogits(model, GpuModel::kLogitsRows, shape.vocabBegin(), shape.vocab, rows, dump, err))
@@ -265,7 +268,16 @@ int runOnGpu(RunSetup& sh, int argc, char** argv) {
     }
     if (ok && s == tpcomm::Status::kOk) s = tpcomm::Communicator::create(*boot, rank % std::max(ndev, 1), commConfig(f), &comm);
     if (s != tpcomm::Status::kOk) ok = false, err = std::string("tpcomm: ") + tpcomm::lastErrorMessage();
-    if (ok) ok = runRank(sh, rank, rank % std::max(ndev, 1), f.tp > 1 ? comm.get() : nullptr, nullptr, nullptr, &err);
+    // Every rank takes part in the init agreement once, a rank that failed above too (it says
+    // false), so none waits in it for a rank that is gone.
+    auto agree = [](bool mine) {
+      int in = mine ? 1 : 0, all = 0;
+      return MPI_Allreduce(&in, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) == MPI_SUCCESS && all == 1;
+    };
+    if (ok)
+      ok = runRank(sh, rank, rank % std::max(ndev, 1), f.tp > 1 ? comm.get() : nullptr, nullptr, agree, &err);
+    else
+      agree(false);
     if (!ok) std::fprintf(stderr, "qwen_tp rank %d: %s\n", rank, err.c_str());
     if (comm) comm->destroy();
     boot.reset();
@@ -319,7 +331,8 @@ int runOnGpu(RunSetup& sh, int argc, char** argv) {
   RankGate gate(f.tp);
   for (int r = 0; r < f.tp; ++r)
     threads.emplace_back([&, r] {
-      oks[r] = runRank(sh, r, devices[r], f.tp > 1 ? comms[r].get() : nullptr, dumpPtr, &gate, &errors[r]);
+      oks[r] = runRank(sh, r, devices[r], f.tp > 1 ? comms[r].get() : nullptr, dumpPtr,
+                       [&gate](bool mine) { return gate.pass(mine); }, &errors[r]);
     });
   for (auto& t : threads) t.join();
   int rc = 0;

@@ -248,6 +248,10 @@ TEST(QwenGpu, ChainedDraftsInOneGraphEqualSingleSteps) {
         EXPECT_EQ(chained, single) << at;
         EXPECT_EQ(chainedP, singleP) << at;
         EXPECT_EQ(gpu.lastDraftProbability(), singleP.back()) << at;
+        if (graphs) {  // the chain ran as one graph (timeDraftChain fails when it has none)
+          double ms = 0;
+          EXPECT_TRUE(gpu.timeDraftChain(11, count, 1, &ms, &err)) << err << " (" << at << ")";
+        }
       }
       std::vector<int32_t> out(GpuModel::kGraphMaxTokens + 1);
       EXPECT_FALSE(gpu.mtpChainRun(0, 60, 5, out.data(), nullptr, &err)) << "slots 60..64 of a 64-slot cache";
@@ -522,7 +526,11 @@ bool runGpu(int tp, const std::string& algo, int draftN, double sim, const std::
       o.customGemv = customGemv;
       o.useGraphs = algo != "staged_host";  // not capturable: under capture tpcomm would pick P2P
       o.pdl = pdlFor(tp);
-      if (!gate.pass(shaped && m.init(o, &errs[r]))) return;
+      const bool ready = shaped && m.init(o, &errs[r]);
+      if (!gate.pass(ready)) {
+        if (ready) errs[r] = "another rank's init failed";
+        return;
+      }
       GenerateOptions g;
       g.nPredict = nPredict;
       g.draftNMax = draftN;
@@ -613,7 +621,11 @@ TEST(QwenGpu, CompressedAllReduceKeepsTheGreedyTokenTheArgmax) {
         o.maxTokensPerCall = 32;
         o.seed = 21;
         o.pdl = pdlFor(tp);
-        if (!gate.pass(shaped && m.init(o, &errs[r]))) return;
+        const bool ready = shaped && m.init(o, &errs[r]);
+        if (!gate.pass(ready)) {
+          if (ready) errs[r] = "another rank's init failed";
+          return;
+        }
         std::vector<int32_t> next(20);
         std::vector<float> lg;
         if (!m.target(p.data(), 20, 0, next.data(), &errs[r]) || !m.lastLogits(kept, &lg, &errs[r])) return;

@@ -314,7 +314,11 @@ void runTp2Variant(const ModelConfig& c, int ubatch, bool overlap, bool fusedNor
       o.prefillOverlap = overlap;
       o.pdl = ndev >= tp;  // no PDL with both ranks on one GPU (qwen_gpu_test.cc's main says why)
       o.fusedNorm = fusedNorm;
-      if (!gate.pass(shaped && m.init(o, &errs[r]))) return;
+      const bool ready = shaped && m.init(o, &errs[r]);
+      if (!gate.pass(ready)) {
+        if (ready) errs[r] = "another rank's init failed";
+        return;
+      }
       std::vector<int32_t> toks = prompt;
       int32_t draft = 0, in = 0, next = -1;
       std::vector<float> lg;
