@@ -18,6 +18,7 @@
 #                ranks: auto in CUDA graphs (and eager for the halves): the protocols' one-GPU floor
 #   tune         tpcomm-doctor --tune with two ranks on the GPU, then allreduce_perf --vs-best
 #                (tools/tune_gpu_test.sh, sweep to 4 MB)
+#   staged_sweep only with STAGED_SWEEP=1: staged_host(+int8) over TPCOMM_STAGED_BLOCKS 16..128
 # Logs in OUTDIR/logs.tgz, a one-line result per step. COMMIT=<hash> names the commit; SKIP="name ..."
 # leaves steps out.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
@@ -65,5 +66,14 @@ done
 # Issue 20's --tune on GPU ranks sharing the GPU, then allreduce_perf --vs-best on the measured
 # table (tools/tune_gpu_test.sh; its own cache folder).
 step tune 240 bash "$root/tools/tune_gpu_test.sh" "$B/tools/tpcomm-doctor" "$B/bench/allreduce_perf" 4M
+# Opt-in (STAGED_SWEEP=1; with the rest the call would pass 600 s): staged_host and its int8 form
+# over TPCOMM_STAGED_BLOCKS, the CUDA blocks per role, to see whether the zero-copy PCIe reads
+# of the reducers lack loads in flight (issue 18's staged_host target, docs/compression.md).
+if [ "${STAGED_SWEEP:-0}" = 1 ]; then
+  for nb in 16 32 64 128; do
+    step staged_sweep 90 env TPCOMM_STAGED_BLOCKS=$nb "$B/bench/allreduce_perf" -g 2 -d bf16 -b 1M -e 16M -f 4 -w 5 -n 20 -K 5 \
+      --compression int8 -A staged_host -A staged_host+int8
+  done
+fi
 tar czf "$OUTDIR/logs.tgz" -C "$OUTDIR" logs && rm -rf "$L"
 echo "total $(el); logs: $OUTDIR/logs.tgz"
