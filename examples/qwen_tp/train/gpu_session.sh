@@ -9,8 +9,8 @@
 #      with MTP off and --spec-draft-n-max 1..6 (NMAX), and --spec-draft-p-min (PMIN) at n-max 3 and
 #      6 (PMIN_NMAX) on the GPU if it has it, else on the CPU reference (--device cpu --tp 4, 64 tokens, in the background);
 #   4. a table of acceptance and decode speed, printed last and written to $OUT/summary.md.
-# Logs, each opening with commit, date, command and GPU: $OUT/{build,train,parity,accept,accept_cpu,profile}.log and
-# summary.md (at most 8 files come back from a device call). Usage, from the repository root:
+# Logs, each opening with commit, date, command and GPU: $OUT/{build,train,parity,accept,accept_cpu,profile}.log,
+# compression_agreement.txt (step 3b) and summary.md (at most 8 files come back from a device call). Usage, from the repository root:
 #   OUT=/path/to/out bash examples/qwen_tp/train/gpu_session.sh
 # COMMIT (env) names the commit when the tree has no .git; PY (env) the Python with torch
 # (default python3); KEEP_CKPT=1 also copies the checkpoint's small files (not the weights) to $OUT.
@@ -171,6 +171,17 @@ done
     --n-predict "$N_PREDICT" --spec-type draft-mtp --spec-draft-n-max 3 --metrics-file "$W/m.prom"
 echo "GPU acceptance runs done (+$(( $(date +%s) - T0 )) s)"
 [ -n "${CPU_PID:-}" ] && { wait $CPU_PID; echo "CPU p-min runs done (+$(( $(date +%s) - T0 )) s)"; }
+
+# 3b. issue 18's decoder check on the GPU (AGREEMENT=1, the default): the trained model at TP=2
+# with --allreduce-compression fp8 / int8 against the uncompressed run (greedy tokens over 256,
+# logits teacher-forced; compression_agreement.sh). With one GPU both ranks share it
+# (TPCOMM_ALLOW_SHARED_DEVICE=1): the tokens are TP=2's, the speed is not.
+if [ "${AGREEMENT:-1}" = 1 ] && [ "$DEVICE" = cuda ]; then
+  TPCOMM_ALLOW_SHARED_DEVICE=1 MODEL_DIR="$CKPT" OUT="$W/agree" DEVICE=cuda TP=2 QWEN="$Q" COMMIT="$REV" PY="$PY" \
+    timeout 150 bash "$SRC/examples/qwen_tp/compression_agreement.sh" > /dev/null 2>&1
+  echo "compression agreement rc=$? (+$(( $(date +%s) - T0 )) s)"
+  cp "$W/agree/compression_agreement.txt" "$OUT/" 2>/dev/null && tail -6 "$OUT/compression_agreement.txt"
+fi
 
 # 4. the table, from accept.log.
 $PY - "$OUT/train.log" "$PARITY_RC" "${TINY_RC:-not run}" "$DEVICE" "$REV" "$OUT/accept.log" "$OUT/accept_cpu.log" <<'EOF' | tee "$OUT/summary.md"
