@@ -220,7 +220,10 @@ for line in (l for log in logs for l in open(log, errors="replace")):
         r["first"] += int(m.group(4)) - int(m.group(3))
         r["rounds"] += int(re.search(r"\((\d+) verify rounds", line).group(1))
 metrics = [l.strip() for l in open(train, errors="replace") if "held-out (" in l]
-print("# qwen_tp on the trained model (commit %s)\n" % rev)
+import datetime
+print("# qwen_tp on the trained model (commit %s)" % rev)
+print("# date %s; command: examples/qwen_tp/train/gpu_session.sh (train.log's environment line has the settings)\n"
+      % datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
 print("Trained model: %s" % (metrics[-1].replace("[train] ", "") if metrics else "(no training metrics)"))
 verdict = lambda rc: "PASS" if rc == "0" else "FAIL or not run (rc %s)" % rc
 print("HF parity (tests/hf_parity.py --device %s): trained model %s; 30-step --tiny model %s (parity.log)\n"
