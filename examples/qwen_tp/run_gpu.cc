@@ -108,8 +108,10 @@ bool profileStep(const Shared& sh, GpuModel& model, RankResult* r, std::string* 
   if (f.draftNMax > 0 && model.hasMtp() && !model.timeDraftStep(pos, 50, &r->draftMs, err)) return false;
   // Drafts 2..n-max as generate() makes them when it keeps them all (no p-min, no simulation):
   // one mtpChainRun graph (chains longer than a graph run step by step: not timed).
-  const bool chained = f.draftNMax > 1 && f.draftNMax - 1 <= GpuModel::kGraphMaxTokens && f.draftPMin <= 0 &&
-                       f.simAcceptance < 0;
+  GenerateOptions g;
+  g.draftPMin = f.draftPMin;
+  g.simAcceptance = f.simAcceptance;
+  const bool chained = f.draftNMax > 1 && f.draftNMax - 1 <= GpuModel::kGraphMaxTokens && chainsDraftsInOneCall(g);
   if (chained && model.hasMtp() && !model.timeDraftChain(pos, f.draftNMax - 1, 50, &r->chainMs, err)) return false;
   model.setSkipAllReduce(true);
   if (!model.timeTargetStep(1, pos, 50, &r->stepNoArMs, err)) return false;

@@ -87,7 +87,7 @@ bool warmSpeculation(DecoderEngine& e, const GenerateOptions& opt, int pos, std:
   }
   // generate() chains a round's drafts in one call when it keeps them all (no p-min, no simulation).
   std::vector<int32_t> drafts(static_cast<size_t>(N));
-  for (int count = 1; opt.draftPMin <= 0 && opt.simAcceptance < 0 && count < N; ++count)
+  for (int count = 1; chainsDraftsInOneCall(opt) && count < N; ++count)
     if (!e.mtpChainRun(0, pos, count, drafts.data(), nullptr, error)) return false;
   return true;
 }
@@ -141,7 +141,7 @@ bool generate(DecoderEngine& e, const std::vector<int32_t>& prompt, const Genera
     ++st->rounds;
     batch[0] = tokens[n];
     int nd = 0;  // draft tokens made this round
-    if (!st->simulated && opt.draftPMin <= 0 && ndMax >= 2) {
+    if (chainsDraftsInOneCall(opt) && ndMax >= 2) {
       // Every draft of the round is kept (no p-min stop, no simulation replacing one before the
       // next is chained on it): drafts 2..ndMax in one call (DecoderEngine::mtpChainRun).
       batch[1] = draft;

@@ -68,6 +68,11 @@ struct GenerateStats {
 bool generate(DecoderEngine& engine, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
               std::vector<int32_t>* out, GenerateStats* stats, std::string* error);
 
+/// Whether generate() keeps every draft of a round it makes (no p-min stop, no simulation
+/// replacing a draft before the next is chained on it), and so chains drafts 2..n-max in one
+/// DecoderEngine::mtpChainRun call.
+inline bool chainsDraftsInOneCall(const GenerateOptions& opt) { return opt.draftPMin <= 0 && opt.simAcceptance < 0; }
+
 /// Makes every call shape a speculative run with `opt` can use once, at positions pos.. (KV and
 /// MTP slots written there are overwritten by the next run's prefill and decode): target() and
 /// mtpFromTarget() of 1..draftNMax+1 tokens, one mtpChain(), and mtpChainRun() of 1..draftNMax-1
