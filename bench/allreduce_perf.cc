@@ -181,14 +181,19 @@ int main(int argc, char** argv) {
       rc = runThreads(info, {devs});
     }
   } else {
-    if (info.gpu && args.nThreads > gpus) {
+    if (info.gpu && args.nThreads > gpus && !sharedDeviceAllowed()) {
       rc = usageError("-t " + std::to_string(args.nThreads) + " but only " + std::to_string(gpus) +
-                      " GPUs are visible (use --host for host ranks)");
+                      " GPUs are visible (use --host for host ranks; TPCOMM_ALLOW_SHARED_DEVICE=1 puts several "
+                      "ranks on one GPU)");
     } else {
+      // A thread per rank is how tpcomm-doctor --tune times the algorithms, so --vs-best after a
+      // tune compares like with like here (one thread driving every rank, -g N, serialises the
+      // ranks' launches and can favour another algorithm at small sizes).
       std::vector<std::vector<int>> devs;
-      for (int t = 0; t < args.nThreads; ++t) devs.push_back({info.gpu ? t : -1});
+      for (int t = 0; t < args.nThreads; ++t) devs.push_back({info.gpu ? t % gpus : -1});
       info.nRanks = args.nThreads;
-      info.mode = "one process, " + std::to_string(args.nThreads) + " thread(s), one rank each";
+      info.mode = "one process, " + std::to_string(args.nThreads) + " thread(s), one rank each" +
+                  (info.gpu && args.nThreads > gpus ? " (TPCOMM_ALLOW_SHARED_DEVICE=1: ranks share GPUs)" : "");
       rc = runThreads(info, devs);
     }
   }

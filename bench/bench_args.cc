@@ -137,7 +137,8 @@ nccl-tests flags:
                              n times per batch (default 0: eager launches)
   -g, --ngpus <n>            GPUs driven by one thread of this process (default 1); more than the
                              visible GPUs with TPCOMM_ALLOW_SHARED_DEVICE=1 (rank i on GPU i mod gpus)
-  -t, --nthreads <n>         threads in this process, one rank each (default 1)
+  -t, --nthreads <n>         threads in this process, one rank each (default 1); more than the
+                             visible GPUs with TPCOMM_ALLOW_SHARED_DEVICE=1 (thread t on GPU t mod gpus)
 
 tpcomm extras:
   -A, --algo <a>             auto (tpcomm's selector, default), nccl (NCCL itself, same buffers and
