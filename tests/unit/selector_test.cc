@@ -404,8 +404,8 @@ TEST(Selector, CompressionIsOptInAndCostsWireBytes) {
   }
   const AlgoQuery big{CollKind::kAllReduce, DataType::kBF16, ReduceOp::kSum, size_t{1} << 30, false};
   const AlgoQuery small{CollKind::kAllReduce, DataType::kBF16, ReduceOp::kSum, size_t{1} << 16, false};
-  // NVLink (2x H200 rows) moves bytes nearly as fast as the quantize passes run (fp8 476 GB/s,
-  // int8 728, measured alone on one H200): fp8 never pays there; int8 only at the largest sizes.
+  // NVLink (2x H200 rows) moves bytes nearly as fast as the quantize passes run (fp8 595 GB/s,
+  // int8 730, measured alone on one H200): fp8 never pays there; int8 only at the largest sizes.
   EXPECT_GT(modelCostUs("twoshot_p2p+fp8", nv, big), modelCostUs("twoshot_p2p", nv, big));
   EXPECT_LT(modelCostUs("twoshot_p2p+int8", nv, big), modelCostUs("twoshot_p2p", nv, big));
   EXPECT_GT(modelCostUs("twoshot_p2p+fp8", nv, small), modelCostUs("twoshot_p2p", nv, small));
