@@ -18,6 +18,9 @@
 #                ranks: auto in CUDA graphs (and eager for the halves): the protocols' one-GPU floor
 #   tune         tpcomm-doctor --tune with two ranks on the GPU, then allreduce_perf --vs-best
 #                (tools/tune_gpu_test.sh, sweep to 4 MB)
+#   ll           issue 20's ll_p2p: the reduce-scatter / all-gather GPU tests (HalvesP2p*, both
+#                algorithms forced, and HalvesSkew*: a rank 3 ms late), then ll_p2p against
+#                twoshot_p2p, A B B A, in CUDA graphs to 1 MB (the shared-GPU floor of each)
 #   staged_sweep only with STAGED_SWEEP=1: staged_host(+int8) over TPCOMM_STAGED_BLOCKS 16..128
 # Logs in OUTDIR/logs.tgz, a one-line result per step. COMMIT=<hash> names the commit; SKIP="name ..."
 # leaves steps out.
@@ -62,6 +65,11 @@ step halves 60 "$B/bench/allreduce_perf" -g 2 -d bf16 -b 8 -e 1M -f 8 -G 20 -A a
 for h in reduce_scatter all_gather; do  # auto in graphs and eager (staged_host on GPU ranks is all-reduce only)
   step halves 60 "$B/bench/${h}_perf" -g 2 -d bf16 -b 8 -e 64M -f 4 -G 20 -A auto
   step halves 60 "$B/bench/${h}_perf" -g 2 -d bf16 -b 8 -e 64M -f 4 -A auto
+done
+# Issue 20's small-message reduce-scatter / all-gather (ll_p2p): tests, then A B B A in graphs.
+step ll 300 "$B/tests/gpu/tpcomm_gpu_tests" --gtest_filter='HalvesP2p*:HalvesSkew*'
+for h in reduce_scatter all_gather; do
+  step ll 60 "$B/bench/${h}_perf" -g 2 -d bf16 -b 8 -e 1M -f 8 -G 20 -A ll_p2p -A twoshot_p2p -A twoshot_p2p -A ll_p2p
 done
 # Issue 20's --tune on GPU ranks sharing the GPU, then allreduce_perf --vs-best on the measured
 # table (tools/tune_gpu_test.sh; its own cache folder).

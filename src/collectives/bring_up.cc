@@ -69,6 +69,7 @@ Status bringUpP2p(Bootstrap& bs, AlgoContext* c, TransportReport* report) {
   sizes.lamportBytes = static_cast<size_t>(paramInt(ParamId::kLamportMaxBytes));
   sizes.oneshotBytes = static_cast<size_t>(paramInt(ParamId::kOneshotMaxBytes));
   sizes.twoshotChunk = static_cast<size_t>(paramInt(ParamId::kTwoshotChunkBytes));
+  sizes.llBytes = static_cast<size_t>(paramInt(ParamId::kLlMaxBytes));
   std::unique_ptr<CudaP2pTransport> t;
   Status s = CudaP2pTransport::create(envOf(bs, *c), sizes, &t);
   return keepIfAll(bs, s, &t, &c->p2p, &report->p2p);

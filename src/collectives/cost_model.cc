@@ -25,6 +25,8 @@ enum class Traffic {
   kStagedGpu,  // max(n-1, 1) B: out to host memory once, every peer's input back in
   kOnce,       // B: host ranks (read once, write once)
   kMulticast,  // 2 B / n over NVLink (the switch reduces and replicates)
+  kLl,         // 2 (n-1) / n B: ll_p2p's reduce-scatter / all-gather (B: the n-piece buffer), each
+               // piece pushed once to each peer, doubled by the flag beside every 4-byte word
 };
 
 struct CostRow {
@@ -45,6 +47,10 @@ constexpr CostRow kTable[] = {
     // lamport_p2p, oneshot_p2p, twoshot_p2p: graph and eager alike (PDL hides the launch).
     {"lamport_p2p", LinkClass::kNvlink, 0, 2.7, 2.7, 0, 250.0, Traffic::kPush, 0},
     {"lamport_p2p", LinkClass::kAny, 0, 6.0, 6.0, 0, 12.0, Traffic::kPush, 0},
+    // ll_p2p (reduce-scatter, all-gather): not measured on 2 GPUs yet; Lamport's alpha and rate,
+    // its push at twice the bytes (the same protocol shape: stores that carry their own flag).
+    {"ll_p2p", LinkClass::kNvlink, 0, 2.7, 2.7, 0, 250.0, Traffic::kLl, 0},
+    {"ll_p2p", LinkClass::kAny, 0, 6.0, 6.0, 0, 12.0, Traffic::kLl, 0},
     {"oneshot_p2p", LinkClass::kNvlink, 0, 5.6, 5.6, 0, 205.0, Traffic::kPush, 0},
     {"oneshot_p2p", LinkClass::kAny, 0, 8.0, 8.0, 0, 20.0, Traffic::kPush, 0},
     {"twoshot_p2p", LinkClass::kNvlink, 0, 13.0, 13.0, 0, 320.0, Traffic::kBus, 0},
@@ -91,6 +97,8 @@ double trafficBytes(Traffic t, double bytes, int n) {
       return bytes;
     case Traffic::kMulticast:
       return 2.0 * bytes / std::max(n, 1);
+    case Traffic::kLl:
+      return n > 1 ? bytes * 2.0 * (n - 1) / n : 0.0;
   }
   return bytes;
 }

@@ -4,6 +4,7 @@ namespace tpcomm {
 
 // One factory per algorithm, each defined in its own file under src/algos/.
 std::unique_ptr<Algorithm> makeLamportP2p(const AlgoContext* ctx);       // lamport_p2p.cc
+std::unique_ptr<Algorithm> makeLlP2p(const AlgoContext* ctx);            // ll_p2p.cc
 std::unique_ptr<Algorithm> makeOneshotP2p(const AlgoContext* ctx);       // oneshot_p2p.cc
 std::unique_ptr<Algorithm> makeTwoshotP2p(const AlgoContext* ctx);       // twoshot_p2p.cc
 std::unique_ptr<Algorithm> makeTwoshotMulticast(const AlgoContext* ctx);  // twoshot_multicast.cc
@@ -18,6 +19,7 @@ std::vector<std::unique_ptr<Algorithm>> makeAlgorithms(const AlgoContext* ctx) {
   std::vector<std::unique_ptr<Algorithm>> list;
   // The one list. Order breaks cost ties (earlier wins).
   list.push_back(makeLamportP2p(ctx));
+  list.push_back(makeLlP2p(ctx));  // reduce-scatter and all-gather only
   list.push_back(makeOneshotP2p(ctx));
   list.push_back(makeTwoshotP2p(ctx));
   list.push_back(makeTwoshotMulticast(ctx));  // gated: see transports/multicast.h

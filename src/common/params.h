@@ -33,6 +33,7 @@ namespace tpcomm {
   X(FusedBlocksPerRow, "FUSED_BLOCKS_PER_ROW", "2", kInt, 0, 1024, "allReduceResidualRmsNorm runs a fused P2P kernel only when its blocks >= this x rows, else all-reduce + norm kernel (0: always fused)") \
   X(LamportMaxBytes, "LAMPORT_MAX_BYTES", "2097152", kSize, 0, 1ll << 30, "largest message for lamport_p2p (scratch: 3 x ranks x this)") \
   X(OneshotMaxBytes, "ONESHOT_MAX_BYTES", "2097152", kSize, 0, 1ll << 30, "largest message for oneshot_p2p (scratch: 2 x ranks x this)") \
+  X(LlMaxBytes, "LL_MAX_BYTES", "524288", kSize, 0, 1ll << 30, "largest reduce-scatter input / all-gather output for ll_p2p (scratch: about 4 x this)") \
   X(TwoshotChunkBytes, "TWOSHOT_CHUNK_BYTES", "33554432", kSize, 4096, 1ll << 30, "twoshot_p2p bytes per chunk (scratch: about 4 x this)") \
   X(TopoCache, "TOPO_CACHE", "1", kBool, 0, 1, "reuse the cached topology probe ($XDG_CACHE_HOME/tpcomm); 0: re-probe and refresh it") \
   X(TopoTimeoutMs, "TOPO_TIMEOUT_MS", "8000", kInt, 1, INT32_MAX, "time limit of the P2P-check child process (keep below TIMEOUT_MS)") \

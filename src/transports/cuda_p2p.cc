@@ -16,7 +16,8 @@ namespace {
 size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 }  // namespace
 
-P2pLayout P2pLayout::make(int nRanks, int maxBlocks, size_t lamportBytes, size_t oneshotBytes, size_t twoshotChunk) {
+P2pLayout P2pLayout::make(int nRanks, int maxBlocks, size_t lamportBytes, size_t oneshotBytes, size_t twoshotChunk,
+                          size_t llBytes) {
   P2pLayout l;
   l.nRanks = nRanks;
   l.maxBlocks = maxBlocks;
@@ -25,6 +26,9 @@ P2pLayout P2pLayout::make(int nRanks, int maxBlocks, size_t lamportBytes, size_t
   l.twoshotChunk = alignUp(twoshotChunk, 4096);
   // One rank's slice of a chunk, rounded up to whole 16-byte packs plus one spare pack.
   l.twoshotSliceCap = alignUp(l.twoshotChunk / nRanks + 16, 256);
+  // ll_p2p: a piece is at most ceil(llBytes / n) bytes, 8 per 16-byte line.
+  l.llBytes = llBytes;
+  l.llSlotBytes = llBytes == 0 ? 0 : alignUp((llBytes / nRanks + 8) / 8 * 16, 256);
   size_t off = 0;
   l.flagsOffset = off;
   off = alignUp(off + sizeof(uint64_t) * kP2pAlgoCount * nRanks * maxBlocks, 4096);
@@ -40,6 +44,8 @@ P2pLayout P2pLayout::make(int nRanks, int maxBlocks, size_t lamportBytes, size_t
   off = alignUp(off + 2 * l.oneshotBufferBytes(), 4096);
   l.twoshotOffset = off;
   off = alignUp(off + 2 * l.twoshotBufferBytes(), 4096);
+  l.llOffset = off;
+  off = alignUp(off + 2 * l.llBufferBytes(), 4096);
   l.totalBytes = off;
   return l;
 }
@@ -65,7 +71,8 @@ Status CudaP2pTransport::create(const TransportEnv& ctx, const Sizes& sizes, std
     return TPCOMM_INVALID("cuda_p2p: %d blocks: TPCOMM_P2P_BLOCKS / TPCOMM_TWOSHOT_BLOCKS must be 1..1024",
                           sizes.maxBlocks);
   std::unique_ptr<CudaP2pTransport> t(new CudaP2pTransport());
-  t->layout_ = P2pLayout::make(ctx.nRanks, sizes.maxBlocks, sizes.lamportBytes, sizes.oneshotBytes, sizes.twoshotChunk);
+  t->layout_ = P2pLayout::make(ctx.nRanks, sizes.maxBlocks, sizes.lamportBytes, sizes.oneshotBytes, sizes.twoshotChunk,
+                                 sizes.llBytes);
   t->rank_ = ctx.rank;
   t->nRanks_ = ctx.nRanks;
   t->device_ = ctx.device;

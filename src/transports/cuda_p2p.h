@@ -17,6 +17,8 @@
 //            them with its sentinel before any peer can write)
 //   oneshot  2 buffers x [from rank][oneshotBytes]
 //   twoshot  2 buffers x ([from rank][sliceCap] reduce-scatter inbox + [chunkBytes] gather area)
+//   ll       2 buffers x [from rank][llSlotBytes] 16-byte lines of ll_p2p (two 4-byte data words
+//            each beside the call's flag; zero here, and no flag is ever 0)
 #pragma once
 
 #include <cstddef>
@@ -31,7 +33,7 @@
 
 namespace tpcomm {
 
-enum P2pAlgo : int { kP2pLamport = 0, kP2pOneshot = 1, kP2pTwoshot = 2, kP2pAlgoCount = 3 };
+enum P2pAlgo : int { kP2pLamport = 0, kP2pOneshot = 1, kP2pTwoshot = 2, kP2pLl = 3, kP2pAlgoCount = 4 };
 
 struct P2pLayout {
   int nRanks = 0;
@@ -40,11 +42,14 @@ struct P2pLayout {
   size_t oneshotBytes = 0;     ///< largest one-shot message
   size_t twoshotChunk = 0;     ///< two-shot bytes per chunk (messages loop over chunks)
   size_t twoshotSliceCap = 0;  ///< bytes of one rank's inbox slice per chunk
+  size_t llBytes = 0;          ///< largest ll_p2p message (reduce-scatter input, all-gather output)
+  size_t llSlotBytes = 0;      ///< one rank's piece as 16-byte lines (8 payload bytes each)
   size_t flagsOffset = 0, epochsOffset = 0, poisonOffset = 0, signaturesOffset = 0;
-  size_t lamportOffset = 0, oneshotOffset = 0, twoshotOffset = 0;
+  size_t lamportOffset = 0, oneshotOffset = 0, twoshotOffset = 0, llOffset = 0;
   size_t totalBytes = 0;
 
-  static P2pLayout make(int nRanks, int maxBlocks, size_t lamportBytes, size_t oneshotBytes, size_t twoshotChunk);
+  static P2pLayout make(int nRanks, int maxBlocks, size_t lamportBytes, size_t oneshotBytes, size_t twoshotChunk,
+                        size_t llBytes = 0);
   /// Call signatures (TPCOMM_CHECK_CALLS): [algo][from rank][block][3] u64, written by peers.
   TPCOMM_HD size_t signatureIndex(int algo, int from, int block, int slot) const {
     return ((static_cast<size_t>(algo) * nRanks + from) * maxBlocks + block) * 3 + slot;
@@ -55,6 +60,7 @@ struct P2pLayout {
   TPCOMM_HD size_t lamportBufferBytes() const { return lamportBytes * nRanks; }
   TPCOMM_HD size_t oneshotBufferBytes() const { return oneshotBytes * nRanks; }
   TPCOMM_HD size_t twoshotBufferBytes() const { return twoshotSliceCap * nRanks + twoshotChunk; }
+  TPCOMM_HD size_t llBufferBytes() const { return llSlotBytes * nRanks; }
 };
 
 /// Lamport sentinel: a 32-bit word no payload word can equal (payload -0.0 halves/floats are
@@ -69,7 +75,7 @@ class CudaP2pTransport {
   /// What the buffer must hold (rounded up by P2pLayout::make).
   struct Sizes {
     int maxBlocks = 0;  ///< flag and epoch slots per (algorithm, rank): the largest grid
-    size_t lamportBytes = 0, oneshotBytes = 0, twoshotChunk = 0;
+    size_t lamportBytes = 0, oneshotBytes = 0, twoshotChunk = 0, llBytes = 0;
   };
   /// Collective. kNotSupported when some pair lacks verified P2P or this is not one node.
   static Status create(const TransportEnv& env, const Sizes& sizes, std::unique_ptr<CudaP2pTransport>* out);

@@ -297,6 +297,62 @@ TEST_P(GpuFault, MismatchedCallsAreCaughtOnTheGpu) {
 
 INSTANTIATE_TEST_SUITE_P(P2p, GpuFault, testing::Values("lamport_p2p", "oneshot_p2p", "twoshot_p2p"));
 
+// Reduce-scatter and all-gather under skew: each call, one rank (alternating) starts 3 ms late
+// behind a spin kernel, so the other's pushes land and its polls spin long before the late rank
+// has pushed anything (ll_p2p: the flags in the lines; twoshot_p2p: its barrier). 40 calls
+// alternating the two collectives with new exact inputs each: every output right on both ranks.
+class HalvesSkew : public testing::TestWithParam<const char*> {};
+
+TEST_P(HalvesSkew, LateRankStillGivesTheRightPieces) {
+  if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks, found " << gpuCount() << " GPUs";
+  const std::string algo = GetParam();
+  const size_t count = 1000 + 3;  // per piece: odd, so rank 1's piece starts unaligned
+  const DataType dt = DataType::kBF16;
+  const size_t es = tpcomm::dataTypeSize(dt);
+  auto g = makeRanks(algo, 2000, count * 2 * es);
+  ASSERT_NE(g, nullptr);
+  for (int call = 0; call < 40 && !HasFatalFailure(); ++call) {
+    const bool rs = call % 2 == 0;
+    std::vector<std::vector<uint8_t>> inputs;
+    for (int r = 0; r < 2; ++r) {
+      inputs.push_back(makeHost(dt, rs ? 2 * count : count, [&](size_t i) { return intInput(r, i, call); }));
+      upload(*g, r, inputs[r]);
+    }
+    poison(*g);
+    const int late = (call / 2) % 2;
+    cudaSetDevice(g->devices[late]);
+    spinKernel<<<1, 32, 0, g->streams[late]>>>(3ull * 1000 * 1000, 0);
+    for (int r = 0; r < 2; ++r) {
+      cudaSetDevice(g->devices[r]);
+      const Status s = rs ? g->comms[r]->reduceScatter(g->in[r], g->out[r], count, dt, ReduceOp::kSum, g->streams[r])
+                          : g->comms[r]->allGather(g->in[r], g->out[r], count, dt, g->streams[r]);
+      ASSERT_EQ(s, Status::kOk) << tpcomm::lastErrorMessage();
+    }
+    for (int r = 0; r < 2; ++r) {
+      cudaSetDevice(g->devices[r]);
+      ASSERT_EQ(cudaStreamSynchronize(g->streams[r]), cudaSuccess);
+      ASSERT_EQ(g->comms[r]->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
+      EXPECT_STREQ(g->comms[r]->lastAlgorithm(), algo.c_str());
+      std::vector<uint8_t> want;
+      if (rs) {
+        std::vector<std::vector<uint8_t>> pieces;
+        for (const auto& in : inputs)
+          pieces.emplace_back(in.begin() + static_cast<long>(r * count * es),
+                              in.begin() + static_cast<long>((r + 1) * count * es));
+        want = reference(pieces, dt, ReduceOp::kSum, count);
+      } else {
+        for (const auto& in : inputs) want.insert(want.end(), in.begin(), in.end());
+      }
+      std::vector<uint8_t> got = download(*g, r, g->out[r]);
+      got.resize(want.size());
+      ASSERT_EQ(firstMismatch(got, want, es), -1) << (rs ? "reduce-scatter" : "all-gather") << " call " << call
+                                                  << ", rank " << r << ", late rank " << late;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(P2p, HalvesSkew, testing::Values("ll_p2p", "twoshot_p2p"));
+
 // Item 17: +0.0 and -0.0 in every combination across the two ranks, every dtype and op, every
 // algorithm: the result is +0.0 everywhere (the zero rule), the same bits on both ranks, and the
 // host reference's.

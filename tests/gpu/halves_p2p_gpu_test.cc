@@ -1,4 +1,5 @@
-// Reduce-scatter and all-gather over CUDA P2P (twoshot_p2p_halves.cu, issue 20): every rank's
+// Reduce-scatter and all-gather over CUDA P2P (twoshot_p2p_halves.cu and ll_p2p.cu, issue 20),
+// each algorithm forced in turn (ll_p2p up to TPCOMM_LL_MAX_BYTES, twoshot_p2p above): every rank's
 // output bitwise against the host reference (reduce-scatter: rank-order fp32 of the ranks' piece
 // `me`, random non-integer values with signed zeros; all-gather: the pieces' bits), for every
 // dtype and op, counts from 1 element to several chunks, odd counts (unaligned pieces), eager and
@@ -22,15 +23,24 @@ using tpcomm::Communicator;
 using tpcomm::Config;
 using tpcomm::Status;
 
-RankGroup* halvesGroup() {
-  static std::unique_ptr<RankGroup> g;
+// One group per forced algorithm (ll_p2p hands messages over its limit to the next by cost).
+RankGroup* halvesGroup(const std::string& algo) {
+  static std::map<std::string, std::unique_ptr<RankGroup>> groups;
+  auto& g = groups[algo];
   if (!g) {
     Config cfg;
-    cfg.algo = "twoshot_p2p";
+    cfg.algo = algo;
     cfg.useNccl = false;
-    g = makeRankGroup(cfg, "twoshot_p2p halves");
+    g = makeRankGroup(cfg, (algo + " halves").c_str());
   }
   return g.get();
+}
+
+constexpr size_t kLlMaxBytes = 524288;  // TPCOMM_LL_MAX_BYTES's default
+
+// The algorithm a forced call runs: ll_p2p only up to its limit (bytes of the n-piece buffer).
+std::string expectedAlgo(const std::string& algo, size_t count, size_t es, int n) {
+  return algo == "ll_p2p" && count * es * static_cast<size_t>(n) > kLlMaxBytes ? "twoshot_p2p" : algo;
 }
 
 float randomValue(std::mt19937& rng) {
@@ -75,8 +85,8 @@ Status issueOne(RankGroup& g, Kind kind, int r, const DeviceBuffers& b, size_t c
                                       : g.comms[r]->allGather(b.send[r], b.recv[r], count, dtype, g.streams[r]);
 }
 
-void runCase(Kind kind, DataType dtype, ReduceOp op, size_t count, bool graph) {
-  RankGroup* g = halvesGroup();
+void runCase(const std::string& algo, Kind kind, DataType dtype, ReduceOp op, size_t count, bool graph) {
+  RankGroup* g = halvesGroup(algo);
   ASSERT_NE(g, nullptr);
   const int n = g->n();
   const size_t es = tpcomm::dataTypeSize(dtype);
@@ -112,7 +122,7 @@ void runCase(Kind kind, DataType dtype, ReduceOp op, size_t count, bool graph) {
       CUDA_OK(cudaSetDevice(g->devices[r]));
       CUDA_OK(cudaStreamSynchronize(g->streams[r]));
       ASSERT_EQ(g->comms[r]->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
-      EXPECT_STREQ(g->comms[r]->lastAlgorithm(), "twoshot_p2p");
+      EXPECT_EQ(std::string(g->comms[r]->lastAlgorithm()), expectedAlgo(algo, count, es, n));
       std::vector<uint8_t> got(recvCount * es);
       CUDA_OK(cudaMemcpy(got.data(), b.recv[r], got.size(), cudaMemcpyDeviceToHost));
       const std::vector<uint8_t> want = expected(kind, inputs, r, count, dtype, op);
@@ -138,37 +148,49 @@ void runCase(Kind kind, DataType dtype, ReduceOp op, size_t count, bool graph) {
   }
 }
 
-class HalvesP2p : public testing::TestWithParam<std::tuple<DataType, ReduceOp, size_t, bool>> {};
+class HalvesP2p : public testing::TestWithParam<std::tuple<std::string, DataType, ReduceOp, size_t, bool>> {};
 
 TEST_P(HalvesP2p, ReduceScatterBitwise) {
   if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  auto [dtype, op, count, graph] = GetParam();
-  SCOPED_TRACE(std::string(name(dtype)) + " " + name(op) + " count=" + std::to_string(count) + (graph ? " graph" : " eager"));
-  runCase(Kind::kReduceScatter, dtype, op, count, graph);
+  auto [algo, dtype, op, count, graph] = GetParam();
+  SCOPED_TRACE(algo + " " + name(dtype) + " " + name(op) + " count=" + std::to_string(count) + (graph ? " graph" : " eager"));
+  runCase(algo, Kind::kReduceScatter, dtype, op, count, graph);
 }
 
 TEST_P(HalvesP2p, AllGatherBitwise) {
   if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  auto [dtype, op, count, graph] = GetParam();
+  auto [algo, dtype, op, count, graph] = GetParam();
   if (op != ReduceOp::kSum) GTEST_SKIP() << "all-gather has no operator";
-  SCOPED_TRACE(std::string(name(dtype)) + " count=" + std::to_string(count) + (graph ? " graph" : " eager"));
-  runCase(Kind::kAllGather, dtype, op, count, graph);
+  SCOPED_TRACE(algo + " " + name(dtype) + " count=" + std::to_string(count) + (graph ? " graph" : " eager"));
+  runCase(algo, Kind::kAllGather, dtype, op, count, graph);
 }
 
 // 1 element .. several two-shot chunks per piece (the default inbox slot is 4 MB / n), odd
-// counts so that pieces after the first start unaligned.
+// counts so that pieces after the first start unaligned; for ll_p2p, 65536 / 65537 elements of
+// 2 bytes on 2-4 ranks sit at and just past its 512 KB limit (the call then runs twoshot_p2p).
 INSTANTIATE_TEST_SUITE_P(All, HalvesP2p,
-                         testing::Combine(testing::Values(DataType::kF32, DataType::kF16, DataType::kBF16),
+                         testing::Combine(testing::Values(std::string("twoshot_p2p"), std::string("ll_p2p")),
+                                          testing::Values(DataType::kF32, DataType::kF16, DataType::kBF16),
                                           testing::Values(ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin),
-                                          testing::Values<size_t>(1, 7, 8, 1000, 4096 + 3, (1u << 20) + 5, 3u << 21),
-                                          testing::Bool()));
+                                          testing::Values<size_t>(1, 2, 3, 7, 8, 1000, 4096 + 3, 65536, 65537,
+                                                                  (1u << 20) + 5, 3u << 21),
+                                          testing::Bool()),
+                         [](const testing::TestParamInfo<HalvesP2p::ParamType>& i) {
+                           return std::get<0>(i.param) + "_" + name(std::get<1>(i.param)) + "_" +
+                                  name(std::get<2>(i.param)) + "_" + std::to_string(std::get<3>(i.param)) +
+                                  (std::get<4>(i.param) ? "_graph" : "_eager");
+                         });
 
 // Reduce-scatter, all-gather and all-reduce alternate on one communicator, 3000 calls with new
 // small-integer inputs each time (exact sums), every result checked: the three share twoshot's
 // epochs and inbox parity.
-TEST(HalvesP2pStress, AlternatingWithAllReduce) {
+// With ll_p2p forced, the all-reduces run lamport_p2p (ll_p2p runs no all-reduce): the two
+// interleave on one communicator without sharing buffers, and ll_p2p's two buffers alternate.
+class HalvesP2pStress : public testing::TestWithParam<std::string> {};
+
+TEST_P(HalvesP2pStress, AlternatingWithAllReduce) {
   if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  RankGroup* g = halvesGroup();
+  RankGroup* g = halvesGroup(GetParam());
   ASSERT_NE(g, nullptr);
   const int n = g->n();
   const size_t count = 4096 + 8;
@@ -219,14 +241,18 @@ TEST(HalvesP2pStress, AlternatingWithAllReduce) {
   EXPECT_EQ(wrong, 0u) << "results differing from the reference";
 }
 
+INSTANTIATE_TEST_SUITE_P(Algos, HalvesP2pStress, testing::Values(std::string("twoshot_p2p"), std::string("ll_p2p")));
+
 // Rank 1 never calls: rank 0's reduce-scatter (then all-gather, on a fresh group) gives up after
 // the timeout with kTimeout naming rank 1, and the stream drains.
-TEST(HalvesP2pTimeout, MissingPeerReportsTimeout) {
+class HalvesP2pTimeout : public testing::TestWithParam<std::string> {};
+
+TEST_P(HalvesP2pTimeout, MissingPeerReportsTimeout) {
   if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
   for (Kind kind : {Kind::kReduceScatter, Kind::kAllGather}) {
-    SCOPED_TRACE(kind == Kind::kReduceScatter ? "reduceScatter" : "allGather");
+    SCOPED_TRACE(GetParam() + (kind == Kind::kReduceScatter ? " reduceScatter" : " allGather"));
     Config cfg;
-    cfg.algo = "twoshot_p2p";
+    cfg.algo = GetParam();
     cfg.useNccl = false;
     cfg.timeoutMs = 500;
     auto g = makeRankGroup(cfg, "timeout", true);
@@ -252,6 +278,8 @@ TEST(HalvesP2pTimeout, MissingPeerReportsTimeout) {
     for (auto& c : g->comms) c->abort();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Algos, HalvesP2pTimeout, testing::Values(std::string("twoshot_p2p"), std::string("ll_p2p")));
 
 }  // namespace
 }  // namespace tpcomm_test

@@ -197,5 +197,25 @@ TEST(FusedRmsNormHostCheck, TwoshotGeometryFitsTheScratch) {
   }
 }
 
+// ll_p2p's area (cuda_p2p.h): each of its two buffers holds every rank's slot, and a slot holds
+// the largest piece (at most ceil(TPCOMM_LL_MAX_BYTES / n) bytes) as 16-byte lines of 8 payload
+// bytes, after every other area and inside the allocation.
+TEST(P2pLayoutLl, SlotsHoldTheLargestPieceInsideTheBuffer) {
+  for (int n : {2, 3, 4, 7, 8, 16})
+    for (size_t ll : {size_t{16}, size_t{1000}, size_t{524288}, size_t{524288} + 7, size_t{3} << 20}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " llBytes=" + std::to_string(ll));
+      const P2pLayout L = P2pLayout::make(n, 128, 1 << 20, 2 << 20, 32 << 20, ll);
+      const size_t piece = (ll + n - 1) / n, lines = (piece + 7) / 8;
+      EXPECT_GE(L.llSlotBytes, lines * 16);
+      EXPECT_EQ(L.llSlotBytes % 16, 0u);
+      EXPECT_GE(L.llOffset, L.twoshotOffset + 2 * L.twoshotBufferBytes());
+      EXPECT_EQ(L.llOffset % 16, 0u);
+      EXPECT_LE(L.llOffset + 2 * L.llBufferBytes(), L.totalBytes);
+    }
+  const P2pLayout off = P2pLayout::make(2, 128, 1 << 20, 2 << 20, 32 << 20, 0);
+  EXPECT_EQ(off.llSlotBytes, 0u);
+  EXPECT_EQ(off.llOffset, off.totalBytes);
+}
+
 }  // namespace
 }  // namespace tpcomm

@@ -99,6 +99,14 @@ const std::vector<Row>& rows() {
       {"nvlink2 range leaves large", file("nvlink2.json"), AR, 64 * M, false, "0-64K:staged_host", nullptr, {"ring_nccl", "staged_host"}, {}, {{"ring_nccl", "staged_host"}}, false},
       {"nvlink2 forced list order", file("nvlink2.json"), AR, 64 * M, false, "staged_host|ring_nccl", "staged_host", {}, {}, {{"staged_host", "ring_nccl"}}, true},
 
+      // Reduce-scatter / all-gather on 2x NVLink: ll_p2p (no barrier) up to TPCOMM_LL_MAX_BYTES
+      // (512 KB), eager and in graphs; twoshot_p2p above; ll_p2p never for all-reduce.
+      {"nvlink2 RS 8K: ll_p2p", file("nvlink2.json"), RS, 8 * K, false, "", "ll_p2p", {"twoshot_p2p", "ring_nccl"}, {}, {{"ll_p2p", "twoshot_p2p"}}, false},
+      {"nvlink2 AG 64K capturing: ll_p2p", file("nvlink2.json"), AG, 64 * K, true, "", "ll_p2p", {"twoshot_p2p"}, {"staged_host"}, {{"ll_p2p", "ring_nccl"}}, false},
+      {"nvlink2 AG 512K: ll_p2p's limit", file("nvlink2.json"), AG, 512 * K, false, "", "ll_p2p", {"twoshot_p2p"}, {}, {}, false},
+      {"nvlink2 RS 1M: past ll_p2p's limit", file("nvlink2.json"), RS, 1 * M, false, "", nullptr, {"twoshot_p2p"}, {"ll_p2p"}, {}, false},
+      {"nvlink2 AR 8K: no ll_p2p", file("nvlink2.json"), AR, 8 * K, false, "", "lamport_p2p", {}, {"ll_p2p"}, {}, false},
+
       // 8x NVLink mesh.
       {"nvlink8 mesh AR 64M", file("nvlink8_mesh.json"), AR, 64 * M, false, "", nullptr, {"ring_nccl", "staged_host"}, {}, {{"ring_nccl", "staged_host"}}, false},
       {"nvlink8 mesh AG 1M", file("nvlink8_mesh.json"), AG, 1 * M, false, "", nullptr, {"ring_nccl"}, {"staged_host"}, {}, false},
