@@ -284,10 +284,13 @@ bool writeInputs(World& world, Backend& backend, std::vector<LocalRank>& ranks, 
 #ifdef TPCOMM_BENCH_CUDA
     r.hostScratch.resize(std::max(inCount, outCount) * es);
     fill(r.hostScratch.data(), inCount, r.rank);
+    // On this rank's stream and synchronised with it alone: with a thread per rank (-t) and ranks
+    // sharing a GPU, a device-wide wait here (cudaDeviceSynchronize) waited for the other rank's
+    // collective, which spins until this rank calls: both stuck until the timeout (session 11).
     BENCH_CUDA(cudaSetDevice(r.device));
-    if (poison) BENCH_CUDA(cudaMemset(b.recv, kPoisonByte, outCount * es));
-    BENCH_CUDA(cudaMemcpy(input, r.hostScratch.data(), inCount * es, cudaMemcpyHostToDevice));
-    BENCH_CUDA(cudaDeviceSynchronize());
+    if (poison) BENCH_CUDA(cudaMemsetAsync(b.recv, kPoisonByte, outCount * es, r.stream));
+    BENCH_CUDA(cudaMemcpyAsync(input, r.hostScratch.data(), inCount * es, cudaMemcpyHostToDevice, r.stream));
+    BENCH_CUDA(cudaStreamSynchronize(r.stream));
 #endif
   }
   return true;
@@ -323,7 +326,8 @@ bool checkCollective(World& world, Backend& backend, std::vector<LocalRank>& ran
 #ifdef TPCOMM_BENCH_CUDA
     if (r.device >= 0) {
       BENCH_CUDA(cudaSetDevice(r.device));
-      BENCH_CUDA(cudaMemcpy(r.hostScratch.data(), b.recv, outCount * es, cudaMemcpyDeviceToHost));
+      BENCH_CUDA(cudaMemcpyAsync(r.hostScratch.data(), b.recv, outCount * es, cudaMemcpyDeviceToHost, r.stream));
+      BENCH_CUDA(cudaStreamSynchronize(r.stream));
       out = r.hostScratch.data();
     }
 #endif
