@@ -33,6 +33,9 @@ if [ "$PART" = all ] || [ "$PART" = halves ]; then
 for h in reduce_scatter all_gather; do
   b "$h" 90 $MPI "$B/bench/${h}_perf" -d bf16 -c 1 -b 8 -e 64M -f 4 -A auto -A nccl --json "$L/$h.json"
   b "${h}_graph" 90 $MPI "$B/bench/${h}_perf" -d bf16 -c 1 -b 8 -e 64M -f 4 -G 20 -A auto -A nccl
+  # ll_p2p (to 512 KB) against two-shot and NCCL in graphs, order alternated (A B C C B A)
+  b "${h}_small_graph" 90 $MPI "$B/bench/${h}_perf" -d bf16 -c 1 -b 8 -e 512K -f 4 -G 20 \
+    -A ll_p2p -A twoshot_p2p -A nccl -A nccl -A twoshot_p2p -A ll_p2p
 done
 fi
 if [ "$PART" = tune ]; then

@@ -138,6 +138,8 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   if (opt_.maxTokensPerCall < 1) return *error = "maxTokensPerCall (--ubatch-size) must be >= 1", false;
   QWEN_CUDA(cudaSetDevice(device_));
   prefillAttn_ = opt_.prefillAttention && gpu::attentionPrefillSupported(cfg_.headDim, device_);
+  if (prefillAttn_ && !gpu::prepareAttentionPrefill())  // here, before any rank's first collective
+    return *error = "prefill attention: cudaFuncSetAttribute failed", false;
   if (opt_.customGemv) {
     int major = 0;
     QWEN_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
@@ -589,7 +591,10 @@ bool GpuModel::lastLogits(int rows, std::vector<float>* out, std::string* error)
            false;
   out->resize(static_cast<size_t>(rows) * shape_.vocab);
   const float* src = logits_ + static_cast<size_t>(lastLogitsRows_ - rows) * shape_.vocab;
-  QWEN_CUDA(cudaMemcpy(out->data(), src, out->size() * 4, cudaMemcpyDeviceToHost));
+  // On this rank's stream: a rank's host calls must never wait on the device as a whole (another
+  // rank sharing the GPU may be spinning in a collective; docs/reliability.md).
+  QWEN_CUDA(cudaMemcpyAsync(out->data(), src, out->size() * 4, cudaMemcpyDeviceToHost, stream_));
+  QWEN_CUDA(cudaStreamSynchronize(stream_));
   return true;
 }
 

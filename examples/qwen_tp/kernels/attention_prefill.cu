@@ -274,9 +274,7 @@ __global__ void __launch_bounds__(kPfWarps * 32)
 template <int D, int MT>
 void launchPrefill(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache, const int32_t* pos,
                    int n, int hq, int hk, __nv_bfloat16* out, cudaStream_t s) {
-  // A host-side attribute of the current device's context (not a stream op: fine under capture);
-  // set on every call so that every device of a one-process TP group has it.
-  cudaFuncSetAttribute(attnPrefillKernel<D, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smemBytes<D, MT>());
+  // The shared memory limit was set by prepareAttentionPrefill() at init, on this device.
   const float scaleLog2 = 1.4426950408889634f / sqrtf(static_cast<float>(D));
   const int rows = n * (hq / hk), blockRows = 16 * MT * kPfWarps;
   launchSmem(attnPrefillKernel<D, MT>, dim3((rows + blockRows - 1) / blockRows, hk), dim3(kPfWarps * 32),
@@ -296,7 +294,21 @@ void launchPrefill(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __
     launchPrefill<D, 2>(q, kCache, vCache, pos, n, hq, hk, out, s);
 }
 
+template <int D, int MT>
+cudaError_t allowSmem() {
+  return cudaFuncSetAttribute(attnPrefillKernel<D, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smemBytes<D, MT>());
+}
+
 }  // namespace
+
+bool prepareAttentionPrefill() {
+  const cudaError_t e[] = {allowSmem<16, 1>(),  allowSmem<16, 2>(), allowSmem<32, 1>(),  allowSmem<32, 2>(),
+                           allowSmem<64, 1>(),  allowSmem<64, 2>(), allowSmem<128, 1>(), allowSmem<128, 2>()};
+  for (cudaError_t x : e)
+    if (x != cudaSuccess) return false;
+  return true;
+}
+
 
 bool attentionPrefillSupported(int D, int device) {
   int major = 0;

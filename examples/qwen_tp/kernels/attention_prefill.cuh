@@ -14,6 +14,12 @@ namespace gpu {
 /// (sm_80+: mma.sync bf16, ldmatrix, cp.async). Else the caller uses gpu::attention.
 bool attentionPrefillSupported(int D, int device);
 
+/// Gives the current device's kernels their dynamic shared memory limit. Once per device before
+/// the first attentionPrefill and before any collective: cudaFuncSetAttribute is a host call
+/// into the context that may wait on work in flight, so it must not run while another rank
+/// sharing the GPU spins in an all-reduce (docs/reliability.md). false on a CUDA error.
+bool prepareAttentionPrefill();
+
 /// Causal GQA attention of n queries at positions *pos + t (t < n; *pos read on the device) over
 /// cache slots 0 .. *pos + t, the call's own keys included (qkNormRopeStore has stored them).
 /// q [n, hq, D], caches [ctx, hk, D], out [n, hq, D], all bf16; fp32 scores, online softmax and

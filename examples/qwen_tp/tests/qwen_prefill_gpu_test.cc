@@ -80,6 +80,7 @@ TEST(QwenPrefillGpu, AttentionMatchesFp64Reference) {
     cudaMemcpy(dv, v.data(), kvN * 2, cudaMemcpyHostToDevice);
     cudaMemcpy(dpos, &c.pos, 4, cudaMemcpyHostToDevice);
     cudaMemset(dout, 0xff, qN * 2);  // NaN poison
+    ASSERT_TRUE(gpu::prepareAttentionPrefill());
     gpu::attentionPrefill(static_cast<__nv_bfloat16*>(dq), static_cast<__nv_bfloat16*>(dk),
                           static_cast<__nv_bfloat16*>(dv), static_cast<int32_t*>(dpos), c.n, c.hq, c.hk, c.D,
                           static_cast<__nv_bfloat16*>(dout), nullptr);
