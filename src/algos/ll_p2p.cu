@@ -19,8 +19,12 @@
 //     zero rule, as every path: docs/determinism.md), and writes the output.
 // Lines are spread over the whole grid (line i to thread i of the grid, grid-stride), so a
 // thread polls exactly the lines it writes out.
-// Why two buffers suffice and nothing is cleared: a line of call e-2 in buffer e%2 carries
-// f(e-2) != f(e), so it is never taken for call e's (no clear needed). A sender writes buffer
+// Why two buffers suffice and nothing is cleared: a line of buffer e%2 last written in call e'
+// (same parity, e' < e) carries f(e') != f(e) unless e - e' is a multiple of 2 (2^32 - 1); lines
+// past a shrunken message's end can keep an old flag that long, so once per 2^32 - 1 calls of
+// each parity (e mod (2^32 - 1) < 2) the sender writes its whole slot with the current flag
+// (NCCL's LL does the same before its flag wraps): every line's flag is then younger than one
+// period, and no stale line can match. A sender writes buffer
 // e%2 of a receiver again only in call e+2; it gets there only after finishing call e+1, which
 // needs the receiver's call e+1 pushes (in both collectives every rank receives from every
 // other), and the receiver makes those only after its call e kernel has completed (stream
@@ -131,12 +135,14 @@ __device__ __forceinline__ void llRun(const P2pLaunch& p) {
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
 
-  // Push: every peer's line i from this rank (piece j of the input for rank j, or the input).
-  for (size_t i = first; i < lines; i += stride)
+  // Push: every peer's line i from this rank (piece j of the input for rank j, or the input);
+  // the whole slot, zero past the piece, once per flag period (above).
+  const size_t pushLines = epoch % 0xffffffffull < 2 ? L.llSlotBytes / 16 : lines;
+  for (size_t i = first; i < pushLines; i += stride)
     for (int k = 1; k < n; ++k) {
       const int j = (me + k) % n;  // peers in a rotated order, so ranks do not all hit rank 0 first
       const char* piece = src + (kReduceScatter ? static_cast<size_t>(j) * pieceBytes : 0);
-      llStore(slot(j, me) + i, loadLine<T, kAligned>(piece, pieceBytes, i), flag);
+      llStore(slot(j, me) + i, i < lines ? loadLine<T, kAligned>(piece, pieceBytes, i) : 0, flag);
     }
   if (!dev::signatureCheck(p, kP2pLl, epoch, deadline)) return;
 
@@ -145,22 +151,21 @@ __device__ __forceinline__ void llRun(const P2pLaunch& p) {
     constexpr int kEpl = 8 / sizeof(T);
     const char* own = src + static_cast<size_t>(me) * pieceBytes;
     for (size_t i = first; ok && i < lines; i += stride) {
-      uint64_t words[kMaxP2pRanks];
-      for (int r = 0; r < n && ok; ++r)
-        if (r == me)
-          words[r] = loadLine<T, kAligned>(own, pieceBytes, i);
-        else
-          ok = llWait(p, slot(me, r) + i, flag, deadline, r, &words[r]);
-      if (!ok) break;
       float acc[kEpl];
-      const T* w0 = reinterpret_cast<const T*>(&words[0]);
+      for (int r = 0; r < n && ok; ++r) {  // rank order, each rank's word as it arrives
+        uint64_t word = 0;
+        if (r == me)
+          word = loadLine<T, kAligned>(own, pieceBytes, i);
+        else
+          ok = llWait(p, slot(me, r) + i, flag, deadline, r, &word);
+        const T* w = reinterpret_cast<const T*>(&word);
 #pragma unroll
-      for (int k = 0; k < kEpl; ++k) acc[k] = __fadd_rn(Elem<T>::toFloat(w0[k]), 0.0f);
-      for (int r = 1; r < n; ++r) {
-        const T* w = reinterpret_cast<const T*>(&words[r]);
-#pragma unroll
-        for (int k = 0; k < kEpl; ++k) acc[k] = dev::combine<Op>(acc[k], __fadd_rn(Elem<T>::toFloat(w[k]), 0.0f));
+        for (int k = 0; k < kEpl; ++k) {
+          const float v = __fadd_rn(Elem<T>::toFloat(w[k]), 0.0f);  // the zero rule: -0.0 reads as +0.0
+          acc[k] = r == 0 ? v : dev::combine<Op>(acc[k], v);
+        }
       }
+      if (!ok) break;
       uint64_t out = 0;
       T* o = reinterpret_cast<T*>(&out);
 #pragma unroll
@@ -204,15 +209,14 @@ bool llAligned(const P2pLaunch& p) {
 
 }  // namespace
 
+// The kernel for a type, op and alignment (launchHalves / preloadHalves, p2p_common.cuh).
+constexpr auto kRsKernel = [](auto t, auto op, auto al) {
+  return llReduceScatterKernel<typename decltype(t)::type, decltype(op)::value, decltype(al)::value != 0>;
+};
+constexpr auto kAgKernel = [](auto t, auto al) { return llAllGatherKernel<typename decltype(t)::type, decltype(al)::value != 0>; };
+
 Status preloadLlKernels() {
-  cudaError_t e = dev::forEachKernelVariant([](auto t, auto op, auto al) {
-    return dev::preload(llReduceScatterKernel<typename decltype(t)::type, decltype(op)::value, decltype(al)::value != 0>);
-  });
-  if (e == cudaSuccess)
-    e = dev::forEachTypeVariant([](auto t, auto al) {
-      return dev::preload(llAllGatherKernel<typename decltype(t)::type, decltype(al)::value != 0>);
-    });
-  return dev::toStatus(e, "ll_p2p reduce-scatter / all-gather");
+  return dev::toStatus(dev::preloadHalves(kRsKernel, kAgKernel), "ll_p2p reduce-scatter / all-gather");
 }
 
 Status launchLl(const P2pLaunch& p, cudaStream_t stream) {
@@ -220,18 +224,7 @@ Status launchLl(const P2pLaunch& p, cudaStream_t stream) {
   if (p.layout.llSlotBytes / 16 * 8 < pieceBytes)
     return TPCOMM_ERROR(kNotSupported, "ll_p2p: a %zu-byte piece exceeds its %zu-byte slot (TPCOMM_LL_MAX_BYTES)",
                         pieceBytes, p.layout.llSlotBytes / 2);
-  const bool aligned = llAligned(p);
-  cudaError_t e;
-  if (p.kind == static_cast<int>(CollKind::kReduceScatter))
-    e = dev::dispatchKernel(p.dtype, p.op, aligned, [&](auto t, auto op, auto al) {
-      return dev::launch(llReduceScatterKernel<typename decltype(t)::type, decltype(op)::value, decltype(al)::value != 0>,
-                         p.blocks, kThreads, p.pdl, stream, p);
-    });
-  else
-    e = dev::dispatchType(p.dtype, aligned, [&](auto t, auto al) {
-      return dev::launch(llAllGatherKernel<typename decltype(t)::type, decltype(al)::value != 0>, p.blocks, kThreads,
-                         p.pdl, stream, p);
-    });
+  const cudaError_t e = dev::launchHalves(p, llAligned(p), kThreads, stream, kRsKernel, kAgKernel);
   return dev::toStatus(e, p.kind == static_cast<int>(CollKind::kReduceScatter) ? "ll_p2p reduce-scatter launch"
                                                                                  : "ll_p2p all-gather launch");
 }

@@ -316,5 +316,26 @@ struct LamportRound {
   }
 };
 
+// The reduce-scatter / all-gather launch and preload that twoshot_p2p and ll_p2p share (by
+// p.kind): rsKernel(TypeTag, IntTag<Op>, IntTag<flag>) and agKernel(TypeTag, IntTag<flag>) name
+// the kernel for a type, op and the algorithm's one compile-time flag (its alignment variant).
+template <typename RsKernelOf, typename AgKernelOf>
+cudaError_t launchHalves(const P2pLaunch& p, bool flag, int threads, cudaStream_t stream, RsKernelOf rsKernel,
+                         AgKernelOf agKernel) {
+  if (p.kind == static_cast<int>(CollKind::kReduceScatter))
+    return dispatchKernel(p.dtype, p.op, flag, [&](auto t, auto op, auto v) {
+      return launch(rsKernel(t, op, v), p.blocks, threads, p.pdl != 0, stream, p);
+    });
+  return dispatchType(p.dtype, flag,
+                      [&](auto t, auto v) { return launch(agKernel(t, v), p.blocks, threads, p.pdl != 0, stream, p); });
+}
+
+template <typename RsKernelOf, typename AgKernelOf>
+cudaError_t preloadHalves(RsKernelOf rsKernel, AgKernelOf agKernel) {
+  cudaError_t e = forEachKernelVariant([&](auto t, auto op, auto v) { return preload(rsKernel(t, op, v)); });
+  if (e == cudaSuccess) e = forEachTypeVariant([&](auto t, auto v) { return preload(agKernel(t, v)); });
+  return e;
+}
+
 }  // namespace dev
 }  // namespace tpcomm

@@ -144,32 +144,20 @@ bool halvesVectorizable(const P2pLaunch& p) {
 
 }  // namespace
 
+// The kernel for a type, op and alignment (launchHalves / preloadHalves, p2p_common.cuh).
+constexpr auto kRsKernel = [](auto t, auto op, auto v) {
+  return reduceScatterKernel<typename decltype(t)::type, decltype(op)::value, decltype(v)::value != 0>;
+};
+constexpr auto kAgKernel = [](auto t, auto v) { return allGatherKernel<typename decltype(t)::type, decltype(v)::value != 0>; };
+
 Status preloadTwoshotHalvesKernels() {
-  cudaError_t e = dev::forEachKernelVariant([](auto t, auto op, auto vec) {
-    return dev::preload(reduceScatterKernel<typename decltype(t)::type, decltype(op)::value, decltype(vec)::value != 0>);
-  });
-  if (e == cudaSuccess)
-    e = dev::forEachTypeVariant([](auto t, auto vec) {
-      return dev::preload(allGatherKernel<typename decltype(t)::type, decltype(vec)::value != 0>);
-    });
-  return dev::toStatus(e, "twoshot_p2p reduce-scatter / all-gather");
+  return dev::toStatus(dev::preloadHalves(kRsKernel, kAgKernel), "twoshot_p2p reduce-scatter / all-gather");
 }
 
 Status launchTwoshotHalves(const P2pLaunch& p, cudaStream_t stream) {
   if (p.layout.twoshotSliceCap < 16)
     return TPCOMM_ERROR(kNotSupported, "twoshot_p2p: inbox slot of %zu bytes", p.layout.twoshotSliceCap);
-  const bool vec = halvesVectorizable(p);
-  cudaError_t e;
-  if (p.kind == static_cast<int>(CollKind::kReduceScatter))
-    e = dev::dispatchKernel(p.dtype, p.op, vec, [&](auto t, auto op, auto v) {
-      return dev::launch(reduceScatterKernel<typename decltype(t)::type, decltype(op)::value, decltype(v)::value != 0>,
-                         p.blocks, kThreads, p.pdl, stream, p);
-    });
-  else
-    e = dev::dispatchType(p.dtype, vec, [&](auto t, auto v) {
-      return dev::launch(allGatherKernel<typename decltype(t)::type, decltype(v)::value != 0>, p.blocks, kThreads,
-                         p.pdl, stream, p);
-    });
+  const cudaError_t e = dev::launchHalves(p, halvesVectorizable(p), kThreads, stream, kRsKernel, kAgKernel);
   return dev::toStatus(e, p.kind == static_cast<int>(CollKind::kReduceScatter) ? "twoshot_p2p reduce-scatter launch"
                                                                                  : "twoshot_p2p all-gather launch");
 }

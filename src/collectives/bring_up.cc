@@ -205,6 +205,7 @@ Status agreeOnSettings(Bootstrap& bs, const Config& config, AlgoOverride* ovr) {
 
   static const ParamId kShared[] = {ParamId::kP2pBlocks,        ParamId::kTwoshotBlocks,   ParamId::kFusedBlocksPerRow,
                                     ParamId::kLamportMaxBytes,  ParamId::kOneshotMaxBytes, ParamId::kTwoshotChunkBytes,
+                                    ParamId::kLlMaxBytes,  // sizes the last scratch area: peers address it
                                     ParamId::kStagedChunkBytes, ParamId::kStagedSlots,     ParamId::kStagedBlocks,
                                     ParamId::kCheckCalls,       ParamId::kTune};
   constexpr size_t kN = sizeof(kShared) / sizeof(kShared[0]);
