@@ -156,6 +156,31 @@ TEST_F(MpiCollectives, AllGather) {
   }
 }
 
+// Settings that size the scratch peers address, or the choices ranks must make alike, must be the
+// same on every rank: the last rank sets one of them alone and create fails on every rank, naming
+// it (a rank with a larger TPCOMM_LL_MAX_BYTES than its peers would store past their buffers).
+// The communicator created afterwards, with equal settings, works.
+TEST_F(MpiCollectives, CreateRefusesSharedSettingsThatDifferBetweenRanks) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const char* const kSettings[][2] = {{"TPCOMM_LL_MAX_BYTES", "1048576"},
+                                      {"TPCOMM_LAMPORT_MAX_BYTES", "1048576"},
+                                      {"TPCOMM_STAGED_SLOTS", "3"},
+                                      {"TPCOMM_P2P_BLOCKS", "16"}};
+  for (const auto& kv : kSettings) {
+    SCOPED_TRACE(std::string(kv[0]) + " on rank " + std::to_string(size - 1) + " only");
+    test::ScopedEnv differs(kv[0], rank == size - 1 ? kv[1] : nullptr);
+    std::unique_ptr<Communicator> comm;
+    EXPECT_EQ(Communicator::create(*bootstrap_, -1, Config{}, &comm), Status::kInvalidArgument);
+    EXPECT_EQ(comm, nullptr);
+    EXPECT_NE(std::string(lastErrorMessage()).find(kv[0]), std::string::npos) << lastErrorMessage();
+  }
+  auto comm = make(kGeometries[0]);
+  ASSERT_NE(comm, nullptr);
+  EXPECT_EQ(comm->destroy(), Status::kOk) << lastErrorMessage();
+}
+
 TEST_F(MpiCollectives, SharedSegmentIsUnlinked) {
   // The POSIX shm segment is unlinked once every rank mapped it: nothing named tpcomm-* of
   // rank 0's pid may remain in /dev/shm while a communicator lives.
