@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run at commit b7dffdd33fb0b3971f9ffd7ab79054b261f93a76, 2026-12-02 04:06 UTC (session 11 call 3): COMMIT=b7dffdd33fb0b3971f9ffd7ab79054b261f93a76 bash scratch_diag/diag.sh
 # temporary: why does the teacher-forced 516-token TP=2 shared-GPU run time out?
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
 export TPCOMM_ALLOW_SHARED_DEVICE=1

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run at commit b7dffdd33fb0b3971f9ffd7ab79054b261f93a76, 2026-12-02 04:11 UTC (session 11 call 4): COMMIT=b7dffdd33fb0b3971f9ffd7ab79054b261f93a76 bash scratch_diag/diag2.sh
 # session 11: compression agreement at TP=2 (shared GPU) on a 2.5-minute trained model, a repeat
 # count of the teacher-forced run (the flake of call 2), and the STAGED_SWEEP logs.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
