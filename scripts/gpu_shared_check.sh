@@ -22,6 +22,7 @@
 #                algorithms forced, and HalvesSkew*: a rank 3 ms late), then ll_p2p against
 #                twoshot_p2p, A B B A, in CUDA graphs to 1 MB (the shared-GPU floor of each)
 #   staged_sweep only with STAGED_SWEEP=1: staged_host(+int8) over TPCOMM_STAGED_BLOCKS 16..128
+#   staged_probe only with STAGED_PROBE=1: hostmem_bench, then staged_host(+int8) over chunk bytes x slots
 # Logs in OUTDIR/logs.tgz, a one-line result per step. COMMIT=<hash> names the commit; SKIP="name ..."
 # leaves steps out.
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
@@ -81,6 +82,19 @@ if [ "${STAGED_SWEEP:-0}" = 1 ]; then
   for nb in 16 32 64 128; do
     step staged_sweep 90 env TPCOMM_STAGED_BLOCKS=$nb "$B/bench/allreduce_perf" -g 2 -d bf16 -b 1M -e 16M -f 4 -w 5 -n 20 -K 5 \
       --compression int8 -A staged_host -A staged_host+int8
+  done
+fi
+# Opt-in (STAGED_PROBE=1): the medium itself (hostmem_bench: SM loads and stores of pinned host
+# memory against the copy engines, one process alone on the GPU), then staged_host and
+# staged_host+int8 at 16 MB over the pipeline's geometry: slots (depth) and chunk bytes (bytes per
+# flag hand-off), A B B A each. Says which of link rate, loads in flight or hand-off latency keeps
+# staged_host at 35-55% of the copy rate.
+if [ "${STAGED_PROBE:-0}" = 1 ]; then
+  step staged_probe 120 "$B/tests/gpu/hostmem_bench" --count $((64 << 20)) --reps 10
+  for geo in "1M 4" "1M 8" "1M 16" "4M 4" "4M 8" "256K 16"; do
+    set -- $geo
+    step staged_probe 60 env TPCOMM_STAGED_CHUNK_BYTES=$1 TPCOMM_STAGED_SLOTS=$2 "$B/bench/allreduce_perf" -g 2 -d bf16 \
+      -b 16M -e 16M -w 5 -n 20 -K 5 --compression int8 -A staged_host -A staged_host+int8 -A staged_host+int8 -A staged_host
   done
 fi
 tar czf "$OUTDIR/logs.tgz" -C "$OUTDIR" logs && rm -rf "$L"
