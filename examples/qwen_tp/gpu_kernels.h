@@ -10,8 +10,10 @@
 
 #include "kernels/attention_decode.cuh"
 #include "kernels/attention_prefill.cuh"
+#include "kernels/embed_norm.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/gemv.cuh"
+#include "kernels/mtp_prologue.cuh"
 #include "kernels/norms.cuh"
 #include "kernels/rope.cuh"
 #include "kernels/sampling.cuh"

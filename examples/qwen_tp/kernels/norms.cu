@@ -1,9 +1,10 @@
-// norms.cu: RMSNorm kernels (one block of 512 per row, fp32 sums).
+// norms.cu: RMSNorm kernels (one block of 512 per row, fp32 sums; the row arithmetic in norm_rows.cuh).
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
 
 #include "kernels/common.cuh"
+#include "kernels/norm_rows.cuh"
 #include "kernels/norms.cuh"
 
 namespace qwen {
@@ -30,10 +31,9 @@ __global__ void addRmsNormKernel(__nv_bfloat16* x, const __nv_bfloat16* add, con
     }
     ss = __fmaf_rn(v, v, ss);
   }
-  const float inv = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(blockSum(ss), static_cast<float>(H)), eps)));
+  const float inv = invRmsRn(ss, H, eps);
   for (int i = threadIdx.x; i < H; i += blockDim.x)
-    out[static_cast<int64_t>(blockIdx.x) * H + i] =
-        __float2bfloat16_rn(__fmul_rn(__fmul_rn(__bfloat162float(xr[i]), inv), __bfloat162float(w[i])));
+    out[static_cast<int64_t>(blockIdx.x) * H + i] = scaleRn(__bfloat162float(xr[i]), inv, w[i]);
 }
 
 template <typename T>
@@ -49,26 +49,19 @@ __global__ void rmsNormKernel(const T* in, int ldIn, const __nv_bfloat16* w, int
   pdlLaunch();
   pdlWait();
   const T* r = in + static_cast<int64_t>(blockIdx.x) * ldIn;
-  float ss = 0.f;
-  for (int i = threadIdx.x; i < H; i += blockDim.x) {
-    float v = toF(r[i]);
-    ss += v * v;
-  }
-  const float inv = rsqrtf(blockSum(ss) / H + eps);
-  for (int i = threadIdx.x; i < H; i += blockDim.x)
-    out[static_cast<int64_t>(blockIdx.x) * ldOut + i] = __float2bfloat16_rn(__bfloat162float(w[i]) * (toF(r[i]) * inv));
+  rmsNormRow([&](int i) { return toF(r[i]); }, w, H, eps, out + static_cast<int64_t>(blockIdx.x) * ldOut);
 }
 
 }  // namespace
 
 void addRmsNorm(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int n, int H, float eps,
                 __nv_bfloat16* out, cudaStream_t s) {
-  launch(addRmsNormKernel, n, 512, s, x, add, w, H, eps, out);
+  launch(addRmsNormKernel, n, kNormThreads, s, x, add, w, H, eps, out);
 }
 
 void rmsNormBf16(const __nv_bfloat16* in, int ldIn, const __nv_bfloat16* w, int n, int H, float eps, __nv_bfloat16* out,
                  int ldOut, cudaStream_t s) {
-  launch(rmsNormKernel<__nv_bfloat16>, n, 512, s, in, ldIn, w, H, eps, out, ldOut);
+  launch(rmsNormKernel<__nv_bfloat16>, n, kNormThreads, s, in, ldIn, w, H, eps, out, ldOut);
 }
 
 }  // namespace gpu

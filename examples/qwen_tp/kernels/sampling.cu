@@ -29,8 +29,29 @@ __device__ Top mergeTop(Top a, Top b) {
   return Top{w.max, w.index, w.sum + l.sum * __expf(l.max - w.max)};
 }
 
+// Row t of the gathered table: the token of the best (value, lowest rank) and, when topProb is
+// not null, its probability, 1 / sum over the vocabulary of exp(logit - global max), summed in
+// rank order so every rank gets the same bits.
+__device__ __forceinline__ void pickRow(const float* row, int tp, int32_t* token, float* topProb) {
+  int br = 0;
+  for (int r = 1; r < tp; ++r)
+    if (row[r * kEntry] > row[br * kEntry]) br = r;
+  *token = static_cast<int32_t>(row[br * kEntry + 1]);
+  if (topProb) {
+    const float m = row[br * kEntry];
+    float sum = 0.f;
+    for (int r = 0; r < tp; ++r) sum += row[r * kEntry + 2] * __expf(row[r * kEntry] - m);
+    *topProb = 1.f / sum;
+  }
+}
+
 // One block per row. One pass: a running maximum with its rescaled sum (online softmax).
-__global__ void localArgmaxKernel(const float* logits, int V, int vocabBegin, int tp, int rank, float* table) {
+// kPick (tp == 1: nothing to gather): the block also picks from the entry it wrote, with
+// pickArgmaxKernel's code (the same bits), into tokens[t] / topProb[t]: one launch where the
+// argmax took two (issue 17: launch-bound steps).
+template <bool kPick>
+__global__ void localArgmaxKernel(const float* logits, int V, int vocabBegin, int tp, int rank, float* table,
+                                  int32_t* tokens, float* topProb) {
   pdlLaunch();
   pdlWait();
   const int t = blockIdx.x;
@@ -59,6 +80,7 @@ __global__ void localArgmaxKernel(const float* logits, int V, int vocabBegin, in
     row[rank * kEntry] = s[0].max;
     row[rank * kEntry + 1] = static_cast<float>(vocabBegin + s[0].index);
     row[rank * kEntry + 2] = s[0].sum;
+    if (kPick) pickRow(row, tp, tokens + t, topProb ? topProb + t : nullptr);
   }
 }
 
@@ -67,23 +89,18 @@ __global__ void pickArgmaxKernel(const float* table, int n, int tp, int32_t* tok
   pdlWait();
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= n) return;
-  const float* row = table + static_cast<int64_t>(t) * tp * kEntry;
-  int br = 0;
-  for (int r = 1; r < tp; ++r)
-    if (row[r * kEntry] > row[br * kEntry]) br = r;
-  tokens[t] = static_cast<int32_t>(row[br * kEntry + 1]);
-  if (topProb) {  // 1 / sum over the vocabulary of exp(logit - global max); rank order fixed
-    const float m = row[br * kEntry];
-    float sum = 0.f;
-    for (int r = 0; r < tp; ++r) sum += row[r * kEntry + 2] * __expf(row[r * kEntry] - m);
-    topProb[t] = 1.f / sum;
-  }
+  pickRow(table + static_cast<int64_t>(t) * tp * kEntry, tp, tokens + t, topProb ? topProb + t : nullptr);
 }
 
 }  // namespace
 
 void localArgmax(const float* logits, int n, int V, int vocabBegin, int tp, int rank, float* table, cudaStream_t s) {
-  launch(localArgmaxKernel, n, 1024, s, logits, V, vocabBegin, tp, rank, table);
+  launch(localArgmaxKernel<false>, n, 1024, s, logits, V, vocabBegin, tp, rank, table, static_cast<int32_t*>(nullptr),
+         static_cast<float*>(nullptr));
+}
+
+void argmaxPick(const float* logits, int n, int V, float* table, int32_t* tokens, float* topProb, cudaStream_t s) {
+  launch(localArgmaxKernel<true>, n, 1024, s, logits, V, 0, 1, 0, table, tokens, topProb);
 }
 
 void pickArgmax(const float* table, int n, int tp, int32_t* tokens, float* topProb, cudaStream_t s) {
