@@ -102,6 +102,8 @@ void printUsage() {
       "                          Communicator::allReduceResidualRmsNorm call after o_proj and down_proj)\n"
       "  --gemv cublas|custom    GPU GEMMs of <= 8 tokens: cuBLAS (default) or the example's tensor-core GEMV\n"
       "  --no-pdl                launch the decoder's own kernels without programmatic dependent launch\n"
+      "  --no-fused-kernels      GPU: the separate kernels the fused ones replace (embedding + norm, MTP\n"
+      "                          prologue, argmax + pick, MTP hidden copy); same results, more launches\n"
       "  --prefill-overlap       GPU, --tp > 1: prefill chunks in two row halves, each half's all-reduce on a\n"
       "                          second stream behind the other half's GEMMs (default off)\n"
       "  --seed S  --no-graphs  --no-profile\n");
@@ -160,6 +162,8 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
       f->fusedNorm = false;
     else if (a == "--no-pdl")
       f->pdl = false;
+    else if (a == "--no-fused-kernels")
+      f->fusedKernels = false;
     else if (a == "--no-prefill-attn")
       f->prefillAttn = false;
     else if (a == "--prefill-overlap")

@@ -33,6 +33,7 @@ struct Flags {
   uint64_t seed = 1;
   bool mpi = false, noGraphs = false, profile = true, fusedNorm = true, pdl = true, prefillAttn = true;
   bool prefillOverlap = false;  ///< --prefill-overlap (GpuModelOptions::prefillOverlap; GPU, tp > 1)
+  bool fusedKernels = true;     ///< false: --no-fused-kernels (GpuModelOptions::fusedKernels)
   bool help = false;
   std::vector<std::string> notes;  ///< deprecation notes to print
 };

@@ -54,10 +54,10 @@ GpuModel::GpuModel(const ModelConfig& cfg, const TpShape& shape, int device, tpc
 
 GpuModel::~GpuModel() {
   cudaSetDevice(device_);
-  for (auto& g : graphs_) cudaGraphExecDestroy(g.second);
+  dropGraphs();
   if (cublas_) cublasDestroy(cublas_);
   for (void* p : allocations_) cudaFree(p);
-  if (hTokens_) cudaFreeHost(hTokens_);
+  if (hIn_) cudaFreeHost(hIn_);
   for (cudaEvent_t e : {halfReady_[0], halfReady_[1], halfDone_[0], halfDone_[1]})
     if (e) cudaEventDestroy(e);
   if (commStream_) cudaStreamDestroy(commStream_);
@@ -196,13 +196,19 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   if (!a(&x_, T * H * 2) || !a(&logits_, kLogitsRows * Vl * 4) || !a(&table_, T * shape_.tp * gpu::kArgmaxEntry * 4) ||
       !a(&attnPart_, attnRows * hq * splits_ * (D + 2) * 4) || !a(&hn_, T * H * 2) || !a(&qkv_, T * qkvRows_ * 2) ||
       !a(&q_, T * hq * D * 2) || !a(&att_, T * hq * D * 2) || !a(&proj_, T * H * 2) || !a(&gu_, T * 2 * I * 2) ||
-      !a(&act_, T * I * 2) || !a(&hidden_, T * H * 2) || !a(&mtpOut_, T * H * 2) || !a(&mtpHidden_, H * 2) ||
-      !a(&cat_, T * 2 * H * 2) || !a(&dTokens_, T * 4) || !a(&dPos_, 4) || !a(&dOut_, T * 4) || !a(&dProb_, 4))
+      !a(&act_, T * I * 2) || !a(&hidden_, T * H * 2) || !a(&mtpOut_, T * H * 2) || !a(&cat_, T * 2 * H * 2))
     return false;
-  QWEN_CUDA(cudaMallocHost(reinterpret_cast<void**>(&hTokens_), static_cast<size_t>(4 * T) * 4));
-  hOut_ = hTokens_ + T;
-  hPos_ = hOut_ + T;
-  hProb_ = reinterpret_cast<float*>(hPos_ + T);
+  mtpHidden_ = mtpOut_ + (T - 1) * H;
+  // Inputs [positions | tokens] and outputs [probabilities | tokens], 2T words each (gpu_model.h).
+  int32_t* dRes = nullptr;
+  if (!a(&dIn_, 2 * T * 4) || !a(&dRes, 2 * T * 4)) return false;
+  dTokens_ = dIn_ + T;
+  dOut_ = dRes + T;
+  dProbEnd_ = reinterpret_cast<float*>(dRes) + T;
+  QWEN_CUDA(cudaMallocHost(reinterpret_cast<void**>(&hIn_), static_cast<size_t>(4 * T) * 4));
+  hTokens_ = hIn_ + T;
+  hOut_ = hIn_ + 3 * T;
+  hProbEnd_ = reinterpret_cast<float*>(hIn_ + 2 * T) + T;
   QWEN_CUDA(cudaStreamSynchronize(stream_));
   return true;
 }
@@ -337,47 +343,58 @@ void GpuModel::enqueueAttention(const Layer& L, int n) {
     gpu::attention(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, splits_, chunk_, attnPart_, att_, stream_);
 }
 
-bool GpuModel::enqueueGreedy(const __nv_bfloat16* hidden, int n, bool topProb, std::string* error) {
+bool GpuModel::enqueueGreedy(const __nv_bfloat16* hidden, int n, int32_t* tokens, float* topProb, std::string* error) {
   const int H = cfg_.hiddenSize;
   for (int r0 = 0; r0 < n; r0 += kLogitsRows) {
     const int rows = std::min(kLogitsRows, n - r0);
+    float* table = table_ + static_cast<size_t>(r0) * shape_.tp * gpu::kArgmaxEntry;
     gemm(lmHead_, shape_.vocab, H, hidden + static_cast<size_t>(r0) * H, rows, logits_, true);
-    gpu::localArgmax(logits_, rows, shape_.vocab, shape_.vocabBegin(), shape_.tp, shape_.rank,
-                     table_ + static_cast<size_t>(r0) * shape_.tp * gpu::kArgmaxEntry, stream_);
+    if (fuseTp1())  // nothing to gather: the pick in the same launch
+      gpu::argmaxPick(logits_, rows, shape_.vocab, table, tokens + r0, topProb ? topProb + r0 : nullptr, stream_);
+    else
+      gpu::localArgmax(logits_, rows, shape_.vocab, shape_.vocabBegin(), shape_.tp, shape_.rank, table, stream_);
   }
+  if (fuseTp1()) return true;
   // The table carries token ids: never compressed (a quantized id is another token).
   if (!allReduce(table_, static_cast<size_t>(n) * shape_.tp * gpu::kArgmaxEntry, true, error, true)) return false;
-  gpu::pickArgmax(table_, n, shape_.tp, dOut_, topProb ? dProb_ : nullptr, stream_);
+  gpu::pickArgmax(table_, n, shape_.tp, tokens, topProb, stream_);
   return true;
 }
 
 bool GpuModel::enqueue(Kind kind, int n, std::string* error) {
-  const int H = cfg_.hiddenSize;
+  const int H = cfg_.hiddenSize, T = std::max(opt_.maxTokensPerCall, kGraphMaxTokens);
   const float eps = cfg_.rmsNormEps;
-  if (kind == kMtpChainRun) {
-    // n chained steps. Step k's token: hTokens_[0] for k = 0, else step k-1's draft, copied on
-    // the device (dOut_ -> dTokens_, stream-ordered after the argmax that wrote it); its slot:
-    // hPos_[k]. mtpHidden_ carries the output hidden from step to step, as between mtpChain calls.
+  const bool chain = kind == kMtpChainRun, mtp = kind != kTarget && kind != kPrefill;
+  // The inputs in one copy: m positions, then the tokens (a chain run: n positions, one token).
+  const int m = chain ? n : 1, nTokens = chain ? 1 : n;
+  QWEN_CUDA(cudaMemcpyAsync(dIn_ + T - m, hIn_ + T - m, static_cast<size_t>(m + nTokens) * 4, cudaMemcpyHostToDevice,
+                            stream_));
+  int outs = 1;  // tokens this call returns
+  if (chain) {
+    // n chained steps: step k at position dIn_[T - n + k]; its token the input for k = 0, else
+    // step k-1's draft, read where that step's argmax wrote it (dOut_[k - 1]); mtpHidden_
+    // carries the output hidden from step to step, as between mtpChain calls.
     for (int k = 0; k < n; ++k) {
-      if (k == 0)
-        QWEN_CUDA(cudaMemcpyAsync(dTokens_, hTokens_, 4, cudaMemcpyHostToDevice, stream_));
-      else
-        QWEN_CUDA(cudaMemcpyAsync(dTokens_, dOut_, 4, cudaMemcpyDeviceToDevice, stream_));
-      QWEN_CUDA(cudaMemcpyAsync(dPos_, hPos_ + k, 4, cudaMemcpyHostToDevice, stream_));
-      gpu::embed(dTokens_, 1, embed_, shape_.vocabBegin(), shape_.vocab, H, x_, stream_);
-      if (!allReduce(x_, static_cast<size_t>(H), false, error, true)) return false;
-      if (!enqueueMtp(mtpHidden_, 1, error)) return false;
-      QWEN_CUDA(cudaMemcpyAsync(hOut_ + k, dOut_, 4, cudaMemcpyDeviceToHost, stream_));
-      if (draftProb_) QWEN_CUDA(cudaMemcpyAsync(hProb_ + k, dProb_, 4, cudaMemcpyDeviceToHost, stream_));
+      dPos_ = dIn_ + T - n + k;
+      if (!enqueueMtp(k == 0 ? dTokens_ : dOut_ + k - 1, mtpHidden_, 1, dOut_ + k, dProbEnd_ - n + k, error))
+        return false;
     }
-    return cudaOk(cudaGetLastError(), "kernel launch", error);
-  }
-  QWEN_CUDA(cudaMemcpyAsync(dTokens_, hTokens_, static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, stream_));
-  QWEN_CUDA(cudaMemcpyAsync(dPos_, hPos_, 4, cudaMemcpyHostToDevice, stream_));
-  gpu::embed(dTokens_, n, embed_, shape_.vocabBegin(), shape_.vocab, H, x_, stream_);
-  if (!allReduce(x_, static_cast<size_t>(n) * H, false, error, true)) return false;  // vocab-parallel embedding (exact)
-  if (kind == kTarget || kind == kPrefill) {
-    gpu::addRmsNorm(x_, nullptr, layers_[0].ln1, n, H, eps, hn_, stream_);
+    outs = n;
+  } else if (mtp) {
+    dPos_ = dIn_ + T - 1;
+    if (!enqueueMtp(dTokens_, kind == kMtpFromTarget ? hidden_ : mtpHidden_, n, dOut_, dProbEnd_ - 1, error))
+      return false;
+  } else {
+    dPos_ = dIn_ + T - 1;
+    if (fuseTp1()) {
+      gpu::embedRmsNorm(dTokens_, n, embed_, shape_.vocabBegin(), shape_.vocab, H, layers_[0].ln1, eps, x_, hn_,
+                        stream_);
+    } else {
+      gpu::embed(dTokens_, n, embed_, shape_.vocabBegin(), shape_.vocab, H, x_, stream_);
+      // The vocab-parallel embedding: exact (never compressed).
+      if (!allReduce(x_, static_cast<size_t>(n) * H, false, error, true)) return false;
+      gpu::addRmsNorm(x_, nullptr, layers_[0].ln1, n, H, eps, hn_, stream_);
+    }
     const bool overlap = overlapPrefill(n);
     for (int l = 0; l < cfg_.numLayers; ++l) {
       const bool last = l + 1 == cfg_.numLayers;
@@ -392,29 +409,43 @@ bool GpuModel::enqueue(Kind kind, int n, std::string* error) {
       ++overlappedCalls_;
     }
     // A prefill chunk needs the greedy token after its last position only.
-    const int rows = kind == kPrefill ? 1 : n;
-    if (!enqueueGreedy(hidden_ + static_cast<size_t>(n - rows) * H, rows, false, error)) return false;
-    QWEN_CUDA(cudaMemcpyAsync(hOut_, dOut_, static_cast<size_t>(rows) * 4, cudaMemcpyDeviceToHost, stream_));
-  } else {
-    if (!enqueueMtp(kind == kMtpFromTarget ? hidden_ : mtpHidden_, n, error)) return false;
-    QWEN_CUDA(cudaMemcpyAsync(hOut_, dOut_, 4, cudaMemcpyDeviceToHost, stream_));
-    if (draftProb_) QWEN_CUDA(cudaMemcpyAsync(hProb_, dProb_, 4, cudaMemcpyDeviceToHost, stream_));
+    outs = kind == kPrefill ? 1 : n;
+    if (!enqueueGreedy(hidden_ + static_cast<size_t>(n - outs) * H, outs, dOut_, nullptr, error)) return false;
   }
+  // The outputs in one copy: the tokens, after their probabilities when the drafts have them.
+  const int words = mtp && draftProb_ ? 2 * outs : outs;
+  QWEN_CUDA(cudaMemcpyAsync(hOut_ + outs - words, dOut_ + outs - words, static_cast<size_t>(words) * 4,
+                            cudaMemcpyDeviceToHost, stream_));
   return cudaOk(cudaGetLastError(), "kernel launch", error);
 }
 
 // MTP: fc(concat(norm_e(embed(token)), norm_h(hidden))) -> one decoder layer -> mtp.norm.
-bool GpuModel::enqueueMtp(const __nv_bfloat16* src, int n, std::string* error) {
-  const int H = cfg_.hiddenSize;
+bool GpuModel::enqueueMtp(const int32_t* tokens, const __nv_bfloat16* src, int n, int32_t* draft, float* prob,
+                          std::string* error) {
+  const int H = cfg_.hiddenSize, T = std::max(opt_.maxTokensPerCall, kGraphMaxTokens);
   const float eps = cfg_.rmsNormEps;
-  gpu::rmsNormBf16(x_, H, mtpNormE_, n, H, eps, cat_, 2 * H, stream_);
-  gpu::rmsNormBf16(src, H, mtpNormH_, n, H, eps, cat_ + H, 2 * H, stream_);
+  const bool gather = fuseTp1();  // the prologue reads the embedding rows itself
+  if (!gather) {
+    gpu::embed(tokens, n, embed_, shape_.vocabBegin(), shape_.vocab, H, x_, stream_);
+    if (!allReduce(x_, static_cast<size_t>(n) * H, false, error, true)) return false;  // exact, as the target's
+  }
+  if (opt_.fusedKernels) {
+    gpu::mtpPrologue(gather ? tokens : nullptr, embed_, shape_.vocabBegin(), shape_.vocab, x_, src, mtpNormE_,
+                     mtpNormH_, n, H, eps, cat_, stream_);
+  } else {
+    gpu::rmsNormBf16(x_, H, mtpNormE_, n, H, eps, cat_, 2 * H, stream_);
+    gpu::rmsNormBf16(src, H, mtpNormH_, n, H, eps, cat_ + H, 2 * H, stream_);
+  }
   gemm(mtpFc_, H, 2 * H, cat_, n, x_, false);
   gpu::addRmsNorm(x_, nullptr, mtpLayer_.ln1, n, H, eps, hn_, stream_);
-  if (!enqueueLayer(mtpLayer_, n, 1, mtpNorm_, mtpOut_, error)) return false;
-  const __nv_bfloat16* lastRow = mtpOut_ + static_cast<size_t>(n - 1) * H;
-  gpu::copyRowsBf16(lastRow, H, mtpHidden_, H, 1, H, stream_);
-  return enqueueGreedy(lastRow, 1, draftProb_, error);
+  // mtp.norm's rows: fused, rows [T - n, T) of mtpOut_, the last one mtpHidden_ (what the next
+  // chained step reads; src was read above, before this overwrites it); else rows [0, n), the
+  // last copied there.
+  __nv_bfloat16* out = opt_.fusedKernels ? mtpOut_ + static_cast<size_t>(T - n) * H : mtpOut_;
+  if (!enqueueLayer(mtpLayer_, n, 1, mtpNorm_, out, error)) return false;
+  const __nv_bfloat16* lastRow = out + static_cast<size_t>(n - 1) * H;
+  if (!opt_.fusedKernels) gpu::copyRowsBf16(lastRow, H, mtpHidden_, H, 1, H, stream_);
+  return enqueueGreedy(lastRow, 1, draft, draftProb_ ? prob : nullptr, error);
 }
 
 bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* out, std::string* error) {
@@ -428,7 +459,8 @@ bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* ou
   for (int i = 0; i < nTokens; ++i)
     if (tokens[i] < 0 || tokens[i] >= cfg_.vocabSize) return *error = "token id " + std::to_string(tokens[i]) + " out of range", false;
   std::memcpy(hTokens_, tokens, static_cast<size_t>(nTokens) * 4);
-  for (int k = 0; k < (kind == kMtpChainRun ? n : 1); ++k) hPos_[k] = pos + k;
+  const int m = kind == kMtpChainRun ? n : 1;  // positions, just before the tokens (gpu_model.h)
+  for (int k = 0; k < m; ++k) hTokens_[k - m] = pos + k;
   if (opt_.useGraphs && n <= kGraphMaxTokens) {
     auto key = std::make_pair(static_cast<int>(kind), n);
     auto it = graphs_.find(key);
@@ -441,10 +473,10 @@ bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* ou
       if (!ok) return *error = "during graph capture: " + captureError, false;
       QWEN_CUDA(e);
       QWEN_CUDA(cudaGraphInstantiate(&g.exec, g.graph, 0));
-      it = graphs_.emplace(key, g.exec).first;
-      g.exec = nullptr;  // owned by graphs_ now
+      it = graphs_.emplace(key, Captured{g.graph, g.exec}).first;
+      g.graph = nullptr, g.exec = nullptr;  // owned by graphs_ now
     }
-    QWEN_CUDA(cudaGraphLaunch(it->second, stream_));
+    QWEN_CUDA(cudaGraphLaunch(it->second.exec, stream_));
   } else if (!enqueue(kind, n, error)) {
     if (commStream_) cudaStreamSynchronize(commStream_);  // nothing of this call left in flight
     cudaStreamSynchronize(stream_);                          // (its copies read the pinned inputs)
@@ -459,7 +491,7 @@ bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* ou
   lastLogitsRows_ = kind == kTarget ? (n - 1) % kLogitsRows + 1 : 1;
   const int outs = kind == kTarget || kind == kMtpChainRun ? n : 1;
   std::memcpy(out, hOut_, static_cast<size_t>(outs) * 4);
-  if (draftProb_ && kind != kTarget && kind != kPrefill) draftP_ = hProb_[outs - 1];
+  if (draftProb_ && kind != kTarget && kind != kPrefill) draftP_ = hProbEnd_[-1];
   return true;
 }
 
@@ -490,12 +522,15 @@ bool GpuModel::mtpChainRun(int32_t token, int slot, int count, int32_t* drafts, 
   if (count > kGraphMaxTokens) return DecoderEngine::mtpChainRun(token, slot, count, drafts, probs, error);  // step by step
   if (!run(kMtpChainRun, &token, count, slot, drafts, error)) return false;
   if (probs)
-    for (int k = 0; k < count; ++k) probs[k] = draftProb_ ? static_cast<double>(hProb_[k]) : 1.0;
+    for (int k = 0; k < count; ++k) probs[k] = draftProb_ ? static_cast<double>(hProbEnd_[k - count]) : 1.0;
   return true;
 }
 
 void GpuModel::dropGraphs() {
-  for (auto& g : graphs_) cudaGraphExecDestroy(g.second);
+  for (auto& g : graphs_) {
+    cudaGraphExecDestroy(g.second.exec);
+    cudaGraphDestroy(g.second.graph);
+  }
   graphs_.clear();
 }
 
@@ -513,7 +548,7 @@ bool GpuModel::enableDraftProbability() {
 bool GpuModel::timeTargetStep(int n, int pos, int iters, double* ms, std::string* error) {
   std::vector<int32_t> toks(static_cast<size_t>(n), 0), out(static_cast<size_t>(n));
   if (!target(toks.data(), n, pos, out.data(), error)) return false;  // captures the graph
-  return medianGraphMs(graphs_.at({kTarget, n}), iters, ms, error);
+  return medianGraphMs(graphs_.at({kTarget, n}).exec, iters, ms, error);
 }
 
 bool GpuModel::timeDraftStep(int slot, int iters, double* ms, std::string* error) {
@@ -521,7 +556,7 @@ bool GpuModel::timeDraftStep(int slot, int iters, double* ms, std::string* error
   if (!mtpChain(0, slot, &draft, error)) return false;  // captures the graph
   auto it = graphs_.find({kMtpChain, 1});
   if (it == graphs_.end()) return *error = "timeDraftStep: the draft step has no CUDA graph (graphs off?)", false;
-  return medianGraphMs(it->second, iters, ms, error);
+  return medianGraphMs(it->second.exec, iters, ms, error);
 }
 
 bool GpuModel::timeDraftChain(int slot, int count, int iters, double* ms, std::string* error) {
@@ -529,7 +564,29 @@ bool GpuModel::timeDraftChain(int slot, int count, int iters, double* ms, std::s
   if (!mtpChainRun(0, slot, count, drafts.data(), nullptr, error)) return false;  // captures the graph
   auto it = graphs_.find({kMtpChainRun, count});
   if (it == graphs_.end()) return *error = "timeDraftChain: the chain has no CUDA graph (graphs off?)", false;
-  return medianGraphMs(it->second, iters, ms, error);
+  return medianGraphMs(it->second.exec, iters, ms, error);
+}
+
+bool GpuModel::graphNodes(StepGraph which, int n, GraphNodes* out, std::string* error) const {
+  const Kind kind = which == StepGraph::kTarget ? kTarget : which == StepGraph::kDraft ? kMtpChain : kMtpChainRun;
+  if (which == StepGraph::kDraft && n != 1) return *error = "graphNodes: a draft step has n = 1", false;
+  auto it = graphs_.find({kind, n});
+  if (it == graphs_.end()) return *error = "graphNodes: that graph was not captured (yet)", false;
+  size_t count = 0;
+  QWEN_CUDA(cudaGraphGetNodes(it->second.graph, nullptr, &count));
+  std::vector<cudaGraphNode_t> nodes(count);
+  QWEN_CUDA(cudaGraphGetNodes(it->second.graph, nodes.data(), &count));
+  *out = GraphNodes{};
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType t;
+    QWEN_CUDA(cudaGraphNodeGetType(node, &t));
+    int* slot = t == cudaGraphNodeTypeKernel   ? &out->kernels
+                : t == cudaGraphNodeTypeMemcpy ? &out->copies
+                : t == cudaGraphNodeTypeMemset ? &out->memsets
+                                               : &out->other;
+    ++*slot;
+  }
+  return true;
 }
 
 bool GpuModel::medianGraphMs(cudaGraphExec_t exec, int iters, double* ms, std::string* error) {

@@ -60,6 +60,19 @@ struct GpuModelOptions {
   /// arithmetic per row; cuBLAS may pick other kernels for the half-size GEMMs, so the bits can
   /// differ by bf16 rounding.
   bool prefillOverlap = false;
+  /// Fewer launches for the same bits (issue 17: a draft step of the tiny model is launch-bound):
+  /// at tp == 1 the embedding gather fused with the first layer's norm (gpu::embedRmsNorm) and
+  /// the argmax with its pick (gpu::argmaxPick); at any tp the MTP head's two pre-fc norms in
+  /// one launch, with the embedding gather at tp == 1 (gpu::mtpPrologue), and the MTP output
+  /// norm written where the next chained draft reads it (no row copy). false: the separate
+  /// kernels (embed, rmsNormBf16 x 2, copyRowsBf16, pickArgmax), kept for the tests and for A/B
+  /// timing. The host<->device copies of a call (one in, one out) are the same either way.
+  bool fusedKernels = true;
+};
+
+/// Nodes of a captured CUDA graph by type: what one replay launches. cuBLAS's kernels count.
+struct GraphNodes {
+  int kernels = 0, copies = 0, memsets = 0, other = 0;
 };
 
 class GpuModel : public DecoderEngine {
@@ -97,6 +110,11 @@ class GpuModel : public DecoderEngine {
   bool timeDraftStep(int slot, int iters, double* ms, std::string* error);
   /// The same for mtpChainRun of `count` steps from its graph (generate()'s drafts 2..n-max).
   bool timeDraftChain(int slot, int count, int iters, double* ms, std::string* error);
+  /// Which captured graph graphNodes() reads: the target step of n tokens (target(), timeTargetStep),
+  /// one chained draft (mtpChain, timeDraftStep; n must be 1), a chain run of n drafts (mtpChainRun).
+  enum class StepGraph { kTarget, kDraft, kDraftChain };
+  /// The node counts of that graph, captured by an earlier call (fails when it was not).
+  bool graphNodes(StepGraph which, int n, GraphNodes* out, std::string* error) const;
   /// The weight GEMMs of one target step at n tokens alone (every layer's qkv, o, gate/up and
   /// down, and the lm_head), captured in one CUDA graph and replayed iters times: median ms, and
   /// the weight bytes they read (what a decode step must read; the roofline's numerator).
@@ -138,9 +156,11 @@ class GpuModel : public DecoderEngine {
   bool loadLayer(const std::string& prefix, Layer* L, std::string* error);
   // Enqueue one pass on stream_ (no sync); inputs in d_tokens_/d_pos_, output in d_out_.
   bool enqueue(Kind kind, int n, std::string* error);
-  // The MTP pass over n pairs (hidden rows of src, tokens already embedded and summed in x_):
-  // fc, the MTP layer, mtp.norm, the greedy draft of the last row into dOut_ (and dProb_).
-  bool enqueueMtp(const __nv_bfloat16* src, int n, std::string* error);
+  // The MTP pass over n pairs (tokens on the device, hidden rows of src): embedding, the pre-fc
+  // norms, fc, the MTP layer, mtp.norm (its last row lands in mtpHidden_), the greedy draft of
+  // the last row into *draft (and its probability into *prob with draftProb_).
+  bool enqueueMtp(const int32_t* tokens, const __nv_bfloat16* src, int n, int32_t* draft, float* prob,
+                  std::string* error);
   bool enqueueLayer(const Layer& L, int n, int ropeOffset, const __nv_bfloat16* nextNorm, __nv_bfloat16* normOut,
                     std::string* error);
   // enqueueLayer of a prefill call in two row halves, the all-reduces on commStream_ (see
@@ -149,9 +169,11 @@ class GpuModel : public DecoderEngine {
   bool enqueueLayerOverlapped(const Layer& L, int n, const __nv_bfloat16* nextNorm, __nv_bfloat16* normOut,
                               std::string* error);
   bool overlapPrefill(int n) const;
-  // Greedy tokens of n hidden rows: the lm_head in slices of kLogitsRows rows, one argmax table.
-  // topProb: also the top token's probability into dProb_ (row 0; the MTP calls pass n = 1).
-  bool enqueueGreedy(const __nv_bfloat16* hidden, int n, bool topProb, std::string* error);
+  // Greedy tokens of n hidden rows into tokens[0, n): the lm_head in slices of kLogitsRows rows,
+  // one argmax table. topProb (not null): also the top token's probability (the MTP calls, n = 1).
+  bool enqueueGreedy(const __nv_bfloat16* hidden, int n, int32_t* tokens, float* topProb, std::string* error);
+  // tp == 1 and fusedKernels: the fused kernels that need no all-reduce inside them.
+  bool fuseTp1() const { return opt_.fusedKernels && shape_.tp == 1; }
   void dropGraphs();
   void enqueueAttention(const Layer& L, int n);
   /// Sums buf (f32 or bf16) over the ranks. exact: never compressed, whatever the
@@ -195,16 +217,27 @@ class GpuModel : public DecoderEngine {
   __nv_bfloat16* x_ = nullptr;  // residual stream [T, H]
   float *logits_ = nullptr, *table_ = nullptr, *attnPart_ = nullptr;
   __nv_bfloat16 *hn_ = nullptr, *qkv_ = nullptr, *q_ = nullptr, *att_ = nullptr, *proj_ = nullptr, *gu_ = nullptr,
-                *act_ = nullptr, *hidden_ = nullptr, *mtpOut_ = nullptr, *mtpHidden_ = nullptr, *cat_ = nullptr;
-  int32_t *dTokens_ = nullptr, *dPos_ = nullptr, *dOut_ = nullptr;
-  // Pinned, T entries each: input tokens, outputs (tokens; one draft per step of a chain run),
-  // positions (one per step of a chain run; hPos_[0] otherwise).
-  int32_t *hTokens_ = nullptr, *hPos_ = nullptr, *hOut_ = nullptr;
-  float *dProb_ = nullptr, *hProb_ = nullptr;  // drafts' top probabilities (hProb_ pinned, T entries)
+                *act_ = nullptr, *hidden_ = nullptr, *mtpOut_ = nullptr, *cat_ = nullptr;
+  // The MTP hidden a chained draft starts from: the last row of mtpOut_ ([T, H]). fusedKernels:
+  // mtp.norm writes an n-row pass's rows to [T - n, T), so its last row is already here.
+  __nv_bfloat16* mtpHidden_ = nullptr;
+  // A call's inputs and outputs, each one copy (T = max(maxTokensPerCall, kGraphMaxTokens)):
+  //   in  [2T int32]: positions in [T - m, T) (m = 1, or a chain run's n steps), tokens from T;
+  //   out [2T words]: the drafts' top probabilities (float) in [T - m, T), tokens from T.
+  // d* on the device, h* pinned (hIn_ and hRes_ in one allocation). dPos_: the position the
+  // kernels being enqueued read (a chain run moves it step by step).
+  int32_t *dIn_ = nullptr, *dTokens_ = nullptr, *dOut_ = nullptr, *hIn_ = nullptr, *hTokens_ = nullptr,
+          *hOut_ = nullptr;
+  const int32_t* dPos_ = nullptr;
+  float *dProbEnd_ = nullptr, *hProbEnd_ = nullptr;  // one past the last probability (at T)
   bool draftProb_ = false;
   double draftP_ = 1.0;
   void* cublasWorkspace_ = nullptr;
-  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
+  struct Captured {
+    cudaGraph_t graph;  // kept for graphNodes()
+    cudaGraphExec_t exec;
+  };
+  std::map<std::pair<int, int>, Captured> graphs_;
   int lastTargetN_ = 0;
   std::string normAlgo_;
   int overlappedCalls_ = 0;

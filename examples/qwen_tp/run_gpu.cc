@@ -46,6 +46,7 @@ struct RankResult {
   // profile (decode step from its CUDA graph)
   double stepMs = 0, stepNoArMs = 0, verifyMs = 0, verifyNoArMs = 0, gemmMs = 0, draftMs = 0, chainMs = 0;
   size_t gemmBytes = 0;
+  GraphNodes stepNodes, draftNodes;  // what the decode step's and the draft step's graphs launch
 };
 
 GpuModelOptions modelOptions(const Shared& sh) {
@@ -63,6 +64,7 @@ GpuModelOptions modelOptions(const Shared& sh) {
   o.pdl = f.pdl;
   o.prefillAttention = f.prefillAttn;
   o.prefillOverlap = f.prefillOverlap;
+  o.fusedKernels = f.fusedKernels;
   return o;
 }
 
@@ -103,9 +105,13 @@ bool profileStep(const Shared& sh, GpuModel& model, RankResult* r, std::string* 
   const int nv = f.draftNMax + 1;
   const bool verify = nv > 1 && nv <= GpuModel::kGraphMaxTokens;
   if (!model.timeTargetStep(1, pos, 50, &r->stepMs, err)) return false;
+  if (!model.graphNodes(GpuModel::StepGraph::kTarget, 1, &r->stepNodes, err)) return false;
   if (verify && !model.timeTargetStep(nv, pos, 50, &r->verifyMs, err)) return false;
   // One chained draft: what each of a round's drafts after the first costs (issue 17's draft share).
-  if (f.draftNMax > 0 && model.hasMtp() && !model.timeDraftStep(pos, 50, &r->draftMs, err)) return false;
+  if (f.draftNMax > 0 && model.hasMtp() &&
+      (!model.timeDraftStep(pos, 50, &r->draftMs, err) ||
+       !model.graphNodes(GpuModel::StepGraph::kDraft, 1, &r->draftNodes, err)))
+    return false;
   // Drafts 2..n-max as generate() makes them when it keeps them all (no p-min, no simulation):
   // one mtpChainRun graph (chains longer than a graph run step by step: not timed).
   GenerateOptions g;
@@ -141,6 +147,14 @@ double deviceCopyBandwidth() {
   cudaFree(a);
   cudaFree(b);
   return bw;
+}
+
+// "N kernels, M copies[, K memsets][, J other nodes] (fused kernels|--no-fused-kernels)".
+std::string describeNodes(const GraphNodes& g, bool fused) {
+  std::string s = std::to_string(g.kernels) + " kernels, " + std::to_string(g.copies) + " copies";
+  if (g.memsets) s += ", " + std::to_string(g.memsets) + " memsets";
+  if (g.other) s += ", " + std::to_string(g.other) + " other nodes";
+  return s + (fused ? " (fused kernels)" : " (--no-fused-kernels)");
 }
 
 // Report (rank 0): configuration, llama.cpp-style timings, memory, roofline, profile, output.
@@ -180,8 +194,11 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
               "embedding row, KV slots 0..%d) -> roofline %.3f ms/token\n",
               bw / 1e9, P, stepBytes / 1e9, P, roofMs);
   if (r.stepMs > 0)
-    std::printf("decode step %.3f ms (%.1f%% of roofline), without all-reduce %.3f ms -> all-reduce share %.1f%%\n",
-                r.stepMs, roofMs / r.stepMs * 100, r.stepNoArMs, (r.stepMs - r.stepNoArMs) / r.stepMs * 100);
+    std::printf(
+        "decode step %.3f ms (%.1f%% of roofline), without all-reduce %.3f ms -> all-reduce share %.1f%%; "
+        "its graph: %s\n",
+        r.stepMs, roofMs / r.stepMs * 100, r.stepNoArMs, (r.stepMs - r.stepNoArMs) / r.stepMs * 100,
+        describeNodes(r.stepNodes, o.fusedKernels).c_str());
   if (r.gemmMs > 0)
     std::printf("decode step's weight GEMMs alone (one graph, %s): %.3f ms for %.2f GB = %.0f GB/s (%.1f%% of the copy "
                 "rate); everything else in the step: %.3f ms\n",
@@ -195,8 +212,8 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
     // drafts 2..N (one chained graph when N > 1), the verify.
     const int N = f.draftNMax;
     const double drafting = r.draftMs + (r.chainMs > 0 ? r.chainMs : (N - 1) * r.draftMs), round = drafting + r.verifyMs;
-    std::printf("draft step (one chained MTP draft, from its graph) %.3f ms = %.1f%% of a decode step", r.draftMs,
-                r.draftMs / r.stepMs * 100);
+    std::printf("draft step (one chained MTP draft, from its graph: %s) %.3f ms = %.1f%% of a decode step",
+                describeNodes(r.draftNodes, o.fusedKernels).c_str(), r.draftMs, r.draftMs / r.stepMs * 100);
     if (r.chainMs > 0)
       std::printf("; drafts 2..%d in one graph %.3f ms (%.3f ms each, %d single steps: %.3f ms)", N, r.chainMs,
                   r.chainMs / (N - 1), N - 1, (N - 1) * r.draftMs);
