@@ -74,6 +74,16 @@ TEST(QwenCli, SimulationFlagsResolveToPerTokenProbability) {
   EXPECT_EQ(describeSimulation(h), "");
 }
 
+// --no-fused-kernels (GpuModelOptions::fusedKernels; issue 17): on by default, the flag turns it off.
+TEST(QwenCli, FusedKernelsOnUnlessTurnedOff) {
+  Flags f, g;
+  std::string err;
+  ASSERT_TRUE(parse({}, &f, &err)) << err;
+  EXPECT_TRUE(f.fusedKernels);
+  ASSERT_TRUE(parse({"--no-fused-kernels"}, &g, &err)) << err;
+  EXPECT_FALSE(g.fusedKernels);
+}
+
 std::string tinyTokenizer() {
   const char* p = std::getenv("QWEN_TINY_TOKENIZER");
   return p ? p : "";

@@ -29,12 +29,15 @@
 //    GEMV serves prefill too) and speculative == greedy with customGemv (N = 2, 5).
 //  - The decode attention (gpu::attention) against an fp64 host reference, head_dim 16..256,
 //    vectorised and scalar kernels; a query's bits independent of the call's token count.
+//  - The fused kernels (GpuModelOptions::fusedKernels, issue 17) against the separate kernels
+//    they replace: the same bits for every call kind at TP=1 and TP=2, and the kernels saved.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -76,6 +79,45 @@ std::vector<int32_t> prompt(int n, int vocab) {
   std::vector<int32_t> p(n);
   for (int i = 0; i < n; ++i) p[i] = (i * 389 + 17) % vocab;
   return p;
+}
+
+// body(rank, model, err) on tp ranks of the tiny model: a tpcomm group with algorithm `algo`
+// (createGroup; none at tp == 1), one thread per rank, each model initialised with the options
+// `options` sets (PDL as pdlFor(tp) unless it changes it) and no collective before every rank's
+// init (rank_gate.h). False with the first failing rank's message.
+bool onRanks(int tp, const std::string& algo, const std::function<void(GpuModelOptions*)>& options,
+             const std::function<bool(int, GpuModel&, std::string*)>& body, std::string* err) {
+  const ModelConfig c = tiny();
+  std::vector<std::unique_ptr<tpcomm::Communicator>> comms;
+  const std::vector<int> devs = rankDevices(tp);
+  tpcomm::Config cfg;
+  cfg.algo = algo;
+  if (tp > 1 && tpcomm::Communicator::createGroup(devs, cfg, &comms) != tpcomm::Status::kOk)
+    return *err = tpcomm::lastErrorMessage(), false;
+  std::vector<std::string> errs(tp);
+  std::vector<char> ok(tp, 0);
+  std::vector<std::thread> th;
+  qwen::RankGate gate(tp);
+  for (int r = 0; r < tp; ++r)
+    th.emplace_back([&, r] {
+      TpShape s;
+      const bool shaped = makeTpShape(c, tp, r, &s, &errs[r]);
+      GpuModel m(c, s, devs[r], tp > 1 ? comms[r].get() : nullptr);
+      GpuModelOptions o;
+      o.pdl = pdlFor(tp);
+      options(&o);
+      const bool ready = shaped && m.init(o, &errs[r]);
+      if (!gate.pass(ready)) {
+        if (ready) errs[r] = "another rank's init failed";
+        return;
+      }
+      ok[r] = body(r, m, &errs[r]);
+    });
+  for (auto& t : th) t.join();
+  for (auto& cm : comms) cm->destroy();
+  for (int r = 0; r < tp; ++r)
+    if (!ok[r]) return *err = "rank " + std::to_string(r) + ": " + errs[r], false;
+  return true;
 }
 
 // Logits of the tiny model on one GPU against the fp32 CPU reference: per position max |gpu - cpu|
@@ -258,6 +300,141 @@ TEST(QwenGpu, ChainedDraftsInOneGraphEqualSingleSteps) {
       EXPECT_TRUE(gpu.mtpChainRun(0, 0, GpuModel::kGraphMaxTokens + 1, out.data(), nullptr, &err))
           << err << " (longer than a graph: step by step)";
       EXPECT_FALSE(gpu.mtpChainRun(0, 0, 0, out.data(), nullptr, &err));
+    }
+}
+
+// ---- issue 17: the fused kernels (GpuModelOptions::fusedKernels) give the separate kernels' bits ----
+
+// What one rank saw along a fixed script of every call kind (fusedKernelTrace): each call's
+// tokens, draft probabilities and logits as raw bits, and the node counts of its graphs.
+struct Trace {
+  std::vector<std::string> what;
+  std::vector<std::vector<uint32_t>> bits;
+  GraphNodes decode, draft, chain;
+  void add(const std::string& w, const void* p, size_t words) {
+    what.push_back(w);
+    bits.emplace_back(words);
+    std::memcpy(bits.back().data(), p, words * 4);
+  }
+};
+
+// Target rows, the MTP over them, chained drafts one by one, a chain run and a draft after it
+// (the hidden carried through mtpHidden_), a decode step, a 20-token prefill chunk (eager, more
+// than kGraphMaxTokens) and the MTP over its 19 pairs (eager; the n-row output placement), then
+// a draft from that. Draft probabilities on, so the prologue, the output norm's placement and
+// the fused argmax + pick all feed what is recorded.
+bool fusedKernelTrace(GpuModel& m, bool graphs, Trace* tr, std::string* err) {
+  const auto p = prompt(20, tiny().vocabSize);
+  std::vector<float> lg;
+  auto logits = [&](const std::string& w, int rows) {
+    if (!m.lastLogits(rows, &lg, err)) return false;
+    tr->add(w + " logits", lg.data(), lg.size());
+    return true;
+  };
+  auto draft = [&](const std::string& w, int32_t d) {
+    const double pr = m.lastDraftProbability();
+    tr->add(w, &d, 1);
+    tr->add(w + " p", &pr, 2);
+    return logits(w, 1);
+  };
+  if (!m.enableDraftProbability()) return *err = "enableDraftProbability failed", false;
+  std::vector<int32_t> next(12);
+  if (!m.target(p.data(), 12, 0, next.data(), err)) return false;
+  tr->add("target 12", next.data(), 12);
+  if (!logits("target 12", 12)) return false;
+  int32_t d = -1;
+  if (!m.mtpFromTarget(p.data() + 1, 11, 0, &d, err) || !draft("mtpFromTarget 11", d)) return false;
+  for (int k = 0; k < 2; ++k)
+    if (!m.mtpChain(d, 11 + k, &d, err) || !draft("mtpChain " + std::to_string(k), d)) return false;
+  std::vector<int32_t> drafts(3);
+  std::vector<double> probs(3);
+  if (!m.mtpChainRun(d, 13, 3, drafts.data(), probs.data(), err)) return false;
+  tr->add("mtpChainRun 3", drafts.data(), 3);
+  tr->add("mtpChainRun 3 p", probs.data(), 6);
+  if (!logits("mtpChainRun 3", 1)) return false;
+  if (!m.mtpChain(drafts[2], 16, &d, err) || !draft("mtpChain after the run", d)) return false;
+  int32_t tok = next[11];
+  if (!m.target(&tok, 1, 12, &tok, err)) return false;
+  tr->add("decode", &tok, 1);
+  if (!logits("decode", 1)) return false;
+  if (!m.prefill(p.data(), 20, 13, &tok, err)) return false;
+  tr->add("prefill 20", &tok, 1);
+  if (!logits("prefill 20", 1)) return false;
+  if (!m.mtpFromTarget(p.data() + 1, 19, 13, &d, err) || !draft("mtpFromTarget 19", d)) return false;
+  if (!m.mtpChain(d, 32, &d, err) || !draft("mtpChain after 19 rows", d)) return false;
+  if (graphs && !(m.graphNodes(GpuModel::StepGraph::kTarget, 1, &tr->decode, err) &&
+                  m.graphNodes(GpuModel::StepGraph::kDraft, 1, &tr->draft, err) &&
+                  m.graphNodes(GpuModel::StepGraph::kDraftChain, 3, &tr->chain, err)))
+    return false;
+  return true;
+}
+
+// fusedKernelTrace on tp ranks (TP=2 as the other TP=2 cases), one trace per rank.
+bool traceRanks(int tp, bool fused, bool graphs, std::vector<Trace>* traces, std::string* err) {
+  traces->assign(tp, Trace{});
+  auto options = [&](GpuModelOptions* o) {
+    o->ctxSize = 64;
+    o->maxTokensPerCall = 32;
+    o->seed = 37;
+    o->useGraphs = graphs;
+    o->fusedKernels = fused;
+  };
+  auto body = [&](int r, GpuModel& m, std::string* e) { return fusedKernelTrace(m, graphs, &(*traces)[r], e); };
+  return onRanks(tp, "", options, body, err);
+}
+
+// The fused kernels against the separate ones they replace, on the random tiny model: every
+// token, draft probability and logit of every call kind the same bits, at TP=1 (embedding +
+// norm, argmax + pick, the MTP prologue with its gather, no hidden copy) and TP=2 (the
+// prologue's two norms in one launch, no hidden copy), graphs and eager. The graphs' kernel
+// counts show the fused path really ran: at TP=1 a draft step launches 4 kernels fewer (embed +
+// two norms -> one, the hidden copy, the pick), a decode step 2 (embed + norm -> one, the pick).
+TEST(QwenGpu, FusedKernelsGiveTheSameBits) {
+  for (int tp : {1, 2})
+    for (bool graphs : {true, false}) {
+      const std::string at = "TP=" + std::to_string(tp) + (graphs ? ", graphs" : ", eager");
+      std::vector<Trace> fused, plain;
+      std::string err;
+      ASSERT_TRUE(traceRanks(tp, true, graphs, &fused, &err)) << at << ", fused: " << err;
+      ASSERT_TRUE(traceRanks(tp, false, graphs, &plain, &err)) << at << ", separate: " << err;
+      for (int r = 0; r < tp; ++r) {
+        ASSERT_EQ(fused[r].what, plain[r].what) << at;
+        for (size_t i = 0; i < fused[r].bits.size(); ++i) {
+          const std::vector<uint32_t>& a = fused[r].bits[i];
+          const std::vector<uint32_t>& b = plain[r].bits[i];
+          ASSERT_EQ(a.size(), b.size()) << at << " rank " << r << ": " << fused[r].what[i];
+          size_t k = 0;
+          while (k < a.size() && a[k] == b[k]) ++k;
+          EXPECT_EQ(k, a.size()) << at << " rank " << r << ": " << fused[r].what[i] << " differs first at word " << k
+                                 << " (fused 0x" << std::hex << (k < a.size() ? a[k] : 0) << ", separate 0x"
+                                 << (k < b.size() ? b[k] : 0) << std::dec << ")";
+        }
+      }
+      if (!graphs) continue;
+      const Trace &f = fused[0], &u = plain[0];
+      auto nodes = [](const GraphNodes& g) {
+        return std::to_string(g.kernels) + "/" + std::to_string(g.copies) + "/" + std::to_string(g.memsets) + "/" +
+               std::to_string(g.other);
+      };
+      std::printf("%s graph nodes (kernels/copies/memsets/other), fused vs separate: decode step %s vs %s; draft step "
+                  "%s vs %s; chain of 3 drafts %s vs %s\n",
+                  at.c_str(), nodes(f.decode).c_str(), nodes(u.decode).c_str(), nodes(f.draft).c_str(),
+                  nodes(u.draft).c_str(), nodes(f.chain).c_str(), nodes(u.chain).c_str());
+      if (tp == 1) {
+        // One copy in and one out per call, whatever the path (probabilities on; at TP=2 tpcomm's
+        // calls may add nodes of their own).
+        for (const Trace* t : {&f, &u}) {
+          EXPECT_EQ(t->decode.copies, 2) << at;
+          EXPECT_EQ(t->draft.copies, 2) << at;
+          EXPECT_EQ(t->chain.copies, 2) << at;
+        }
+        EXPECT_EQ(u.draft.kernels - f.draft.kernels, 4) << at;
+        EXPECT_EQ(u.chain.kernels - f.chain.kernels, 12) << at;
+        EXPECT_EQ(u.decode.kernels - f.decode.kernels, 2) << at;
+      } else {
+        EXPECT_EQ(u.draft.kernels - f.draft.kernels, 2) << at;
+        EXPECT_EQ(u.decode.kernels, f.decode.kernels) << at;
+      }
     }
 }
 
@@ -501,55 +678,31 @@ TEST(QwenGpu, AttentionMatchesReference) {
 bool runGpu(int tp, const std::string& algo, int draftN, double sim, const std::vector<int32_t>* ref, int nPredict,
             std::vector<int32_t>* out, GenerateStats* stats, std::string* err, bool fusedNorm = true,
             std::string* normAlgo = nullptr, bool customGemv = false) {
-  const ModelConfig c = tiny();
-  std::vector<std::unique_ptr<tpcomm::Communicator>> comms;
-  const std::vector<int> devs = rankDevices(tp);
-  tpcomm::Config cfg;
-  cfg.algo = algo;
-  if (tp > 1 && tpcomm::Communicator::createGroup(devs, cfg, &comms) != tpcomm::Status::kOk)
-    return *err = tpcomm::lastErrorMessage(), false;
-  auto p = prompt(24, c.vocabSize);
-  std::vector<std::string> errs(tp);
-  std::vector<char> ok(tp, 0);
-  std::vector<std::thread> th;
-  qwen::RankGate gate(tp);  // no collective before every rank's init (rank_gate.h)
-  for (int r = 0; r < tp; ++r)
-    th.emplace_back([&, r] {
-      TpShape s;
-      const bool shaped = makeTpShape(c, tp, r, &s, &errs[r]);
-      GpuModel m(c, s, devs[r], tp > 1 ? comms[r].get() : nullptr);
-      GpuModelOptions o;
-      o.ctxSize = 24 + nPredict + 16;
-      o.maxTokensPerCall = 24;
-      o.seed = 5;
-      o.fusedNorm = fusedNorm;
-      o.customGemv = customGemv;
-      o.useGraphs = algo != "staged_host";  // not capturable: under capture tpcomm would pick P2P
-      o.pdl = pdlFor(tp);
-      const bool ready = shaped && m.init(o, &errs[r]);
-      if (!gate.pass(ready)) {
-        if (ready) errs[r] = "another rank's init failed";
-        return;
-      }
-      GenerateOptions g;
-      g.nPredict = nPredict;
-      g.draftNMax = draftN;
-      g.simAcceptance = sim;
-      g.reference = ref;
-      std::vector<int32_t> mine;
-      GenerateStats st;
-      if (!generate(m, p, g, &mine, &st, &errs[r])) return;
-      if (r == 0) {
-        *out = mine, *stats = st;
-        if (normAlgo) *normAlgo = m.lastNormAlgorithm();
-      }
-      ok[r] = 1;
-    });
-  for (auto& t : th) t.join();
-  for (auto& cm : comms) cm->destroy();
-  for (int r = 0; r < tp; ++r)
-    if (!ok[r]) return *err = "rank " + std::to_string(r) + ": " + errs[r], false;
-  return true;
+  const auto p = prompt(24, tiny().vocabSize);
+  auto options = [&](GpuModelOptions* o) {
+    o->ctxSize = 24 + nPredict + 16;
+    o->maxTokensPerCall = 24;
+    o->seed = 5;
+    o->fusedNorm = fusedNorm;
+    o->customGemv = customGemv;
+    o->useGraphs = algo != "staged_host";  // not capturable: under capture tpcomm would pick P2P
+  };
+  auto body = [&](int r, GpuModel& m, std::string* e) {
+    GenerateOptions g;
+    g.nPredict = nPredict;
+    g.draftNMax = draftN;
+    g.simAcceptance = sim;
+    g.reference = ref;
+    std::vector<int32_t> mine;
+    GenerateStats st;
+    if (!generate(m, p, g, &mine, &st, e)) return false;
+    if (r == 0) {
+      *out = mine, *stats = st;
+      if (normAlgo) *normAlgo = m.lastNormAlgorithm();
+    }
+    return true;
+  };
+  return onRanks(tp, algo, options, body, err);
 }
 
 TEST(QwenGpu, Tp2TokensEqualTp1) {
