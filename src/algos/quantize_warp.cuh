@@ -60,38 +60,6 @@ __device__ __forceinline__ void forWarpBlocks(size_t lo, size_t hi, int warp, in
   }
 }
 
-// forWarpBlocks with a read one step ahead: load(k, m) returns what step (k, m) reads from far
-// memory (a peer's codes over PCIe or NVLink), and is called for the warp's next step before
-// fn(k, m, loaded) computes the current one, so the next round trip is in flight while the warp
-// quantizes and sums (staged_host+int8 read host memory at 53% of the medium's rate with one
-// round trip per step: docs/compression.md, session 12). Same steps, order and lanes as
-// forWarpBlocks; every lane calls load and fn the same number of times.
-template <typename Load, typename Fn>
-__device__ __forceinline__ void forWarpBlocksAhead(size_t lo, size_t hi, int warp, int nWarps, Load load, Fn fn) {
-  const size_t group = (threadIdx.x & 31) / kLanesPerBlock;
-  const size_t stride = static_cast<size_t>(nWarps) * kWarpElems;
-  auto at = [&](size_t k0, size_t* k) {
-    *k = k0 + group * kQuantBlockElems;
-    asm("" : "+l"(*k));  // as in forWarpBlocks
-    return *k < hi ? static_cast<int>(hi - *k < kQuantBlockElems ? hi - *k : kQuantBlockElems) : 0;
-  };
-  size_t k0 = lo + static_cast<size_t>(warp) * kWarpElems;
-  if (k0 >= hi) return;
-  size_t k;
-  int m = at(k0, &k);
-  auto next = load(k, m);
-  for (; k0 < hi; k0 += stride) {
-    const auto cur = next;
-    const size_t kc = k;
-    const int mc = m;
-    if (k0 + stride < hi) {
-      m = at(k0 + stride, &k);
-      next = load(k, m);
-    }
-    fn(kc, mc, cur);
-  }
-}
-
 // A wire: code bytes, then one fp32 scale per block.
 struct Wire {
   uint8_t* codes;
@@ -249,19 +217,21 @@ __device__ __forceinline__ void storeBlock(T* y, int m, const float (&v)[kPerLan
   }
 }
 
-// The first rank that is not me (>= n if there is none): the peer sumReadBack reads first.
-__device__ __forceinline__ int firstPeer(int me) { return me == 0 ? 1 : 0; }
-
-// sumReadBack with the first peer's codes already loaded (`first`, from loadPeer(firstPeer(me))
-// or anything equal to it; ignored when n == 1): a caller that reads a step ahead
-// (forWarpBlocksAhead) passes what it prefetched.
+// The reduce step of the compressed kernels for one block per group: this rank's own values x
+// (0 past m) quantized and read back locally (the bits it sent its peers), summed with every
+// other rank's read-back values in fp32 in rank order 0..n-1 (quantAdd: never an FMA);
+// loadPeer(r) returns rank r's Codes (loadCodes). The first peer's codes are requested before
+// this rank's own are quantized, and each next peer's before the current one is decoded, so a
+// load is in flight while the lane computes. Lanes past m get 0, so they take no part in the
+// sum's amax. All 32 lanes must call it.
 template <int F, typename LoadPeer>
-__device__ __forceinline__ void sumReadBackFrom(const float (&x)[kPerLane], int m, int n, int me, const Codes& first,
-                                                LoadPeer loadPeer, float (&acc)[kPerLane]) {
+__device__ __forceinline__ void sumReadBack(const float (&x)[kPerLane], int m, int n, int me, LoadPeer loadPeer,
+                                            float (&acc)[kPerLane]) {
   constexpr QuantFormat f = static_cast<QuantFormat>(F);
   auto peerAfter = [me](int r) { return r + 1 == me ? r + 2 : r + 1; };  // the next rank that is not me
-  int q = firstPeer(me);
-  Codes pending = first;
+  int q = peerAfter(-1);
+  Codes pending{};
+  if (q < n) pending = loadPeer(q);
   const Codes own = quantizeGroup<F>(x);  // this rank's codes, decoded in its turn
   for (int r = 0; r < n; ++r) {
     Codes cur = own;
@@ -281,21 +251,6 @@ __device__ __forceinline__ void sumReadBackFrom(const float (&x)[kPerLane], int 
 #pragma unroll
   for (int u = 0; u < kPerLane; ++u)
     if (u >= nv) acc[u] = 0.0f;
-}
-
-// The reduce step of the compressed kernels for one block per group: this rank's own values x
-// (0 past m) quantized and read back locally (the bits it sent its peers), summed with every
-// other rank's read-back values in fp32 in rank order 0..n-1 (quantAdd: never an FMA);
-// loadPeer(r) returns rank r's Codes (loadCodes). The first peer's codes are requested before
-// this rank's own are quantized, and each next peer's before the current one is decoded, so a
-// load is in flight while the lane computes. Lanes past m get 0, so they take no part in the
-// sum's amax. All 32 lanes must call it.
-template <int F, typename LoadPeer>
-__device__ __forceinline__ void sumReadBack(const float (&x)[kPerLane], int m, int n, int me, LoadPeer loadPeer,
-                                            float (&acc)[kPerLane]) {
-  Codes first{};
-  if (firstPeer(me) < n) first = loadPeer(firstPeer(me));
-  sumReadBackFrom<F>(x, m, n, me, first, loadPeer, acc);
 }
 
 // Calls launch(TypeTag<T>, IntTag<format>) for the call's dtype and format (dispatchKernel's op

@@ -18,8 +18,7 @@
 //   Reducer b acquires ready[r][slot][b] >= seq for every r (ld.acquire.sys, one thread per
 //   rank), then for each of its blocks: quantizes its own input again (bit-identical to what it
 //   published), reads every other rank's codes and scale with ld.global.cv (host memory another
-//   GPU rewrote over PCIe since this one may have cached it; 16 codes per lane per load; the
-//   first peer's codes of the warp's next step are requested before this step is computed), sums
+//   GPU rewrote over PCIe since this one may have cached it; 16 codes per lane per load), sums
 //   the read-back values in fp32 in rank order 0..n-1 (quantAdd: never an FMA), quantizes the
 //   sum once and writes its output from those codes read back. Every rank computes the same sum
 //   from the same codes, so every rank writes the same bits, equal to the host form and
@@ -58,7 +57,7 @@ using dev::Codes;
 using dev::kPerLane;
 using dev::Wire;
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int kB = kQuantBlockElems;
 
@@ -112,21 +111,16 @@ __global__ void __launch_bounds__(kThreads) stagedCompressedKernel(StagedDeviceL
       for (int r = threadIdx.x; r < n && mine; r += kThreads)
         mine = dev::waitFlagAtLeast(p.ready + r * perRank + flagIdx, seq, deadline, p.errorWord, r);
       if (!__syncthreads_and(mine)) return;
-      // The first peer's codes of the warp's next step are read while it computes this one.
-      auto peerCodes = [&](int r, size_t k, int m) -> Codes {
-        return dev::loadCodes<true>(wireOf(r), k - lo, (k - lo) / kB, m);
-      };
-      const int first = dev::firstPeer(me);
-      dev::forWarpBlocksAhead(
-          lo, hi, warp, kWarps, [&](size_t k, int m) { return first < n ? peerCodes(first, k, m) : Codes{}; },
-          [&](size_t k, int m, const Codes& firstCodes) {
-            float x[kPerLane], acc[kPerLane];
-            dev::loadBlock(src + c0 + k, m, x);
-            dev::sumReadBackFrom<F>(x, m, n, me, firstCodes, [&](int r) { return peerCodes(r, k, m); }, acc);
-            float back[kPerLane];
-            dev::decodeCodes<F>(dev::quantizeGroup<F>(acc), m, back);  // quantized once, stored nowhere
-            dev::storeBlock(dst + c0 + k, m, back);
-          });
+      forBlocks([&](size_t k, int m) {
+        float x[kPerLane], acc[kPerLane];
+        dev::loadBlock(src + c0 + k, m, x);
+        dev::sumReadBack<F>(
+            x, m, n, me, [&](int r) -> Codes { return dev::loadCodes<true>(wireOf(r), k - lo, (k - lo) / kB, m); },
+            acc);
+        float back[kPerLane];
+        dev::decodeCodes<F>(dev::quantizeGroup<F>(acc), m, back);  // quantized once, stored nowhere
+        dev::storeBlock(dst + c0 + k, m, back);
+      });
       dev::blockReleaseFence();
       if (threadIdx.x == 0) dev::storeReleaseSys(p.consumed + me * perRank + flagIdx, seq);
     }
