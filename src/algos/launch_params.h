@@ -79,6 +79,7 @@ struct StagedDeviceLaunch {
   // per CUDA block per chunk (stagedQuantBlocksPerPiece).
   int format;
   size_t quantBlocks;
+  char* twin;  // this rank's slots in device memory (HostStagedTransport::deviceTwin): its own codes
 };
 
 /// Parameters of one multicast all-reduce (twoshot_multicast.cu).

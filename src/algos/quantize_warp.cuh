@@ -217,22 +217,22 @@ __device__ __forceinline__ void storeBlock(T* y, int m, const float (&v)[kPerLan
   }
 }
 
-// The reduce step of the compressed kernels for one block per group: this rank's own values x
-// (0 past m) quantized and read back locally (the bits it sent its peers), summed with every
+// The reduce step of the compressed kernels for one block per group: this rank's own codes
+// (ownCodes(): the bits it sent its peers, with 0 codes past m) read back, summed with every
 // other rank's read-back values in fp32 in rank order 0..n-1 (quantAdd: never an FMA);
 // loadPeer(r) returns rank r's Codes (loadCodes). The first peer's codes are requested before
-// this rank's own are quantized, and each next peer's before the current one is decoded, so a
-// load is in flight while the lane computes. Lanes past m get 0, so they take no part in the
-// sum's amax. All 32 lanes must call it.
-template <int F, typename LoadPeer>
-__device__ __forceinline__ void sumReadBack(const float (&x)[kPerLane], int m, int n, int me, LoadPeer loadPeer,
-                                            float (&acc)[kPerLane]) {
+// ownCodes() runs, and each next peer's before the current one is decoded, so a load is in
+// flight while the lane computes. Lanes past m get 0, so they take no part in the sum's amax.
+// All 32 lanes must call it.
+template <int F, typename OwnCodes, typename LoadPeer>
+__device__ __forceinline__ void sumCodes(OwnCodes ownCodes, int m, int n, int me, LoadPeer loadPeer,
+                                         float (&acc)[kPerLane]) {
   constexpr QuantFormat f = static_cast<QuantFormat>(F);
   auto peerAfter = [me](int r) { return r + 1 == me ? r + 2 : r + 1; };  // the next rank that is not me
   int q = peerAfter(-1);
   Codes pending{};
   if (q < n) pending = loadPeer(q);
-  const Codes own = quantizeGroup<F>(x);  // this rank's codes, decoded in its turn
+  const Codes own = ownCodes();  // this rank's codes, decoded in its turn
   for (int r = 0; r < n; ++r) {
     Codes cur = own;
     if (r != me) {  // r == q
@@ -251,6 +251,13 @@ __device__ __forceinline__ void sumReadBack(const float (&x)[kPerLane], int m, i
 #pragma unroll
   for (int u = 0; u < kPerLane; ++u)
     if (u >= nv) acc[u] = 0.0f;
+}
+
+// sumCodes with this rank's codes quantized from its own values x (0 past m) here.
+template <int F, typename LoadPeer>
+__device__ __forceinline__ void sumReadBack(const float (&x)[kPerLane], int m, int n, int me, LoadPeer loadPeer,
+                                            float (&acc)[kPerLane]) {
+  sumCodes<F>([&] { return quantizeGroup<F>(x); }, m, n, me, loadPeer, acc);
 }
 
 // Calls launch(TypeTag<T>, IntTag<format>) for the call's dtype and format (dispatchKernel's op

@@ -349,6 +349,8 @@ Status StagedHost::runDevice(const CollArgs& a) {
                           "%s: a staging piece (%zu-byte slots / %d blocks) cannot hold one %d-element block's codes "
                           "and scale: raise TPCOMM_STAGED_CHUNK_BYTES",
                           name(), g.chunkBytes, g.blocks, kQuantBlockElems);
+    p.twin = t.deviceTwin();
+    if (!p.twin) return TPCOMM_ERROR(kInternal, "%s: the staging slots have no device twin", name());
     const size_t chunkElems = p.quantBlocks * kQuantBlockElems * g.blocks;
     p.seqBase = t.takeSequence((a.count + chunkElems - 1) / chunkElems);
     return TPCOMM_CUDA_ONLY(launchStagedCompressed(p, a.stream));

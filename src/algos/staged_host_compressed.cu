@@ -13,19 +13,23 @@
 // A piece holds Q B code bytes, then Q fp32 scales.
 //   Publisher b (each warp 8 quantization blocks at a time, 16 elements per lane:
 //   quantize_warp.cuh) quantizes its elements of the chunk from device memory into piece b of
-//   its own slot in host memory (plain stores), then publishes: __threadfence_system +
+//   its own slot in host memory and of the slot's device twin (StagedDeviceLaunch::twin, the
+//   same layout in this GPU's memory; plain stores), then publishes: __threadfence_system +
 //   __syncthreads (blockReleaseFence), then thread 0 st.release.sys ready[me][slot][b] = seq.
 //   Reducer b acquires ready[r][slot][b] >= seq for every r (ld.acquire.sys, one thread per
-//   rank), then for each of its blocks: quantizes its own input again (bit-identical to what it
-//   published), reads every other rank's codes and scale with ld.global.cv (host memory another
+//   rank; r = me orders the twin's codes before its reads, which go to L2 with ld.global.cg),
+//   then for each of its blocks: reads its own codes from the twin (what it published, without
+//   quantizing its input a second time: the reducer is bound by its arithmetic, session 12,
+//   docs/compression.md), reads every other rank's codes and scale with ld.global.cv (host memory another
 //   GPU rewrote over PCIe since this one may have cached it; 16 codes per lane per load), sums
 //   the read-back values in fp32 in rank order 0..n-1 (quantAdd: never an FMA), quantizes the
 //   sum once and writes its output from those codes read back. Every rank computes the same sum
 //   from the same codes, so every rank writes the same bits, equal to the host form and
 //   twoshot_p2p+fp8 (the definition in docs/compression.md); nothing is sent back. Then
 //   blockReleaseFence and thread 0 st.release.sys consumed[me][slot][b] = seq.
-// When a slot is free: publisher b rewrites piece b of slot s for sequence seq only after every
-// rank's consumed[r][slot][b] >= seq - S (its last reader of the previous use is done). Sequence
+// When a slot is free: publisher b rewrites piece b of slot s (and of its twin) for sequence seq
+// only after every rank's consumed[r][slot][b] >= seq - S (its last reader of the previous use,
+// this rank's reducer b for the twin, is done). Sequence
 // numbers grow across calls (the host's takeSequence), so no flag is ever reset and a stale flag
 // can never satisfy a wait.
 // Timeouts: every wait is bounded by TPCOMM_TIMEOUT_MS; on expiry the waiting block writes the
@@ -34,7 +38,7 @@
 // the slots' flags stay at the last published sequence, and the host reports kTimeout on this
 // and every later call (the async error word), as for staged_host.
 // In place is safe: reducer b writes elements of chunk c only after publisher b of its own rank
-// read them (ready[me][slot][b]), and each of its lanes reads its elements before writing them.
+// read them (ready[me][slot][b]), and the reducer never reads the input.
 // Alignment: code addresses are 16-byte aligned, so whole blocks move as 16-byte loads and stores:
 // the staging area is page-aligned (host_staged.cc), slots start at multiples of chunkBytes (a
 // multiple of 4096), pieces at multiples of kStagedUnitBytes = 16, and a block's codes at a
@@ -87,6 +91,7 @@ __global__ void __launch_bounds__(kThreads) stagedCompressedKernel(StagedDeviceL
     auto wireOf = [&](int r) {
       return dev::wireAt(p.slots + (static_cast<size_t>(r) * p.nSlots + slot) * p.chunkBytes + pieceOff, perBlock);
     };
+    auto twinWire = [&] { return dev::wireAt(p.twin + static_cast<size_t>(slot) * p.chunkBytes + pieceOff, perBlock); };
     // Calls fn(k, m) for each quantization block [k, k + m) of [lo, hi) this lane's group handles
     // (m = 0: none this step).
     auto forBlocks = [&](auto fn) { dev::forWarpBlocks(lo, hi, warp, kWarps, fn); };
@@ -98,11 +103,13 @@ __global__ void __launch_bounds__(kThreads) stagedCompressedKernel(StagedDeviceL
         for (int r = threadIdx.x; r < n && mine; r += kThreads)
           mine = dev::waitFlagAtLeast(p.consumed + r * perRank + flagIdx, seq - p.nSlots, deadline, p.errorWord, r);
       if (!__syncthreads_and(mine)) return;
-      const Wire to = wireOf(me);
+      const Wire to = wireOf(me), twin = twinWire();
       forBlocks([&](size_t k, int m) {
         float x[kPerLane];
         dev::loadBlock(src + c0 + k, m, x);
-        dev::storeCodes(dev::quantizeGroup<F>(x), m, to, k - lo, (k - lo) / kB);
+        const Codes codes = dev::quantizeGroup<F>(x);
+        dev::storeCodes(codes, m, to, k - lo, (k - lo) / kB);
+        dev::storeCodes(codes, m, twin, k - lo, (k - lo) / kB);
       });
       dev::blockReleaseFence();
       if (threadIdx.x == 0) dev::storeReleaseSys(p.ready + me * perRank + flagIdx, seq);
@@ -111,12 +118,12 @@ __global__ void __launch_bounds__(kThreads) stagedCompressedKernel(StagedDeviceL
       for (int r = threadIdx.x; r < n && mine; r += kThreads)
         mine = dev::waitFlagAtLeast(p.ready + r * perRank + flagIdx, seq, deadline, p.errorWord, r);
       if (!__syncthreads_and(mine)) return;
+      const Wire twin = twinWire();
       forBlocks([&](size_t k, int m) {
-        float x[kPerLane], acc[kPerLane];
-        dev::loadBlock(src + c0 + k, m, x);
-        dev::sumReadBack<F>(
-            x, m, n, me, [&](int r) -> Codes { return dev::loadCodes<true>(wireOf(r), k - lo, (k - lo) / kB, m); },
-            acc);
+        float acc[kPerLane];
+        dev::sumCodes<F>([&] { return dev::loadCodes<false>(twin, k - lo, (k - lo) / kB, m); }, m, n, me,
+                         [&](int r) -> Codes { return dev::loadCodes<true>(wireOf(r), k - lo, (k - lo) / kB, m); },
+                         acc);
         float back[kPerLane];
         dev::decodeCodes<F>(dev::quantizeGroup<F>(acc), m, back);  // quantized once, stored nowhere
         dev::storeBlock(dst + c0 + k, m, back);

@@ -160,6 +160,16 @@ Status HostStagedTransport::create(const TransportEnv& ctx, const Geometry& g, s
       t->header()->cudaRegistered = 1;
     }
   }
+  if (ok && ctx.device >= 0) {
+    const cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&t->deviceTwin_), g.chunkBytes * g.slots);
+    if (e != cudaSuccess) {
+      TPCOMM_WARN(kInit, "host_staged: cudaMalloc of the %zu-byte device twin of the slots failed: %s",
+                  g.chunkBytes * g.slots, cudaGetErrorString(e));
+      cudaGetLastError();
+      t->deviceTwin_ = nullptr;
+      ok = 0;
+    }
+  }
 #endif
   // Only a rank that counted itself may release a reference: a rank whose mapping or
   // registration failed must not take part in deciding who frees the segment.
@@ -212,6 +222,9 @@ int HostStagedTransport::removeStaleSegments(std::string* report) {
 }
 
 HostStagedTransport::~HostStagedTransport() {
+#ifdef TPCOMM_HAVE_CUDA
+  if (deviceTwin_ && cudaFree(deviceTwin_) != cudaSuccess) cudaGetLastError();
+#endif
   if (!base_) return;
   Header* h = header();
   // Never joined the count (its set-up failed): drop only its own mapping. Threads mode: if no

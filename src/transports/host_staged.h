@@ -52,6 +52,11 @@ class HostStagedTransport {
   size_t slotsBytes() const { return geo_.chunkBytes * geo_.slots; }
   /// Shared result area of slots * chunkBytes bytes.
   char* result() const;
+  /// GPU ranks: this rank's slots' device twin (slots * chunkBytes of device memory, null on host
+  /// ranks). The compressed staged_host kernel's publisher writes its codes there as well as into
+  /// its host slot, so its own reducer reads them back from HBM instead of quantizing the input
+  /// a second time (staged_host_compressed.cu).
+  char* deviceTwin() const { return deviceTwin_; }
   /// Flag arrays for the GPU pipeline: index [(rank * slots + slot) * blocks + block].
   uint64_t* readyFlags() const;
   uint64_t* consumedFlags() const;
@@ -103,6 +108,7 @@ class HostStagedTransport {
   bool cudaRegistered_ = false;
   bool counted_ = false;  // this rank holds one of the segment header's references
   char* base_ = nullptr;
+  char* deviceTwin_ = nullptr;
   size_t bytes_ = 0;
   size_t flagsOffset_ = 0, slotsOffset_ = 0, resultOffset_ = 0;
   uint64_t sequence_ = 0;
