@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <random>
@@ -239,6 +240,90 @@ TEST_P(HalvesP2pStress, AlternatingWithAllReduce) {
   }
   for (int r = 0; r < n; ++r) EXPECT_EQ(g->comms[r]->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
   EXPECT_EQ(wrong, 0u) << "results differing from the reference";
+}
+
+// 10,000 back-to-back reduce-scatters, then 10,000 all-gathers, on one communicator, inputs
+// rotating over 8 buffers of different contents and every call's output kept in its own slot of
+// one slab, checked after the last call: a stale flag, epoch, buffer parity or ll_p2p flag value
+// (the flag of a call 2 earlier in the same buffer) shows as a wrong element. No host sync
+// between calls, so the ranks run as far ahead of each other as the protocol lets them.
+TEST_P(HalvesP2pStress, TenThousandRotating) {
+  if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  RankGroup* g = halvesGroup(GetParam());
+  ASSERT_NE(g, nullptr);
+  const int n = g->n();
+  const size_t count = 2048;  // per rank: a 4 KB piece of bf16
+  const int iters = 10000, rotate = 8;
+  const DataType dtype = DataType::kBF16;
+  const size_t es = tpcomm::dataTypeSize(dtype);
+  struct Owned {  // device allocations, freed on every exit
+    std::vector<std::pair<int, void*>> all;
+    void* add(int device, size_t bytes) {
+      void* p = nullptr;
+      if (cudaSetDevice(device) != cudaSuccess || cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
+      all.emplace_back(device, p);
+      return p;
+    }
+    ~Owned() {
+      for (auto& [d, p] : all) {
+        cudaSetDevice(d);
+        cudaFree(p);
+      }
+    }
+  };
+  for (Kind kind : {Kind::kReduceScatter, Kind::kAllGather}) {
+    const bool rs = kind == Kind::kReduceScatter;
+    SCOPED_TRACE(rs ? "reduce-scatter" : "all-gather");
+    const size_t sendCount = rs ? count * n : count, recvBytes = (rs ? count : count * n) * es;
+    Owned mem;
+    std::vector<std::vector<void*>> ins(n, std::vector<void*>(rotate));
+    std::vector<void*> slab(n);
+    std::vector<std::vector<std::vector<uint8_t>>> want(rotate);  // [k][rank]
+    for (int k = 0; k < rotate; ++k) {
+      std::vector<std::vector<uint8_t>> inputs;
+      for (int r = 0; r < n; ++r)
+        inputs.push_back(makeHost(dtype, sendCount, [&](size_t i) { return intInput(r, i, 100 + k); }));
+      for (int r = 0; r < n; ++r) {
+        want[k].push_back(expected(kind, inputs, r, count, dtype, ReduceOp::kSum));
+        ins[r][k] = mem.add(g->devices[r], sendCount * es);
+        ASSERT_NE(ins[r][k], nullptr) << "cudaMalloc";
+        CUDA_OK(cudaMemcpy(ins[r][k], inputs[r].data(), sendCount * es, cudaMemcpyHostToDevice));
+      }
+    }
+    for (int r = 0; r < n; ++r) {
+      slab[r] = mem.add(g->devices[r], recvBytes * iters);
+      ASSERT_NE(slab[r], nullptr) << "cudaMalloc";
+      CUDA_OK(cudaMemset(slab[r], 0xff, recvBytes * iters));
+    }
+    for (int r = 0; r < n; ++r) {  // the set-up copies and memsets done before the first call
+      CUDA_OK(cudaSetDevice(g->devices[r]));
+      CUDA_OK(cudaStreamSynchronize(g->streams[r]));
+    }
+    for (int it = 0; it < iters; ++it) {
+      ASSERT_EQ(Communicator::groupStart(), Status::kOk);
+      for (int r = 0; r < n; ++r) {
+        void* in = ins[r][it % rotate];
+        void* out = static_cast<char*>(slab[r]) + static_cast<size_t>(it) * recvBytes;
+        const Status st = rs ? g->comms[r]->reduceScatter(in, out, count, dtype, ReduceOp::kSum, g->streams[r])
+                             : g->comms[r]->allGather(in, out, count, dtype, g->streams[r]);
+        ASSERT_EQ(st, Status::kOk) << tpcomm::lastErrorMessage();
+      }
+      ASSERT_EQ(Communicator::groupEnd(), Status::kOk);
+    }
+    size_t wrong = 0;
+    for (int r = 0; r < n; ++r) {
+      CUDA_OK(cudaSetDevice(g->devices[r]));
+      CUDA_OK(cudaStreamSynchronize(g->streams[r]));
+      ASSERT_EQ(g->comms[r]->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
+      EXPECT_EQ(std::string(g->comms[r]->lastAlgorithm()), GetParam()) << "rank " << r;
+      std::vector<uint8_t> out(recvBytes * iters);
+      CUDA_OK(cudaMemcpy(out.data(), slab[r], out.size(), cudaMemcpyDeviceToHost));
+      for (int it = 0; it < iters; ++it)
+        if (std::memcmp(out.data() + static_cast<size_t>(it) * recvBytes, want[it % rotate][r].data(), recvBytes) != 0)
+          ++wrong;
+    }
+    EXPECT_EQ(wrong, 0u) << "calls with a wrong element";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Algos, HalvesP2pStress, testing::Values(std::string("twoshot_p2p"), std::string("ll_p2p")));
