@@ -88,6 +88,17 @@ inline std::unique_ptr<RankGroup> makeRankGroup(const tpcomm::Config& cfg, const
   return g;
 }
 
+// After a run of calls: rank r's stream drained, its communicator without error, and `bytes` of
+// its device buffer `dev` read back into *out. Failures are fatal test failures (check
+// HasFatalFailure() after).
+inline void drainAndReadBack(const RankGroup& g, int r, const void* dev, size_t bytes, std::vector<uint8_t>* out) {
+  CUDA_OK(cudaSetDevice(g.devices[r]));
+  CUDA_OK(cudaStreamSynchronize(g.streams[r]));
+  ASSERT_EQ(g.comms[r]->checkError(), tpcomm::Status::kOk) << "rank " << r << ": " << tpcomm::lastErrorMessage();
+  out->resize(bytes);
+  CUDA_OK(cudaMemcpy(out->data(), dev, bytes, cudaMemcpyDeviceToHost));
+}
+
 // CUDA graphs of one step on every rank: `issue` enqueues the step on each rank's stream while all
 // of them capture (relaxed mode: the ranks' captures interleave in one thread), then each graph is
 // instantiated. Failures are test failures; ok() says whether the graphs can be launched.

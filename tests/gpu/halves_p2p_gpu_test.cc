@@ -5,10 +5,15 @@
 // dtype and op, counts from 1 element to several chunks, odd counts (unaligned pieces), eager and
 // graph replays with new inputs; a long run alternating reduce-scatter, all-gather and all-reduce
 // on one communicator (they share epochs and scratch); a rank that never arrives gives kTimeout
-// naming it. On one GPU the ranks share it (gpu_allreduce_util.h).
+// naming it; 10,000 rotating calls per collective; and, where NCCL and two GPUs are, every case
+// against NCCL's own API (HalvesVsNccl). On one GPU the ranks share it (gpu_allreduce_util.h).
 #include <gtest/gtest.h>
+#ifdef TPCOMM_TEST_NCCL
+#include <nccl.h>
+#endif
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -59,6 +64,23 @@ struct DeviceBuffers {
       cudaSetDevice(devices[r]);
       cudaFree(send[r]);
       cudaFree(recv[r]);
+    }
+  }
+};
+
+// Device allocations of any number per rank, freed on every exit.
+struct OwnedBuffers {
+  std::vector<std::pair<int, void*>> all;
+  void* add(int device, size_t bytes) {
+    void* p = nullptr;
+    if (cudaSetDevice(device) != cudaSuccess || cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
+    all.emplace_back(device, p);
+    return p;
+  }
+  ~OwnedBuffers() {
+    for (auto& [d, p] : all) {
+      cudaSetDevice(d);
+      cudaFree(p);
     }
   }
 };
@@ -256,26 +278,11 @@ TEST_P(HalvesP2pStress, TenThousandRotating) {
   const int iters = 10000, rotate = 8;
   const DataType dtype = DataType::kBF16;
   const size_t es = tpcomm::dataTypeSize(dtype);
-  struct Owned {  // device allocations, freed on every exit
-    std::vector<std::pair<int, void*>> all;
-    void* add(int device, size_t bytes) {
-      void* p = nullptr;
-      if (cudaSetDevice(device) != cudaSuccess || cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
-      all.emplace_back(device, p);
-      return p;
-    }
-    ~Owned() {
-      for (auto& [d, p] : all) {
-        cudaSetDevice(d);
-        cudaFree(p);
-      }
-    }
-  };
   for (Kind kind : {Kind::kReduceScatter, Kind::kAllGather}) {
     const bool rs = kind == Kind::kReduceScatter;
     SCOPED_TRACE(rs ? "reduce-scatter" : "all-gather");
     const size_t sendCount = rs ? count * n : count, recvBytes = (rs ? count : count * n) * es;
-    Owned mem;
+    OwnedBuffers mem;
     std::vector<std::vector<void*>> ins(n, std::vector<void*>(rotate));
     std::vector<void*> slab(n);
     std::vector<std::vector<std::vector<uint8_t>>> want(rotate);  // [k][rank]
@@ -312,12 +319,10 @@ TEST_P(HalvesP2pStress, TenThousandRotating) {
     }
     size_t wrong = 0;
     for (int r = 0; r < n; ++r) {
-      CUDA_OK(cudaSetDevice(g->devices[r]));
-      CUDA_OK(cudaStreamSynchronize(g->streams[r]));
-      ASSERT_EQ(g->comms[r]->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
+      std::vector<uint8_t> out;
+      drainAndReadBack(*g, r, slab[r], recvBytes * iters, &out);
+      ASSERT_FALSE(HasFatalFailure());
       EXPECT_EQ(std::string(g->comms[r]->lastAlgorithm()), GetParam()) << "rank " << r;
-      std::vector<uint8_t> out(recvBytes * iters);
-      CUDA_OK(cudaMemcpy(out.data(), slab[r], out.size(), cudaMemcpyDeviceToHost));
       for (int it = 0; it < iters; ++it)
         if (std::memcmp(out.data() + static_cast<size_t>(it) * recvBytes, want[it % rotate][r].data(), recvBytes) != 0)
           ++wrong;
@@ -365,6 +370,134 @@ TEST_P(HalvesP2pTimeout, MissingPeerReportsTimeout) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Algos, HalvesP2pTimeout, testing::Values(std::string("twoshot_p2p"), std::string("ll_p2p")));
+
+#ifdef TPCOMM_TEST_NCCL
+// Against NCCL's own ncclReduceScatter / ncclAllGather on the same GPUs and inputs, bitwise: the
+// inputs are small integers (intInput), so every partial sum is exact in any order and NCCL's
+// order and tpcomm's give the same bits; counts from 1 element to 1M per rank, bf16, f16, f32.
+// NCCL is driven through its own API (ncclCommInitAll), not through tpcomm. NCCL needs one GPU
+// per rank, so with one GPU (two ranks sharing it) these skip and say so. Multicast stays off
+// (NCCL_NVLS_ENABLE=0 is forced before NCCL initialises).
+
+// NCCL communicators over every GPU, made once; null when there are fewer than 2 GPUs or NCCL
+// fails (the reason in *why).
+struct NcclGroup {
+  std::vector<int> devices;
+  std::vector<ncclComm_t> comms;
+  std::vector<cudaStream_t> streams;
+  ~NcclGroup() {
+    for (size_t r = 0; r < comms.size(); ++r) {
+      cudaSetDevice(devices[r]);
+      ncclCommDestroy(comms[r]);
+      cudaStreamDestroy(streams[r]);
+    }
+  }
+};
+
+NcclGroup* ncclGroup(std::string* why) {
+  static std::unique_ptr<NcclGroup> g;
+  static std::string reason;
+  if (!g && reason.empty()) {
+    const int n = gpuCount();
+    if (n < 2) {
+      reason = "NCCL needs one GPU per rank; this machine has " + std::to_string(n);
+    } else {
+      setenv("NCCL_NVLS_ENABLE", "0", 1);  // multicast off, whatever the caller's environment says
+      auto made = std::make_unique<NcclGroup>();
+      for (int d = 0; d < n; ++d) made->devices.push_back(d);
+      made->comms.resize(n);
+      const ncclResult_t e = ncclCommInitAll(made->comms.data(), n, made->devices.data());
+      if (e != ncclSuccess) {
+        made->comms.clear();
+        reason = std::string("ncclCommInitAll: ") + ncclGetErrorString(e);
+      } else {
+        for (int d : made->devices) {
+          cudaStream_t s = nullptr;
+          cudaSetDevice(d);
+          cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+          made->streams.push_back(s);
+        }
+        g = std::move(made);
+      }
+    }
+  }
+  *why = reason;
+  return g.get();
+}
+
+ncclDataType_t ncclType(DataType d) {
+  return d == DataType::kBF16 ? ncclBfloat16 : d == DataType::kF16 ? ncclFloat16 : ncclFloat32;
+}
+
+using Param = std::tuple<std::string, Kind, DataType, size_t>;  // algorithm, collective, dtype, count per rank
+
+class HalvesVsNccl : public testing::TestWithParam<Param> {};
+
+TEST_P(HalvesVsNccl, BitwiseEqual) {
+  std::string why;
+  NcclGroup* nccl = ncclGroup(&why);
+  if (!nccl) GTEST_SKIP() << why;
+  const auto& [algo, kind, dtype, count] = GetParam();
+  RankGroup* g = halvesGroup(algo);
+  ASSERT_NE(g, nullptr);
+  const int n = g->n();
+  ASSERT_EQ(n, static_cast<int>(nccl->devices.size()));
+  const size_t es = tpcomm::dataTypeSize(dtype);
+  const bool rs = kind == Kind::kReduceScatter;
+  const size_t sendCount = rs ? count * n : count, recvCount = rs ? count : count * n;
+  OwnedBuffers buf;
+  std::vector<void*> send(n), ours(n), theirs(n);
+  for (int r = 0; r < n; ++r) {
+    send[r] = buf.add(g->devices[r], sendCount * es);
+    ours[r] = buf.add(g->devices[r], recvCount * es);
+    theirs[r] = buf.add(g->devices[r], recvCount * es);
+    ASSERT_TRUE(send[r] && ours[r] && theirs[r]) << "cudaMalloc on device " << g->devices[r];
+    const auto in = makeHost(dtype, sendCount, [&](size_t i) { return intInput(r, i, count); });
+    CUDA_OK(cudaMemcpy(send[r], in.data(), in.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(ours[r], 0xff, recvCount * es));  // NaN patterns: an element not written shows
+    CUDA_OK(cudaMemset(theirs[r], 0xff, recvCount * es));
+  }
+  ASSERT_EQ(Communicator::groupStart(), Status::kOk);
+  for (int r = 0; r < n; ++r) {
+    const Status s = rs ? g->comms[r]->reduceScatter(send[r], ours[r], count, dtype, ReduceOp::kSum, g->streams[r])
+                        : g->comms[r]->allGather(send[r], ours[r], count, dtype, g->streams[r]);
+    ASSERT_EQ(s, Status::kOk) << tpcomm::lastErrorMessage();
+  }
+  ASSERT_EQ(Communicator::groupEnd(), Status::kOk);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaSetDevice(nccl->devices[r]));
+    const ncclResult_t e = rs ? ncclReduceScatter(send[r], theirs[r], count, ncclType(dtype), ncclSum, nccl->comms[r],
+                                                  nccl->streams[r])
+                              : ncclAllGather(send[r], theirs[r], count, ncclType(dtype), nccl->comms[r], nccl->streams[r]);
+    ASSERT_EQ(e, ncclSuccess) << ncclGetErrorString(e);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaSetDevice(g->devices[r]));
+    CUDA_OK(cudaStreamSynchronize(g->streams[r]));
+    CUDA_OK(cudaStreamSynchronize(nccl->streams[r]));
+    ASSERT_EQ(g->comms[r]->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
+    EXPECT_EQ(std::string(g->comms[r]->lastAlgorithm()), expectedAlgo(algo, count, es, n)) << "rank " << r;
+    std::vector<uint8_t> a(recvCount * es), b(recvCount * es);
+    CUDA_OK(cudaMemcpy(a.data(), ours[r], a.size(), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(b.data(), theirs[r], b.size(), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(firstMismatch(a, b, es), -1) << "rank " << r << ": first element where tpcomm and NCCL differ";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, HalvesVsNccl,
+    testing::Combine(testing::Values(std::string("ll_p2p"), std::string("twoshot_p2p")),
+                     testing::Values(Kind::kReduceScatter, Kind::kAllGather),
+                     testing::Values(DataType::kBF16, DataType::kF16, DataType::kF32),
+                     testing::Values(size_t{1}, size_t{7}, size_t{4099}, size_t{65541}, size_t{1} << 20)),
+    [](const testing::TestParamInfo<Param>& i) {
+      return std::get<0>(i.param) + (std::get<1>(i.param) == Kind::kReduceScatter ? "_rs_" : "_ag_") +
+             name(std::get<2>(i.param)) + "_" + std::to_string(std::get<3>(i.param));
+    });
+
+#endif  // TPCOMM_TEST_NCCL
 
 }  // namespace
 }  // namespace tpcomm_test

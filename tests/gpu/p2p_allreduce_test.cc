@@ -355,11 +355,9 @@ TEST(AllReduceStress, TenThousandBackToBack) {
     }
     size_t wrong = 0;
     for (int r = 0; r < n; ++r) {
-      CUDA_OK(cudaSetDevice(g->devices[r]));
-      CUDA_OK(cudaStreamSynchronize(g->streams[r]));
-      ASSERT_EQ(g->comms[r]->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
-      std::vector<uint8_t> out(bytes * iters);
-      CUDA_OK(cudaMemcpy(out.data(), buf.out[r], out.size(), cudaMemcpyDeviceToHost));
+      std::vector<uint8_t> out;
+      drainAndReadBack(*g, r, buf.out[r], bytes * iters, &out);
+      ASSERT_FALSE(HasFatalFailure());
       for (int it = 0; it < iters; ++it)
         if (std::memcmp(out.data() + it * bytes, expected[it % rotate].data(), bytes) != 0) ++wrong;
     }
