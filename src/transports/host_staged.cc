@@ -162,6 +162,7 @@ Status HostStagedTransport::create(const TransportEnv& ctx, const Geometry& g, s
   }
   if (ok && ctx.device >= 0) {
     const cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&t->deviceTwin_), g.chunkBytes * g.slots);
+    t->twinDevice_ = ctx.device;
     if (e != cudaSuccess) {
       TPCOMM_WARN(kInit, "host_staged: cudaMalloc of the %zu-byte device twin of the slots failed: %s",
                   g.chunkBytes * g.slots, cudaGetErrorString(e));
@@ -223,7 +224,14 @@ int HostStagedTransport::removeStaleSegments(std::string* report) {
 
 HostStagedTransport::~HostStagedTransport() {
 #ifdef TPCOMM_HAVE_CUDA
-  if (deviceTwin_ && cudaFree(deviceTwin_) != cudaSuccess) cudaGetLastError();
+  if (deviceTwin_) {  // on its own device, the caller's current device restored after
+    int prev = -1;
+    cudaGetDevice(&prev);
+    cudaSetDevice(twinDevice_);
+    cudaFree(deviceTwin_);
+    cudaGetLastError();
+    if (prev >= 0) cudaSetDevice(prev);
+  }
 #endif
   if (!base_) return;
   Header* h = header();

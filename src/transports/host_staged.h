@@ -109,6 +109,7 @@ class HostStagedTransport {
   bool counted_ = false;  // this rank holds one of the segment header's references
   char* base_ = nullptr;
   char* deviceTwin_ = nullptr;
+  int twinDevice_ = -1;  // the CUDA device deviceTwin_ lives on
   size_t bytes_ = 0;
   size_t flagsOffset_ = 0, slotsOffset_ = 0, resultOffset_ = 0;
   uint64_t sequence_ = 0;
