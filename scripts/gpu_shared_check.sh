@@ -21,6 +21,7 @@
 #   ll           issue 20's ll_p2p: the reduce-scatter / all-gather GPU tests (HalvesP2p*, both
 #                algorithms forced, and HalvesSkew*: a rank 3 ms late), then ll_p2p against
 #                twoshot_p2p, A B B A, in CUDA graphs to 1 MB (the shared-GPU floor of each)
+#   ce           only with CE=1: staged_host's copy-engine mode, its GPU tests, then both modes A B B A
 #   staged_sweep only with STAGED_SWEEP=1: staged_host(+int8) over TPCOMM_STAGED_BLOCKS 16..128
 #   staged_probe only with STAGED_PROBE=1: hostmem_bench, then staged_host(+int8) over chunk bytes x slots
 # Logs in OUTDIR/logs.tgz, a one-line result per step. COMMIT=<hash> names the commit; SKIP="name ..."
@@ -77,6 +78,19 @@ done
 # Issue 20's --tune on GPU ranks sharing the GPU, then allreduce_perf --vs-best on the measured
 # table (tools/tune_gpu_test.sh; its own cache folder).
 step tune 240 bash "$root/tools/tune_gpu_test.sh" "$B/tools/tpcomm-doctor" "$B/bench/allreduce_perf" 4M
+# staged_host's copy-engine mode (TPCOMM_STAGED_COPY_ENGINES=1, docs/host_staged.md): its GPU
+# tests (both modes: StagedHostGpu's table and the staged compressed cases), then allreduce_perf in
+# each mode, A B B A across processes (SM, CE, CE, SM), plain and +int8 / +fp8 at 1-64 MB.
+# Opt-in (CE=1, ~7 min; run it with SKIP for the rest).
+if [ "${CE:-0}" = 1 ]; then
+  step ce 300 "$B/tests/gpu/tpcomm_gpu_tests" --gtest_filter='*StagedHostGpu*:*Compressed*'
+  for mode in 0 1 1 0; do
+    for c in int8 fp8; do
+      step ce 90 env TPCOMM_STAGED_COPY_ENGINES=$mode "$B/bench/allreduce_perf" -g 2 -d bf16 -b 1M -e 64M -f 4 -w 5 \
+        -n 20 -K 5 --compression $c -A staged_host -A staged_host+$c
+    done
+  done
+fi
 # Opt-in (STAGED_SWEEP=1; with the rest the call would pass 600 s): staged_host and its int8 form
 # over TPCOMM_STAGED_BLOCKS, the CUDA blocks per role, to see whether the zero-copy PCIe reads
 # of the reducers lack loads in flight (issue 18's staged_host target, docs/compression.md).

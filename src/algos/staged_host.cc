@@ -11,7 +11,9 @@
 // shared result, copy the peers' slices out of the shared result (allReduceProcesses in the
 // .cc explains why one barrier per round is enough).
 // Outputs of 8 MiB and more are written with non-temporal stores (no read-for-ownership).
-// GPU ranks: one kernel per call (staged_host.cu), no host thread involved; see there.
+// GPU ranks: one kernel per call (staged_host.cu), no host thread involved; see there. With
+// TPCOMM_STAGED_COPY_ENGINES=1 (experimental) the copy engines move the bytes between small flag
+// and reduce kernels on two internal streams (staged_host_ce.cu).
 // staged_host+fp8 / staged_host+int8 (Config::compression): the same class with a wire format,
 // all-reduce sums: host ranks run staged_host_compressed.cc's schedule, GPU ranks
 // staged_host_compressed.cu's kernel (same slots, flags and sequence numbers as the plain kernel).
@@ -29,6 +31,7 @@
 #include "algos/quantize.h"
 #include "algos/staged_pieces.h"
 #include "common/error.h"
+#include "common/params.h"
 #include "transports/host_staged.h"
 
 namespace tpcomm {
@@ -38,6 +41,10 @@ Status launchStagedDevice(const StagedDeviceLaunch& p, cudaStream_t stream);
 Status preloadStagedDevice();
 Status launchStagedCompressed(const StagedDeviceLaunch& p, cudaStream_t stream);
 Status preloadStagedCompressedKernels();
+// staged_host_ce.cu: the copy-engine mode (TPCOMM_STAGED_COPY_ENGINES=1), plain and compressed
+Status runStagedCopyEngines(HostStagedTransport& t, const StagedDeviceLaunch& p, size_t es, bool compressed,
+                            size_t chunkElems, cudaStream_t stream);
+Status preloadStagedCe();
 // staged_host_compressed.cc
 Status stagedHostCompressedAllReduce(HostStagedTransport& t, const CollArgs& a, QuantFormat f);
 
@@ -122,8 +129,10 @@ class StagedHost final : public Algorithm {
   bool deterministic() const override { return wire_ == Compression::kNone; }
   Compression compression() const override { return wire_; }
   Status preload() override {
-    return wire_ == Compression::kNone ? TPCOMM_CUDA_ONLY(preloadStagedDevice())
-                                       : TPCOMM_CUDA_ONLY(preloadStagedCompressedKernels());
+    if (wire_ != Compression::kNone) return TPCOMM_CUDA_ONLY(preloadStagedCompressedKernels());
+    TPCOMM_TRY(TPCOMM_CUDA_ONLY(preloadStagedDevice()));
+    // Before the transports exist (create preloads first), so by the setting they will follow.
+    return paramInt(ParamId::kStagedCopyEngines) != 0 ? TPCOMM_CUDA_ONLY(preloadStagedCe()) : Status::kOk;
   }
   Status run(const CollArgs& args) override;
 
@@ -353,10 +362,13 @@ Status StagedHost::runDevice(const CollArgs& a) {
     if (!p.twin) return TPCOMM_ERROR(kInternal, "%s: the staging slots have no device twin", name());
     const size_t chunkElems = p.quantBlocks * kQuantBlockElems * g.blocks;
     p.seqBase = t.takeSequence((a.count + chunkElems - 1) / chunkElems);
+    if (t.copyEngines()) return TPCOMM_CUDA_ONLY(runStagedCopyEngines(t, p, a.elemSize(), true, chunkElems, a.stream));
     return TPCOMM_CUDA_ONLY(launchStagedCompressed(p, a.stream));
   }
   size_t chunks = (a.count * a.elemSize() + g.chunkBytes - 1) / g.chunkBytes;
   p.seqBase = t.takeSequence(chunks);
+  if (t.copyEngines())
+    return TPCOMM_CUDA_ONLY(runStagedCopyEngines(t, p, a.elemSize(), false, g.chunkBytes / a.elemSize(), a.stream));
   return TPCOMM_CUDA_ONLY(launchStagedDevice(p, a.stream));
 }
 

@@ -57,6 +57,7 @@ Status bringUpHostStaged(Bootstrap& bs, AlgoContext* c, TransportReport* report)
   g.chunkBytes = static_cast<size_t>(paramInt(ParamId::kStagedChunkBytes));
   g.slots = static_cast<int>(paramInt(ParamId::kStagedSlots));
   g.blocks = static_cast<int>(paramInt(ParamId::kStagedBlocks));
+  g.copyEngines = paramInt(ParamId::kStagedCopyEngines) != 0;
   std::unique_ptr<HostStagedTransport> t;
   Status s = c->topo.singleNode() ? HostStagedTransport::create(envOf(bs, *c), g, &t)
                                   : TPCOMM_ERROR(kNotSupported, "ranks span several nodes");
@@ -207,7 +208,7 @@ Status agreeOnSettings(Bootstrap& bs, const Config& config, AlgoOverride* ovr) {
                                     ParamId::kLamportMaxBytes,  ParamId::kOneshotMaxBytes, ParamId::kTwoshotChunkBytes,
                                     ParamId::kLlMaxBytes,  // sizes the last scratch area: peers address it
                                     ParamId::kStagedChunkBytes, ParamId::kStagedSlots,     ParamId::kStagedBlocks,
-                                    ParamId::kCheckCalls,       ParamId::kTune};
+                                    ParamId::kStagedCopyEngines, ParamId::kCheckCalls,      ParamId::kTune};
   constexpr size_t kN = sizeof(kShared) / sizeof(kShared[0]);
   struct Shared {
     int64_t v[kN];

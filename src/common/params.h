@@ -27,6 +27,7 @@ namespace tpcomm {
   X(StagedChunkBytes, "STAGED_CHUNK_BYTES", "1048576", kSize, 4096, 1ll << 30, "staged_host: bytes per pipeline slot per rank (multiple of 4096)") \
   X(StagedSlots, "STAGED_SLOTS", "4", kInt, 2, 64, "staged_host: pipeline slots per rank (>= 2)")             \
   X(StagedBlocks, "STAGED_BLOCKS", "16", kInt, 1, 1024, "staged_host: CUDA blocks per role (publish, reduce)")  \
+  X(StagedCopyEngines, "STAGED_COPY_ENGINES", "0", kBool, 0, 1, "staged_host on GPU ranks: the copy engines move the bytes (experimental, docs/host_staged.md)") \
   X(P2pBlocks, "P2P_BLOCKS", "32", kInt, 1, 1024, "CUDA blocks of the one-shot and Lamport P2P kernels")     \
   X(Pdl, "PDL", "1", kBool, 0, 1, "programmatic dependent launch of the P2P kernels on sm_90+ (0: off)")        \
   X(TwoshotBlocks, "TWOSHOT_BLOCKS", "128", kInt, 1, 1024, "CUDA blocks of the two-shot P2P kernel")            \

@@ -171,6 +171,19 @@ Status HostStagedTransport::create(const TransportEnv& ctx, const Geometry& g, s
       ok = 0;
     }
   }
+  if (ok && ctx.device >= 0 && g.copyEngines) {
+    CopyEngineResources& ce = t->ce_;
+    cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&ce.inbox), g.chunkBytes * ctx.nRanks);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&ce.publish, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&ce.consume, cudaStreamNonBlocking);
+    for (cudaEvent_t* ev : {&ce.fork, &ce.published, &ce.consumed})
+      if (e == cudaSuccess) e = cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+      TPCOMM_WARN(kInit, "host_staged: the copy-engine mode's inbox, streams or events: %s", cudaGetErrorString(e));
+      cudaGetLastError();
+      ok = 0;  // the destructor frees what was made
+    }
+  }
 #endif
   // Only a rank that counted itself may release a reference: a rank whose mapping or
   // registration failed must not take part in deciding who frees the segment.
@@ -224,11 +237,16 @@ int HostStagedTransport::removeStaleSegments(std::string* report) {
 
 HostStagedTransport::~HostStagedTransport() {
 #ifdef TPCOMM_HAVE_CUDA
-  if (deviceTwin_) {  // on its own device, the caller's current device restored after
+  if (deviceTwin_ || ce_.inbox || ce_.publish) {  // on their device, the caller's restored after
     int prev = -1;
     cudaGetDevice(&prev);
     cudaSetDevice(twinDevice_);
-    cudaFree(deviceTwin_);
+    if (deviceTwin_) cudaFree(deviceTwin_);
+    if (ce_.inbox) cudaFree(ce_.inbox);
+    for (cudaStream_t st : {ce_.publish, ce_.consume})
+      if (st) cudaStreamDestroy(st);
+    for (cudaEvent_t ev : {ce_.fork, ce_.published, ce_.consumed})
+      if (ev) cudaEventDestroy(ev);
     cudaGetLastError();
     if (prev >= 0) cudaSetDevice(prev);
   }

@@ -19,6 +19,10 @@
 #include "tpcomm/status.h"
 #include "transports/transport_env.h"
 
+// The CUDA runtime's handle types, without its headers (host-only builds have none).
+typedef struct CUstream_st* cudaStream_t;
+typedef struct CUevent_st* cudaEvent_t;
+
 namespace tpcomm {
 
 class HostStagedTransport {
@@ -27,6 +31,7 @@ class HostStagedTransport {
     size_t chunkBytes = 1 << 20;  ///< bytes per slot
     int slots = 4;                ///< pipeline depth
     int blocks = 16;              ///< GPU blocks per role; one flag per (rank, slot, block)
+    bool copyEngines = false;     ///< GPU ranks: make the copy-engine mode's streams and inbox
   };
 
   /// Removes the POSIX shared-memory segments of this user that a tpcomm process left behind when
@@ -57,6 +62,15 @@ class HostStagedTransport {
   /// its host slot, so its own reducer reads them back from HBM instead of quantizing the input
   /// a second time (staged_host_compressed.cu).
   char* deviceTwin() const { return deviceTwin_; }
+  /// GPU ranks with Geometry::copyEngines (staged_host_ce.cu): nRanks * chunkBytes of device
+  /// memory (inbox r holds a copy of rank r's host slot), the publish and consume streams, and
+  /// the events that fork them from and join them to a call's stream. Null otherwise.
+  struct CopyEngineResources {
+    char* inbox = nullptr;
+    cudaStream_t publish = nullptr, consume = nullptr;
+    cudaEvent_t fork = nullptr, published = nullptr, consumed = nullptr;
+  };
+  const CopyEngineResources* copyEngines() const { return ce_.inbox ? &ce_ : nullptr; }
   /// Flag arrays for the GPU pipeline: index [(rank * slots + slot) * blocks + block].
   uint64_t* readyFlags() const;
   uint64_t* consumedFlags() const;
@@ -109,7 +123,8 @@ class HostStagedTransport {
   bool counted_ = false;  // this rank holds one of the segment header's references
   char* base_ = nullptr;
   char* deviceTwin_ = nullptr;
-  int twinDevice_ = -1;  // the CUDA device deviceTwin_ lives on
+  int twinDevice_ = -1;  // the CUDA device deviceTwin_ (and ce_) live on
+  CopyEngineResources ce_;
   size_t bytes_ = 0;
   size_t flagsOffset_ = 0, slotsOffset_ = 0, resultOffset_ = 0;
   uint64_t sequence_ = 0;

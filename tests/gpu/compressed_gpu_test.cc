@@ -34,8 +34,14 @@ using tpcomm::Status;
 
 const char* const kP2p = "twoshot_p2p";
 const char* const kStaged = "staged_host";
+// staged_host with TPCOMM_STAGED_COPY_ENGINES=1 (staged_host_ce.cu): the same algorithm names,
+// the same definition bits.
+const char* const kStagedCe = "staged_host/ce";
 
-std::string algoOf(const std::string& base, Compression c) { return base + "+" + tpcomm::compressionName(c); }
+std::string algoBase(const std::string& base) { return base == kStagedCe ? kStaged : base; }
+std::string algoOf(const std::string& base, Compression c) {
+  return algoBase(base) + "+" + tpcomm::compressionName(c);
+}
 
 RankGroup* compressedGroup(const std::string& base, Compression c) {
   static std::map<std::pair<std::string, Compression>, std::unique_ptr<RankGroup>> groups;
@@ -44,8 +50,9 @@ RankGroup* compressedGroup(const std::string& base, Compression c) {
   tpcomm::test::ScopedEnv chunk("TPCOMM_TWOSHOT_CHUNK_BYTES", "65536");  // read at create
   tpcomm::test::ScopedEnv staged("TPCOMM_STAGED_CHUNK_BYTES", "65536");
   tpcomm::test::ScopedEnv check("TPCOMM_CHECK_CALLS", "1");
+  tpcomm::test::ScopedEnv copyEngines("TPCOMM_STAGED_COPY_ENGINES", base == kStagedCe ? "1" : "0");
   Config cfg;
-  cfg.algo = base == kStaged ? algoOf(base, c) + "|" + kStaged : algoOf(base, c);
+  cfg.algo = algoBase(base) == kStaged ? algoOf(base, c) + "|" + kStaged : algoOf(base, c);
   cfg.compression = c;
   cfg.useNccl = false;
   auto g = makeRankGroup(cfg, "compressed " + algoOf(base, c));
@@ -164,7 +171,7 @@ INSTANTIATE_TEST_SUITE_P(Sizes, CompressedGpu,
                                           testing::Values(DataType::kF32, DataType::kF16, DataType::kBF16), kCounts,
                                           testing::Bool()));
 INSTANTIATE_TEST_SUITE_P(StagedSizes, CompressedGpu,  // eager only: staged_host is not capturable
-                         testing::Combine(testing::Values(std::string(kStaged)),
+                         testing::Combine(testing::Values(std::string(kStaged), std::string(kStagedCe)),
                                           testing::Values(Compression::kFp8, Compression::kInt8),
                                           testing::Values(DataType::kF32, DataType::kF16, DataType::kBF16), kCounts,
                                           testing::Values(false)));
@@ -172,7 +179,7 @@ INSTANTIATE_TEST_SUITE_P(StagedSizes, CompressedGpu,  // eager only: staged_host
 // 200 calls rotating over three input sets: every one the definition's bits (run to run).
 TEST(CompressedGpuRules, SameBitsOverRotatingRuns) {
   if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  for (const char* base : {kP2p, kStaged})
+  for (const char* base : {kP2p, kStaged, kStagedCe})
     for (Compression c : {Compression::kFp8, Compression::kInt8}) {
       RankGroup* g = compressedGroup(base, c);
       ASSERT_NE(g, nullptr);
@@ -189,47 +196,51 @@ TEST(CompressedGpuRules, SameBitsOverRotatingRuns) {
 // the exact sum of integer inputs, and each names the algorithm that ran.
 TEST(CompressedGpuRules, StagedInPlaceInterleavedWithPlainCalls) {
   if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  for (Compression c : {Compression::kFp8, Compression::kInt8}) {
-    RankGroup* g = compressedGroup(kStaged, c);
-    ASSERT_NE(g, nullptr);
-    const int n = g->n();
-    for (size_t count : {size_t{300001}, size_t{4097}, size_t{1} << 20}) {
-      runAndCompare(g, kStaged, c, DataType::kBF16, count, false, 1,
-                    [&](int rep) { return randomInputs(n, DataType::kBF16, count, static_cast<uint32_t>(count + rep)); },
-                    false, true);
-      // A plain call: integer inputs (rank r: element i = (i + r) % 7 - 3), sums exact in f32.
-      const size_t bytes = count * sizeof(float);
-      DeviceBuffers buf;
-      for (int r = 0; r < n; ++r) {
-        CUDA_OK(cudaSetDevice(g->devices[r]));
-        void* p = nullptr;
-        CUDA_OK(cudaMalloc(&p, bytes));
-        buf.in.push_back(p);
-        const auto in = makeHost(DataType::kF32, count, [&](size_t i) { return static_cast<float>((i + r) % 7) - 3.0f; });
-        CUDA_OK(cudaMemcpy(p, in.data(), bytes, cudaMemcpyHostToDevice));
-      }
-      ASSERT_EQ(Communicator::groupStart(), Status::kOk);
-      for (int r = 0; r < n; ++r)
-        ASSERT_EQ(g->comms[r]->allReduce(buf.in[r], buf.in[r], count, DataType::kF32, ReduceOp::kSum, g->streams[r],
-                                         Compression::kNone),
-                  Status::kOk)
-            << tpcomm::lastErrorMessage();
-      ASSERT_EQ(Communicator::groupEnd(), Status::kOk);
-      for (int r = 0; r < n; ++r) {
-        CUDA_OK(cudaSetDevice(g->devices[r]));
-        CUDA_OK(cudaStreamSynchronize(g->streams[r]));
-        ASSERT_EQ(g->comms[r]->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
-        EXPECT_EQ(std::string(g->comms[r]->lastAlgorithm()), kStaged);
-        std::vector<float> got(count);
-        CUDA_OK(cudaMemcpy(got.data(), buf.in[r], bytes, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < count; ++i) {
-          float want = 0;
-          for (int q = 0; q < n; ++q) want += static_cast<float>((i + q) % 7) - 3.0f;
-          ASSERT_EQ(got[i], want) << "plain call, rank " << r << " element " << i;
+  for (const char* base : {kStaged, kStagedCe})
+    for (Compression c : {Compression::kFp8, Compression::kInt8}) {
+      SCOPED_TRACE(base);
+      RankGroup* g = compressedGroup(base, c);
+      ASSERT_NE(g, nullptr);
+      const int n = g->n();
+      for (size_t count : {size_t{300001}, size_t{4097}, size_t{1} << 20}) {
+        runAndCompare(
+            g, base, c, DataType::kBF16, count, false, 1,
+            [&](int rep) { return randomInputs(n, DataType::kBF16, count, static_cast<uint32_t>(count + rep)); }, false,
+            true);
+        // A plain call: integer inputs (rank r: element i = (i + r) % 7 - 3), sums exact in f32.
+        const size_t bytes = count * sizeof(float);
+        DeviceBuffers buf;
+        for (int r = 0; r < n; ++r) {
+          CUDA_OK(cudaSetDevice(g->devices[r]));
+          void* p = nullptr;
+          CUDA_OK(cudaMalloc(&p, bytes));
+          buf.in.push_back(p);
+          const auto in =
+              makeHost(DataType::kF32, count, [&](size_t i) { return static_cast<float>((i + r) % 7) - 3.0f; });
+          CUDA_OK(cudaMemcpy(p, in.data(), bytes, cudaMemcpyHostToDevice));
+        }
+        ASSERT_EQ(Communicator::groupStart(), Status::kOk);
+        for (int r = 0; r < n; ++r)
+          ASSERT_EQ(g->comms[r]->allReduce(buf.in[r], buf.in[r], count, DataType::kF32, ReduceOp::kSum, g->streams[r],
+                                           Compression::kNone),
+                    Status::kOk)
+              << tpcomm::lastErrorMessage();
+        ASSERT_EQ(Communicator::groupEnd(), Status::kOk);
+        for (int r = 0; r < n; ++r) {
+          CUDA_OK(cudaSetDevice(g->devices[r]));
+          CUDA_OK(cudaStreamSynchronize(g->streams[r]));
+          ASSERT_EQ(g->comms[r]->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
+          EXPECT_EQ(std::string(g->comms[r]->lastAlgorithm()), kStaged);
+          std::vector<float> got(count);
+          CUDA_OK(cudaMemcpy(got.data(), buf.in[r], bytes, cudaMemcpyDeviceToHost));
+          for (size_t i = 0; i < count; ++i) {
+            float want = 0;
+            for (int q = 0; q < n; ++q) want += static_cast<float>((i + q) % 7) - 3.0f;
+            ASSERT_EQ(got[i], want) << "plain call, rank " << r << " element " << i;
+          }
         }
       }
     }
-  }
 }
 
 // NaN or +-Inf in any rank's block: that whole 64-element block of the result is NaN (its scale is

@@ -21,7 +21,12 @@
 namespace tpcomm {
 namespace {
 
-const char* const kAlgorithms[] = {"staged_host"};
+// "staged_host/ce": staged_host with TPCOMM_STAGED_COPY_ENGINES=1 (the copy engines move the
+// bytes; staged_host_ce.cu), the same table and bound.
+const char* const kAlgorithms[] = {"staged_host", "staged_host/ce"};
+// The forced algorithm of a parameter, and its environment for the test's length.
+const char* algoOf(const char* param) { return std::strncmp(param, "staged_host", 11) == 0 ? "staged_host" : param; }
+const char* copyEnginesOf(const char* param) { return std::strstr(param, "/ce") ? "1" : "0"; }
 const DataType kDtypes[] = {DataType::kF32, DataType::kF16, DataType::kBF16};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin};
 const size_t kSizes[] = {1, 7, 1023, 4096, (1u << 20) + 3, 16u << 20};  // elements
@@ -79,7 +84,8 @@ class StagedHostGpu : public ::testing::TestWithParam<const char*> {
 };
 
 TEST_P(StagedHostGpu, AllReduceBitExactOnEveryRank) {
-  const char* algo = GetParam();
+  const char* algo = algoOf(GetParam());
+  test::ScopedEnv copyEngines("TPCOMM_STAGED_COPY_ENGINES", copyEnginesOf(GetParam()));
   Config cfg;
   cfg.algo = algo;
   cfg.useNccl = false;
@@ -153,7 +159,8 @@ TEST_P(StagedHostGpu, AllReduceBitExactOnEveryRank) {
 }
 
 TEST_P(StagedHostGpu, SkippedPeerYieldsTimeoutWithinTheBound) {
-  const char* algo = GetParam();
+  const char* algo = algoOf(GetParam());
+  test::ScopedEnv copyEngines("TPCOMM_STAGED_COPY_ENGINES", copyEnginesOf(GetParam()));
   constexpr int kBoundMs = 500;
   // The communicator's bound (what its kernels use). Set through Config rather than
   // TPCOMM_TIMEOUT_MS so set-up waits (topology probe, bootstrap) keep their usual bound.
@@ -198,7 +205,12 @@ TEST_P(StagedHostGpu, SkippedPeerYieldsTimeoutWithinTheBound) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, StagedHostGpu, ::testing::ValuesIn(kAlgorithms),
-                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           std::string name = info.param;
+                           for (char& c : name)
+                             if (c == '/') c = '_';
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace tpcomm

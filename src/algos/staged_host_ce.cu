@@ -1,0 +1,244 @@
+// staged_host_ce.cu: the kernels of staged_host's copy-engine mode (TPCOMM_STAGED_COPY_ENGINES=1,
+// experimental; staged_host.cc's runCopyEngines drives them). The copy engines move the bytes
+// between device and pinned host memory (cudaMemcpyAsync); these kernels only hand slots over
+// and compute, so no SM load or store crosses PCIe except the flags.
+//
+// Who writes what where, per chunk c (slot s = (seqBase + c) % S, seq = seqBase + c + 1), on
+// two internal streams of the rank (publish, consume):
+//   publish:  ceFlags waits every rank's consumed[r][s][*] >= seq - S (the slot's last readers
+//             are done; r = me covers the device twin, which this rank's reduce read) ->
+//             compressed: ceQuantize writes the chunk's codes into twin slot s (the SM kernel's
+//             piece layout) -> cudaMemcpyAsync D2H of the chunk (plain) or twin slot s
+//             (compressed) into host slot (me, s) -> ceFlags releases ready[me][s][*] = seq.
+//             The copy completed before ceFlags starts (stream order), so the release publishes
+//             data already in host memory; st.release.sys orders it for the peers' acquires.
+//   consume:  ceFlags waits ready[r][s][*] >= seq for every r (r = me: this rank's twin and its
+//             input chunk were read) -> cudaMemcpyAsync H2D of every peer's host slot into
+//             inbox r (device memory, one chunk per rank) -> ceReduce reads only device memory
+//             (input or twin for this rank, inbox for the peers), sums in rank order in fp32 and
+//             writes the output chunk -> ceFlags releases consumed[me][s][*] = seq.
+// Flags are staged_host's (per rank, slot and block, sequence numbers growing across calls), and
+// a slot is released for all its blocks at once, so calls of either mode interleave on one
+// communicator. Every wait is bounded by TPCOMM_TIMEOUT_MS: on expiry the waiting thread writes
+// the error word naming the peer; later waits see it and leave; the copies and kernels behind
+// them still run on whatever the slots hold, so outputs are then undefined, and the host reports
+// kTimeout on this and every later call (as the SM kernels). Not CUDA-graph capturable (the
+// sequence numbers are taken on the host per call).
+#include <cuda_runtime.h>
+
+#include "algos/device_common.cuh"
+#include "algos/launch.cuh"
+#include "algos/launch_params.h"
+#include "algos/quantize.h"
+#include "algos/quantize_warp.cuh"
+#include "algos/staged_pieces.h"
+#include "common/error.h"
+#include "transports/host_staged.h"
+
+namespace tpcomm {
+namespace {
+
+using dev::Codes;
+using dev::kPerLane;
+using dev::Pack;
+using dev::PackOf;
+using dev::Wire;
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kB = kQuantBlockElems;
+
+// Optionally releases release[me][slot][*] = value (after this rank's earlier work on the stream,
+// which completed before this kernel started), then waits wait[r][slot][*] >= target for every
+// rank r. One block; thread i takes flags i, i + blockDim.x, ...
+__global__ void ceFlagsKernel(StagedDeviceLaunch p, uint64_t* release, uint64_t value, const uint64_t* wait,
+                              uint64_t target, int slot) {
+  const int B = p.blocks, n = p.nRanks;
+  const size_t perRank = static_cast<size_t>(p.nSlots) * B;
+  if (release) {
+    __threadfence_system();
+    for (int b = threadIdx.x; b < B; b += blockDim.x)
+      dev::storeReleaseSys(release + p.rank * perRank + static_cast<size_t>(slot) * B + b, value);
+  }
+  if (!wait) return;
+  const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
+  for (int i = threadIdx.x; i < n * B; i += blockDim.x) {
+    const int r = i / B, b = i % B;
+    if (!dev::waitFlagAtLeast(wait + r * perRank + static_cast<size_t>(slot) * B + b, target, deadline, p.errorWord, r))
+      return;
+  }
+}
+
+// Plain reduce of elements [c0, c0 + len): this rank's from the input, peer r's from inbox r.
+template <typename T, int Op, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    ceReduceKernel(StagedDeviceLaunch p, const char* inbox, size_t c0, size_t len) {
+  constexpr int kEpp = PackOf<T>::kElems;
+  const T* src = static_cast<const T*>(p.send) + c0;
+  T* dst = static_cast<T*>(p.recv) + c0;
+  auto from = [&](int r) { return r == p.rank ? src : reinterpret_cast<const T*>(inbox + r * p.chunkBytes); };
+  const size_t stride = static_cast<size_t>(gridDim.x) * kThreads;
+  size_t vend = 0;  // elements [0, vend) in 16-byte packs (inbox chunks start at multiples of 4096)
+  if constexpr (kVec) {
+    vend = len / kEpp * kEpp;
+    for (size_t i = (blockIdx.x * static_cast<size_t>(kThreads) + threadIdx.x) * kEpp; i < vend; i += stride * kEpp) {
+      float acc[kEpp];
+      PackOf<T>::toFloatsForReduce(*reinterpret_cast<const Pack*>(from(0) + i), acc);
+      for (int r = 1; r < p.nRanks; ++r)
+        PackOf<T>::template accumulate<Op>(acc, *reinterpret_cast<const Pack*>(from(r) + i));
+      *reinterpret_cast<Pack*>(dst + i) = PackOf<T>::fromFloats(acc);
+    }
+  }
+  for (size_t i = vend + blockIdx.x * static_cast<size_t>(kThreads) + threadIdx.x; i < len; i += stride) {
+    float acc = __fadd_rn(dev::Elem<T>::toFloat(from(0)[i]), 0.0f);
+    for (int r = 1; r < p.nRanks; ++r) acc = dev::combine<Op>(acc, __fadd_rn(dev::Elem<T>::toFloat(from(r)[i]), 0.0f));
+    dst[i] = dev::Elem<T>::fromFloat(acc);
+  }
+}
+
+// The compressed kernels work on block b's piece of the chunk, as staged_host_compressed.cu's
+// publisher and reducer b: elements [b Q B, (b + 1) Q B) clipped to len, codes at pieceOff.
+struct Piece {
+  size_t lo, hi, perBlock, off;
+};
+__device__ Piece pieceOf(const StagedDeviceLaunch& p, size_t len) {
+  const int b = blockIdx.x;
+  Piece q;
+  q.perBlock = p.quantBlocks * kB;
+  q.lo = b * q.perBlock < len ? b * q.perBlock : len;
+  q.hi = q.lo + q.perBlock < len ? q.lo + q.perBlock : len;
+  size_t ub, ue;
+  stagedPiece(p.chunkBytes, p.blocks, b, &ub, &ue);
+  q.off = ub * kStagedUnitBytes;
+  return q;
+}
+
+// The chunk's codes into twin slot `slot` (what the SM publisher writes into the host slot).
+template <typename T, int F>
+__global__ void __launch_bounds__(kThreads) ceQuantizeKernel(StagedDeviceLaunch p, size_t c0, size_t len, int slot) {
+  const Piece q = pieceOf(p, len);
+  const T* src = static_cast<const T*>(p.send) + c0;
+  const Wire to = dev::wireAt(p.twin + static_cast<size_t>(slot) * p.chunkBytes + q.off, q.perBlock);
+  dev::forWarpBlocks(q.lo, q.hi, threadIdx.x / 32, kWarps, [&](size_t k, int m) {
+    float x[kPerLane];
+    dev::loadBlock(src + k, m, x);
+    dev::storeCodes(dev::quantizeGroup<F>(x), m, to, k - q.lo, (k - q.lo) / kB);
+  });
+}
+
+// Compressed reduce: this rank's codes from twin slot `slot`, peer r's from inbox r (a copy of
+// its host slot), summed in rank order, quantized once, written read back (the SM reducer's
+// arithmetic: the same bits).
+template <typename T, int F>
+__global__ void __launch_bounds__(kThreads)
+    ceSumKernel(StagedDeviceLaunch p, const char* inbox, size_t c0, size_t len, int slot) {
+  const Piece q = pieceOf(p, len);
+  T* dst = static_cast<T*>(p.recv) + c0;
+  const Wire own = dev::wireAt(p.twin + static_cast<size_t>(slot) * p.chunkBytes + q.off, q.perBlock);
+  auto wireOf = [&](int r) { return dev::wireAt(const_cast<char*>(inbox) + r * p.chunkBytes + q.off, q.perBlock); };
+  dev::forWarpBlocks(q.lo, q.hi, threadIdx.x / 32, kWarps, [&](size_t k, int m) {
+    float acc[kPerLane];
+    const size_t i = k - q.lo, s = (k - q.lo) / kB;
+    dev::sumCodes<F>([&] { return dev::loadCodes<false>(own, i, s, m); }, m, p.nRanks, p.rank,
+                     [&](int r) -> Codes { return dev::loadCodes<false>(wireOf(r), i, s, m); }, acc);
+    float back[kPerLane];
+    dev::decodeCodes<F>(dev::quantizeGroup<F>(acc), m, back);
+    dev::storeBlock(dst + k, m, back);
+  });
+}
+
+Status launchCeFlags(const StagedDeviceLaunch& p, uint64_t* release, uint64_t value, const uint64_t* wait,
+                     uint64_t target, int slot, cudaStream_t stream) {
+  const int threads = p.nRanks * p.blocks < 1024 ? p.nRanks * p.blocks : 1024;
+  return dev::toStatus(dev::launch(ceFlagsKernel, 1, threads, false, stream, p, release, value, wait, target, slot),
+                       "staged_host copy-engine flags kernel");
+}
+
+Status launchCeReduce(const StagedDeviceLaunch& p, const char* inbox, size_t c0, size_t len, cudaStream_t stream) {
+  const size_t es = dataTypeSize(static_cast<DataType>(p.dtype));
+  const bool vec = (reinterpret_cast<uintptr_t>(p.send) + c0 * es) % dev::kPackBytes == 0 &&
+                   (reinterpret_cast<uintptr_t>(p.recv) + c0 * es) % dev::kPackBytes == 0;
+  const cudaError_t e = dev::dispatchKernel(p.dtype, p.op, vec, [&](auto t, auto op, auto v) {
+    return dev::launch(ceReduceKernel<typename decltype(t)::type, decltype(op)::value, decltype(v)::value != 0>,
+                       2 * p.blocks, kThreads, false, stream, p, inbox, c0, len);
+  });
+  return dev::toStatus(e, "staged_host copy-engine reduce kernel");
+}
+
+Status launchCeQuantize(const StagedDeviceLaunch& p, size_t c0, size_t len, int slot, cudaStream_t stream) {
+  const cudaError_t e = dev::dispatchCompressed(p.dtype, p.format, [&](auto t, auto fm) {
+    return dev::launch(ceQuantizeKernel<typename decltype(t)::type, decltype(fm)::value>, p.blocks, kThreads, false,
+                       stream, p, c0, len, slot);
+  });
+  return dev::toStatus(e, "staged_host copy-engine quantize kernel");
+}
+
+Status launchCeSum(const StagedDeviceLaunch& p, const char* inbox, size_t c0, size_t len, int slot,
+                   cudaStream_t stream) {
+  const cudaError_t e = dev::dispatchCompressed(p.dtype, p.format, [&](auto t, auto fm) {
+    return dev::launch(ceSumKernel<typename decltype(t)::type, decltype(fm)::value>, p.blocks, kThreads, false, stream,
+                       p, inbox, c0, len, slot);
+  });
+  return dev::toStatus(e, "staged_host copy-engine sum kernel");
+}
+
+}  // namespace
+
+// The schedule in the opening comment, for count elements of es bytes in chunks of chunkElems
+// (plain: chunkBytes / es; compressed: what the slot's pieces hold). Forks the two streams from
+// `stream` and joins them back, so the call is ordered on `stream` like any other.
+Status runStagedCopyEngines(HostStagedTransport& t, const StagedDeviceLaunch& p, size_t es, bool compressed,
+                            size_t chunkElems, cudaStream_t stream) {
+  const HostStagedTransport::CopyEngineResources* ce = t.copyEngines();
+  if (!ce) return TPCOMM_ERROR(kInternal, "staged_host: copy-engine mode without its streams and inbox");
+  const int me = p.rank, n = p.nRanks;
+  const size_t chunks = (p.count + chunkElems - 1) / chunkElems;
+  TPCOMM_CUDA_TRY(cudaEventRecord(ce->fork, stream));
+  TPCOMM_CUDA_TRY(cudaStreamWaitEvent(ce->publish, ce->fork, 0));
+  TPCOMM_CUDA_TRY(cudaStreamWaitEvent(ce->consume, ce->fork, 0));
+  for (size_t c = 0; c < chunks; ++c) {
+    const uint64_t seq = p.seqBase + c + 1;
+    const int slot = static_cast<int>((p.seqBase + c) % p.nSlots);
+    const size_t c0 = c * chunkElems, len = p.count - c0 < chunkElems ? p.count - c0 : chunkElems;
+    const size_t bytes = compressed ? p.chunkBytes : len * es;  // compressed: the whole slot (its pieces)
+    // Publish: the slot free everywhere, this rank's bytes into its host slot, ready.
+    if (seq > static_cast<uint64_t>(p.nSlots))
+      TPCOMM_TRY(launchCeFlags(p, nullptr, 0, p.consumed, seq - p.nSlots, slot, ce->publish));
+    if (compressed) TPCOMM_TRY(launchCeQuantize(p, c0, len, slot, ce->publish));
+    const void* from = compressed ? static_cast<const void*>(p.twin + static_cast<size_t>(slot) * p.chunkBytes)
+                                  : static_cast<const void*>(static_cast<const char*>(p.send) + c0 * es);
+    TPCOMM_CUDA_TRY(cudaMemcpyAsync(t.slot(me, slot), from, bytes, cudaMemcpyDeviceToHost, ce->publish));
+    TPCOMM_TRY(launchCeFlags(p, p.ready, seq, nullptr, 0, slot, ce->publish));
+    // Consume: every rank's slot ready, the peers' into the inbox, reduce, consumed.
+    TPCOMM_TRY(launchCeFlags(p, nullptr, 0, p.ready, seq, slot, ce->consume));
+    for (int r = 0; r < n; ++r)
+      if (r != me)
+        TPCOMM_CUDA_TRY(
+            cudaMemcpyAsync(ce->inbox + r * p.chunkBytes, t.slot(r, slot), bytes, cudaMemcpyHostToDevice, ce->consume));
+    TPCOMM_TRY(compressed ? launchCeSum(p, ce->inbox, c0, len, slot, ce->consume)
+                          : launchCeReduce(p, ce->inbox, c0, len, ce->consume));
+    TPCOMM_TRY(launchCeFlags(p, p.consumed, seq, nullptr, 0, slot, ce->consume));
+  }
+  TPCOMM_CUDA_TRY(cudaEventRecord(ce->published, ce->publish));
+  TPCOMM_CUDA_TRY(cudaEventRecord(ce->consumed, ce->consume));
+  TPCOMM_CUDA_TRY(cudaStreamWaitEvent(stream, ce->published, 0));
+  TPCOMM_CUDA_TRY(cudaStreamWaitEvent(stream, ce->consumed, 0));
+  return Status::kOk;
+}
+
+Status preloadStagedCe() {
+  cudaError_t e = dev::preload(ceFlagsKernel);
+  if (e == cudaSuccess)
+    e = dev::forEachKernelVariant([](auto t, auto op, auto vec) {
+      return dev::preload(ceReduceKernel<typename decltype(t)::type, decltype(op)::value, decltype(vec)::value != 0>);
+    });
+  for (int dt = 0; dt < 3 && e == cudaSuccess; ++dt)
+    for (int fmt = 0; fmt < 2 && e == cudaSuccess; ++fmt)
+      e = dev::dispatchCompressed(dt, fmt, [](auto t, auto fm) {
+        cudaError_t r = dev::preload(ceQuantizeKernel<typename decltype(t)::type, decltype(fm)::value>);
+        return r != cudaSuccess ? r : dev::preload(ceSumKernel<typename decltype(t)::type, decltype(fm)::value>);
+      });
+  return dev::toStatus(e, "loading the staged_host copy-engine kernels");
+}
+
+}  // namespace tpcomm
