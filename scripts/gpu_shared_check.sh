@@ -30,7 +30,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 # Both ranks' kernels resident at once; no PDL (a kernel launched early behind one rank's spinning
 # all-reduce holds the other's SMs); every module loaded up front (a lazy load waits for the GPU
 # to go idle while a rank spins: docs/p2p.md).
+# One hardware queue per stream (up to 32): ranks sharing the GPU in one process must not queue
+# work behind each other's spinning kernels (docs/host_staged.md, the copy-engine mode).
 export TPCOMM_ALLOW_SHARED_DEVICE=1 TPCOMM_TWOSHOT_BLOCKS=64 TPCOMM_PDL=0 CUDA_MODULE_LOADING=EAGER
+export CUDA_DEVICE_MAX_CONNECTIONS=32
 { echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   echo "commit ${COMMIT:-$(git -C "$root" rev-parse HEAD)}"; echo "command: scripts/gpu_shared_check.sh (TPCOMM_ALLOW_SHARED_DEVICE=1)"; } > "$L/env.txt" 2>&1
 [ "${SKIP_BUILD:-0}" = 1 ] || gpu_build

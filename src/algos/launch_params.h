@@ -80,6 +80,7 @@ struct StagedDeviceLaunch {
   int format;
   size_t quantBlocks;
   char* twin;  // this rank's slots in device memory (HostStagedTransport::deviceTwin): its own codes
+  uint32_t* poison;  // copy-engine mode: the segment's shared failure word (HostStagedTransport::poisonWord)
 };
 
 /// Parameters of one multicast all-reduce (twoshot_multicast.cu).

@@ -29,6 +29,7 @@
 
 #include "algos/host_reduce.h"
 #include "algos/quantize.h"
+#include "algos/staged_host_ce.h"
 #include "algos/staged_pieces.h"
 #include "common/error.h"
 #include "common/params.h"
@@ -41,10 +42,6 @@ Status launchStagedDevice(const StagedDeviceLaunch& p, cudaStream_t stream);
 Status preloadStagedDevice();
 Status launchStagedCompressed(const StagedDeviceLaunch& p, cudaStream_t stream);
 Status preloadStagedCompressedKernels();
-// staged_host_ce.cu: the copy-engine mode (TPCOMM_STAGED_COPY_ENGINES=1), plain and compressed
-Status runStagedCopyEngines(HostStagedTransport& t, const StagedDeviceLaunch& p, size_t es, bool compressed,
-                            size_t chunkElems, cudaStream_t stream);
-Status preloadStagedCe();
 // staged_host_compressed.cc
 Status stagedHostCompressedAllReduce(HostStagedTransport& t, const CollArgs& a, QuantFormat f);
 
@@ -361,13 +358,17 @@ Status StagedHost::runDevice(const CollArgs& a) {
     p.twin = t.deviceTwin();
     if (!p.twin) return TPCOMM_ERROR(kInternal, "%s: the staging slots have no device twin", name());
     const size_t chunkElems = p.quantBlocks * kQuantBlockElems * g.blocks;
-    p.seqBase = t.takeSequence((a.count + chunkElems - 1) / chunkElems);
-    if (t.copyEngines()) return TPCOMM_CUDA_ONLY(runStagedCopyEngines(t, p, a.elemSize(), true, chunkElems, a.stream));
+    const size_t chunks = (a.count + chunkElems - 1) / chunkElems;
+    p.seqBase = t.takeSequence(chunks);
+    p.poison = t.poisonWord();
+    if (t.copyEngines() && chunks <= kCeMaxChunks)
+      return TPCOMM_CUDA_ONLY(runStagedCopyEngines(t, p, a.elemSize(), true, chunkElems, a.stream));
     return TPCOMM_CUDA_ONLY(launchStagedCompressed(p, a.stream));
   }
   size_t chunks = (a.count * a.elemSize() + g.chunkBytes - 1) / g.chunkBytes;
   p.seqBase = t.takeSequence(chunks);
-  if (t.copyEngines())
+  p.poison = t.poisonWord();
+  if (t.copyEngines() && chunks <= kCeMaxChunks)
     return TPCOMM_CUDA_ONLY(runStagedCopyEngines(t, p, a.elemSize(), false, g.chunkBytes / a.elemSize(), a.stream));
   return TPCOMM_CUDA_ONLY(launchStagedDevice(p, a.stream));
 }

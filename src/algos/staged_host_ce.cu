@@ -18,13 +18,22 @@
 //             (input or twin for this rank, inbox for the peers), sums in rank order in fp32 and
 //             writes the output chunk -> ceFlags releases consumed[me][s][*] = seq.
 // Flags are staged_host's (per rank, slot and block, sequence numbers growing across calls), and
-// a slot is released for all its blocks at once, so calls of either mode interleave on one
-// communicator. Every wait is bounded by TPCOMM_TIMEOUT_MS: on expiry the waiting thread writes
-// the error word naming the peer; later waits see it and leave; the copies and kernels behind
-// them still run on whatever the slots hold, so outputs are then undefined, and the host reports
-// kTimeout on this and every later call (as the SM kernels). Not CUDA-graph capturable (the
-// sequence numbers are taken on the host per call).
+// a slot is released for all its blocks at once, so a call too long for this mode (more than
+// kCeMaxChunks chunks: staged_host.cc runs the SM kernel) and the calls around it share slots,
+// flags and sequence numbers. Not CUDA-graph capturable (the sequence numbers are taken on the
+// host per call).
+// Timeouts. Every wait is bounded by TPCOMM_TIMEOUT_MS. Unlike a kernel, a stream cannot skip its
+// copies once a wait failed: the rank that timed out goes on copying into slots its peers may
+// still read, and those peers' waits (>=) can be satisfied by later sequence numbers. So a failed
+// wait writes the error word naming the peer and also the segment's poison word (host memory,
+// every rank's GPU sees it), before anything later on its stream runs; every ceFlags kernel first
+// reads both, copies the poison into its own error word, and then neither releases nor waits.
+// A rank whose copy in raced such an overwrite checks the poison after that copy (the consumed
+// release comes after the reduce), so it fails the same call: every rank reports kTimeout on this
+// call and every later one, and an output that raced is never reported as kOk.
 #include <cuda_runtime.h>
+
+#include <atomic>
 
 #include "algos/device_common.cuh"
 #include "algos/launch.cuh"
@@ -33,6 +42,7 @@
 #include "algos/quantize_warp.cuh"
 #include "algos/staged_pieces.h"
 #include "common/error.h"
+#include "algos/staged_host_ce.h"
 #include "transports/host_staged.h"
 
 namespace tpcomm {
@@ -55,6 +65,14 @@ __global__ void ceFlagsKernel(StagedDeviceLaunch p, uint64_t* release, uint64_t 
                               uint64_t target, int slot) {
   const int B = p.blocks, n = p.nRanks;
   const size_t perRank = static_cast<size_t>(p.nSlots) * B;
+  __shared__ int failed;
+  if (threadIdx.x == 0) {  // a failed wait anywhere ends the protocol (the opening comment)
+    const uint32_t poison = dev::loadVolatile(p.poison);
+    if (poison != 0) atomicCAS_system(p.errorWord, 0u, poison);
+    failed = poison != 0 || dev::loadVolatile(p.errorWord) != 0;
+  }
+  __syncthreads();
+  if (failed) return;
   if (release) {
     __threadfence_system();
     for (int b = threadIdx.x; b < B; b += blockDim.x)
@@ -64,8 +82,10 @@ __global__ void ceFlagsKernel(StagedDeviceLaunch p, uint64_t* release, uint64_t 
   const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
   for (int i = threadIdx.x; i < n * B; i += blockDim.x) {
     const int r = i / B, b = i % B;
-    if (!dev::waitFlagAtLeast(wait + r * perRank + static_cast<size_t>(slot) * B + b, target, deadline, p.errorWord, r))
+    if (!dev::waitFlagAtLeast(wait + r * perRank + static_cast<size_t>(slot) * B + b, target, deadline, p.errorWord, r)) {
+      atomicCAS_system(p.poison, 0u, dev::loadVolatile(p.errorWord));  // done before this kernel ends
       return;
+    }
   }
 }
 
@@ -185,17 +205,13 @@ Status launchCeSum(const StagedDeviceLaunch& p, const char* inbox, size_t c0, si
 }  // namespace
 
 // The schedule in the opening comment, for count elements of es bytes in chunks of chunkElems
-// (plain: chunkBytes / es; compressed: what the slot's pieces hold). Forks the two streams from
-// `stream` and joins them back, so the call is ordered on `stream` like any other.
-Status runStagedCopyEngines(HostStagedTransport& t, const StagedDeviceLaunch& p, size_t es, bool compressed,
-                            size_t chunkElems, cudaStream_t stream) {
-  const HostStagedTransport::CopyEngineResources* ce = t.copyEngines();
-  if (!ce) return TPCOMM_ERROR(kInternal, "staged_host: copy-engine mode without its streams and inbox");
+// (plain: chunkBytes / es; compressed: what the slot's pieces hold).
+namespace {
+
+Status enqueueChunks(HostStagedTransport& t, const HostStagedTransport::CopyEngineResources* ce,
+                     const StagedDeviceLaunch& p, size_t es, bool compressed, size_t chunkElems) {
   const int me = p.rank, n = p.nRanks;
   const size_t chunks = (p.count + chunkElems - 1) / chunkElems;
-  TPCOMM_CUDA_TRY(cudaEventRecord(ce->fork, stream));
-  TPCOMM_CUDA_TRY(cudaStreamWaitEvent(ce->publish, ce->fork, 0));
-  TPCOMM_CUDA_TRY(cudaStreamWaitEvent(ce->consume, ce->fork, 0));
   for (size_t c = 0; c < chunks; ++c) {
     const uint64_t seq = p.seqBase + c + 1;
     const int slot = static_cast<int>((p.seqBase + c) % p.nSlots);
@@ -207,7 +223,7 @@ Status runStagedCopyEngines(HostStagedTransport& t, const StagedDeviceLaunch& p,
     if (compressed) TPCOMM_TRY(launchCeQuantize(p, c0, len, slot, ce->publish));
     const void* from = compressed ? static_cast<const void*>(p.twin + static_cast<size_t>(slot) * p.chunkBytes)
                                   : static_cast<const void*>(static_cast<const char*>(p.send) + c0 * es);
-    TPCOMM_CUDA_TRY(cudaMemcpyAsync(t.slot(me, slot), from, bytes, cudaMemcpyDeviceToHost, ce->publish));
+    TPCOMM_CUDA_TRY(cudaMemcpyAsync(t.slot(me, slot), from, bytes, cudaMemcpyDefault, ce->publish));
     TPCOMM_TRY(launchCeFlags(p, p.ready, seq, nullptr, 0, slot, ce->publish));
     // Consume: every rank's slot ready, the peers' into the inbox, reduce, consumed.
     TPCOMM_TRY(launchCeFlags(p, nullptr, 0, p.ready, seq, slot, ce->consume));
@@ -219,11 +235,31 @@ Status runStagedCopyEngines(HostStagedTransport& t, const StagedDeviceLaunch& p,
                           : launchCeReduce(p, ce->inbox, c0, len, ce->consume));
     TPCOMM_TRY(launchCeFlags(p, p.consumed, seq, nullptr, 0, slot, ce->consume));
   }
+  return Status::kOk;
+}
+
+std::atomic<uint64_t> gCeCalls{0};
+
+}  // namespace
+
+uint64_t stagedCopyEngineCalls() { return gCeCalls.load(std::memory_order_relaxed); }
+
+// Forks the two streams from `stream`, enqueues every chunk, and joins them back (also after a
+// failed enqueue, so `stream` never runs ahead of work that still reads or writes the buffers).
+Status runStagedCopyEngines(HostStagedTransport& t, const StagedDeviceLaunch& p, size_t es, bool compressed,
+                            size_t chunkElems, cudaStream_t stream) {
+  const HostStagedTransport::CopyEngineResources* ce = t.copyEngines();
+  if (!ce) return TPCOMM_ERROR(kInternal, "staged_host: copy-engine mode without its streams and inbox");
+  TPCOMM_CUDA_TRY(cudaEventRecord(ce->fork, stream));
+  TPCOMM_CUDA_TRY(cudaStreamWaitEvent(ce->publish, ce->fork, 0));
+  TPCOMM_CUDA_TRY(cudaStreamWaitEvent(ce->consume, ce->fork, 0));
+  const Status s = enqueueChunks(t, ce, p, es, compressed, chunkElems);
   TPCOMM_CUDA_TRY(cudaEventRecord(ce->published, ce->publish));
   TPCOMM_CUDA_TRY(cudaEventRecord(ce->consumed, ce->consume));
   TPCOMM_CUDA_TRY(cudaStreamWaitEvent(stream, ce->published, 0));
   TPCOMM_CUDA_TRY(cudaStreamWaitEvent(stream, ce->consumed, 0));
-  return Status::kOk;
+  if (s == Status::kOk) gCeCalls.fetch_add(1, std::memory_order_relaxed);
+  return s;
 }
 
 Status preloadStagedCe() {

@@ -41,6 +41,9 @@ struct HostStagedTransport::Header {
   alignas(64) std::atomic<int32_t> peerAccesses;   // threads mode: ranks now in a peer-access phase
   alignas(64) std::atomic<int32_t> refcount;
   int32_t cudaRegistered;  // threads mode: rank 0 registered the segment with CUDA
+  // GPU ranks, copy-engine mode: the first failed wait's error code, for every rank to see
+  // (staged_host_ce.cu: a rank that timed out stops guarding its slots, so its peers must fail too).
+  alignas(64) uint32_t devicePoison;
   struct Pointers {
     const void* send;
     void* recv;
@@ -276,6 +279,8 @@ char* HostStagedTransport::slot(int r, int s) const {
   return base_ + slotsOffset_ + (static_cast<size_t>(r) * geo_.slots + s) * geo_.chunkBytes;
 }
 char* HostStagedTransport::result() const { return base_ + resultOffset_; }
+uint32_t* HostStagedTransport::poisonWord() const { return &header()->devicePoison; }
+
 uint64_t* HostStagedTransport::readyFlags() const { return reinterpret_cast<uint64_t*>(base_ + flagsOffset_); }
 uint64_t* HostStagedTransport::consumedFlags() const {
   return readyFlags() + static_cast<size_t>(nRanks_) * geo_.slots * geo_.blocks;

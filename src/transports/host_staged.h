@@ -71,6 +71,9 @@ class HostStagedTransport {
     cudaEvent_t fork = nullptr, published = nullptr, consumed = nullptr;
   };
   const CopyEngineResources* copyEngines() const { return ce_.inbox ? &ce_ : nullptr; }
+  /// A word of the shared segment (zero until a copy-engine-mode wait fails; then the error code),
+  /// readable and writable by every rank's GPU at this address.
+  uint32_t* poisonWord() const;
   /// Flag arrays for the GPU pipeline: index [(rank * slots + slot) * blocks + block].
   uint64_t* readyFlags() const;
   uint64_t* consumedFlags() const;

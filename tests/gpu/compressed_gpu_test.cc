@@ -20,6 +20,7 @@
 #include <tuple>
 #include <utility>
 
+#include "algos/staged_host_ce.h"
 #include "gpu_allreduce_util.h"
 #include "unit/compressed_check.h"
 #include "unit/test_util.h"
@@ -158,9 +159,14 @@ TEST_P(CompressedGpu, DefinitionBitsOnEveryRankWithinTheBound) {
   auto [base, c, dtype, count, graph] = GetParam();
   RankGroup* g = compressedGroup(base, c);
   ASSERT_NE(g, nullptr);
+  const uint64_t ceBefore = tpcomm::stagedCopyEngineCalls();
   runAndCompare(g, base, c, dtype, count, graph, graph ? 3 : 1,
                 [&](int rep) { return randomInputs(g->n(), dtype, count, static_cast<uint32_t>(count * 7 + rep)); },
                 true);
+  // The copy-engine mode ran where it should (up to kCeMaxChunks chunks; beyond, the SM kernel).
+  const uint64_t ceCalls = tpcomm::stagedCopyEngineCalls() - ceBefore;
+  if (base != kStagedCe) EXPECT_EQ(ceCalls, 0u);
+  else if (count < 1000000) EXPECT_EQ(ceCalls, static_cast<uint64_t>(g->n())) << "calls in copy-engine mode";
 }
 
 // Odd counts, below / around the 64-element block, and counts spanning many 64 KiB chunks.
@@ -249,10 +255,10 @@ TEST(CompressedGpuRules, NonFiniteBlocksAreNaNZerosArePositive) {
   if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
   constexpr size_t kB = tpcomm::kQuantBlockElems;
   const size_t count = 5 * kB + 9;
-  for (const char* base : {kP2p, kStaged})
+  for (const char* base : {kP2p, kStaged, kStagedCe})
   for (Compression c : {Compression::kFp8, Compression::kInt8})
     for (bool graph : {false, true}) {
-      if (graph && std::string(base) == kStaged) continue;  // not capturable
+      if (graph && algoBase(base) == kStaged) continue;  // not capturable
       RankGroup* g = compressedGroup(base, c);
       ASSERT_NE(g, nullptr);
       const int n = g->n();

@@ -9,6 +9,11 @@
 #include <cstdlib>
 
 int main(int argc, char** argv) {
+  // Before any CUDA context: a stream per hardware queue for the ~20 streams the multi-rank tests
+  // keep on one GPU (ranks sharing it, the copy-engine mode's two per rank). With the default 8,
+  // streams share queues in order, and one rank's copy queued behind its spinning flag kernel can
+  // hold back the peer work that kernel waits for.
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {

@@ -13,8 +13,10 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "algos/staged_host_ce.h"
 #include "gpu_allreduce_util.h"
 #include "unit/test_util.h"
 
@@ -96,6 +98,7 @@ TEST_P(StagedHostGpu, AllReduceBitExactOnEveryRank) {
   const int n = g.size();
   std::vector<std::vector<char>> inputs(n), outputs(n);
   std::vector<char> expected;
+  const uint64_t ceBefore = stagedCopyEngineCalls();
 
   for (DataType dt : kDtypes)
     for (size_t count : kSizes) {
@@ -156,6 +159,12 @@ TEST_P(StagedHostGpu, AllReduceBitExactOnEveryRank) {
         }
       }
     }
+  // Every call of the table ran in the mode the parameter names (64 MB at most: within kCeMaxChunks).
+  const uint64_t ceCalls = stagedCopyEngineCalls() - ceBefore;
+  if (std::strcmp(copyEnginesOf(GetParam()), "1") == 0)
+    EXPECT_EQ(ceCalls, static_cast<uint64_t>(n) * 3 * 6 * 3 * 2) << "calls in copy-engine mode";
+  else
+    EXPECT_EQ(ceCalls, 0u);
 }
 
 TEST_P(StagedHostGpu, SkippedPeerYieldsTimeoutWithinTheBound) {
@@ -202,6 +211,58 @@ TEST_P(StagedHostGpu, SkippedPeerYieldsTimeoutWithinTheBound) {
   // A communicator that timed out refuses further calls with the same status.
   EXPECT_EQ(g.ranks->comms[0]->allReduce(g.send[0], g.recv[0], count, DataType::kF32, ReduceOp::kSum, g.ranks->streams[0]),
             Status::kTimeout);
+}
+
+// A peer that comes late, past the bound, to a call of more chunks than slots: the punctual rank
+// times out and (copy-engine mode) keeps copying into slots the late one will read. No rank may
+// then report kOk with wrong bits: each either fails the call or holds the exact sum.
+TEST_P(StagedHostGpu, LatePeerNeverGetsOkWithWrongBits) {
+  const char* algo = algoOf(GetParam());
+  test::ScopedEnv copyEngines("TPCOMM_STAGED_COPY_ENGINES", copyEnginesOf(GetParam()));
+  constexpr int kBoundMs = 300;
+  Config cfg;
+  cfg.algo = algo;
+  cfg.useNccl = false;
+  cfg.timeoutMs = kBoundMs;
+  GpuGroup g;
+  const size_t count = 2u << 20;  // f32: 8 MB, 8 one-MB chunks over 4 slots
+  g.create(cfg, count * 4);
+  if (HasFatalFailure()) return;
+  const int n = g.size();
+  const DataType dt = DataType::kF32;
+  std::vector<char> expected = test::makeBuffer(count, dt);
+  for (size_t i = 0; i < count; ++i)
+    storeFromFloat(expected.data(), i, dt, static_cast<float>(test::expectedValue(n, i, ReduceOp::kSum)));
+  for (int r = 0; r < n; ++r) {
+    std::vector<char> in = test::makeBuffer(count, dt);
+    test::fillInput(in.data(), count, dt, r);
+    CUDA_OK(cudaSetDevice(g.ranks->devices[r]));
+    CUDA_OK(cudaMemcpy(g.send[r], in.data(), count * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(g.recv[r], 0xFF, count * 4));
+    CUDA_OK(cudaDeviceSynchronize());
+  }
+  for (int r = 0; r < n; ++r) {
+    if (r == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(kBoundMs + kBoundMs / 2));
+    ASSERT_EQ(g.ranks->comms[r]->allReduce(g.send[r], g.recv[r], count, dt, ReduceOp::kSum, g.ranks->streams[r]),
+              Status::kOk)
+        << "rank " << r << ": " << lastErrorMessage();
+  }
+  int failed = 0;
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaSetDevice(g.ranks->devices[r]));
+    CUDA_OK(cudaStreamSynchronize(g.ranks->streams[r]));
+    const Status st = g.ranks->comms[r]->checkError();
+    if (st != Status::kOk) {
+      EXPECT_EQ(st, Status::kTimeout) << "rank " << r << ": " << lastErrorMessage();
+      ++failed;
+      continue;
+    }
+    std::vector<char> out(count * 4);
+    CUDA_OK(cudaMemcpy(out.data(), g.recv[r], out.size(), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(std::memcmp(out.data(), expected.data(), out.size()), 0) << "rank " << r << " reported kOk with wrong bits";
+  }
+  EXPECT_GE(failed, 1) << "the punctual rank waited " << kBoundMs + kBoundMs / 2 << " ms with a " << kBoundMs
+                       << " ms bound and did not time out";
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, StagedHostGpu, ::testing::ValuesIn(kAlgorithms),
