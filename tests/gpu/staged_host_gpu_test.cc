@@ -78,6 +78,16 @@ class GpuGroup {
   std::vector<void*> send, recv;
 };
 
+// The parameter's algorithm forced, no NCCL, and the communicator's bound (what its kernels use),
+// set through Config rather than TPCOMM_TIMEOUT_MS so set-up waits keep their usual bound.
+Config boundedConfig(const char* param, int boundMs) {
+  Config cfg;
+  cfg.algo = algoOf(param);
+  cfg.useNccl = false;
+  cfg.timeoutMs = boundMs;
+  return cfg;
+}
+
 class StagedHostGpu : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
@@ -168,18 +178,11 @@ TEST_P(StagedHostGpu, AllReduceBitExactOnEveryRank) {
 }
 
 TEST_P(StagedHostGpu, SkippedPeerYieldsTimeoutWithinTheBound) {
-  const char* algo = algoOf(GetParam());
   test::ScopedEnv copyEngines("TPCOMM_STAGED_COPY_ENGINES", copyEnginesOf(GetParam()));
   constexpr int kBoundMs = 500;
-  // The communicator's bound (what its kernels use). Set through Config rather than
-  // TPCOMM_TIMEOUT_MS so set-up waits (topology probe, bootstrap) keep their usual bound.
-  Config cfg;
-  cfg.algo = algo;
-  cfg.useNccl = false;
-  cfg.timeoutMs = kBoundMs;
   GpuGroup g;
   const size_t count = 1 << 20;
-  g.create(cfg, count * 4);
+  g.create(boundedConfig(GetParam(), kBoundMs), count * 4);
   if (HasFatalFailure()) return;
   const int n = g.size();
   // Warm up with every rank (loads the kernels, proves the group works).
@@ -217,16 +220,11 @@ TEST_P(StagedHostGpu, SkippedPeerYieldsTimeoutWithinTheBound) {
 // times out and (copy-engine mode) keeps copying into slots the late one will read. No rank may
 // then report kOk with wrong bits: each either fails the call or holds the exact sum.
 TEST_P(StagedHostGpu, LatePeerNeverGetsOkWithWrongBits) {
-  const char* algo = algoOf(GetParam());
   test::ScopedEnv copyEngines("TPCOMM_STAGED_COPY_ENGINES", copyEnginesOf(GetParam()));
   constexpr int kBoundMs = 300;
-  Config cfg;
-  cfg.algo = algo;
-  cfg.useNccl = false;
-  cfg.timeoutMs = kBoundMs;
   GpuGroup g;
   const size_t count = 2u << 20;  // f32: 8 MB, 8 one-MB chunks over 4 slots
-  g.create(cfg, count * 4);
+  g.create(boundedConfig(GetParam(), kBoundMs), count * 4);
   if (HasFatalFailure()) return;
   const int n = g.size();
   const DataType dt = DataType::kF32;
