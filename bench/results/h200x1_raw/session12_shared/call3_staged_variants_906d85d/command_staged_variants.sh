@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# [header added after the run] this script as it ran in call 3: commit 906d85d644241672869b89c6414a4d9517b18638, 2026-12-02 06:27-06:34 UTC (call 3); command: COMMIT=906d85d... BASE_DIR=scratch_diag/base bash scripts/staged_variants.sh $OUT
 # scripts/staged_variants.sh (session 12, issue 18): the staged_host+int8/+fp8 reducer, three
 # builds in one GPU call, each against plain staged_host, A B B A, two ranks sharing GPU 0:
 #   ahead256  the working tree: the first peer's codes of the next step read a step ahead, 256 threads
