@@ -85,9 +85,10 @@ step tune 240 bash "$root/tools/tune_gpu_test.sh" "$B/tools/tpcomm-doctor" "$B/b
 # tests (both modes: StagedHostGpu's table and the staged compressed cases), then allreduce_perf in
 # each mode, A B B A across processes (SM, CE, CE, SM), plain and +int8 / +fp8 at 1-64 MB.
 # Opt-in (CE=1, ~7 min; run it with SKIP for the rest).
+# CE_TESTS=0 leaves the tests out; CE_MODES="0" (say) runs only the modes named, in that order.
 if [ "${CE:-0}" = 1 ]; then
-  step ce 300 "$B/tests/gpu/tpcomm_gpu_tests" --gtest_filter='*StagedHostGpu*:*Compressed*'
-  for mode in 0 1 1 0; do
+  [ "${CE_TESTS:-1}" = 0 ] || step ce 300 "$B/tests/gpu/tpcomm_gpu_tests" --gtest_filter='*StagedHostGpu*:*Compressed*'
+  for mode in ${CE_MODES:-0 1 1 0}; do
     for c in int8 fp8; do
       step ce 90 env TPCOMM_STAGED_COPY_ENGINES=$mode "$B/bench/allreduce_perf" -g 2 -d bf16 -b 1M -e 64M -f 4 -w 5 \
         -n 20 -K 5 --compression $c -A staged_host -A staged_host+$c
