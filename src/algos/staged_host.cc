@@ -357,12 +357,17 @@ Status StagedHost::runDevice(const CollArgs& a) {
                           name(), g.chunkBytes, g.blocks, kQuantBlockElems);
     p.twin = t.deviceTwin();
     if (!p.twin) return TPCOMM_ERROR(kInternal, "%s: the staging slots have no device twin", name());
+    // The copy-engine mode packs a chunk densely (staged_pieces.h), so its chunks hold more.
+    const size_t ceElems = stagedDenseElems(g.chunkBytes, kQuantBlockElems);
+    const size_t ceChunks = (a.count + ceElems - 1) / ceElems;
+    if (t.copyEngines() && ceChunks <= kCeMaxChunks) {
+      p.seqBase = t.takeSequence(ceChunks);
+      p.poison = t.poisonWord();
+      return TPCOMM_CUDA_ONLY(runStagedCopyEngines(t, p, a.elemSize(), true, ceElems, a.stream));
+    }
     const size_t chunkElems = p.quantBlocks * kQuantBlockElems * g.blocks;
-    const size_t chunks = (a.count + chunkElems - 1) / chunkElems;
-    p.seqBase = t.takeSequence(chunks);
+    p.seqBase = t.takeSequence((a.count + chunkElems - 1) / chunkElems);
     p.poison = t.poisonWord();
-    if (t.copyEngines() && chunks <= kCeMaxChunks)
-      return TPCOMM_CUDA_ONLY(runStagedCopyEngines(t, p, a.elemSize(), true, chunkElems, a.stream));
     return TPCOMM_CUDA_ONLY(launchStagedCompressed(p, a.stream));
   }
   size_t chunks = (a.count * a.elemSize() + g.chunkBytes - 1) / g.chunkBytes;

@@ -7,9 +7,10 @@
 // two internal streams of the rank (publish, consume):
 //   publish:  ceFlags waits every rank's consumed[r][s][*] >= seq - S (the slot's last readers
 //             are done; r = me covers the device twin, which this rank's reduce read) ->
-//             compressed: ceQuantize writes the chunk's codes into twin slot s (the SM kernel's
-//             piece layout) -> cudaMemcpyAsync D2H of the chunk (plain) or twin slot s
-//             (compressed) into host slot (me, s) -> ceFlags releases ready[me][s][*] = seq.
+//             compressed: ceQuantize writes the chunk's codes into twin slot s (dense:
+//             staged_pieces.h) -> cudaMemcpyAsync D2H of the chunk (plain) or of the codes and
+//             scales in twin slot s (compressed) into host slot (me, s) -> ceFlags releases
+//             ready[me][s][*] = seq.
 //             The copy completed before ceFlags starts (stream order), so the release publishes
 //             data already in host memory; st.release.sys orders it for the peers' acquires.
 //   consume:  ceFlags waits ready[r][s][*] >= seq for every r (r = me: this rank's twin and its
@@ -116,33 +117,23 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The compressed kernels work on block b's piece of the chunk, as staged_host_compressed.cu's
-// publisher and reducer b: elements [b Q B, (b + 1) Q B) clipped to len, codes at pieceOff.
-struct Piece {
-  size_t lo, hi, perBlock, off;
-};
-__device__ Piece pieceOf(const StagedDeviceLaunch& p, size_t len) {
-  const int b = blockIdx.x;
-  Piece q;
-  q.perBlock = p.quantBlocks * kB;
-  q.lo = b * q.perBlock < len ? b * q.perBlock : len;
-  q.hi = q.lo + q.perBlock < len ? q.lo + q.perBlock : len;
-  size_t ub, ue;
-  stagedPiece(p.chunkBytes, p.blocks, b, &ub, &ue);
-  q.off = ub * kStagedUnitBytes;
-  return q;
+// The compressed kernels' view of a slot (or of inbox r): the dense layout of staged_pieces.h,
+// codes then scales, for this chunk's len elements. The grid's warps take the chunk's
+// quantization blocks in turn (forWarpBlocks), so every SM works however short the chunk.
+__device__ __forceinline__ Wire denseWire(const char* base, size_t len) {
+  return dev::wireAt(const_cast<char*>(base), stagedDenseCodeBytes(len));
 }
+__device__ __forceinline__ int gridWarp() { return static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / 32; }
 
-// The chunk's codes into twin slot `slot` (what the SM publisher writes into the host slot).
+// The chunk's codes into twin slot `slot`, dense (the SM publisher's arithmetic).
 template <typename T, int F>
 __global__ void __launch_bounds__(kThreads) ceQuantizeKernel(StagedDeviceLaunch p, size_t c0, size_t len, int slot) {
-  const Piece q = pieceOf(p, len);
   const T* src = static_cast<const T*>(p.send) + c0;
-  const Wire to = dev::wireAt(p.twin + static_cast<size_t>(slot) * p.chunkBytes + q.off, q.perBlock);
-  dev::forWarpBlocks(q.lo, q.hi, threadIdx.x / 32, kWarps, [&](size_t k, int m) {
+  const Wire to = denseWire(p.twin + static_cast<size_t>(slot) * p.chunkBytes, len);
+  dev::forWarpBlocks(0, len, gridWarp(), gridDim.x * kWarps, [&](size_t k, int m) {
     float x[kPerLane];
     dev::loadBlock(src + k, m, x);
-    dev::storeCodes(dev::quantizeGroup<F>(x), m, to, k - q.lo, (k - q.lo) / kB);
+    dev::storeCodes(dev::quantizeGroup<F>(x), m, to, k, k / kB);
   });
 }
 
@@ -152,19 +143,25 @@ __global__ void __launch_bounds__(kThreads) ceQuantizeKernel(StagedDeviceLaunch 
 template <typename T, int F>
 __global__ void __launch_bounds__(kThreads)
     ceSumKernel(StagedDeviceLaunch p, const char* inbox, size_t c0, size_t len, int slot) {
-  const Piece q = pieceOf(p, len);
   T* dst = static_cast<T*>(p.recv) + c0;
-  const Wire own = dev::wireAt(p.twin + static_cast<size_t>(slot) * p.chunkBytes + q.off, q.perBlock);
-  auto wireOf = [&](int r) { return dev::wireAt(const_cast<char*>(inbox) + r * p.chunkBytes + q.off, q.perBlock); };
-  dev::forWarpBlocks(q.lo, q.hi, threadIdx.x / 32, kWarps, [&](size_t k, int m) {
+  const Wire own = denseWire(p.twin + static_cast<size_t>(slot) * p.chunkBytes, len);
+  auto wireOf = [&](int r) { return denseWire(inbox + r * p.chunkBytes, len); };
+  dev::forWarpBlocks(0, len, gridWarp(), gridDim.x * kWarps, [&](size_t k, int m) {
     float acc[kPerLane];
-    const size_t i = k - q.lo, s = (k - q.lo) / kB;
-    dev::sumCodes<F>([&] { return dev::loadCodes<false>(own, i, s, m); }, m, p.nRanks, p.rank,
-                     [&](int r) -> Codes { return dev::loadCodes<false>(wireOf(r), i, s, m); }, acc);
+    const size_t s = k / kB;
+    dev::sumCodes<F>([&] { return dev::loadCodes<false>(own, k, s, m); }, m, p.nRanks, p.rank,
+                     [&](int r) -> Codes { return dev::loadCodes<false>(wireOf(r), k, s, m); }, acc);
     float back[kPerLane];
     dev::decodeCodes<F>(dev::quantizeGroup<F>(acc), m, back);
     dev::storeBlock(dst + k, m, back);
   });
+}
+
+// Blocks for the compressed kernels: one per kWarps x kWarpElems elements, at most 2 x p.blocks.
+int compressedGrid(const StagedDeviceLaunch& p, size_t len) {
+  const size_t per = static_cast<size_t>(kWarps) * dev::kWarpElems, want = (len + per - 1) / per;
+  const size_t cap = 2 * static_cast<size_t>(p.blocks);
+  return static_cast<int>(want < 1 ? 1 : want > cap ? cap : want);
 }
 
 Status launchCeFlags(const StagedDeviceLaunch& p, uint64_t* release, uint64_t value, const uint64_t* wait,
@@ -187,8 +184,8 @@ Status launchCeReduce(const StagedDeviceLaunch& p, const char* inbox, size_t c0,
 
 Status launchCeQuantize(const StagedDeviceLaunch& p, size_t c0, size_t len, int slot, cudaStream_t stream) {
   const cudaError_t e = dev::dispatchCompressed(p.dtype, p.format, [&](auto t, auto fm) {
-    return dev::launch(ceQuantizeKernel<typename decltype(t)::type, decltype(fm)::value>, p.blocks, kThreads, false,
-                       stream, p, c0, len, slot);
+    return dev::launch(ceQuantizeKernel<typename decltype(t)::type, decltype(fm)::value>, compressedGrid(p, len),
+                       kThreads, false, stream, p, c0, len, slot);
   });
   return dev::toStatus(e, "staged_host copy-engine quantize kernel");
 }
@@ -196,8 +193,8 @@ Status launchCeQuantize(const StagedDeviceLaunch& p, size_t c0, size_t len, int 
 Status launchCeSum(const StagedDeviceLaunch& p, const char* inbox, size_t c0, size_t len, int slot,
                    cudaStream_t stream) {
   const cudaError_t e = dev::dispatchCompressed(p.dtype, p.format, [&](auto t, auto fm) {
-    return dev::launch(ceSumKernel<typename decltype(t)::type, decltype(fm)::value>, p.blocks, kThreads, false, stream,
-                       p, inbox, c0, len, slot);
+    return dev::launch(ceSumKernel<typename decltype(t)::type, decltype(fm)::value>, compressedGrid(p, len), kThreads,
+                       false, stream, p, inbox, c0, len, slot);
   });
   return dev::toStatus(e, "staged_host copy-engine sum kernel");
 }
@@ -216,7 +213,7 @@ Status enqueueChunks(HostStagedTransport& t, const HostStagedTransport::CopyEngi
     const uint64_t seq = p.seqBase + c + 1;
     const int slot = static_cast<int>((p.seqBase + c) % p.nSlots);
     const size_t c0 = c * chunkElems, len = p.count - c0 < chunkElems ? p.count - c0 : chunkElems;
-    const size_t bytes = compressed ? p.chunkBytes : len * es;  // compressed: the whole slot (its pieces)
+    const size_t bytes = compressed ? stagedDenseBytes(len, kB) : len * es;  // compressed: codes and scales
     // Publish: the slot free everywhere, this rank's bytes into its host slot, ready.
     if (seq > static_cast<uint64_t>(p.nSlots))
       TPCOMM_TRY(launchCeFlags(p, nullptr, 0, p.consumed, seq - p.nSlots, slot, ce->publish));

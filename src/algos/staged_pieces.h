@@ -29,4 +29,19 @@ TPCOMM_HD inline size_t stagedQuantBlocksPerPiece(size_t chunkBytes, int blocks,
   return smallest / (quantBlockElems + sizeof(float));
 }
 
+/// The copy-engine mode's compressed slots (staged_host_ce.cu) are dense instead: a chunk of len
+/// elements keeps its codes in bytes [0, stagedDenseCodeBytes(len)) and one fp32 scale per
+/// quantization block right after, so a partial chunk copies only what it wrote. A chunk holds
+/// stagedDenseElems elements: whole quantization blocks, so blocks start at the same multiples of
+/// kQuantBlockElems from the buffer's start as in the piece layout (hence the same bits).
+TPCOMM_HD inline size_t stagedDenseElems(size_t chunkBytes, size_t quantBlockElems) {
+  return chunkBytes / (quantBlockElems + sizeof(float)) * quantBlockElems;
+}
+TPCOMM_HD inline size_t stagedDenseCodeBytes(size_t len) {
+  return (len + kStagedUnitBytes - 1) / kStagedUnitBytes * kStagedUnitBytes;
+}
+TPCOMM_HD inline size_t stagedDenseBytes(size_t len, size_t quantBlockElems) {
+  return stagedDenseCodeBytes(len) + (len + quantBlockElems - 1) / quantBlockElems * sizeof(float);
+}
+
 }  // namespace tpcomm
