@@ -24,7 +24,7 @@ namespace tpcomm {
   X(TimeoutMs, "TIMEOUT_MS", "10000", kInt, 1, INT32_MAX, "bound on every wait for a peer (ms)")                     \
   X(Nccl, "NCCL", "1", kBool, 0, 1, "create an NCCL communicator for the ring_nccl path (0: never)")          \
   X(Multicast, "MULTICAST", "1", kBool, 0, 1, "allow NVSwitch multicast where the device supports it (0: never)") \
-  X(StagedChunkBytes, "STAGED_CHUNK_BYTES", "1048576", kSize, 4096, 1ll << 30, "staged_host: bytes per pipeline slot per rank (multiple of 4096)") \
+  X(StagedChunkBytes, "STAGED_CHUNK_BYTES", "1048576", kSize, 4096, 1ll << 30, "staged_host: bytes per pipeline slot per rank (multiple of 4096; unset: 4M in the copy-engine mode)") \
   X(StagedSlots, "STAGED_SLOTS", "4", kInt, 2, 64, "staged_host: pipeline slots per rank (>= 2)")             \
   X(StagedBlocks, "STAGED_BLOCKS", "16", kInt, 1, 1024, "staged_host: CUDA blocks per role (publish, reduce)")  \
   X(StagedCopyEngines, "STAGED_COPY_ENGINES", "0", kBool, 0, 1, "staged_host on GPU ranks: the copy engines move the bytes (experimental, docs/host_staged.md)") \
