@@ -3,21 +3,27 @@
 // between device and pinned host memory (cudaMemcpyAsync); these kernels only hand slots over
 // and compute, so no SM load or store crosses PCIe except the flags.
 //
-// Who writes what where, per chunk c (slot s = (seqBase + c) % S, seq = seqBase + c + 1), on
-// two internal streams of the rank (publish, consume):
-//   publish:  ceFlags waits every rank's consumed[r][s][*] >= seq - S (the slot's last readers
-//             are done; r = me covers the device twin, which this rank's reduce read) ->
+// Who writes what where, per chunk c (slot s = (seqBase + c) % S, seq = seqBase + c + 1, inbox
+// i = c % 2), on four internal streams of the rank, so the copy engines move chunk c while the
+// SMs quantize chunk c + 1 and sum chunk c - 1:
+//   quantize: ceFlags waits every rank's consumed[r][s][*] >= seq - S (the slot's last readers
+//             are done; r = me covers the device twin, which this rank's sum read) ->
 //             compressed: ceQuantize writes the chunk's codes into twin slot s (dense:
-//             staged_pieces.h) -> cudaMemcpyAsync D2H of the chunk (plain) or of the codes and
+//             staged_pieces.h) -> event `quantized`. (Plain: the wait runs on the publish stream.)
+//   publish:  after `quantized`: cudaMemcpyAsync D2H of the chunk (plain) or of the codes and
 //             scales in twin slot s (compressed) into host slot (me, s) -> ceFlags releases
-//             ready[me][s][*] = seq.
-//             The copy completed before ceFlags starts (stream order), so the release publishes
-//             data already in host memory; st.release.sys orders it for the peers' acquires.
-//   consume:  ceFlags waits ready[r][s][*] >= seq for every r (r = me: this rank's twin and its
-//             input chunk were read) -> cudaMemcpyAsync H2D of every peer's host slot into
-//             inbox r (device memory, one chunk per rank) -> ceReduce reads only device memory
-//             (input or twin for this rank, inbox for the peers), sums in rank order in fp32 and
-//             writes the output chunk -> ceFlags releases consumed[me][s][*] = seq.
+//             ready[me][s][*] = seq. The copy completed before ceFlags starts (stream order), so
+//             the release publishes data already in host memory; st.release.sys orders it for
+//             the peers' acquires.
+//   fetch:    after event reduced[i] (chunk c - 2's sum, the last reader of inbox i, is done) ->
+//             ceFlags waits ready[r][s][*] >= seq for every r (r = me: this rank's twin and its
+//             input chunk were read) -> cudaMemcpyAsync H2D of every peer's host slot into part
+//             r of inbox i -> event `fetched`.
+//   reduce:   after `fetched`: ceReduce / ceSum reads only device memory (input or twin for this
+//             rank, inbox i for the peers), sums in rank order in fp32 and writes the output chunk
+//             -> ceFlags releases consumed[me][s][*] = seq -> event reduced[i].
+// The call's stream forks all four (event `fork`) and waits for publish and reduce, whose last
+// work comes after quantize's and fetch's.
 // Flags are staged_host's (per rank, slot and block, sequence numbers growing across calls), and
 // a slot is released for all its blocks at once, so a call too long for this mode (more than
 // kCeMaxChunks chunks: staged_host.cc runs the SM kernel) and the calls around it share slots,
@@ -30,7 +36,7 @@
 // every rank's GPU sees it), before anything later on its stream runs; every ceFlags kernel first
 // reads both, copies the poison into its own error word, and then neither releases nor waits.
 // A rank whose copy in raced such an overwrite checks the poison after that copy (the consumed
-// release comes after the reduce), so it fails the same call: every rank reports kTimeout on this
+// release follows the copy in and the sum), so it fails the same call: every rank reports kTimeout on this
 // call and every later one, and an output that raced is never reported as kOk.
 #include <cuda_runtime.h>
 
@@ -214,23 +220,37 @@ Status enqueueChunks(HostStagedTransport& t, const HostStagedTransport::CopyEngi
     const int slot = static_cast<int>((p.seqBase + c) % p.nSlots);
     const size_t c0 = c * chunkElems, len = p.count - c0 < chunkElems ? p.count - c0 : chunkElems;
     const size_t bytes = compressed ? stagedDenseBytes(len, kB) : len * es;  // compressed: codes and scales
-    // Publish: the slot free everywhere, this rank's bytes into its host slot, ready.
+    const int half = static_cast<int>(c % 2);
+    char* inbox = ce->inbox + static_cast<size_t>(half) * n * p.chunkBytes;
+    // Quantize (compressed; plain: on the publish stream): the slot free everywhere, the codes.
+    cudaStream_t q = compressed ? ce->quantize : ce->publish;
     if (seq > static_cast<uint64_t>(p.nSlots))
-      TPCOMM_TRY(launchCeFlags(p, nullptr, 0, p.consumed, seq - p.nSlots, slot, ce->publish));
-    if (compressed) TPCOMM_TRY(launchCeQuantize(p, c0, len, slot, ce->publish));
+      TPCOMM_TRY(launchCeFlags(p, nullptr, 0, p.consumed, seq - p.nSlots, slot, q));
+    if (compressed) {
+      TPCOMM_TRY(launchCeQuantize(p, c0, len, slot, q));
+      TPCOMM_CUDA_TRY(cudaEventRecord(ce->quantized, q));
+      TPCOMM_CUDA_TRY(cudaStreamWaitEvent(ce->publish, ce->quantized, 0));
+    }
+    // Publish: this rank's bytes into its host slot, ready.
     const void* from = compressed ? static_cast<const void*>(p.twin + static_cast<size_t>(slot) * p.chunkBytes)
                                   : static_cast<const void*>(static_cast<const char*>(p.send) + c0 * es);
     TPCOMM_CUDA_TRY(cudaMemcpyAsync(t.slot(me, slot), from, bytes, cudaMemcpyDefault, ce->publish));
     TPCOMM_TRY(launchCeFlags(p, p.ready, seq, nullptr, 0, slot, ce->publish));
-    // Consume: every rank's slot ready, the peers' into the inbox, reduce, consumed.
-    TPCOMM_TRY(launchCeFlags(p, nullptr, 0, p.ready, seq, slot, ce->consume));
+    // Fetch: inbox `half` free (chunk c - 2's reduce done; the latest record of that event, made
+    // two chunks or one call ago), every rank's slot ready, the peers' slots into the inbox.
+    TPCOMM_CUDA_TRY(cudaStreamWaitEvent(ce->fetch, ce->reduced[half], 0));
+    TPCOMM_TRY(launchCeFlags(p, nullptr, 0, p.ready, seq, slot, ce->fetch));
     for (int r = 0; r < n; ++r)
       if (r != me)
         TPCOMM_CUDA_TRY(
-            cudaMemcpyAsync(ce->inbox + r * p.chunkBytes, t.slot(r, slot), bytes, cudaMemcpyHostToDevice, ce->consume));
-    TPCOMM_TRY(compressed ? launchCeSum(p, ce->inbox, c0, len, slot, ce->consume)
-                          : launchCeReduce(p, ce->inbox, c0, len, ce->consume));
-    TPCOMM_TRY(launchCeFlags(p, p.consumed, seq, nullptr, 0, slot, ce->consume));
+            cudaMemcpyAsync(inbox + r * p.chunkBytes, t.slot(r, slot), bytes, cudaMemcpyHostToDevice, ce->fetch));
+    TPCOMM_CUDA_TRY(cudaEventRecord(ce->fetched, ce->fetch));
+    // Reduce: after the copies in, the sum, consumed (its kernel reads the poison word first).
+    TPCOMM_CUDA_TRY(cudaStreamWaitEvent(ce->reduce, ce->fetched, 0));
+    TPCOMM_TRY(compressed ? launchCeSum(p, inbox, c0, len, slot, ce->reduce)
+                          : launchCeReduce(p, inbox, c0, len, ce->reduce));
+    TPCOMM_TRY(launchCeFlags(p, p.consumed, seq, nullptr, 0, slot, ce->reduce));
+    TPCOMM_CUDA_TRY(cudaEventRecord(ce->reduced[half], ce->reduce));
   }
   return Status::kOk;
 }
@@ -248,11 +268,13 @@ Status runStagedCopyEngines(HostStagedTransport& t, const StagedDeviceLaunch& p,
   const HostStagedTransport::CopyEngineResources* ce = t.copyEngines();
   if (!ce) return TPCOMM_ERROR(kInternal, "staged_host: copy-engine mode without its streams and inbox");
   TPCOMM_CUDA_TRY(cudaEventRecord(ce->fork, stream));
-  TPCOMM_CUDA_TRY(cudaStreamWaitEvent(ce->publish, ce->fork, 0));
-  TPCOMM_CUDA_TRY(cudaStreamWaitEvent(ce->consume, ce->fork, 0));
+  for (cudaStream_t st : {ce->quantize, ce->publish, ce->fetch, ce->reduce})
+    TPCOMM_CUDA_TRY(cudaStreamWaitEvent(st, ce->fork, 0));
   const Status s = enqueueChunks(t, ce, p, es, compressed, chunkElems);
+  // The quantize stream's last work precedes the publish stream's, the fetch stream's the
+  // reduce stream's (events), so joining these two joins all four.
   TPCOMM_CUDA_TRY(cudaEventRecord(ce->published, ce->publish));
-  TPCOMM_CUDA_TRY(cudaEventRecord(ce->consumed, ce->consume));
+  TPCOMM_CUDA_TRY(cudaEventRecord(ce->consumed, ce->reduce));
   TPCOMM_CUDA_TRY(cudaStreamWaitEvent(stream, ce->published, 0));
   TPCOMM_CUDA_TRY(cudaStreamWaitEvent(stream, ce->consumed, 0));
   if (s == Status::kOk) gCeCalls.fetch_add(1, std::memory_order_relaxed);

@@ -15,10 +15,11 @@ namespace tpcomm {
 class HostStagedTransport;
 
 /// The most chunks one call runs in this mode; a longer call runs the SM kernel (same slots,
-/// flags and sequence numbers). Each chunk is 5 + n stream operations: a thread that enqueues
-/// every rank's call (createGroup, group calls) must not fill the launch queue with one rank's
-/// call while that call waits for a rank not yet enqueued.
-constexpr size_t kCeMaxChunks = 64;
+/// flags and sequence numbers). Each chunk is ~13 + n stream operations (kernels, copies, event
+/// records and waits on four streams): a thread that enqueues every rank's call (createGroup,
+/// group calls) must not fill the launch queue with one rank's call while that call waits for
+/// a rank not yet enqueued. 32 chunks is 128 MiB plain at the mode's 4 MiB chunks.
+constexpr size_t kCeMaxChunks = 32;
 
 /// Enqueues one all-reduce of p.count elements of es bytes, chunks of chunkElems, on `stream`.
 Status runStagedCopyEngines(HostStagedTransport& t, const StagedDeviceLaunch& p, size_t es, bool compressed,

@@ -176,10 +176,11 @@ Status HostStagedTransport::create(const TransportEnv& ctx, const Geometry& g, s
   }
   if (ok && ctx.device >= 0 && g.copyEngines) {
     CopyEngineResources& ce = t->ce_;
-    cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&ce.inbox), g.chunkBytes * ctx.nRanks);
-    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&ce.publish, cudaStreamNonBlocking);
-    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&ce.consume, cudaStreamNonBlocking);
-    for (cudaEvent_t* ev : {&ce.fork, &ce.published, &ce.consumed})
+    cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&ce.inbox), 2 * g.chunkBytes * ctx.nRanks);
+    for (cudaStream_t* st : {&ce.quantize, &ce.publish, &ce.fetch, &ce.reduce})
+      if (e == cudaSuccess) e = cudaStreamCreateWithFlags(st, cudaStreamNonBlocking);
+    for (cudaEvent_t* ev : {&ce.fork, &ce.published, &ce.consumed, &ce.quantized, &ce.fetched, &ce.reduced[0],
+                            &ce.reduced[1]})
       if (e == cudaSuccess) e = cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
     if (e != cudaSuccess) {
       TPCOMM_WARN(kInit, "host_staged: the copy-engine mode's inbox, streams or events: %s", cudaGetErrorString(e));
@@ -240,15 +241,16 @@ int HostStagedTransport::removeStaleSegments(std::string* report) {
 
 HostStagedTransport::~HostStagedTransport() {
 #ifdef TPCOMM_HAVE_CUDA
-  if (deviceTwin_ || ce_.inbox || ce_.publish) {  // on their device, the caller's restored after
+  if (deviceTwin_ || ce_.inbox || ce_.quantize) {  // on their device, the caller's restored after
     int prev = -1;
     cudaGetDevice(&prev);
     cudaSetDevice(twinDevice_);
     if (deviceTwin_) cudaFree(deviceTwin_);
     if (ce_.inbox) cudaFree(ce_.inbox);
-    for (cudaStream_t st : {ce_.publish, ce_.consume})
+    for (cudaStream_t st : {ce_.quantize, ce_.publish, ce_.fetch, ce_.reduce})
       if (st) cudaStreamDestroy(st);
-    for (cudaEvent_t ev : {ce_.fork, ce_.published, ce_.consumed})
+    for (cudaEvent_t ev : {ce_.fork, ce_.published, ce_.consumed, ce_.quantized, ce_.fetched, ce_.reduced[0],
+                           ce_.reduced[1]})
       if (ev) cudaEventDestroy(ev);
     cudaGetLastError();
     if (prev >= 0) cudaSetDevice(prev);

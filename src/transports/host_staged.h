@@ -62,13 +62,15 @@ class HostStagedTransport {
   /// its host slot, so its own reducer reads them back from HBM instead of quantizing the input
   /// a second time (staged_host_compressed.cu).
   char* deviceTwin() const { return deviceTwin_; }
-  /// GPU ranks with Geometry::copyEngines (staged_host_ce.cu): nRanks * chunkBytes of device
-  /// memory (inbox r holds a copy of rank r's host slot), the publish and consume streams, and
-  /// the events that fork them from and join them to a call's stream. Null otherwise.
+  /// GPU ranks with Geometry::copyEngines (staged_host_ce.cu): 2 * nRanks * chunkBytes of device
+  /// memory (two inboxes, chunk c's in inbox c % 2; its part r holds a copy of rank r's host
+  /// slot), the quantize, publish, fetch and reduce streams, and their events. Null otherwise.
   struct CopyEngineResources {
     char* inbox = nullptr;
-    cudaStream_t publish = nullptr, consume = nullptr;
-    cudaEvent_t fork = nullptr, published = nullptr, consumed = nullptr;
+    cudaStream_t quantize = nullptr, publish = nullptr, fetch = nullptr, reduce = nullptr;
+    cudaEvent_t fork = nullptr, published = nullptr, consumed = nullptr;  // fork from, join to the call
+    cudaEvent_t quantized = nullptr, fetched = nullptr;  // a chunk's codes ready; its copies in done
+    cudaEvent_t reduced[2] = {nullptr, nullptr};         // inbox i free again
   };
   const CopyEngineResources* copyEngines() const { return ce_.inbox ? &ce_ : nullptr; }
   /// A word of the shared segment (zero until a copy-engine-mode wait fails; then the error code),
