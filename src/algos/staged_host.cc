@@ -13,7 +13,7 @@
 // Outputs of 8 MiB and more are written with non-temporal stores (no read-for-ownership).
 // GPU ranks: one kernel per call (staged_host.cu), no host thread involved; see there. With
 // TPCOMM_STAGED_COPY_ENGINES=1 (experimental) the copy engines move the bytes between small flag
-// and reduce kernels on two internal streams (staged_host_ce.cu).
+// and reduce kernels on four internal streams (staged_host_ce.cu).
 // staged_host+fp8 / staged_host+int8 (Config::compression): the same class with a wire format,
 // all-reduce sums: host ranks run staged_host_compressed.cc's schedule, GPU ranks
 // staged_host_compressed.cu's kernel (same slots, flags and sequence numbers as the plain kernel).

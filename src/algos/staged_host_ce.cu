@@ -22,8 +22,7 @@
 //   reduce:   after `fetched`: ceReduce / ceSum reads only device memory (input or twin for this
 //             rank, inbox i for the peers), sums in rank order in fp32 and writes the output chunk
 //             -> ceFlags releases consumed[me][s][*] = seq -> event reduced[i].
-// The call's stream forks all four (event `fork`) and waits for publish and reduce, whose last
-// work comes after quantize's and fetch's.
+// The call's stream forks all four (event `fork`) and waits for each of them (events joined[]).
 // Flags are staged_host's (per rank, slot and block, sequence numbers growing across calls), and
 // a slot is released for all its blocks at once, so a call too long for this mode (more than
 // kCeMaxChunks chunks: staged_host.cc runs the SM kernel) and the calls around it share slots,
@@ -125,7 +124,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // The compressed kernels' view of a slot (or of inbox r): the dense layout of staged_pieces.h,
 // codes then scales, for this chunk's len elements. The grid's warps take the chunk's
-// quantization blocks in turn (forWarpBlocks), so every SM works however short the chunk.
+// quantization blocks in turn (forWarpBlocks), so every block works however short the chunk.
 __device__ __forceinline__ Wire denseWire(const char* base, size_t len) {
   return dev::wireAt(const_cast<char*>(base), stagedDenseCodeBytes(len));
 }
@@ -261,22 +260,30 @@ std::atomic<uint64_t> gCeCalls{0};
 
 uint64_t stagedCopyEngineCalls() { return gCeCalls.load(std::memory_order_relaxed); }
 
-// Forks the two streams from `stream`, enqueues every chunk, and joins them back (also after a
-// failed enqueue, so `stream` never runs ahead of work that still reads or writes the buffers).
+// Forks the four streams from `stream`, enqueues every chunk, and joins each of them back, also
+// after a failed enqueue (an event record or wait that failed may have left a stream's work
+// unordered with the others), so `stream` never runs ahead of work that still reads or writes
+// the buffers; the first error is returned.
 Status runStagedCopyEngines(HostStagedTransport& t, const StagedDeviceLaunch& p, size_t es, bool compressed,
                             size_t chunkElems, cudaStream_t stream) {
   const HostStagedTransport::CopyEngineResources* ce = t.copyEngines();
   if (!ce) return TPCOMM_ERROR(kInternal, "staged_host: copy-engine mode without its streams and inbox");
+  const cudaStream_t streams[4] = {ce->quantize, ce->publish, ce->fetch, ce->reduce};
   TPCOMM_CUDA_TRY(cudaEventRecord(ce->fork, stream));
-  for (cudaStream_t st : {ce->quantize, ce->publish, ce->fetch, ce->reduce})
-    TPCOMM_CUDA_TRY(cudaStreamWaitEvent(st, ce->fork, 0));
-  const Status s = enqueueChunks(t, ce, p, es, compressed, chunkElems);
-  // The quantize stream's last work precedes the publish stream's, the fetch stream's the
-  // reduce stream's (events), so joining these two joins all four.
-  TPCOMM_CUDA_TRY(cudaEventRecord(ce->published, ce->publish));
-  TPCOMM_CUDA_TRY(cudaEventRecord(ce->consumed, ce->reduce));
-  TPCOMM_CUDA_TRY(cudaStreamWaitEvent(stream, ce->published, 0));
-  TPCOMM_CUDA_TRY(cudaStreamWaitEvent(stream, ce->consumed, 0));
+  for (cudaStream_t st : streams) TPCOMM_CUDA_TRY(cudaStreamWaitEvent(st, ce->fork, 0));
+  Status s = enqueueChunks(t, ce, p, es, compressed, chunkElems);
+  for (int i = 0; i < 4; ++i) {
+    cudaError_t e = cudaEventRecord(ce->joined[i], streams[i]);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(stream, ce->joined[i], 0);
+    if (e != cudaSuccess) {
+      // The call's stream cannot be ordered after this stream: wait for it here instead.
+      cudaGetLastError();
+      const cudaError_t w = cudaStreamSynchronize(streams[i]);
+      if (s == Status::kOk)
+        s = TPCOMM_ERROR(kCudaError, "staged_host copy-engine join: %s%s%s", cudaGetErrorString(e),
+                         w == cudaSuccess ? "" : "; synchronizing the stream: ", w == cudaSuccess ? "" : cudaGetErrorString(w));
+    }
+  }
   if (s == Status::kOk) gCeCalls.fetch_add(1, std::memory_order_relaxed);
   return s;
 }

@@ -58,10 +58,13 @@ Status bringUpHostStaged(Bootstrap& bs, AlgoContext* c, TransportReport* report)
   g.slots = static_cast<int>(paramInt(ParamId::kStagedSlots));
   g.blocks = static_cast<int>(paramInt(ParamId::kStagedBlocks));
   g.copyEngines = paramInt(ParamId::kStagedCopyEngines) != 0;
-  // The copy-engine mode pays ~5 stream operations per chunk: with 1 MiB chunks it was 1.09-1.25x
-  // slower than the SM kernel at 4-64 MB, with 4 MiB chunks 0.80-0.88x at 16-64 MB (session 13,
-  // two ranks sharing one H200; docs/host_staged.md). An explicit TPCOMM_STAGED_CHUNK_BYTES wins.
-  if (g.copyEngines && !params()[static_cast<int>(ParamId::kStagedChunkBytes)].fromEnv) g.chunkBytes = 4u << 20;
+  // The copy-engine mode pays several stream operations per chunk: with 1 MiB chunks it was
+  // 1.07-1.31x slower than the SM kernel at 4-64 MB, with 4 MiB chunks 0.80-0.88x at 16-64 MB
+  // (session 13, two ranks sharing one H200; docs/host_staged.md). A valid
+  // TPCOMM_STAGED_CHUNK_BYTES wins; an unset or rejected one gives the mode's default.
+  const ParamId chunkId = ParamId::kStagedChunkBytes;
+  if (g.copyEngines && (!params()[static_cast<int>(chunkId)].fromEnv || !paramProblem(chunkId).empty()))
+    g.chunkBytes = 4u << 20;
   std::unique_ptr<HostStagedTransport> t;
   Status s = c->topo.singleNode() ? HostStagedTransport::create(envOf(bs, *c), g, &t)
                                   : TPCOMM_ERROR(kNotSupported, "ranks span several nodes");

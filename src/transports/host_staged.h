@@ -68,7 +68,8 @@ class HostStagedTransport {
   struct CopyEngineResources {
     char* inbox = nullptr;
     cudaStream_t quantize = nullptr, publish = nullptr, fetch = nullptr, reduce = nullptr;
-    cudaEvent_t fork = nullptr, published = nullptr, consumed = nullptr;  // fork from, join to the call
+    cudaEvent_t fork = nullptr;                           // the call's stream, forked to all four
+    cudaEvent_t joined[4] = {nullptr, nullptr, nullptr, nullptr};  // each stream's end, joined back
     cudaEvent_t quantized = nullptr, fetched = nullptr;  // a chunk's codes ready; its copies in done
     cudaEvent_t reduced[2] = {nullptr, nullptr};         // inbox i free again
   };

@@ -169,7 +169,8 @@ TEST_P(StagedHostGpu, AllReduceBitExactOnEveryRank) {
         }
       }
     }
-  // Every call of the table ran in the mode the parameter names (64 MB at most: within kCeMaxChunks).
+  // Every call of the table ran in the mode the parameter names (64 MB at most: 16 chunks of the
+  // mode's default 4 MiB, within kCeMaxChunks; run without TPCOMM_STAGED_CHUNK_BYTES set).
   const uint64_t ceCalls = stagedCopyEngineCalls() - ceBefore;
   if (std::strcmp(copyEnginesOf(GetParam()), "1") == 0)
     EXPECT_EQ(ceCalls, static_cast<uint64_t>(n) * 3 * 6 * 3 * 2) << "calls in copy-engine mode";
@@ -221,6 +222,8 @@ TEST_P(StagedHostGpu, SkippedPeerYieldsTimeoutWithinTheBound) {
 // then report kOk with wrong bits: each either fails the call or holds the exact sum.
 TEST_P(StagedHostGpu, LatePeerNeverGetsOkWithWrongBits) {
   test::ScopedEnv copyEngines("TPCOMM_STAGED_COPY_ENGINES", copyEnginesOf(GetParam()));
+  // 1 MiB chunks in both modes (the copy-engine mode's default is 4 MiB), so the call reuses slots.
+  test::ScopedEnv chunk("TPCOMM_STAGED_CHUNK_BYTES", "1048576");
   constexpr int kBoundMs = 300;
   GpuGroup g;
   const size_t count = 2u << 20;  // f32: 8 MB, 8 one-MB chunks over 4 slots
