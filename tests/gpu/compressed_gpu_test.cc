@@ -48,6 +48,10 @@ RankGroup* compressedGroup(const std::string& base, Compression c) {
   static std::map<std::pair<std::string, Compression>, std::unique_ptr<RankGroup>> groups;
   auto it = groups.find({base, c});
   if (it != groups.end()) return it->second.get();
+  // One group at a time: ranks sharing a GPU in one process share its 32 hardware queues
+  // (CUDA_DEVICE_MAX_CONNECTIONS), and a copy-engine rank has five streams; with every group
+  // kept, streams would share queues and a spinning flag kernel could stall another rank's copy.
+  groups.clear();
   tpcomm::test::ScopedEnv chunk("TPCOMM_TWOSHOT_CHUNK_BYTES", "65536");  // read at create
   tpcomm::test::ScopedEnv staged("TPCOMM_STAGED_CHUNK_BYTES", "65536");
   tpcomm::test::ScopedEnv check("TPCOMM_CHECK_CALLS", "1");
