@@ -39,6 +39,7 @@
 // call and every later one, and an output that raced is never reported as kOk.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "algos/device_common.cuh"
@@ -162,10 +163,19 @@ __global__ void __launch_bounds__(kThreads)
   });
 }
 
-// Blocks for the compressed kernels: one per kWarps x kWarpElems elements, at most 2 x p.blocks.
+// Blocks for the compressed kernels: one per kWarps x kWarpElems elements, at most one per SM
+// (at least 2 x p.blocks). They are arithmetic-bound (two decodes, a quantize and a decode per
+// element in the sum): on 32 of an H200's 132 SMs a 4 MiB chunk of codes would take an estimated
+// ~80 us (quantize_gpu_bench's whole-GPU rate, scaled), about its copy time on a 55 GB/s link,
+// and then the kernels, not the link, would set the pace. Not yet measured.
 int compressedGrid(const StagedDeviceLaunch& p, size_t len) {
   const size_t per = static_cast<size_t>(kWarps) * dev::kWarpElems, want = (len + per - 1) / per;
-  const size_t cap = 2 * static_cast<size_t>(p.blocks);
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    cudaGetLastError();
+    sms = 0;
+  }
+  const size_t cap = std::max<size_t>(2 * static_cast<size_t>(p.blocks), static_cast<size_t>(sms));
   return static_cast<int>(want < 1 ? 1 : want > cap ? cap : want);
 }
 
