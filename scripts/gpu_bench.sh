@@ -9,7 +9,8 @@
 # PART=halves (reduce_scatter_perf / all_gather_perf vs NCCL) or PART=qwen runs one part (each
 # fits one 10-minute device call); default all. PART=tune (not in all): issue 20's measured
 # selection: auto vs the best single algorithm with the model only, tpcomm-doctor --tune into a
-# fresh cache, the same table again with the measured selection.
+# fresh cache, the same table again with the measured selection. PART=compression (not in all):
+# issue 18's two-GPU tables (below).
 PART=${PART:-all}
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 [ -x "$B/bench/allreduce_perf" ] && [ -x "$B/bench/all_gather_perf" ] || gpu_build
@@ -48,6 +49,22 @@ TPCOMM_TUNE=1 TPCOMM_DEBUG=INFO TPCOMM_DEBUG_SUBSYS=INIT,TUNE b tune_measured 15
 cp "$XDG_CACHE_HOME/tpcomm/tune.json" "$L/" 2>/dev/null || true
 for f in tune_model tune_measured; do echo "== $f"; sed -n '/auto vs the best/,/^#$/p' "$L/$f.txt"; done
 grep -a "tuning file:" "$L/tune_measured.txt" | head -2
+fi
+# PART=compression (not in all; ~6 min): issue 18 on two GPUs. twoshot_p2p against its +fp8 / +int8
+# forms and NCCL, 1-256 MB, order alternated (the >= 8 MB busbw target: >= 1.6x two-shot), then
+# staged_host with the SM kernel (TPCOMM_STAGED_COPY_ENGINES=0) and the copy engines (=1), plain
+# and +int8 / +fp8 in one process per mode, modes A B B A across processes (each GPU on its own
+# PCIe link here, unlike the one-GPU runs of gpu_shared_check.sh; docs/host_staged.md).
+if [ "$PART" = compression ]; then
+b compressed_twoshot 150 $P -c 1 -b 1M -e 256M -f 4 -w 5 -n 20 -K 5 --compression int8 \
+  -A twoshot_p2p -A twoshot_p2p+fp8 -A twoshot_p2p+int8 -A nccl -A nccl -A twoshot_p2p+int8 -A twoshot_p2p+fp8 -A twoshot_p2p
+i=0
+for mode in 0 1 1 0; do
+  i=$((i + 1))
+  b "staged_ce${mode}_$i" 90 $MPI -x TPCOMM_STAGED_COPY_ENGINES=$mode "$B/bench/allreduce_perf" -d bf16 -c 1 -b 1M -e 64M \
+    -f 4 -w 5 -n 20 -K 5 --compression int8 -A staged_host -A staged_host+int8 -A staged_host+fp8
+done
+for f in "$L"/compressed_twoshot.txt "$L"/staged_ce*.txt; do echo "== $(basename "$f")"; sed -n '/Side by side/,/^#$/p' "$f" | head -12; done
 fi
 if [ "$PART" = all ] || [ "$PART" = qwen ]; then
 Q="$B/examples/qwen_tp/qwen_tp --model-preset qwen3-32b --tp 2 --prompt-tokens 512 --n-predict 256 --ctx-size 1024"
