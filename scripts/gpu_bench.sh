@@ -82,7 +82,9 @@ done; done
 echo "matrix flags: $X"
 for ar in auto nccl staged_host; do
   b "qwen_${ar}_off" 60 $Q $X --allreduce $ar
-  b "qwen_${ar}_0.485" 60 $Q $X --allreduce $ar --spec-type draft-mtp --spec-draft-n-max 5 --sim-token-acceptance 0.485 --no-profile
+  # The field report's regime (issue 17): llama.cpp's accepted/drafted 0.485 with fixed 5-token drafts.
+  b "qwen_${ar}_field" 60 $Q $X --allreduce $ar --spec-type draft-mtp --spec-draft-n-min 5 --spec-draft-n-max 5 \
+    --sim-draft-acceptance 0.485 --no-profile
 done
 for a in 0.3 0.7; do b "qwen_auto_$a" 40 $Q $X --allreduce auto --spec-type draft-mtp --spec-draft-n-max 5 --sim-token-acceptance $a --no-profile; done
 b qwen_nccl_eager_off 40 $Q $X --allreduce nccl --no-graphs

@@ -3,7 +3,7 @@
 # bench/baselines/torch_qwen_tp1.py, in the same device call: build, the qwen GPU tests, then the
 # benchmark in A B B A order (qwen_tp, torch, torch, qwen_tp) per model shape. Every log records
 # the commit, the date and the command. Usage (from a source tree):
-#   OUT=/path/to/logs examples/qwen_tp/bench_h200x1.sh [all|test|bench8|bench32|long|variants|compile]
+#   OUT=/path/to/logs examples/qwen_tp/bench_h200x1.sh [all|test|bench8|bench32|long|variants|field|compile]
 # COMMIT (env) names the commit the tree was archived from when it has no .git.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -79,6 +79,17 @@ if [ "$PART" = all ] || [ "$PART" = bench32 ]; then
   run torch32_B2 300 $T --preset qwen3-32b --prefill 512,2048,8192 --decode 512 --reps 2 --steps 20
   qwen32 A2
 fi
+if [ "$PART" = field ]; then
+  # Issue 17's field regime on one GPU (TP=1: no all-reduce, so no tpcomm / NCCL / staged_host
+  # columns; the TP=2 table is scripts/gpu_bench.sh PART=qwen): qwen3-32b shape, MTP off against
+  # fixed 5-token drafts at llama.cpp's accepted/drafted 0.485, A B B A.
+  F="$Q --model-preset qwen3-32b --prompt-tokens 512 --n-predict 256 --ctx-size 1024"
+  M="--spec-type draft-mtp --spec-draft-n-min 5 --spec-draft-n-max 5 --sim-draft-acceptance 0.485"
+  run qwen32_field_off_A 120 $F
+  run qwen32_field_mtp_B 120 $F $M
+  run qwen32_field_mtp_B2 120 $F $M
+  run qwen32_field_off_A2 120 $F
+fi
 if [ "$PART" = compile ]; then
   # one compiled layer function serves all 36 layers and every position of a 256-slot bucket;
   # each position's first (compiling) call may take COMPILE_S seconds before the script gives up
@@ -94,7 +105,7 @@ echo "== summary ($REV)"
 for f in "$OUT"/qwen*.log; do
   [ -f "$f" ] || continue
   echo "-- $(basename "$f")"
-  grep -aE "^## .*prompt-tokens|prompt eval time|       eval time|prefill cold|decode step|memory rank|roofline" "$f" |
+  grep -aE "^## .*prompt-tokens|prompt eval time|       eval time|prefill cold|decode step|memory rank|roofline|acceptance|accepted length" "$f" |
     sed -E 's/^## [0-9:]+ .*--prompt-tokens ([0-9]+).*/P=\1/' | cut -c1-150
 done
 for f in "$OUT"/torch*.log; do
