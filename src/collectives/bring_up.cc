@@ -52,19 +52,24 @@ TransportEnv envOf(Bootstrap& bs, const AlgoContext& c) {
   return TransportEnv{c.rank, c.nRanks, c.device, &bs, c.topo, c.timeoutMs};
 }
 
+// staged_host's slot bytes. The copy-engine mode pays several stream operations per chunk: with
+// 1 MiB chunks it was 1.07-1.31x slower than the SM kernel at 4-64 MB, with 4 MiB chunks
+// 0.80-0.88x at 16-64 MB (session 13, two ranks sharing one H200; docs/host_staged.md), so it
+// takes 4 MiB unless TPCOMM_STAGED_CHUNK_BYTES is set (a rejected value gives the table's
+// default, as its warning says). agreeOnSettings compares this value, not the setting: ranks
+// that reached different slot sizes would address each other's slots at different offsets.
+int64_t stagedChunkBytesInForce() {
+  if (paramInt(ParamId::kStagedCopyEngines) != 0 && !params()[static_cast<int>(ParamId::kStagedChunkBytes)].fromEnv)
+    return int64_t{4} << 20;
+  return paramInt(ParamId::kStagedChunkBytes);
+}
+
 Status bringUpHostStaged(Bootstrap& bs, AlgoContext* c, TransportReport* report) {
   HostStagedTransport::Geometry g;
-  g.chunkBytes = static_cast<size_t>(paramInt(ParamId::kStagedChunkBytes));
+  g.chunkBytes = static_cast<size_t>(stagedChunkBytesInForce());
   g.slots = static_cast<int>(paramInt(ParamId::kStagedSlots));
   g.blocks = static_cast<int>(paramInt(ParamId::kStagedBlocks));
   g.copyEngines = paramInt(ParamId::kStagedCopyEngines) != 0;
-  // The copy-engine mode pays several stream operations per chunk: with 1 MiB chunks it was
-  // 1.07-1.31x slower than the SM kernel at 4-64 MB, with 4 MiB chunks 0.80-0.88x at 16-64 MB
-  // (session 13, two ranks sharing one H200; docs/host_staged.md). A valid
-  // TPCOMM_STAGED_CHUNK_BYTES wins; an unset or rejected one gives the mode's default.
-  const ParamId chunkId = ParamId::kStagedChunkBytes;
-  if (g.copyEngines && (!params()[static_cast<int>(chunkId)].fromEnv || !paramProblem(chunkId).empty()))
-    g.chunkBytes = 4u << 20;
   std::unique_ptr<HostStagedTransport> t;
   Status s = c->topo.singleNode() ? HostStagedTransport::create(envOf(bs, *c), g, &t)
                                   : TPCOMM_ERROR(kNotSupported, "ranks span several nodes");
@@ -221,7 +226,8 @@ Status agreeOnSettings(Bootstrap& bs, const Config& config, AlgoOverride* ovr) {
     int64_t v[kN];
     uint64_t algoHash;  // FNV-1a of the selection override text
   } mine{};
-  for (size_t i = 0; i < kN; ++i) mine.v[i] = paramInt(kShared[i]);
+  for (size_t i = 0; i < kN; ++i)
+    mine.v[i] = kShared[i] == ParamId::kStagedChunkBytes ? stagedChunkBytesInForce() : paramInt(kShared[i]);
   mine.algoHash = 1469598103934665603ull;
   for (unsigned char ch : algoText) mine.algoHash = (mine.algoHash ^ ch) * 1099511628211ull;
   mine.algoHash = (mine.algoHash ^ (ovr->deterministicOnly ? 1 : 0)) * 1099511628211ull;  // same mode everywhere

@@ -242,12 +242,16 @@ TEST_P(StagedHostGpu, LatePeerNeverGetsOkWithWrongBits) {
     CUDA_OK(cudaMemset(g.recv[r], 0xFF, count * 4));
     CUDA_OK(cudaDeviceSynchronize());
   }
+  const uint64_t ceBefore = stagedCopyEngineCalls();
   for (int r = 0; r < n; ++r) {
     if (r == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(kBoundMs + kBoundMs / 2));
     ASSERT_EQ(g.ranks->comms[r]->allReduce(g.send[r], g.recv[r], count, dt, ReduceOp::kSum, g.ranks->streams[r]),
               Status::kOk)
         << "rank " << r << ": " << lastErrorMessage();
   }
+  // The call ran in the mode the parameter names (8 one-MB chunks: within kCeMaxChunks).
+  EXPECT_EQ(stagedCopyEngineCalls() - ceBefore, std::strcmp(copyEnginesOf(GetParam()), "1") == 0 ? static_cast<uint64_t>(n) : 0u)
+      << "calls in copy-engine mode";
   int failed = 0;
   for (int r = 0; r < n; ++r) {
     CUDA_OK(cudaSetDevice(g.ranks->devices[r]));
