@@ -13,8 +13,10 @@ mkdir -p "$L"
 T0=$(date +%s)
 el() { echo "$(( $(date +%s) - T0 ))s"; }
 gpu_build() {
+  { echo "# commit ${COMMIT:-$(git -C "$root" rev-parse HEAD 2>/dev/null)}"; echo "# date $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "# command: cmake -S . -B $B -G Ninja -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90} -DCMAKE_BUILD_TYPE=Release && ninja -C $B"; } > "$L/build.log"
   cmake -S "$root" -B "$B" -G Ninja -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DCMAKE_BUILD_TYPE=Release \
-    > "$L/build.log" 2>&1 && ninja -C "$B" -j"$(nproc)" -k 0 >> "$L/build.log" 2>&1
+    >> "$L/build.log" 2>&1 && ninja -C "$B" -j"$(nproc)" -k 0 >> "$L/build.log" 2>&1
   echo "build rc=$? $(el)"
   grep -a -B2 -A6 " error" "$L/build.log" | head -20
 }
