@@ -86,13 +86,15 @@ step tune 240 bash "$root/tools/tune_gpu_test.sh" "$B/tools/tpcomm-doctor" "$B/b
 # each mode, A B B A across processes (SM, CE, CE, SM), plain and +int8 / +fp8 at 1-64 MB.
 # Opt-in (CE=1, ~7 min; run it with SKIP for the rest).
 # CE_TESTS=0 leaves the tests out; CE_MODES="0 1:4M" (say) runs only the modes named, in that
-# order, a mode MODE:CHUNK with TPCOMM_STAGED_CHUNK_BYTES=CHUNK; CE_CODECS and CE_MIN narrow the runs.
+# order, a mode MODE[:CHUNK[:SPLIT]] with TPCOMM_STAGED_CHUNK_BYTES=CHUNK (empty: unset) and
+# TPCOMM_STAGED_CE_SPLIT=SPLIT; CE_CODECS, CE_MIN and CE_MAX narrow the runs.
 if [ "${CE:-0}" = 1 ]; then
   [ "${CE_TESTS:-1}" = 0 ] || step ce 300 "$B/tests/gpu/tpcomm_gpu_tests" --gtest_filter='*StagedHostGpu*:*Compressed*'
   for m in ${CE_MODES:-0 1 1 0}; do
-    mode=${m%%:*}; chunk=; [ "$m" = "$mode" ] || chunk=TPCOMM_STAGED_CHUNK_BYTES=${m#*:}
+    IFS=: read -r mode chunk split <<< "$m"
+    [ -z "$chunk" ] || chunk=TPCOMM_STAGED_CHUNK_BYTES=$chunk; [ -z "$split" ] || split=TPCOMM_STAGED_CE_SPLIT=$split
     for c in ${CE_CODECS:-int8 fp8}; do
-      step ce 90 env TPCOMM_STAGED_COPY_ENGINES=$mode $chunk "$B/bench/allreduce_perf" -g 2 -d bf16 -b ${CE_MIN:-1M} -e 64M \
+      step ce 90 env TPCOMM_STAGED_COPY_ENGINES=$mode $chunk $split "$B/bench/allreduce_perf" -g 2 -d bf16 -b ${CE_MIN:-1M} -e ${CE_MAX:-64M} \
         -f 4 -w 5 -n 20 -K 5 --compression $c -A staged_host -A staged_host+$c
     done
   done

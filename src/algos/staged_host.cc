@@ -358,7 +358,8 @@ Status StagedHost::runDevice(const CollArgs& a) {
     p.twin = t.deviceTwin();
     if (!p.twin) return TPCOMM_ERROR(kInternal, "%s: the staging slots have no device twin", name());
     // The copy-engine mode packs a chunk densely (staged_pieces.h), so its chunks hold more.
-    const size_t ceElems = stagedDenseElems(g.chunkBytes, kQuantBlockElems);
+    const size_t ceElems =
+        stagedCeChunkElems(a.count, a.elemSize(), stagedDenseElems(g.chunkBytes, kQuantBlockElems), g.ceSplit);
     const size_t ceChunks = (a.count + ceElems - 1) / ceElems;
     if (t.copyEngines() && ceChunks <= kCeMaxChunks) {
       p.seqBase = t.takeSequence(ceChunks);
@@ -371,10 +372,14 @@ Status StagedHost::runDevice(const CollArgs& a) {
     return TPCOMM_CUDA_ONLY(launchStagedCompressed(p, a.stream));
   }
   size_t chunks = (a.count * a.elemSize() + g.chunkBytes - 1) / g.chunkBytes;
+  if (t.copyEngines() && chunks <= kCeMaxChunks) {
+    const size_t ceElems = stagedCeChunkElems(a.count, a.elemSize(), g.chunkBytes / a.elemSize(), g.ceSplit);
+    p.seqBase = t.takeSequence((a.count + ceElems - 1) / ceElems);
+    p.poison = t.poisonWord();
+    return TPCOMM_CUDA_ONLY(runStagedCopyEngines(t, p, a.elemSize(), false, ceElems, a.stream));
+  }
   p.seqBase = t.takeSequence(chunks);
   p.poison = t.poisonWord();
-  if (t.copyEngines() && chunks <= kCeMaxChunks)
-    return TPCOMM_CUDA_ONLY(runStagedCopyEngines(t, p, a.elemSize(), false, g.chunkBytes / a.elemSize(), a.stream));
   return TPCOMM_CUDA_ONLY(launchStagedDevice(p, a.stream));
 }
 

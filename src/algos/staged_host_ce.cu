@@ -217,7 +217,7 @@ Status launchCeSum(const StagedDeviceLaunch& p, const char* inbox, size_t c0, si
 }  // namespace
 
 // The schedule in the opening comment, for count elements of es bytes in chunks of chunkElems
-// (plain: chunkBytes / es; compressed: what the slot's pieces hold).
+// (staged_host.cc: stagedCeChunkElems, at most what a slot holds; every rank the same).
 namespace {
 
 Status enqueueChunks(HostStagedTransport& t, const HostStagedTransport::CopyEngineResources* ce,

@@ -44,4 +44,26 @@ TPCOMM_HD inline size_t stagedDenseBytes(size_t len, size_t quantBlockElems) {
   return stagedDenseCodeBytes(len) + (len + quantBlockElems - 1) / quantBlockElems * sizeof(float);
 }
 
+/// The copy-engine mode's chunk, in elements, for a call of count elements of elemBytes bytes whose
+/// slot holds capacityElems: the whole slot, unless the call would fill fewer than `split` chunks;
+/// then about count / split, in multiples of kStagedCeChunkAlign elements and never below
+/// kStagedCeMinChunkBytes of input. Why: a call of one chunk runs its copies out (D2H), the wait
+/// for every rank, and its copies in (H2D) one after the other, and the link's two directions take
+/// turns; with several chunks the copies out of chunk c + 1 run while chunk c comes in (session 14:
+/// a 4 MB plain call in one 4 MiB chunk took 350 us, about D2H + H2D + the stream operations). The
+/// alignment is a multiple of the quantization block, so compressed blocks keep their offsets from
+/// the buffer's start (the same bits whatever the split), and of 16 bytes for the vector kernels.
+/// Every rank computes it from the same agreed inputs, so chunk boundaries (and the sequence
+/// numbers they take) match.
+constexpr size_t kStagedCeChunkAlign = 256;
+constexpr size_t kStagedCeMinChunkBytes = size_t{512} << 10;
+TPCOMM_HD inline size_t stagedCeChunkElems(size_t count, size_t elemBytes, size_t capacityElems, int split) {
+  if (split <= 1) return capacityElems;
+  size_t want = (count + static_cast<size_t>(split) - 1) / static_cast<size_t>(split);
+  const size_t minElems = kStagedCeMinChunkBytes / elemBytes;
+  if (want < minElems) want = minElems;
+  want = (want + kStagedCeChunkAlign - 1) / kStagedCeChunkAlign * kStagedCeChunkAlign;
+  return want < capacityElems ? want : capacityElems;
+}
+
 }  // namespace tpcomm

@@ -70,6 +70,7 @@ Status bringUpHostStaged(Bootstrap& bs, AlgoContext* c, TransportReport* report)
   g.slots = static_cast<int>(paramInt(ParamId::kStagedSlots));
   g.blocks = static_cast<int>(paramInt(ParamId::kStagedBlocks));
   g.copyEngines = paramInt(ParamId::kStagedCopyEngines) != 0;
+  g.ceSplit = static_cast<int>(paramInt(ParamId::kStagedCeSplit));
   std::unique_ptr<HostStagedTransport> t;
   Status s = c->topo.singleNode() ? HostStagedTransport::create(envOf(bs, *c), g, &t)
                                   : TPCOMM_ERROR(kNotSupported, "ranks span several nodes");
@@ -220,7 +221,8 @@ Status agreeOnSettings(Bootstrap& bs, const Config& config, AlgoOverride* ovr) {
                                     ParamId::kLamportMaxBytes,  ParamId::kOneshotMaxBytes, ParamId::kTwoshotChunkBytes,
                                     ParamId::kLlMaxBytes,  // sizes the last scratch area: peers address it
                                     ParamId::kStagedChunkBytes, ParamId::kStagedSlots,     ParamId::kStagedBlocks,
-                                    ParamId::kStagedCopyEngines, ParamId::kCheckCalls,      ParamId::kTune};
+                                    ParamId::kStagedCopyEngines, ParamId::kCheckCalls,      ParamId::kTune,
+                                    ParamId::kStagedCeSplit};  // chunk boundaries: every rank's must match
   constexpr size_t kN = sizeof(kShared) / sizeof(kShared[0]);
   struct Shared {
     int64_t v[kN];

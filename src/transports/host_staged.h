@@ -32,6 +32,7 @@ class HostStagedTransport {
     int slots = 4;                ///< pipeline depth
     int blocks = 16;              ///< GPU blocks per role; one flag per (rank, slot, block)
     bool copyEngines = false;     ///< GPU ranks: make the copy-engine mode's streams and inbox
+    int ceSplit = 4;              ///< copy-engine mode: chunks a call is split into, at least (stagedCeChunkElems)
   };
 
   /// Removes the POSIX shared-memory segments of this user that a tpcomm process left behind when

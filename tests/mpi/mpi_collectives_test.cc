@@ -167,7 +167,8 @@ TEST_F(MpiCollectives, CreateRefusesSharedSettingsThatDifferBetweenRanks) {
   const char* const kSettings[][2] = {{"TPCOMM_LL_MAX_BYTES", "1048576"},
                                       {"TPCOMM_LAMPORT_MAX_BYTES", "1048576"},
                                       {"TPCOMM_STAGED_SLOTS", "3"},
-                                      {"TPCOMM_P2P_BLOCKS", "16"}};
+                                      {"TPCOMM_P2P_BLOCKS", "16"},
+                                      {"TPCOMM_STAGED_CE_SPLIT", "1"}};  // chunk boundaries and sequence numbers
   for (const auto& kv : kSettings) {
     SCOPED_TRACE(std::string(kv[0]) + " on rank " + std::to_string(size - 1) + " only");
     test::ScopedEnv differs(kv[0], rank == size - 1 ? kv[1] : nullptr);

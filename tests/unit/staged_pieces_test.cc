@@ -2,10 +2,13 @@
 // dense compressed chunk fits its slot for every length up to stagedDenseElems, starts its
 // scales 16-byte aligned, and holds whole quantization blocks (so the blocks start at the same
 // multiples of kQuantBlockElems from the buffer's start as the SM kernel's piece layout: the
-// same bits); the SM kernel's pieces cover the slot exactly once.
+// same bits); the SM kernel's pieces cover the slot exactly once; the copy-engine mode's split
+// (stagedCeChunkElems) keeps chunks aligned, inside the slot and at least `split` where it can.
 #include "algos/staged_pieces.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "algos/quantize.h"
 
@@ -47,6 +50,39 @@ TEST(StagedPieces, PiecesCoverTheSlotOnce) {
       }
       EXPECT_EQ(next, chunkBytes / kStagedUnitBytes);
     }
+}
+
+TEST(StagedPieces, CeSplitKeepsChunksAlignedAndInsideTheSlot) {
+  const size_t B = kQuantBlockElems;
+  for (size_t es : {size_t{2}, size_t{4}})
+    for (bool compressed : {false, true}) {
+      const size_t slot = size_t{4} << 20;
+      const size_t cap = compressed ? stagedDenseElems(slot, B) : slot / es;
+      for (size_t count : {size_t{1}, size_t{1000}, size_t{1} << 18, (size_t{1} << 19) + 7, size_t{1} << 20,
+                           size_t{3} << 20, size_t{8} << 20, size_t{40} << 20})
+        for (int split : {1, 2, 4, 32}) {
+          const size_t e = stagedCeChunkElems(count, es, cap, split);
+          ASSERT_GT(e, 0u);
+          EXPECT_LE(e, cap) << "count " << count << " split " << split;
+          if (split == 1) EXPECT_EQ(e, cap);
+          if (e != cap) {
+            EXPECT_EQ(e % kStagedCeChunkAlign, 0u);  // whole quantization blocks, 16-byte offsets
+            EXPECT_EQ(kStagedCeChunkAlign % B, 0u);
+            EXPECT_GE(e * es, kStagedCeMinChunkBytes);
+          }
+          const size_t chunks = (count + e - 1) / e;
+          // At least `split` chunks unless the minimum chunk forbids it; never more than the
+          // larger of split and the whole-slot count (so kCeMaxChunks still bounds the call).
+          const size_t whole = (count + cap - 1) / cap;
+          EXPECT_LE(chunks, std::max<size_t>(static_cast<size_t>(split), whole));
+          if (e != cap && count / static_cast<size_t>(split) * es >= kStagedCeMinChunkBytes)
+            EXPECT_EQ(chunks, static_cast<size_t>(split)) << "count " << count;  // the split, exactly
+        }
+    }
+  // The figures docs/host_staged.md quotes (bf16, 4 MiB slots, split 4).
+  EXPECT_EQ(stagedCeChunkElems(size_t{1} << 19, 2, size_t{2} << 20, 4), size_t{1} << 18);  // 1 MB: 2 x 512 KiB
+  EXPECT_EQ(stagedCeChunkElems(size_t{2} << 20, 2, size_t{2} << 20, 4), size_t{1} << 19);  // 4 MB: 4 x 1 MiB
+  EXPECT_EQ(stagedCeChunkElems(size_t{8} << 20, 2, size_t{2} << 20, 4), size_t{2} << 20);  // 16 MB: whole slots
 }
 
 }  // namespace
