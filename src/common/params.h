@@ -28,7 +28,7 @@ namespace tpcomm {
   X(StagedSlots, "STAGED_SLOTS", "4", kInt, 2, 64, "staged_host: pipeline slots per rank (>= 2)")             \
   X(StagedBlocks, "STAGED_BLOCKS", "16", kInt, 1, 1024, "staged_host: CUDA blocks per role (publish, reduce)")  \
   X(StagedCopyEngines, "STAGED_COPY_ENGINES", "0", kBool, 0, 1, "staged_host on GPU ranks: the copy engines move the bytes (experimental, docs/host_staged.md)") \
-  X(StagedCeSplit, "STAGED_CE_SPLIT", "4", kInt, 1, 32, "staged_host's copy-engine mode: split a call into at least this many chunks of >= 512 KiB of input, so the copies out of one overlap the copies in of another (1: whole slots)") \
+  X(StagedCeSplit, "STAGED_CE_SPLIT", "4", kInt, 1, 32, "staged_host's copy-engine mode: split a call into at least this many chunks of >= 2 MiB of input, so the copies out of one overlap the copies in of another (1: whole slots)") \
   X(P2pBlocks, "P2P_BLOCKS", "32", kInt, 1, 1024, "CUDA blocks of the one-shot and Lamport P2P kernels")     \
   X(Pdl, "PDL", "1", kBool, 0, 1, "programmatic dependent launch of the P2P kernels on sm_90+ (0: off)")        \
   X(TwoshotBlocks, "TWOSHOT_BLOCKS", "128", kInt, 1, 1024, "CUDA blocks of the two-shot P2P kernel")            \

@@ -80,9 +80,11 @@ TEST(StagedPieces, CeSplitKeepsChunksAlignedAndInsideTheSlot) {
         }
     }
   // The figures docs/host_staged.md quotes (bf16, 4 MiB slots, split 4).
-  EXPECT_EQ(stagedCeChunkElems(size_t{1} << 19, 2, size_t{2} << 20, 4), size_t{1} << 18);  // 1 MB: 2 x 512 KiB
-  EXPECT_EQ(stagedCeChunkElems(size_t{2} << 20, 2, size_t{2} << 20, 4), size_t{1} << 19);  // 4 MB: 4 x 1 MiB
+  EXPECT_EQ(stagedCeChunkElems(size_t{1} << 19, 2, size_t{2} << 20, 4), size_t{1} << 20);  // 1 MB: one chunk
+  EXPECT_EQ(stagedCeChunkElems(size_t{2} << 20, 2, size_t{2} << 20, 4), size_t{1} << 20);  // 4 MB: 2 x 2 MiB
   EXPECT_EQ(stagedCeChunkElems(size_t{8} << 20, 2, size_t{2} << 20, 4), size_t{2} << 20);  // 16 MB: whole slots
+  const size_t int8Cap = stagedDenseElems(size_t{4} << 20, kQuantBlockElems);  // 16 MB +int8: 4 chunks, not 3
+  EXPECT_EQ((size_t{8} << 20) / stagedCeChunkElems(size_t{8} << 20, 2, int8Cap, 4), 4u);
 }
 
 }  // namespace
