@@ -17,8 +17,9 @@ Q=$B/examples/qwen_tp/qwen_tp
 T="python3 -u $SRC/bench/baselines/torch_qwen_tp1.py"
 
 header() {  # header <log> <command...>
+  local log=$1; shift
   { echo "# commit $REV"; echo "# date $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "# command: $*";
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/# gpu /'; } > "$1"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/# gpu /'; } > "$log"
 }
 run() {  # run <name> <timeout s> <command...>: appends to $OUT/<name>.log
   local name=$1 t=$2; shift 2
