@@ -345,9 +345,8 @@ Status StagedHost::runDevice(const CollArgs& a) {
   p.errorWord = ctx_->asyncError.deviceWord;
   p.timeoutNs = ctx_->timeoutNs();
   if (wire_ != Compression::kNone) {
-    // Compressed: chunks of blocks x quantBlocks quantization blocks (codes + scales fill each
-    // piece of a slot; staged_host_compressed.cu). The sequence numbers are taken only once the
-    // call is sure to launch, so every rank takes the same ones.
+    // Compressed: the SM kernel's chunks are blocks x quantBlocks quantization blocks (codes +
+    // scales fill each piece of a slot; staged_host_compressed.cu).
     p.format = static_cast<int>(quantFormatOf(wire_));
     p.quantBlocks = stagedQuantBlocksPerPiece(g.chunkBytes, g.blocks, kQuantBlockElems);
     if (p.quantBlocks == 0)
@@ -357,30 +356,26 @@ Status StagedHost::runDevice(const CollArgs& a) {
                           name(), g.chunkBytes, g.blocks, kQuantBlockElems);
     p.twin = t.deviceTwin();
     if (!p.twin) return TPCOMM_ERROR(kInternal, "%s: the staging slots have no device twin", name());
-    // The copy-engine mode packs a chunk densely (staged_pieces.h), so its chunks hold more.
-    const size_t ceElems =
-        stagedCeChunkElems(a.count, a.elemSize(), stagedDenseElems(g.chunkBytes, kQuantBlockElems), g.ceSplit);
-    const size_t ceChunks = (a.count + ceElems - 1) / ceElems;
-    if (t.copyEngines() && ceChunks <= kCeMaxChunks) {
-      p.seqBase = t.takeSequence(ceChunks);
-      p.poison = t.poisonWord();
-      return TPCOMM_CUDA_ONLY(runStagedCopyEngines(t, p, a.elemSize(), true, ceElems, a.stream));
-    }
-    const size_t chunkElems = p.quantBlocks * kQuantBlockElems * g.blocks;
-    p.seqBase = t.takeSequence((a.count + chunkElems - 1) / chunkElems);
-    p.poison = t.poisonWord();
-    return TPCOMM_CUDA_ONLY(launchStagedCompressed(p, a.stream));
   }
-  size_t chunks = (a.count * a.elemSize() + g.chunkBytes - 1) / g.chunkBytes;
-  if (t.copyEngines() && chunks <= kCeMaxChunks) {
-    const size_t ceElems = stagedCeChunkElems(a.count, a.elemSize(), g.chunkBytes / a.elemSize(), g.ceSplit);
-    p.seqBase = t.takeSequence((a.count + ceElems - 1) / ceElems);
-    p.poison = t.poisonWord();
-    return TPCOMM_CUDA_ONLY(runStagedCopyEngines(t, p, a.elemSize(), false, ceElems, a.stream));
+  // The chunks, the same on every rank (agreed inputs): the SM kernels' (a slot's bytes; compressed,
+  // what its pieces hold), or the copy-engine mode's (stagedCeChunkElems; compressed slots are
+  // dense there, so they hold more) when the call fits kCeMaxChunks of those.
+  const bool compressed = wire_ != Compression::kNone;
+  const size_t es = a.elemSize();
+  size_t chunkElems = compressed ? p.quantBlocks * kQuantBlockElems * g.blocks : g.chunkBytes / es;
+  bool copyEngines = false;
+  if (t.copyEngines()) {
+    const size_t slotElems = compressed ? stagedDenseElems(g.chunkBytes, kQuantBlockElems) : g.chunkBytes / es;
+    const size_t ceElems = stagedCeChunkElems(a.count, es, slotElems, g.ceSplit);
+    copyEngines = (a.count + ceElems - 1) / ceElems <= kCeMaxChunks;
+    if (copyEngines) chunkElems = ceElems;
   }
-  p.seqBase = t.takeSequence(chunks);
+  // Sequence numbers are taken only once the call is sure to launch, so every rank takes the same.
+  p.seqBase = t.takeSequence((a.count + chunkElems - 1) / chunkElems);
   p.poison = t.poisonWord();
-  return TPCOMM_CUDA_ONLY(launchStagedDevice(p, a.stream));
+  if (copyEngines) return TPCOMM_CUDA_ONLY(runStagedCopyEngines(t, p, es, compressed, chunkElems, a.stream));
+  return compressed ? TPCOMM_CUDA_ONLY(launchStagedCompressed(p, a.stream))
+                    : TPCOMM_CUDA_ONLY(launchStagedDevice(p, a.stream));
 }
 
 std::unique_ptr<Algorithm> makeStagedHost(const AlgoContext* ctx) {

@@ -167,14 +167,10 @@ __global__ void __launch_bounds__(kThreads)
 // (at least 2 x p.blocks). They are arithmetic-bound (two decodes, a quantize and a decode per
 // element in the sum): on 32 of an H200's 132 SMs a 4 MiB chunk of codes would take an estimated
 // ~80 us (quantize_gpu_bench's whole-GPU rate, scaled), about its copy time on a 55 GB/s link,
-// and then the kernels, not the link, would set the pace. Not yet measured.
-int compressedGrid(const StagedDeviceLaunch& p, size_t len) {
+// and then the kernels, not the link, would set the pace. Not measured apart. sms: the device's,
+// read at create (CopyEngineResources::sms).
+int compressedGrid(const StagedDeviceLaunch& p, size_t len, int sms) {
   const size_t per = static_cast<size_t>(kWarps) * dev::kWarpElems, want = (len + per - 1) / per;
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    cudaGetLastError();
-    sms = 0;
-  }
   const size_t cap = std::max<size_t>(2 * static_cast<size_t>(p.blocks), static_cast<size_t>(sms));
   return static_cast<int>(want < 1 ? 1 : want > cap ? cap : want);
 }
@@ -197,18 +193,18 @@ Status launchCeReduce(const StagedDeviceLaunch& p, const char* inbox, size_t c0,
   return dev::toStatus(e, "staged_host copy-engine reduce kernel");
 }
 
-Status launchCeQuantize(const StagedDeviceLaunch& p, size_t c0, size_t len, int slot, cudaStream_t stream) {
+Status launchCeQuantize(const StagedDeviceLaunch& p, size_t c0, size_t len, int slot, int sms, cudaStream_t stream) {
   const cudaError_t e = dev::dispatchCompressed(p.dtype, p.format, [&](auto t, auto fm) {
-    return dev::launch(ceQuantizeKernel<typename decltype(t)::type, decltype(fm)::value>, compressedGrid(p, len),
+    return dev::launch(ceQuantizeKernel<typename decltype(t)::type, decltype(fm)::value>, compressedGrid(p, len, sms),
                        kThreads, false, stream, p, c0, len, slot);
   });
   return dev::toStatus(e, "staged_host copy-engine quantize kernel");
 }
 
-Status launchCeSum(const StagedDeviceLaunch& p, const char* inbox, size_t c0, size_t len, int slot,
+Status launchCeSum(const StagedDeviceLaunch& p, const char* inbox, size_t c0, size_t len, int slot, int sms,
                    cudaStream_t stream) {
   const cudaError_t e = dev::dispatchCompressed(p.dtype, p.format, [&](auto t, auto fm) {
-    return dev::launch(ceSumKernel<typename decltype(t)::type, decltype(fm)::value>, compressedGrid(p, len), kThreads,
+    return dev::launch(ceSumKernel<typename decltype(t)::type, decltype(fm)::value>, compressedGrid(p, len, sms), kThreads,
                        false, stream, p, inbox, c0, len, slot);
   });
   return dev::toStatus(e, "staged_host copy-engine sum kernel");
@@ -236,7 +232,7 @@ Status enqueueChunks(HostStagedTransport& t, const HostStagedTransport::CopyEngi
     if (seq > static_cast<uint64_t>(p.nSlots))
       TPCOMM_TRY(launchCeFlags(p, nullptr, 0, p.consumed, seq - p.nSlots, slot, q));
     if (compressed) {
-      TPCOMM_TRY(launchCeQuantize(p, c0, len, slot, q));
+      TPCOMM_TRY(launchCeQuantize(p, c0, len, slot, ce->sms, q));
       TPCOMM_CUDA_TRY(cudaEventRecord(ce->quantized, q));
       TPCOMM_CUDA_TRY(cudaStreamWaitEvent(ce->publish, ce->quantized, 0));
     }
@@ -256,7 +252,7 @@ Status enqueueChunks(HostStagedTransport& t, const HostStagedTransport::CopyEngi
     TPCOMM_CUDA_TRY(cudaEventRecord(ce->fetched, ce->fetch));
     // Reduce: after the copies in, the sum, consumed (its kernel reads the poison word first).
     TPCOMM_CUDA_TRY(cudaStreamWaitEvent(ce->reduce, ce->fetched, 0));
-    TPCOMM_TRY(compressed ? launchCeSum(p, inbox, c0, len, slot, ce->reduce)
+    TPCOMM_TRY(compressed ? launchCeSum(p, inbox, c0, len, slot, ce->sms, ce->reduce)
                           : launchCeReduce(p, inbox, c0, len, ce->reduce));
     TPCOMM_TRY(launchCeFlags(p, p.consumed, seq, nullptr, 0, slot, ce->reduce));
     TPCOMM_CUDA_TRY(cudaEventRecord(ce->reduced[half], ce->reduce));

@@ -177,11 +177,11 @@ Status HostStagedTransport::create(const TransportEnv& ctx, const Geometry& g, s
   if (ok && ctx.device >= 0 && g.copyEngines) {
     CopyEngineResources& ce = t->ce_;
     cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&ce.inbox), 2 * g.chunkBytes * ctx.nRanks);
-    for (cudaStream_t* st : {&ce.quantize, &ce.publish, &ce.fetch, &ce.reduce})
+    for (cudaStream_t* st : ce.streams())
       if (e == cudaSuccess) e = cudaStreamCreateWithFlags(st, cudaStreamNonBlocking);
-    for (cudaEvent_t* ev : {&ce.fork, &ce.joined[0], &ce.joined[1], &ce.joined[2], &ce.joined[3], &ce.quantized,
-                            &ce.fetched, &ce.reduced[0], &ce.reduced[1]})
+    for (cudaEvent_t* ev : ce.events())
       if (e == cudaSuccess) e = cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&ce.sms, cudaDevAttrMultiProcessorCount, ctx.device);
     if (e != cudaSuccess) {
       TPCOMM_WARN(kInit, "host_staged: the copy-engine mode's inbox, streams or events: %s", cudaGetErrorString(e));
       cudaGetLastError();
@@ -247,11 +247,10 @@ HostStagedTransport::~HostStagedTransport() {
     cudaSetDevice(twinDevice_);
     if (deviceTwin_) cudaFree(deviceTwin_);
     if (ce_.inbox) cudaFree(ce_.inbox);
-    for (cudaStream_t st : {ce_.quantize, ce_.publish, ce_.fetch, ce_.reduce})
-      if (st) cudaStreamDestroy(st);
-    for (cudaEvent_t ev : {ce_.fork, ce_.joined[0], ce_.joined[1], ce_.joined[2], ce_.joined[3], ce_.quantized,
-                           ce_.fetched, ce_.reduced[0], ce_.reduced[1]})
-      if (ev) cudaEventDestroy(ev);
+    for (cudaStream_t* st : ce_.streams())
+      if (*st) cudaStreamDestroy(*st);
+    for (cudaEvent_t* ev : ce_.events())
+      if (*ev) cudaEventDestroy(*ev);
     cudaGetLastError();
     if (prev >= 0) cudaSetDevice(prev);
   }

@@ -10,6 +10,7 @@
 //   result        [slots * chunkBytes] shared result area (host ranks across processes)
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -73,6 +74,11 @@ class HostStagedTransport {
     cudaEvent_t joined[4] = {nullptr, nullptr, nullptr, nullptr};  // each stream's end, joined back
     cudaEvent_t quantized = nullptr, fetched = nullptr;  // a chunk's codes ready; its copies in done
     cudaEvent_t reduced[2] = {nullptr, nullptr};         // inbox i free again
+    int sms = 0;  // the device's SMs, read once at create (the compressed kernels' grid, per chunk)
+    std::array<cudaStream_t*, 4> streams() { return {&quantize, &publish, &fetch, &reduce}; }
+    std::array<cudaEvent_t*, 9> events() {
+      return {&fork, &joined[0], &joined[1], &joined[2], &joined[3], &quantized, &fetched, &reduced[0], &reduced[1]};
+    }
   };
   const CopyEngineResources* copyEngines() const { return ce_.inbox ? &ce_ : nullptr; }
   /// A word of the shared segment (zero until a copy-engine-mode wait fails; then the error code),
