@@ -174,25 +174,27 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
       o.prefillOverlap && f.tp > 1 ? ", prefill all-reduces overlapped (two row halves)" : "",
       o.useGraphs ? "decode in CUDA graphs" : "eager decode (no CUDA graphs)",
       o.customGemv ? "custom GEMV (--gemv custom)" : "cuBLAS", o.pdl ? "on" : "off");
-  std::printf("prefill cold (first call of the process): %.2f ms / %d tokens (%.2f tokens per second); the timed runs "
-              "below are warm\n",
-              r.coldPrefillSeconds * 1e3, P, r.coldPrefillSeconds > 0 ? P / r.coldPrefillSeconds : 0);
+  std::printf(
+      "prefill cold (first call of the process): %.2f ms / %d tokens (%.2f tokens per second); the timed runs "
+      "below are warm\n",
+      r.coldPrefillSeconds * 1e3, P, r.coldPrefillSeconds > 0 ? P / r.coldPrefillSeconds : 0);
   if (r.needPlain) std::printf("--- plain greedy ---\n%s", formatTimings(r.plain).c_str());
   if (f.draftNMax > 0)
     std::printf("--- draft-mtp n-max %d n-min %d p-min %.2f ---\n%s%s", f.draftNMax, f.draftNMin, f.draftPMin,
                 describeSimulation(f).c_str(), formatTimings(r.spec).c_str());
   const double wb = static_cast<double>(model.weightBytes()), kv = static_cast<double>(model.kvCacheBytes()),
                all = static_cast<double>(model.allocatedBytes());
-  std::printf("memory rank 0: weights %.2f GB, KV cache %.2f GB (%d positions), scratch + cuBLAS workspace %.2f GB "
-              "(sized by the %d-token chunk); %.2f GB allocated by the model, %.2f GB in use on the device\n",
-              wb / 1e9, kv / 1e9, o.ctxSize, (all - wb - kv) / 1e9, o.maxTokensPerCall, all / 1e9,
-              (totalB - freeB) / 1e9);
+  std::printf(
+      "memory rank 0: weights %.2f GB, KV cache %.2f GB (%d positions), scratch + cuBLAS workspace %.2f GB "
+      "(sized by the %d-token chunk); %.2f GB allocated by the model, %.2f GB in use on the device\n",
+      wb / 1e9, kv / 1e9, o.ctxSize, (all - wb - kv) / 1e9, o.maxTokensPerCall, all / 1e9, (totalB - freeB) / 1e9);
   // Roofline: the bytes a plain decode step reads at the prompt's end, over the copy rate.
   const double stepBytes = static_cast<double>(model.decodeStepBytes(P));
   const double roofMs = bw > 0 ? stepBytes / bw * 1e3 : 0;
-  std::printf("HBM copy %.0f GB/s; a decode step at position %d reads %.2f GB (layers' weights, lm_head shard, one "
-              "embedding row, KV slots 0..%d) -> roofline %.3f ms/token\n",
-              bw / 1e9, P, stepBytes / 1e9, P, roofMs);
+  std::printf(
+      "HBM copy %.0f GB/s; a decode step at position %d reads %.2f GB (layers' weights, lm_head shard, one "
+      "embedding row, KV slots 0..%d) -> roofline %.3f ms/token\n",
+      bw / 1e9, P, stepBytes / 1e9, P, roofMs);
   if (r.stepMs > 0)
     std::printf(
         "decode step %.3f ms (%.1f%% of roofline), without all-reduce %.3f ms -> all-reduce share %.1f%%; "
@@ -200,10 +202,11 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
         r.stepMs, roofMs / r.stepMs * 100, r.stepNoArMs, (r.stepMs - r.stepNoArMs) / r.stepMs * 100,
         describeNodes(r.stepNodes, o.fusedKernels).c_str());
   if (r.gemmMs > 0)
-    std::printf("decode step's weight GEMMs alone (one graph, %s): %.3f ms for %.2f GB = %.0f GB/s (%.1f%% of the copy "
-                "rate); everything else in the step: %.3f ms\n",
-                f.gemv.c_str(), r.gemmMs, r.gemmBytes / 1e9, r.gemmBytes / (r.gemmMs * 1e-3) / 1e9,
-                bw > 0 ? r.gemmBytes / (r.gemmMs * 1e-3) / bw * 100 : 0, r.stepMs - r.gemmMs);
+    std::printf(
+        "decode step's weight GEMMs alone (one graph, %s): %.3f ms for %.2f GB = %.0f GB/s (%.1f%% of the copy "
+        "rate); everything else in the step: %.3f ms\n",
+        f.gemv.c_str(), r.gemmMs, r.gemmBytes / 1e9, r.gemmBytes / (r.gemmMs * 1e-3) / 1e9,
+        bw > 0 ? r.gemmBytes / (r.gemmMs * 1e-3) / bw * 100 : 0, r.stepMs - r.gemmMs);
   if (r.verifyMs > 0)
     std::printf("verify step (%d tokens) %.3f ms, without all-reduce %.3f ms -> all-reduce share %.1f%%\n",
                 f.draftNMax + 1, r.verifyMs, r.verifyNoArMs, (r.verifyMs - r.verifyNoArMs) / r.verifyMs * 100);
@@ -211,15 +214,17 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
     // A round: the MTP catch-up over the accepted pairs (its first draft; about one draft step),
     // drafts 2..N (one chained graph when N > 1), the verify.
     const int N = f.draftNMax;
-    const double drafting = r.draftMs + (r.chainMs > 0 ? r.chainMs : (N - 1) * r.draftMs), round = drafting + r.verifyMs;
+    const double drafting = r.draftMs + (r.chainMs > 0 ? r.chainMs : (N - 1) * r.draftMs),
+                 round = drafting + r.verifyMs;
     std::printf("draft step (one chained MTP draft, from its graph: %s) %.3f ms = %.1f%% of a decode step",
                 describeNodes(r.draftNodes, o.fusedKernels).c_str(), r.draftMs, r.draftMs / r.stepMs * 100);
     if (r.chainMs > 0)
       std::printf("; drafts 2..%d in one graph %.3f ms (%.3f ms each, %d single steps: %.3f ms)", N, r.chainMs,
                   r.chainMs / (N - 1), N - 1, (N - 1) * r.draftMs);
-    std::printf("; a round of n-max %d (drafts + the verify) costs at least %.3f ms = %.2f decode steps, %.0f%% of it "
-                "drafting\n",
-                N, round, round / r.stepMs, round > 0 ? drafting / round * 100 : 0);
+    std::printf(
+        "; a round of n-max %d (drafts + the verify) costs at least %.3f ms = %.2f decode steps, %.0f%% of it "
+        "drafting\n",
+        N, round, round / r.stepMs, round > 0 ? drafting / round * 100 : 0);
   }
   if (!reportOutput(f, r.out, err)) return false;
   std::ofstream m(f.metricsFile);
@@ -257,8 +262,10 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
 
 tpcomm::Config commConfig(const Flags& f) {
   tpcomm::Config c;
-  if (f.allreduce == "nccl") c.algo = "ring_nccl";
-  else if (f.allreduce == "staged_host") c.algo = "staged_host";
+  if (f.allreduce == "nccl")
+    c.algo = "ring_nccl";
+  else if (f.allreduce == "staged_host")
+    c.algo = "staged_host";
   tpcomm::parseCompression(f.allreduceCompression.c_str(), &c.compression);  // checked by parseFlags
   return c;
 }
@@ -285,7 +292,8 @@ int runOnGpu(RunSetup& sh, int argc, char** argv) {
       err = "--tp " + std::to_string(f.tp) + " but mpirun started " + std::to_string(boot->size()) + " ranks";
       ok = false;
     }
-    if (ok && s == tpcomm::Status::kOk) s = tpcomm::Communicator::create(*boot, rank % std::max(ndev, 1), commConfig(f), &comm);
+    if (ok && s == tpcomm::Status::kOk)
+      s = tpcomm::Communicator::create(*boot, rank % std::max(ndev, 1), commConfig(f), &comm);
     if (s != tpcomm::Status::kOk) ok = false, err = std::string("tpcomm: ") + tpcomm::lastErrorMessage();
     // Every rank takes part in the init agreement once, a rank that failed above too (it says
     // false), so none waits in it for a rank that is gone.
@@ -316,17 +324,24 @@ int runOnGpu(RunSetup& sh, int argc, char** argv) {
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1)
     return std::fprintf(stderr, "qwen_tp: no CUDA device visible (--device cpu runs the CPU reference)\n"), 1;
   if (ndev < f.tp && !sharedDeviceAllowed())
-    return std::fprintf(stderr,
-                        "qwen_tp: --tp %d needs %d GPUs, this process sees %d (TPCOMM_ALLOW_SHARED_DEVICE=1 runs several "
-                        "ranks on one GPU: the same tokens, not tensor-parallel speed)\n",
-                        f.tp, f.tp, ndev),
+    return std::fprintf(
+               stderr,
+               "qwen_tp: --tp %d needs %d GPUs, this process sees %d (TPCOMM_ALLOW_SHARED_DEVICE=1 runs several "
+               "ranks on one GPU: the same tokens, not tensor-parallel speed)\n",
+               f.tp, f.tp, ndev),
            1;
   std::vector<int> devices;
   for (int i = 0; i < f.tp; ++i) devices.push_back(i % ndev);
   if (ndev < f.tp) {
-    // Every rank's all-reduce kernel must be resident at once (tpcomm's create checks it): two
-    // ranks per H200 fit with 64 two-shot blocks each, not the default 128.
-    setenv("TPCOMM_TWOSHOT_BLOCKS", "64", 0);
+    // Every rank's all-reduce kernel must be resident at once (tpcomm's create checks it): the
+    // GPU's SMs are shared out among the ranks on it (two per H200: 64 two-shot blocks each, not
+    // the default 128), at one 512-thread block per SM.
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    const int perGpu = (f.tp + ndev - 1) / ndev, grid = std::max(1, std::min(64, sms / perGpu));
+    setenv("TPCOMM_TWOSHOT_BLOCKS", std::to_string(grid).c_str(), 0);
+    setenv("TPCOMM_P2P_BLOCKS", std::to_string(std::min(32, grid)).c_str(), 0);
+    setenv("TPCOMM_STAGED_BLOCKS", std::to_string(std::max(1, std::min(16, grid / 2))).c_str(), 0);
     // And no programmatic dependent launch: a kernel launched early behind one rank's spinning
     // all-reduce would hold the SMs the other rank's all-reduce needs (modelOptions: pdl off).
     setenv("TPCOMM_PDL", "0", 1);
@@ -339,7 +354,8 @@ int runOnGpu(RunSetup& sh, int argc, char** argv) {
   std::vector<std::unique_ptr<tpcomm::Communicator>> comms;
   if (f.tp > 1) {
     tpcomm::Status s = tpcomm::Communicator::createGroup(devices, commConfig(f), &comms);
-    if (s != tpcomm::Status::kOk) return std::fprintf(stderr, "qwen_tp: tpcomm createGroup: %s\n", tpcomm::lastErrorMessage()), 1;
+    if (s != tpcomm::Status::kOk)
+      return std::fprintf(stderr, "qwen_tp: tpcomm createGroup: %s\n", tpcomm::lastErrorMessage()), 1;
   }
   std::vector<std::string> errors(f.tp);
   std::vector<char> oks(f.tp, 0);
@@ -350,8 +366,9 @@ int runOnGpu(RunSetup& sh, int argc, char** argv) {
   RankGate gate(f.tp);
   for (int r = 0; r < f.tp; ++r)
     threads.emplace_back([&, r] {
-      oks[r] = runRank(sh, r, devices[r], f.tp > 1 ? comms[r].get() : nullptr, dumpPtr,
-                       [&gate](bool mine) { return gate.pass(mine); }, &errors[r]);
+      oks[r] = runRank(
+          sh, r, devices[r], f.tp > 1 ? comms[r].get() : nullptr, dumpPtr,
+          [&gate](bool mine) { return gate.pass(mine); }, &errors[r]);
     });
   for (auto& t : threads) t.join();
   int rc = 0;

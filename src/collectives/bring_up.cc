@@ -89,12 +89,22 @@ Status bringUpP2p(Bootstrap& bs, AlgoContext* c, TransportReport* report) {
   return keepIfAll(bs, s, &t, &c->p2p, &report->p2p);
 }
 
+// Ranks on the GPU of rank `rank` (itself included): ranks of one host with the same PCI bus id.
+int ranksOnMyGpu(const Topology& t, int rank) {
+  const RankDevice& me = t.ranks[rank];
+  if (me.cudaDevice < 0) return 1;
+  int n = 0;
+  for (const RankDevice& r : t.ranks)
+    n += r.cudaDevice >= 0 && r.hostId == me.hostId &&
+         (me.busId.empty() ? r.processId == me.processId && r.cudaDevice == me.cudaDevice : r.busId == me.busId);
+  return n;
+}
+
 // Whether two ranks drive one GPU (TPCOMM_ALLOW_SHARED_DEVICE=1): NCCL refuses such a group.
 bool ranksShareAGpu(const Topology& t) {
   for (int a = 0; a < t.nRanks(); ++a)
     for (int b = a + 1; b < t.nRanks(); ++b)
-      if (t.ranks[a].hostId == t.ranks[b].hostId && t.ranks[a].busId == t.ranks[b].busId &&
-          t.ranks[a].cudaDevice >= 0)
+      if (t.ranks[a].hostId == t.ranks[b].hostId && t.ranks[a].busId == t.ranks[b].busId && t.ranks[a].cudaDevice >= 0)
         return true;
   return false;
 }
@@ -114,7 +124,8 @@ Status bringUpNccl(Bootstrap& bs, const Config& config, AlgoContext* c, Transpor
   TPCOMM_TRY(agree(bs, s == Status::kOk, &all));
   // A communicator the engine handed in that does not fit is the caller's error, not a
   // transport that merely did not come up.
-  if (config.ncclComm && !all) return s != Status::kOk ? s : TPCOMM_INVALID("config.ncclComm: rejected on another rank");
+  if (config.ncclComm && !all)
+    return s != Status::kOk ? s : TPCOMM_INVALID("config.ncclComm: rejected on another rank");
   if (all)
     c->nccl = std::move(t);
   else
@@ -217,10 +228,10 @@ Status agreeOnSettings(Bootstrap& bs, const Config& config, AlgoOverride* ovr) {
   ovr->deterministicOnly = config.deterministic || paramInt(ParamId::kDeterministic) != 0;
   TPCOMM_TRY(agreeOnCompression(bs, config, ovr));
 
-  static const ParamId kShared[] = {ParamId::kP2pBlocks,        ParamId::kTwoshotBlocks,   ParamId::kFusedBlocksPerRow,
-                                    ParamId::kLamportMaxBytes,  ParamId::kOneshotMaxBytes, ParamId::kTwoshotChunkBytes,
+  static const ParamId kShared[] = {ParamId::kP2pBlocks,         ParamId::kTwoshotBlocks,   ParamId::kFusedBlocksPerRow,
+                                    ParamId::kLamportMaxBytes,   ParamId::kOneshotMaxBytes, ParamId::kTwoshotChunkBytes,
                                     ParamId::kLlMaxBytes,  // sizes the last scratch area: peers address it
-                                    ParamId::kStagedChunkBytes, ParamId::kStagedSlots,     ParamId::kStagedBlocks,
+                                    ParamId::kStagedChunkBytes,  ParamId::kStagedSlots,     ParamId::kStagedBlocks,
                                     ParamId::kStagedCopyEngines, ParamId::kCheckCalls,      ParamId::kTune,
                                     ParamId::kStagedCeSplit};  // chunk boundaries: every rank's must match
   constexpr size_t kN = sizeof(kShared) / sizeof(kShared[0]);
@@ -274,7 +285,12 @@ Status initContext(Bootstrap& bs, int device, const Config& config, AlgoContext*
   l.fusedBlocksPerRow = static_cast<int>(paramInt(ParamId::kFusedBlocksPerRow));
   l.checkCalls = paramInt(ParamId::kCheckCalls) != 0;
   // Programmatic dependent launch needs sm_90+; the kernels' griddepcontrol is a no-op below.
-  l.pdl = device >= 0 && c->topo.ranks[c->rank].ccMajor >= 9 && paramInt(ParamId::kPdl) != 0;
+  // Where ranks share a GPU it is off: every tpcomm kernel lets its successor launch at once,
+  // so a stream of queued calls puts kernel after kernel on the SMs, each waiting in
+  // griddepcontrol.wait behind this rank's spinning all-reduce, until a peer's all-reduce (the
+  // one that spin waits for) finds no SM left: a deadlock until the timeout.
+  l.pdl = device >= 0 && c->topo.ranks[c->rank].ccMajor >= 9 && paramInt(ParamId::kPdl) != 0 &&
+          ranksOnMyGpu(c->topo, c->rank) == 1;
   return Status::kOk;
 }
 
@@ -303,9 +319,9 @@ Status checkResidency(Bootstrap& bs, const AlgoContext& c) {
   Status s = Status::kOk;
   if (c.device >= 0) {
     const RankDevice& me = c.topo.ranks[c.rank];
-    int sharing = 0;  // ranks of this process on this GPU (createGroup, TPCOMM_ALLOW_SHARED_DEVICE)
-    for (const RankDevice& r : c.topo.ranks)
-      sharing += r.hostId == me.hostId && r.processId == me.processId && r.cudaDevice == me.cudaDevice;
+    // Ranks on this GPU, of any process (createGroup or processes under MPS / time-slicing, with
+    // TPCOMM_ALLOW_SHARED_DEVICE): all their blocks may need the SMs at once.
+    const int sharing = ranksOnMyGpu(c.topo, c.rank);
     const int staged = 2 * static_cast<int>(paramInt(ParamId::kStagedBlocks));  // both roles at once
     const int grid = std::max({c.launch.p2pBlocks, c.launch.twoshotBlocks, staged});
     const long long need = static_cast<long long>(grid) * sharing;
@@ -344,10 +360,10 @@ void warnUnrunnableOverrides(const AlgoOverride& ovr, const std::vector<std::uni
     for (const std::string& name : rule.names)
       for (const auto& a : algos) {
         if (name != a->name() || a->available()) continue;
-        const std::string& why = name == "ring_nccl"                               ? report.nccl
-                                 : name == "staged_host"                           ? report.hostStaged
-                                 : name == "twoshot_multicast"                     ? report.multicast
-                                                                                   : report.p2p;
+        const std::string& why = name == "ring_nccl"           ? report.nccl
+                                 : name == "staged_host"       ? report.hostStaged
+                                 : name == "twoshot_multicast" ? report.multicast
+                                                               : report.p2p;
         TPCOMM_WARN(kInit,
                     "TPCOMM_ALGO / Config::algo forces %s, which this communicator cannot run (%s): calls it covers "
                     "fall back to the next algorithm by cost (lastAlgorithm() names it)",

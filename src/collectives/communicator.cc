@@ -2,7 +2,6 @@
 // runCollective (call_path.cc); create runs the steps of bring_up.h. The explain calls (the
 // selection reported instead of run) are in call_path.cc, beside the lookup they mirror.
 #include "tpcomm/communicator.h"
-#include "tpcomm/rmsnorm.h"
 
 #include <cmath>
 #include <string>
@@ -14,6 +13,7 @@
 #include "collectives/registry.h"
 #include "common/log.h"
 #include "common/params.h"
+#include "tpcomm/rmsnorm.h"
 #include "transports/cuda_p2p.h"
 #include "transports/host_staged.h"
 #include "transports/multicast.h"
@@ -108,7 +108,8 @@ Status Communicator::createGroup(const std::vector<int>& devices, const Config& 
     for (size_t j = 0; j < i; ++j)
       if (devices[j] == devices[i] && paramInt(ParamId::kAllowSharedDevice) == 0)
         return TPCOMM_INVALID(
-            "createGroup: device %d appears twice: one GPU per rank (TPCOMM_ALLOW_SHARED_DEVICE=1 lets tests share one)",
+            "createGroup: device %d appears twice: one GPU per rank (TPCOMM_ALLOW_SHARED_DEVICE=1 lets tests share "
+            "one)",
             devices[i]);
   }
   const int n = static_cast<int>(devices.size());
@@ -248,8 +249,13 @@ Status Communicator::checkError() {
                     impl_->ctx->rank, peer);
   if (s == Status::kRemoteError && peer < 0)
     return setError(s, __FILE__, __LINE__, "rank %d: the communicator was aborted; destroy it", impl_->ctx->rank);
-  return setError(s, __FILE__, __LINE__, "rank %d: an earlier collective failed (peer %d); the communicator is unusable",
-                  impl_->ctx->rank, peer);
+  if (s == Status::kRemoteError)
+    return setError(s, __FILE__, __LINE__,
+                    "rank %d: rank %d aborted its communicator; this one is unusable (destroy or abort it)",
+                    impl_->ctx->rank, peer);
+  return setError(s, __FILE__, __LINE__,
+                  "rank %d: an earlier collective failed (peer %d); the communicator is unusable", impl_->ctx->rank,
+                  peer);
 }
 
 Status Communicator::destroy() {
@@ -291,12 +297,17 @@ Status Communicator::abort() {
 #ifdef TPCOMM_HAVE_CUDA
   if (c.device >= 0) {
     if (c.p2p) {
-      static const uint32_t kAborted = AsyncError::encode(Status::kRemoteError, -1);
+      // Every rank's poison word, peers' too: a peer spinning on this rank's flags ends now and
+      // reports that rank c.rank aborted, instead of waiting out its timeout (and, where ranks
+      // share this GPU, holding up the device drain below for that long).
+      static const uint32_t kSelf = AsyncError::encode(Status::kRemoteError, -1);
+      const uint32_t peerWord = AsyncError::encode(Status::kRemoteError, c.rank);
       cudaStream_t s = nullptr;
       if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess) {
-        // A copy on its own stream runs beside a spinning kernel (copy engine).
-        cudaMemcpyAsync(c.p2p->base(c.rank) + c.p2p->layout().poisonOffset, &kAborted, sizeof(kAborted),
-                        cudaMemcpyHostToDevice, s);
+        // Copies on their own stream run beside a spinning kernel (copy engine).
+        for (int r = 0; r < c.nRanks; ++r)
+          cudaMemcpyAsync(c.p2p->base(r) + c.p2p->layout().poisonOffset, r == c.rank ? &kSelf : &peerWord,
+                          sizeof(uint32_t), cudaMemcpyHostToDevice, s);
         cudaStreamSynchronize(s);
         cudaStreamDestroy(s);
       }

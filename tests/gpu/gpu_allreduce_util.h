@@ -4,8 +4,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -36,18 +38,59 @@ inline int gpuCount() {
   return n;
 }
 
-// The GPUs a multi-rank test puts its ranks on: every GPU when there are two or more, else two
-// ranks sharing GPU 0 (gpu_test_main.cc then sets TPCOMM_ALLOW_SHARED_DEVICE=1). A shared-device
-// run proves the protocols correct (every push, flag and epoch crosses between two ranks as it
-// does between two GPUs), not fast, and has no NCCL (it needs one GPU per rank).
+// Ranks of the multi-rank tests: TPCOMM_TEST_RANKS=N when set (N >= 2), else every GPU when there
+// are two or more, else two. Rank r runs on GPU r mod the GPUs present; where ranks outnumber
+// GPUs they share one (gpu_test_main.cc then sets TPCOMM_ALLOW_SHARED_DEVICE=1 and grids that
+// let every rank's kernels be resident together). A shared-device run proves the protocols
+// (every push, flag and epoch crosses between ranks as it does between GPUs), not their speed,
+// and has no NCCL (NCCL needs one GPU per rank).
+inline int testRanks() {
+  const int gpus = gpuCount();
+  if (const char* v = std::getenv("TPCOMM_TEST_RANKS")) {
+    const int n = std::atoi(v);
+    if (n >= 2 && n <= 16) return n;
+  }
+  return gpus >= 2 ? gpus : 2;
+}
 inline std::vector<int> rankDevices() {
-  const int n = gpuCount();
+  const int gpus = gpuCount();
   std::vector<int> d;
-  for (int i = 0; i < n; ++i) d.push_back(i);
-  if (n == 1) d.push_back(0);
+  if (gpus == 0) return d;
+  for (int r = 0; r < testRanks(); ++r) d.push_back(r % gpus);
   return d;
 }
-inline bool sharedDevice() { return gpuCount() == 1; }
+inline bool sharedDevice() { return gpuCount() > 0 && testRanks() > gpuCount(); }
+
+// TPCOMM_TEST_SIZES=quick: the size tables' `quick` subsets (the same kinds of edges: one
+// element, odd counts, pack tails, several blocks and chunks) and 1,000 instead of 10,000
+// back-to-back calls in the stress tests, so the suite at 2, 3, 4 and 8 ranks fits one device call.
+inline bool quickRun() {
+  const char* v = std::getenv("TPCOMM_TEST_SIZES");
+  return v && std::string(v) == "quick";
+}
+inline std::vector<size_t> testSizes(std::vector<size_t> full, std::vector<size_t> quick) {
+  return quickRun() ? quick : full;
+}
+
+// For a run whose `ranks` outnumber the `gpus` (call before the first communicator): lets ranks
+// share a GPU (TPCOMM_ALLOW_SHARED_DEVICE=1) and sizes every kernel's grid so that all ranks'
+// kernels on one GPU are resident together (one 512-thread block per SM is what every tpcomm
+// kernel is guaranteed; create refuses grids that cannot fit). Settings already in the
+// environment win. Returns the line to print, or "" when the device cannot be queried.
+inline std::string shareGpus(int ranks, int gpus) {
+  setenv("TPCOMM_ALLOW_SHARED_DEVICE", "1", 0);
+  const int perGpu = (ranks + gpus - 1) / gpus;
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess || sms <= 0) return "";
+  const int grid = std::min(64, sms / perGpu), staged = std::min(16, sms / (2 * perGpu));
+  setenv("TPCOMM_TWOSHOT_BLOCKS", std::to_string(grid).c_str(), 0);
+  setenv("TPCOMM_P2P_BLOCKS", std::to_string(std::min(32, grid)).c_str(), 0);
+  setenv("TPCOMM_STAGED_BLOCKS", std::to_string(staged).c_str(), 0);
+  return std::to_string(ranks) + " ranks on " + std::to_string(gpus) + " GPU(s), up to " + std::to_string(perGpu) +
+         " per GPU (correctness, not speed; no NCCL); TPCOMM_TWOSHOT_BLOCKS=" + std::getenv("TPCOMM_TWOSHOT_BLOCKS") +
+         " TPCOMM_P2P_BLOCKS=" + std::getenv("TPCOMM_P2P_BLOCKS") +
+         " TPCOMM_STAGED_BLOCKS=" + std::getenv("TPCOMM_STAGED_BLOCKS");
+}
 
 // The one set-up of the multi-rank GPU tests: createGroup over `devices` (default rankDevices())
 // with `cfg`, and a stream per rank (non-blocking, or blocking: ordered after set-up copies on

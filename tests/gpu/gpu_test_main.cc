@@ -7,6 +7,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+
+#include "gpu_allreduce_util.h"
 
 int main(int argc, char** argv) {
   // Before any CUDA context: a stream per hardware queue for the ~20 streams the multi-rank tests
@@ -24,14 +27,23 @@ int main(int argc, char** argv) {
   std::printf("tpcomm_gpu_tests: %d CUDA device(s)\n", count);
   // Every P2P kernel checks that all ranks make the same call (a debug mode; on in the tests).
   setenv("TPCOMM_CHECK_CALLS", "1", 0);
-  if (count == 1) {
-    // Multi-rank tests put two ranks on the one GPU (tests/gpu/gpu_allreduce_util.h).
-    setenv("TPCOMM_ALLOW_SHARED_DEVICE", "1", 0);
-    // Both ranks' kernels must be resident at once (create checks it): 2 x 64 two-shot blocks
-    // fit an H200's 132 SMs at one 512-thread block per SM, 2 x 128 would not.
-    setenv("TPCOMM_TWOSHOT_BLOCKS", "64", 0);
-    std::printf("tpcomm_gpu_tests: one GPU: multi-rank tests run 2 ranks on GPU 0 (correctness, not speed; no NCCL)\n");
+  const int ranks = tpcomm_test::testRanks();
+  if (const char* v = std::getenv("TPCOMM_TEST_RANKS"); v && ranks != std::atoi(v)) {
+    std::printf("tpcomm_gpu_tests: TPCOMM_TEST_RANKS=%s: expected a rank count from 2 to 16\n", v);
+    return 2;
+  }
+  if (ranks > count) {
+    const std::string line = tpcomm_test::shareGpus(ranks, count);
+    if (line.empty()) {
+      std::printf("tpcomm_gpu_tests: cannot read the GPU's multiprocessor count\n");
+      return 1;
+    }
+    std::printf("tpcomm_gpu_tests: %s\n", line.c_str());
   }
   ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  const int rc = RUN_ALL_TESTS();
+  const testing::UnitTest& u = *testing::UnitTest::GetInstance();
+  std::printf("tpcomm_gpu_tests: %d ranks: %d passed, %d failed, %d skipped\n", ranks, u.successful_test_count(),
+              u.failed_test_count(), u.skipped_test_count());
+  return rc;
 }

@@ -53,7 +53,9 @@ float randomValue(std::mt19937& rng) {
   std::uniform_int_distribution<int> kind(0, 19);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int k = kind(rng);
-  return k == 0 ? 0.0f : k == 1 ? -0.0f : normal(rng) * std::ldexp(1.0f, std::uniform_int_distribution<int>(-6, 6)(rng));
+  return k == 0   ? 0.0f
+         : k == 1 ? -0.0f
+                  : normal(rng) * std::ldexp(1.0f, std::uniform_int_distribution<int>(-6, 6)(rng));
 }
 
 struct DeviceBuffers {
@@ -137,7 +139,8 @@ void runCase(const std::string& algo, Kind kind, DataType dtype, ReduceOp op, si
   };
   auto issue = [&] {
     ASSERT_EQ(Communicator::groupStart(), Status::kOk);
-    for (int r = 0; r < n; ++r) ASSERT_EQ(issueOne(*g, kind, r, b, count, dtype, op), Status::kOk) << tpcomm::lastErrorMessage();
+    for (int r = 0; r < n; ++r)
+      ASSERT_EQ(issueOne(*g, kind, r, b, count, dtype, op), Status::kOk) << tpcomm::lastErrorMessage();
     ASSERT_EQ(Communicator::groupEnd(), Status::kOk);
   };
   auto verify = [&](const std::vector<std::vector<uint8_t>>& inputs) {
@@ -150,8 +153,9 @@ void runCase(const std::string& algo, Kind kind, DataType dtype, ReduceOp op, si
       CUDA_OK(cudaMemcpy(got.data(), b.recv[r], got.size(), cudaMemcpyDeviceToHost));
       const std::vector<uint8_t> want = expected(kind, inputs, r, count, dtype, op);
       const long long bad = firstMismatch(got, want, es);
-      ASSERT_EQ(bad, -1) << "rank " << r << " element " << bad << ": got " << tpcomm::loadAsFloat(got.data(), bad, dtype)
-                         << " expected " << tpcomm::loadAsFloat(want.data(), bad, dtype);
+      ASSERT_EQ(bad, -1) << "rank " << r << " element " << bad << ": got "
+                         << tpcomm::loadAsFloat(got.data(), bad, dtype) << " expected "
+                         << tpcomm::loadAsFloat(want.data(), bad, dtype);
     }
   };
   std::vector<std::vector<uint8_t>> inputs;
@@ -176,7 +180,8 @@ class HalvesP2p : public testing::TestWithParam<std::tuple<std::string, DataType
 TEST_P(HalvesP2p, ReduceScatterBitwise) {
   if (rankDevices().size() < 2) GTEST_SKIP() << "needs 2 ranks";
   auto [algo, dtype, op, count, graph] = GetParam();
-  SCOPED_TRACE(algo + " " + name(dtype) + " " + name(op) + " count=" + std::to_string(count) + (graph ? " graph" : " eager"));
+  SCOPED_TRACE(algo + " " + name(dtype) + " " + name(op) + " count=" + std::to_string(count) +
+               (graph ? " graph" : " eager"));
   runCase(algo, Kind::kReduceScatter, dtype, op, count, graph);
 }
 
@@ -236,16 +241,18 @@ TEST_P(HalvesP2pStress, AlternatingWithAllReduce) {
     const size_t recvCount = which == 0 ? count : count * n;
     std::vector<std::vector<uint8_t>> inputs;
     for (int r = 0; r < n; ++r)
-      inputs.push_back(makeHost(dtype, sendCount, [&](size_t i) { return intInput(r, i, static_cast<uint64_t>(call)); }));
+      inputs.push_back(
+          makeHost(dtype, sendCount, [&](size_t i) { return intInput(r, i, static_cast<uint64_t>(call)); }));
     for (int r = 0; r < n; ++r) {
       CUDA_OK(cudaSetDevice(g->devices[r]));
       CUDA_OK(cudaMemcpyAsync(b.send[r], inputs[r].data(), sendCount * es, cudaMemcpyHostToDevice, g->streams[r]));
     }
     ASSERT_EQ(Communicator::groupStart(), Status::kOk);
     for (int r = 0; r < n; ++r) {
-      Status s = which == 0   ? g->comms[r]->reduceScatter(b.send[r], b.recv[r], count, dtype, ReduceOp::kSum, g->streams[r])
-                 : which == 1 ? g->comms[r]->allGather(b.send[r], b.recv[r], count, dtype, g->streams[r])
-                              : g->comms[r]->allReduce(b.send[r], b.recv[r], count * n, dtype, ReduceOp::kSum, g->streams[r]);
+      Status s =
+          which == 0   ? g->comms[r]->reduceScatter(b.send[r], b.recv[r], count, dtype, ReduceOp::kSum, g->streams[r])
+          : which == 1 ? g->comms[r]->allGather(b.send[r], b.recv[r], count, dtype, g->streams[r])
+                       : g->comms[r]->allReduce(b.send[r], b.recv[r], count * n, dtype, ReduceOp::kSum, g->streams[r]);
       ASSERT_EQ(s, Status::kOk) << tpcomm::lastErrorMessage();
     }
     ASSERT_EQ(Communicator::groupEnd(), Status::kOk);
@@ -255,8 +262,8 @@ TEST_P(HalvesP2pStress, AlternatingWithAllReduce) {
       std::vector<uint8_t> got(recvCount * es);
       CUDA_OK(cudaMemcpy(got.data(), b.recv[r], got.size(), cudaMemcpyDeviceToHost));
       const std::vector<uint8_t> want = which == 2 ? reference(inputs, dtype, ReduceOp::kSum, count * n)
-                                                   : expected(which == 0 ? Kind::kReduceScatter : Kind::kAllGather, inputs,
-                                                              r, count, dtype, ReduceOp::kSum);
+                                                   : expected(which == 0 ? Kind::kReduceScatter : Kind::kAllGather,
+                                                              inputs, r, count, dtype, ReduceOp::kSum);
       wrong += firstMismatch(got, want, es) != -1;
     }
   }
@@ -275,7 +282,7 @@ TEST_P(HalvesP2pStress, TenThousandRotating) {
   ASSERT_NE(g, nullptr);
   const int n = g->n();
   const size_t count = 2048;  // per rank: a 4 KB piece of bf16
-  const int iters = 10000, rotate = 8;
+  const int iters = quickRun() ? 1000 : 10000, rotate = 8;
   const DataType dtype = DataType::kBF16;
   const size_t es = tpcomm::dataTypeSize(dtype);
   for (Kind kind : {Kind::kReduceScatter, Kind::kAllGather}) {
@@ -467,9 +474,9 @@ TEST_P(HalvesVsNccl, BitwiseEqual) {
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
   for (int r = 0; r < n; ++r) {
     CUDA_OK(cudaSetDevice(nccl->devices[r]));
-    const ncclResult_t e = rs ? ncclReduceScatter(send[r], theirs[r], count, ncclType(dtype), ncclSum, nccl->comms[r],
-                                                  nccl->streams[r])
-                              : ncclAllGather(send[r], theirs[r], count, ncclType(dtype), nccl->comms[r], nccl->streams[r]);
+    const ncclResult_t e =
+        rs ? ncclReduceScatter(send[r], theirs[r], count, ncclType(dtype), ncclSum, nccl->comms[r], nccl->streams[r])
+           : ncclAllGather(send[r], theirs[r], count, ncclType(dtype), nccl->comms[r], nccl->streams[r]);
     ASSERT_EQ(e, ncclSuccess) << ncclGetErrorString(e);
   }
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
@@ -486,16 +493,17 @@ TEST_P(HalvesVsNccl, BitwiseEqual) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    All, HalvesVsNccl,
-    testing::Combine(testing::Values(std::string("ll_p2p"), std::string("twoshot_p2p")),
-                     testing::Values(Kind::kReduceScatter, Kind::kAllGather),
-                     testing::Values(DataType::kBF16, DataType::kF16, DataType::kF32),
-                     testing::Values(size_t{1}, size_t{7}, size_t{4099}, size_t{65541}, size_t{1} << 20)),
-    [](const testing::TestParamInfo<Param>& i) {
-      return std::get<0>(i.param) + (std::get<1>(i.param) == Kind::kReduceScatter ? "_rs_" : "_ag_") +
-             name(std::get<2>(i.param)) + "_" + std::to_string(std::get<3>(i.param));
-    });
+INSTANTIATE_TEST_SUITE_P(All, HalvesVsNccl,
+                         testing::Combine(testing::Values(std::string("ll_p2p"), std::string("twoshot_p2p")),
+                                          testing::Values(Kind::kReduceScatter, Kind::kAllGather),
+                                          testing::Values(DataType::kBF16, DataType::kF16, DataType::kF32),
+                                          testing::Values(size_t{1}, size_t{7}, size_t{4099}, size_t{65541},
+                                                          size_t{1} << 20)),
+                         [](const testing::TestParamInfo<Param>& i) {
+                           return std::get<0>(i.param) +
+                                  (std::get<1>(i.param) == Kind::kReduceScatter ? "_rs_" : "_ag_") +
+                                  name(std::get<2>(i.param)) + "_" + std::to_string(std::get<3>(i.param));
+                         });
 
 #endif  // TPCOMM_TEST_NCCL
 

@@ -23,7 +23,7 @@ using tpcomm::Status;
 
 constexpr DataType kTypes[] = {DataType::kF32, DataType::kF16, DataType::kBF16};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin};
-const char* const kAlgos[] = {"lamport_p2p", "oneshot_p2p", "twoshot_p2p", "ring_nccl", "auto"};
+const char* const kAlgos[] = {"lamport_p2p", "oneshot_p2p", "twoshot_p2p", "ll_p2p", "ring_nccl", "auto"};
 
 using Group = RankGroup;
 
@@ -90,7 +90,6 @@ std::string describe(const Case& c) {
 
 void runCase(const Case& c) {
   SCOPED_TRACE(describe(c));
-  if (ncclUnavailable(c.algo)) GTEST_SKIP() << "ring_nccl: one GPU, two ranks (NCCL needs one GPU per rank)";
   Group* g = groupFor(c.algo);
   ASSERT_NE(g, nullptr);
   const int n = g->n();
@@ -188,30 +187,51 @@ TEST_P(AllReduceMatrix, BitExact) {
   runCase({algo, dtype, op, count, inPlace, graph});
 }
 
-// Sizes: one element, odd counts, 16-byte tails, 4 KB .. 8 MB.
+using Param = std::tuple<const char*, DataType, ReduceOp, size_t, bool, bool>;
+
+// Every combination of the lists that can exist on this machine (ring_nccl needs one GPU per
+// rank: on a shared-GPU run it is not instantiated rather than skipped). Built when gtest
+// registers the tests (after main() read TPCOMM_TEST_RANKS).
+std::vector<Param> matrix(std::vector<const char*> algos, std::vector<DataType> types, std::vector<ReduceOp> ops,
+                          std::vector<size_t> counts, std::vector<bool> inPlace, std::vector<bool> graph) {
+  std::vector<Param> out;
+  for (const char* a : algos)
+    for (DataType t : types)
+      for (ReduceOp o : ops)
+        for (size_t c : counts)
+          for (bool ip : inPlace)
+            for (bool g : graph)
+              if (!ncclUnavailable(a)) out.emplace_back(a, t, o, c, ip, g);
+  return out;
+}
+const std::vector<DataType> kAllTypes(std::begin(kTypes), std::end(kTypes));
+const std::vector<ReduceOp> kAllOps(std::begin(kOps), std::end(kOps));
+const std::vector<bool> kBoth = {false, true};
+
+// Sizes: one element, odd counts, 16-byte tails, 4 KB .. 8 MB (TPCOMM_TEST_SIZES=quick: a subset
+// with the same kinds of edges, for the runs at 3, 4 and 8 ranks).
 INSTANTIATE_TEST_SUITE_P(Small, AllReduceMatrix,
-                         testing::Combine(testing::ValuesIn(kAlgos), testing::ValuesIn(kTypes), testing::ValuesIn(kOps),
-                                          testing::Values<size_t>(1, 7, 8, 33, 1000, 1024, 4099, 65536, 262147,
-                                                                  (1u << 20) + 8, (4u << 20) + 3),
-                                          testing::Bool(), testing::Bool()));
+                         testing::ValuesIn(matrix({std::begin(kAlgos), std::end(kAlgos)}, kAllTypes, kAllOps,
+                                                  testSizes({1, 7, 8, 33, 1000, 1024, 4099, 65536, 262147,
+                                                             (1u << 20) + 8, (4u << 20) + 3},
+                                                            {1, 7, 33, 4099, 262147, (4u << 20) + 3}),
+                                                  kBoth, kBoth)));
 
 // Lamport's partial last pack: every tail length of f32 (4 per pack) and f16/bf16 (8 per pack),
 // tails after several packs and blocks, and counts whose padded size is just under 1 MiB (262143
 // f32, 524287 f16/bf16) and 2 MiB, the default TPCOMM_LAMPORT_MAX_BYTES (524287 f32, 1048575
 // f16/bf16); a dtype whose count does not fit falls back.
-INSTANTIATE_TEST_SUITE_P(
-    LamportTails, AllReduceMatrix,
-    testing::Combine(testing::Values("lamport_p2p"), testing::ValuesIn(kTypes), testing::ValuesIn(kOps),
-                     testing::Values<size_t>(2, 3, 4, 5, 6, 9, 15, 17, 4097, 262143, 524287, 1048575), testing::Bool(),
-                     testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(LamportTails, AllReduceMatrix,
+                         testing::ValuesIn(matrix({"lamport_p2p"}, kAllTypes, kAllOps,
+                                                  testSizes({2, 3, 4, 5, 6, 9, 15, 17, 4097, 262143, 524287, 1048575},
+                                                            {3, 5, 9, 17, 524287}),
+                                                  kBoth, kBoth)));
 
 // Large messages (sum; 64 MB and 256 MB of bf16, 256 MB of f32) on the bandwidth algorithms.
-INSTANTIATE_TEST_SUITE_P(Large, AllReduceMatrix,
-                         testing::Combine(testing::Values("twoshot_p2p", "ring_nccl", "auto"),
-                                          testing::Values(DataType::kBF16, DataType::kF32),
-                                          testing::Values(ReduceOp::kSum),
-                                          testing::Values<size_t>((32u << 20) + 5, 64u << 20),
-                                          testing::Values(false, true), testing::Values(false)));
+INSTANTIATE_TEST_SUITE_P(
+    Large, AllReduceMatrix,
+    testing::ValuesIn(matrix({"twoshot_p2p", "ring_nccl", "auto"}, {DataType::kBF16, DataType::kF32}, {ReduceOp::kSum},
+                             testSizes({(32u << 20) + 5, 64u << 20}, {(32u << 20) + 5}), kBoth, {false})));
 
 TEST(AllReduceRandom, MatchesFp64WithinTolerance) {
   if (!needGpus(2)) GTEST_SKIP() << "needs 2 ranks, found " << gpuCount() << " GPUs";
@@ -313,7 +333,7 @@ TEST(AllReduceAlignment, MixedAlignmentAcrossRanks) {
 TEST(AllReduceStress, TenThousandBackToBack) {
   if (!needGpus(2)) GTEST_SKIP() << "needs 2 ranks, found " << gpuCount() << " GPUs";
   const size_t count = 4096;  // 8 KB of bf16: a decode-step all-reduce
-  const int iters = 10000, rotate = 8;
+  const int iters = quickRun() ? 1000 : 10000, rotate = 8;
   const DataType dtype = DataType::kBF16;
   const size_t bytes = count * 2;
   for (const char* algo : {"lamport_p2p", "oneshot_p2p", "twoshot_p2p"}) {
