@@ -1,0 +1,387 @@
+// GPU tests of the decode kernels behind GpuModelOptions::decode (part of qwen_gpu_test; label
+// gpu). Each table row is a case; add a row to cover a new shape.
+//  - gpu::attentionDecodeTc against an fp64 host reference: GQA groups 1..16, cache lengths 1,
+//    2, 64, 511, 512, 513, 4096 and 32001, calls of 1, 3 and 16 tokens, split bounds 1, 7 and 33;
+//    the output poisoned before every call and every element checked; each query's bits equal
+//    to the one-token call at its own position (speculative == greedy rests on it); a second
+//    call gives the same bits (the tickets were left at zero); against gpu::attention too.
+//    Tolerance per element: 2^-7 |ref| + 4e-3 (P is rounded to bf16 before P V, as in prefill).
+//  - The fused GEMVs (gemvNormBf16, gemvNormSwiglu, gemvResidual) against an fp64 reference of
+//    RMSNorm -> product -> SwiGLU / residual add; gemvResidual bit-exact against gemvBf16 plus
+//    the bf16 add; tokens >= n never written; a token's bits the same whatever n (1..16).
+//  - The model: a tiny Qwen3 with head_dim 128 (GQA 4) on every DecodeKernels path: logits
+//    against the fp32 CPU reference (the bound of LogitsMatchTheCpuReference), and MTP speculative
+//    output token-identical to greedy at short and long (multi-chunk) context.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cpu_model.h"
+#include "gpu_kernels.h"
+#include "gpu_model.h"
+#include "safetensors.h"
+#include "speculative.h"
+
+namespace qwen {
+namespace {
+
+#define CK(call) ASSERT_EQ((call), cudaSuccess) << #call << ": " << cudaGetErrorString(cudaGetLastError())
+
+struct Rng {
+  uint64_t s;
+  float uniform() {  // [-1, 1)
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(static_cast<int64_t>(s >> 40) - (1 << 23)) / static_cast<float>(1 << 23);
+  }
+  uint16_t bf16(float scale = 1.f) { return floatToBf16(uniform() * scale); }
+};
+
+template <typename T>
+struct DevBuf {  // device memory freed on every exit of a test
+  T* p = nullptr;
+  explicit DevBuf(size_t n) { cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)); }
+  ~DevBuf() { cudaFree(p); }
+};
+
+constexpr uint16_t kPoison = 0xFFFF;  // a bf16 NaN
+
+// ---- gpu::attentionDecodeTc ----
+
+struct AttnCase {
+  int hq, hk, pos, n, maxSplits;
+};
+
+TEST(QwenDecodeGpu, TcAttentionMatchesReference) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const int D = gpu::kDecodeTcHeadDim;
+  const AttnCase cases[] = {
+      {32, 8, 0, 1, 33},   {32, 8, 1, 1, 33},    {32, 8, 63, 1, 33},  {32, 8, 510, 1, 33}, {32, 8, 511, 1, 33},
+      {32, 8, 512, 1, 33}, {32, 8, 510, 3, 33},  {32, 8, 4095, 1, 7}, {32, 8, 300, 16, 7}, {64, 8, 511, 1, 33},
+      {64, 8, 700, 3, 33}, {16, 8, 600, 3, 33},  {8, 8, 200, 2, 33},  {32, 2, 1000, 3, 1}, {32, 2, 129, 16, 33},
+      {32, 8, 32000, 1, 33}, {64, 8, 32000, 2, 33},
+  };
+  Rng rng{0x2545f4914f6cdd1dull};
+  std::string err;
+  for (const AttnCase& c : cases) {
+    const std::string what = "hq " + std::to_string(c.hq) + " hk " + std::to_string(c.hk) + " pos " +
+                             std::to_string(c.pos) + " n " + std::to_string(c.n) + " splits " + std::to_string(c.maxSplits);
+    ASSERT_TRUE(gpu::attentionDecodeTcSupported(c.hq, c.hk, D)) << what;
+    const int ctx = c.pos + c.n, G = c.hq / c.hk;
+    std::vector<uint16_t> q(static_cast<size_t>(c.n) * c.hq * D), k(static_cast<size_t>(ctx) * c.hk * D), v(k.size());
+    for (auto& x : q) x = rng.bf16(3.f);  // scores of a few units: a peaked softmax
+    for (auto& x : k) x = rng.bf16();
+    for (auto& x : v) x = rng.bf16();
+    DevBuf<uint16_t> dq(q.size()), dk(k.size()), dv(v.size()), dout(q.size()), dold(q.size());
+    DevBuf<float> dpart(gpu::decodeTcPartialFloats(c.n, c.hq, c.maxSplits));
+    DevBuf<float> doldPart(static_cast<size_t>(c.n) * c.hq * 128 * (D + 2));
+    DevBuf<int> dtk(gpu::decodeTcTickets(c.n, c.hk));
+    DevBuf<int32_t> dpos(1);
+    auto bf = [](uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); };
+    CK(cudaMemcpy(dq.p, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dk.p, k.data(), k.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dv.p, v.data(), v.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dtk.p, 0, gpu::decodeTcTickets(c.n, c.hk) * 4));
+    CK(cudaMemcpy(dpos.p, &c.pos, 4, cudaMemcpyHostToDevice));
+    std::vector<uint16_t> out(q.size()), again(q.size()), old(q.size()), alone(static_cast<size_t>(c.hq) * D);
+    auto run = [&](const uint16_t* qp, int n, std::vector<uint16_t>* dst) {
+      CK(cudaMemset(dout.p, 0xFF, dst->size() * 2));  // poison
+      gpu::attentionDecodeTc(bf(const_cast<uint16_t*>(qp)), bf(dk.p), bf(dv.p), dpos.p, n, c.hq, c.hk, c.maxSplits,
+                             dpart.p, dtk.p, bf(dout.p), nullptr);
+      CK(cudaGetLastError());
+      CK(cudaDeviceSynchronize());
+      CK(cudaMemcpy(dst->data(), dout.p, dst->size() * 2, cudaMemcpyDeviceToHost));
+    };
+    run(dq.p, c.n, &out);
+    run(dq.p, c.n, &again);
+    EXPECT_EQ(0, std::memcmp(out.data(), again.data(), out.size() * 2)) << what << ": a second call differs";
+    std::vector<int> tickets(gpu::decodeTcTickets(c.n, c.hk), -1);
+    CK(cudaMemcpy(tickets.data(), dtk.p, tickets.size() * 4, cudaMemcpyDeviceToHost));
+    for (int x : tickets) EXPECT_EQ(x, 0) << what << ": a ticket was left non-zero";
+    // The CUDA-core kernel on the same inputs (64-slot chunks, up to 128 splits).
+    const int oldSplits = std::min(128, (ctx + 63) / 64);
+    gpu::attention(bf(dq.p), bf(dk.p), bf(dv.p), dpos.p, c.n, c.hq, c.hk, D, oldSplits, 64, doldPart.p, bf(dold.p), nullptr);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(old.data(), dold.p, old.size() * 2, cudaMemcpyDeviceToHost));
+    int bad = 0, badOld = 0;
+    for (int t = 0; t < c.n; ++t) {
+      if (c.n > 1) {  // query t alone at its own position: the same bits
+        const int p1 = c.pos + t;
+        CK(cudaMemcpy(dpos.p, &p1, 4, cudaMemcpyHostToDevice));
+        run(dq.p + static_cast<size_t>(t) * c.hq * D, 1, &alone);
+        CK(cudaMemcpy(dpos.p, &c.pos, 4, cudaMemcpyHostToDevice));
+        EXPECT_EQ(0, std::memcmp(alone.data(), out.data() + static_cast<size_t>(t) * c.hq * D, alone.size() * 2))
+            << what << ": query " << t << "'s bits depend on n";
+      }
+      const int last = c.pos + t;
+      for (int h = 0; h < c.hq; ++h) {
+        const int kvh = h / G;
+        std::vector<double> sc(static_cast<size_t>(last) + 1);
+        double mx = -1e300, sum = 0;
+        for (int j = 0; j <= last; ++j) {
+          double d = 0;
+          for (int e = 0; e < D; ++e)
+            d += static_cast<double>(bf16ToFloat(q[(static_cast<size_t>(t) * c.hq + h) * D + e])) *
+                 bf16ToFloat(k[(static_cast<size_t>(j) * c.hk + kvh) * D + e]);
+          mx = std::max(mx, sc[j] = d / std::sqrt(static_cast<double>(D)));
+        }
+        for (double& x : sc) sum += (x = std::exp(x - mx));
+        std::vector<double> r(D, 0.0);
+        for (int j = 0; j <= last; ++j)
+          for (int e = 0; e < D; ++e) r[e] += sc[j] * bf16ToFloat(v[(static_cast<size_t>(j) * c.hk + kvh) * D + e]);
+        for (int e = 0; e < D; ++e) {
+          const size_t i = (static_cast<size_t>(t) * c.hq + h) * D + e;
+          const double ref = r[e] / sum, tol = std::ldexp(std::fabs(ref), -7) + 4e-3;
+          const double g = bf16ToFloat(out[i]), o = bf16ToFloat(old[i]);
+          if (!(std::fabs(g - ref) <= tol) && ++bad <= 3)  // NaN (an unwritten element) fails too
+            ADD_FAILURE() << what << ": t " << t << " head " << h << " dim " << e << " gpu " << g << " ref " << ref;
+          if (!(std::fabs(o - ref) <= tol)) ++badOld;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0) << what;
+    EXPECT_EQ(badOld, 0) << what << " (gpu::attention, the old kernel)";
+  }
+}
+
+// ---- the fused GEMVs ----
+
+struct GemvCase {
+  int out, in;
+};
+
+TEST(QwenDecodeGpu, FusedGemvsMatchReference) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const GemvCase cases[] = {{384, 512}, {40, 264}, {96, 64}, {1024, 4096}, {136, 1032}};
+  const float eps = 1e-6f;
+  Rng rng{77};
+  auto bf = [](uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); };
+  for (const GemvCase& c : cases) {
+    const int N = gpu::kGemvFusedMaxTokens;
+    std::vector<uint16_t> W(static_cast<size_t>(2) * c.out * c.in), X(static_cast<size_t>(N) * c.in), nw(c.in),
+        R(static_cast<size_t>(N) * c.out);
+    for (auto& x : W) x = rng.bf16(0.1f);
+    for (auto& x : X) x = rng.bf16(2.f);
+    for (auto& x : nw) x = rng.bf16(1.5f);
+    for (auto& x : R) x = rng.bf16();
+    DevBuf<uint16_t> dW(W.size()), dX(X.size()), dnw(nw.size()), dY(R.size()), dR(R.size()), dP(R.size());
+    CK(cudaMemcpy(dW.p, W.data(), W.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dX.p, X.data(), X.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dnw.p, nw.data(), nw.size() * 2, cudaMemcpyHostToDevice));
+    // fp64 reference: hn = x * inv * w (unrounded), products with W's rows.
+    auto hn = [&](int t, int i) {
+      double ss = 0;
+      for (int j = 0; j < c.in; ++j) ss += std::pow(bf16ToFloat(X[static_cast<size_t>(t) * c.in + j]), 2);
+      return bf16ToFloat(X[static_cast<size_t>(t) * c.in + i]) / std::sqrt(ss / c.in + eps) * bf16ToFloat(nw[i]);
+    };
+    std::vector<double> hnRef(X.size());
+    for (int t = 0; t < N; ++t)
+      for (int i = 0; i < c.in; ++i) hnRef[static_cast<size_t>(t) * c.in + i] = hn(t, i);
+    // dot of row o of W with token t (normed or raw), and the bound sum |x w|.
+    auto dot = [&](int o, int t, bool norm, double* absSum) {
+      double s = 0, a = 0;
+      for (int i = 0; i < c.in; ++i) {
+        const double x = norm ? hnRef[static_cast<size_t>(t) * c.in + i] : bf16ToFloat(X[static_cast<size_t>(t) * c.in + i]);
+        const double p = x * bf16ToFloat(W[static_cast<size_t>(o) * c.in + i]);
+        s += p, a += std::fabs(p);
+      }
+      *absSum = a;
+      return s;
+    };
+    for (int n : {1, 3, 8, 9, 16}) {
+      const std::string what = "out " + std::to_string(c.out) + " in " + std::to_string(c.in) + " n " + std::to_string(n);
+      std::vector<uint16_t> y(R.size()), a(R.size()), r(R.size()), ref1(R.size());
+      auto fetch = [&](uint16_t* d, std::vector<uint16_t>* h) {
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(h->data(), d, h->size() * 2, cudaMemcpyDeviceToHost));
+      };
+      // gemvNormBf16 (out rows) and gemvNormSwiglu (W = [gate; up], I = out)
+      CK(cudaMemset(dY.p, 0xFF, R.size() * 2));
+      CK(cudaMemset(dP.p, 0xFF, R.size() * 2));
+      ASSERT_TRUE(gpu::gemvNormBf16(bf(dW.p), c.out, c.in, bf(dX.p), n, bf(dnw.p), eps, bf(dY.p), nullptr)) << what;
+      ASSERT_TRUE(gpu::gemvNormSwiglu(bf(dW.p), c.out, c.in, bf(dX.p), n, bf(dnw.p), eps, bf(dP.p), nullptr)) << what;
+      fetch(dY.p, &y);
+      fetch(dP.p, &a);
+      // gemvResidual against gemvBf16 + the bf16 add, bit for bit
+      CK(cudaMemcpy(dR.p, R.data(), R.size() * 2, cudaMemcpyHostToDevice));
+      ASSERT_TRUE(gpu::gemvResidual(bf(dW.p), c.out, c.in, bf(dX.p), n, bf(dR.p), nullptr)) << what;
+      fetch(dR.p, &r);
+      for (int t0 = 0; t0 < n; t0 += gpu::kGemvMaxTokens)
+        ASSERT_TRUE(gpu::gemvBf16(bf(dW.p), c.out, c.in, bf(dX.p) + static_cast<size_t>(t0) * c.in,
+                                  std::min(gpu::kGemvMaxTokens, n - t0), bf(dY.p) + static_cast<size_t>(t0) * c.out,
+                                  false, nullptr));
+      std::vector<uint16_t> plain(R.size());
+      fetch(dY.p, &plain);
+      int bad = 0;
+      for (int t = 0; t < N; ++t)
+        for (int o = 0; o < c.out; ++o) {
+          const size_t i = static_cast<size_t>(t) * c.out + o;
+          if (t >= n) {  // never written
+            EXPECT_TRUE(y[i] == kPoison && a[i] == kPoison && r[i] == R[i]) << what << ": token " << t << " written";
+            continue;
+          }
+          const uint16_t want = floatToBf16(bf16ToFloat(R[i]) + bf16ToFloat(plain[i]));
+          if (r[i] != want && ++bad <= 3) ADD_FAILURE() << what << ": residual t " << t << " o " << o;
+          double sy, sg, su;
+          const double ry = dot(o, t, true, &sy);
+          const double g = dot(o, t, true, &sg), u = dot(c.out + o, t, true, &su);
+          const double eg = 4e-3 * sg + std::ldexp(std::fabs(g), -7), eu = 4e-3 * su + std::ldexp(std::fabs(u), -7);
+          const double silu = g / (1 + std::exp(-g)), ra = silu * u;
+          if (!(std::fabs(bf16ToFloat(y[i]) - ry) <= 4e-3 * sy + std::ldexp(std::fabs(ry), -7)) && ++bad <= 3)
+            ADD_FAILURE() << what << ": norm gemv t " << t << " o " << o << " " << bf16ToFloat(y[i]) << " vs " << ry;
+          if (!(std::fabs(bf16ToFloat(a[i]) - ra) <= 1.2 * eg * std::fabs(u) + std::fabs(silu) * eu + eg * eu +
+                                                          std::ldexp(std::fabs(ra), -7)) && ++bad <= 3)
+            ADD_FAILURE() << what << ": swiglu t " << t << " o " << o << " " << bf16ToFloat(a[i]) << " vs " << ra;
+        }
+      EXPECT_EQ(bad, 0) << what;
+      // A token's bits whatever n: the n = 16 call's rows are the n-token call's rows.
+      if (n < N) {
+        std::vector<uint16_t> y16(R.size()), a16(R.size());
+        ASSERT_TRUE(gpu::gemvNormBf16(bf(dW.p), c.out, c.in, bf(dX.p), N, bf(dnw.p), eps, bf(dY.p), nullptr));
+        ASSERT_TRUE(gpu::gemvNormSwiglu(bf(dW.p), c.out, c.in, bf(dX.p), N, bf(dnw.p), eps, bf(dP.p), nullptr));
+        fetch(dY.p, &y16);
+        fetch(dP.p, &a16);
+        EXPECT_EQ(0, std::memcmp(y16.data(), y.data(), static_cast<size_t>(n) * c.out * 2)) << what;
+        EXPECT_EQ(0, std::memcmp(a16.data(), a.data(), static_cast<size_t>(n) * c.out * 2)) << what;
+      }
+    }
+  }
+}
+
+// ---- the model on every decode path ----
+
+// tiny with head_dim 128 and 4 query heads per KV head (the 8b shape's group), so the tensor-core
+// attention and the fused step serve it.
+ModelConfig tiny128() {
+  ModelConfig c;
+  std::string err;
+  presetConfig("tiny", &c, &err);
+  c.headDim = 128;
+  c.numKvHeads = 2;
+  return c;
+}
+
+using Kernels = GpuModelOptions::DecodeKernels;
+const char* kernelsName(Kernels k) { return k == Kernels::kOld ? "old" : k == Kernels::kAttention ? "attn" : "fused"; }
+
+std::vector<int32_t> promptIds(int n, int vocab) {
+  std::vector<int32_t> p(n);
+  for (int i = 0; i < n; ++i) p[i] = (i * 389 + 17) % vocab;
+  return p;
+}
+
+// Logits against the fp32 CPU reference (LogitsMatchTheCpuReference's bound: 3% of max |logit| per
+// position, the greedy token equal where the reference's top-2 margin exceeds twice that): the
+// prompt in chunks (`chunks`: > 16 tokens take the prefill kernel, <= 16 the decode path under
+// test), then decode steps through the graphs.
+void checkAgainstCpu(Kernels kernels, const std::vector<int>& chunks) {
+  unsetenv("QWEN_DECODE");  // the option under test, not the environment's
+  const ModelConfig c = tiny128();
+  const uint64_t seed = 31;
+  HostWeights w;
+  makeSyntheticHostWeights(c, seed, /*roundBf16=*/true, &w);
+  TpShape s;
+  std::string err;
+  ASSERT_TRUE(makeTpShape(c, 1, 0, &s, &err));
+  CpuModel cpu(c, s, &w, nullptr, 64);
+  GpuModel gpu(c, s, 0, nullptr);
+  GpuModelOptions o;
+  o.ctxSize = 64;
+  o.maxTokensPerCall = 32;
+  o.seed = seed;
+  o.decode = kernels;
+  ASSERT_TRUE(gpu.init(o, &err)) << err;
+  ASSERT_STREQ(gpu.decodeKernels(), kernelsName(kernels));
+  int total = 0;
+  for (int len : chunks) total += len;
+  const auto p = promptIds(total, c.vocabSize);
+  const int V = c.vocabSize;
+  int pos = 0;
+  std::vector<int32_t> nc(total), ng(total);
+  auto compare = [&](const float* lc, const std::vector<float>& lg, const std::string& what) {
+    float mx = 0, e1 = 0;
+    for (int i = 0; i < V; ++i) mx = std::max(mx, std::fabs(lc[i])), e1 = std::max(e1, std::fabs(lg[i] - lc[i]));
+    EXPECT_LE(e1, 0.03f * mx) << kernelsName(kernels) << " " << what;
+  };
+  for (int len : chunks) {
+    ASSERT_TRUE(cpu.target(p.data() + pos, len, pos, nc.data() + pos, &err)) << err;
+    ASSERT_TRUE(gpu.target(p.data() + pos, len, pos, ng.data() + pos, &err)) << err;
+    std::vector<float> lg;
+    ASSERT_TRUE(gpu.lastLogits(1, &lg, &err)) << err;
+    compare(cpu.lastLogits().data() + static_cast<size_t>(len - 1) * V, lg, "prompt position " + std::to_string(pos + len - 1));
+    pos += len;
+  }
+  std::vector<float> lg;
+  int32_t tok = nc[total - 1];
+  for (int t = total; t < total + 12; ++t) {
+    int32_t a = -1, b = -1;
+    ASSERT_TRUE(cpu.target(&tok, 1, t, &a, &err)) << err;
+    ASSERT_TRUE(gpu.target(&tok, 1, t, &b, &err)) << err;
+    ASSERT_TRUE(gpu.lastLogits(1, &lg, &err)) << err;
+    compare(cpu.lastLogits().data(), lg, "decode position " + std::to_string(t));
+    tok = a;  // follow the reference
+  }
+}
+
+TEST(QwenDecodeGpu, EveryPathMatchesTheCpuReference) {
+  for (Kernels k : {Kernels::kOld, Kernels::kAttention, Kernels::kFused}) {
+    checkAgainstCpu(k, {20});        // prefill kernel, then decode steps
+    checkAgainstCpu(k, {8, 7, 16});  // the decode path for the prompt's chunks too
+  }
+}
+
+// Greedy, then MTP speculation (real drafts and simulated acceptance) on the same path: every
+// token equal. A query's attention bits depend on its length only, and a fused GEMV's on the
+// token's row only, so a verify call of N + 1 tokens reproduces N + 1 one-token steps.
+bool generateOn(Kernels kernels, int promptLen, int ctx, const GenerateOptions& g, std::vector<int32_t>* out,
+                GenerateStats* st, std::string* err) {
+  const ModelConfig c = tiny128();
+  TpShape s;
+  if (!makeTpShape(c, 1, 0, &s, err)) return false;
+  GpuModel m(c, s, 0, nullptr);
+  GpuModelOptions o;
+  o.ctxSize = ctx;
+  o.maxTokensPerCall = 256;
+  o.seed = 5;
+  o.decode = kernels;
+  if (!m.init(o, err)) return false;
+  if (std::strcmp(m.decodeKernels(), kernelsName(kernels)) != 0) return *err = "decode kernels " + std::string(m.decodeKernels()), false;
+  return generate(m, promptIds(promptLen, c.vocabSize), g, out, st, err);
+}
+
+TEST(QwenDecodeGpu, SpeculativeEqualsGreedyOnTheNewPaths) {
+  unsetenv("QWEN_DECODE");
+  struct Ctx {
+    int prompt, predict;
+    std::vector<int> drafts;
+  };
+  // Short: one chunk per query. Long: about 12 chunks of 64 slots, merged by the last CTA.
+  const Ctx ctxs[] = {{24, 160, {1, 2, 3, 4, 5, 6}}, {700, 64, {3, 5}}};
+  for (Kernels k : {Kernels::kAttention, Kernels::kFused}) {
+    for (const Ctx& cx : ctxs) {
+      const int ctx = cx.prompt + cx.predict + 16;
+      std::vector<int32_t> ref;
+      GenerateStats st;
+      std::string err;
+      GenerateOptions g;
+      g.nPredict = cx.predict;
+      ASSERT_TRUE(generateOn(k, cx.prompt, ctx, g, &ref, &st, &err)) << err;
+      for (int n : cx.drafts)
+        for (double sim : {-1.0, 0.6}) {
+          GenerateOptions gs = g;
+          gs.draftNMax = n;
+          gs.simAcceptance = sim;
+          gs.reference = &ref;
+          std::vector<int32_t> out;
+          ASSERT_TRUE(generateOn(k, cx.prompt, ctx, gs, &out, &st, &err)) << err;
+          EXPECT_EQ(out, ref) << kernelsName(k) << " prompt " << cx.prompt << " N " << n << " sim " << sim;
+          if (sim > 0) EXPECT_GT(st.accepted, 0);
+        }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qwen
