@@ -2,6 +2,8 @@
 // as stream-ordered enqueues, CUDA-graph capture and replay, and the tpcomm all-reduces.
 #include "gpu_model.h"
 
+#include <cuda_profiler_api.h>
+
 #include <cstdint>
 #include <algorithm>
 #include <cstdlib>
@@ -202,6 +204,7 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   // about two CTAs per SM for one token; tickets zeroed once (every call leaves them zero).
   tcAttn_ = opt_.decode != GpuModelOptions::DecodeKernels::kOld && gpu::attentionDecodeTcSupported(hq, hk, D);
   if (tcAttn_) {
+    if (!gpu::prepareAttentionDecodeTc()) return *error = "decode attention: cudaFuncSetAttribute failed", false;
     tcSplits_ = gpu::decodeTcMaxSplits(device_, hk);
     const size_t tickets = gpu::decodeTcTickets(kGraphMaxTokens, hk);
     if (!a(&tcPart_, static_cast<int64_t>(gpu::decodeTcPartialFloats(kGraphMaxTokens, hq, tcSplits_) * 4)) ||
@@ -594,6 +597,18 @@ bool GpuModel::enableDraftProbability() {
 bool GpuModel::timeTargetStep(int n, int pos, int iters, double* ms, std::string* error) {
   std::vector<int32_t> toks(static_cast<size_t>(n), 0), out(static_cast<size_t>(n));
   if (!target(toks.data(), n, pos, out.data(), error)) return false;  // captures the graph
+  // QWEN_NCU_STEP=1: the process's first one-token step replay inside cudaProfilerStart/Stop, so
+  // `ncu --profile-from-start off` profiles exactly one decode step's kernels.
+  static bool ncuDone = false;
+  const char* ncu = std::getenv("QWEN_NCU_STEP");
+  if (n == 1 && !ncuDone && ncu && std::string(ncu) == "1") {
+    ncuDone = true;
+    QWEN_CUDA(cudaStreamSynchronize(stream_));
+    QWEN_CUDA(cudaProfilerStart());
+    QWEN_CUDA(cudaGraphLaunch(graphs_.at({kTarget, n}).exec, stream_));
+    QWEN_CUDA(cudaStreamSynchronize(stream_));
+    QWEN_CUDA(cudaProfilerStop());
+  }
   return medianGraphMs(graphs_.at({kTarget, n}).exec, iters, ms, error);
 }
 

@@ -61,18 +61,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
   const int li = lane >> 3, lr = lane & 7;  // ldmatrix: matrix index, row within it
-  // Q as A fragments (row r = query head kvh G + r of token t; rows >= G are zero).
-  uint32_t qa[D / 16][4];
-  {
-    const __nv_bfloat16* qt = q + (static_cast<int64_t>(t) * hq + kvh * G) * D;
-    auto ld = [&](int r, int c) { return r < G ? *reinterpret_cast<const uint32_t*>(qt + r * D + c) : 0u; };
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const int c = kk * 16 + 2 * tig;
-      qa[kk][0] = ld(g, c), qa[kk][1] = kHi ? ld(g + 8, c) : 0u;
-      qa[kk][2] = ld(g, c + 8), qa[kk][3] = kHi ? ld(g + 8, c + 8) : 0u;
-    }
-  }
   // Tile `it` of the chunk into ring slot it % kStages; every call commits one group.
   auto loadTile = [&](int it) {
     if (it < tiles) {
@@ -89,13 +77,25 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     cpAsyncCommit();
   };
 
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) loadTile(i);  // in flight while Q loads
+  // Q as A fragments (row r = query head kvh G + r of token t; rows >= G are zero).
+  uint32_t qa[D / 16][4];
+  {
+    const __nv_bfloat16* qt = q + (static_cast<int64_t>(t) * hq + kvh * G) * D;
+    auto ld = [&](int r, int c) { return r < G ? *reinterpret_cast<const uint32_t*>(qt + r * D + c) : 0u; };
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int c = kk * 16 + 2 * tig;
+      qa[kk][0] = ld(g, c), qa[kk][1] = kHi ? ld(g + 8, c) : 0u;
+      qa[kk][2] = ld(g, c + 8), qa[kk][3] = kHi ? ld(g + 8, c + 8) : 0u;
+    }
+  }
   float o[D / 8][4];
 #pragma unroll
   for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows g, g + 8 (scaled by scaleLog2)
 
-#pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) loadTile(i);
   for (int it = 0; it < tiles; ++it) {
     cpAsyncWait<kStages - 2>();
     __syncthreads();  // tile it is in; every warp is done with tile it - 1, whose slot refills now
@@ -231,11 +231,14 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 }
 
 template <int G>
+cudaError_t allowRing() {
+  return cudaFuncSetAttribute(attnDecodeTcKernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes);
+}
+
+template <int G>
 void launchG(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache, const int32_t* pos, int n,
              int hq, int hk, int maxSplits, float* part, int* tickets, __nv_bfloat16* out, cudaStream_t s) {
-  static const bool ready =
-      cudaFuncSetAttribute(attnDecodeTcKernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes) == cudaSuccess;
-  (void)ready;  // a failure shows as the launch's error
+  // The shared memory limit was raised by prepareAttentionDecodeTc() on this device.
   const float scaleLog2 = 1.4426950408889634f / sqrtf(static_cast<float>(D));
   launchSmem(attnDecodeTcKernel<G>, dim3(n, maxSplits, hk), dim3(kWarps * 32), kRingBytes, s, q, kCache, vCache, pos,
              hq, hk, maxSplits, scaleLog2, part, tickets, out);
@@ -247,6 +250,13 @@ bool attentionDecodeTcSupported(int hq, int hk, int D_) {
   if (D_ != D || hk <= 0 || hq % hk != 0) return false;
   const int G = hq / hk;
   return G == 1 || G == 2 || G == 4 || G == 8 || G == 16;
+}
+
+bool prepareAttentionDecodeTc() {
+  const cudaError_t e[] = {allowRing<1>(), allowRing<2>(), allowRing<4>(), allowRing<8>(), allowRing<16>()};
+  for (cudaError_t x : e)
+    if (x != cudaSuccess) return false;
+  return true;
 }
 
 int decodeTcMaxSplits(int device, int hk) {

@@ -13,6 +13,9 @@ namespace gpu {
 /// The one head_dim attentionDecodeTc serves (Qwen3's), and the group sizes (hq / hk) it takes.
 constexpr int kDecodeTcHeadDim = 128;
 bool attentionDecodeTcSupported(int hq, int hk, int D);
+/// Raises the kernels' shared-memory limit (104 KB) on the current device: once per device before
+/// the first call (GpuModel::init does it). False when the device refuses.
+bool prepareAttentionDecodeTc();
 
 /// The largest split count worth using on this device for hk KV heads: about two CTAs per SM
 /// for one token (2 * SMs / hk), in [1, 128]. GpuModel fixes it once at init; a query's chunks

@@ -56,6 +56,7 @@ struct AttnCase {
 
 TEST(QwenDecodeGpu, TcAttentionMatchesReference) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_TRUE(gpu::prepareAttentionDecodeTc());
   const int D = gpu::kDecodeTcHeadDim;
   const AttnCase cases[] = {
       {32, 8, 0, 1, 33},   {32, 8, 1, 1, 33},    {32, 8, 63, 1, 33},  {32, 8, 510, 1, 33}, {32, 8, 511, 1, 33},
