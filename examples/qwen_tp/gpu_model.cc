@@ -152,8 +152,9 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
     const std::string v = e;
     if (v == "old") opt_.decode = GpuModelOptions::DecodeKernels::kOld;
     else if (v == "attn") opt_.decode = GpuModelOptions::DecodeKernels::kAttention;
+    else if (v == "gemv") opt_.decode = GpuModelOptions::DecodeKernels::kFusedGemv;
     else if (v == "fused") opt_.decode = GpuModelOptions::DecodeKernels::kFused;
-    else return *error = "QWEN_DECODE=" + v + ": expected old, attn or fused", false;
+    else return *error = "QWEN_DECODE=" + v + ": expected old, attn, gemv or fused", false;
   }
   gpu::setPdl(opt_.pdl);
   QWEN_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -213,8 +214,9 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
     QWEN_CUDA(cudaMemsetAsync(tcTickets_, 0, tickets * 4, stream_));
   }
   // The fused step needs no all-reduce inside a layer (tp == 1) and 16-byte rows for the GEMVs.
-  fusedStep_ = tcAttn_ && opt_.decode == GpuModelOptions::DecodeKernels::kFused && shape_.tp == 1 && H % 8 == 0 &&
+  fusedStep_ = tcAttn_ && opt_.decode >= GpuModelOptions::DecodeKernels::kFusedGemv && shape_.tp == 1 && H % 8 == 0 &&
                I % 8 == 0 && (hq * D) % 8 == 0;
+  ropeInAttn_ = fusedStep_ && opt_.decode == GpuModelOptions::DecodeKernels::kFused;
   // The decode kernel's partials serve calls of up to kGraphMaxTokens tokens (all calls when the
   // prefill kernel does not run this head_dim); logits kLogitsRows rows at a time.
   const int64_t attnRows = prefillAttn_ ? kGraphMaxTokens : T;
@@ -302,7 +304,8 @@ bool GpuModel::enqueueLayer(const Layer& L, int n, int ropeOffset, const __nv_bf
   return allReduceAddNorm(nextNorm, n, normOut, error);
 }
 
-// x_ -> qkv (norm1 in the GEMV) -> q/k norm, RoPE, cache store -> attention -> x_ += o_proj ->
+// x_ -> qkv (norm1 in the GEMV) -> q/k norm, RoPE, cache store (in the attention with kFused) ->
+// attention -> x_ += o_proj ->
 // act = SwiGLU(gate/up of norm2(x_)) -> x_ += down_proj [-> normOut = nextNorm(x_)].
 bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __nv_bfloat16* nextNorm,
                                  __nv_bfloat16* normOut, std::string* error) {
@@ -310,9 +313,16 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
   const float eps = cfg_.rmsNormEps;
   if (!gpu::gemvNormBf16(L.wqkv, qkvRows_, H, x_, n, L.ln1, eps, qkv_, stream_))
     return *error = "fused decode: qkv GEMV refused its operands", false;
-  gpu::qkNormRopeStore(qkv_, n, hq, hk, D, L.qn, L.kn, eps, cfg_.ropeTheta, dPos_, ropeOffset, q_, L.kCache, L.vCache,
-                       stream_);
-  enqueueAttention(L, n);
+  if (ropeInAttn_) {
+    gpu::DecodeRope rope;
+    rope.qkv = qkv_, rope.qNorm = L.qn, rope.kNorm = L.kn, rope.eps = eps, rope.theta = cfg_.ropeTheta;
+    rope.ropeOffset = ropeOffset;
+    gpu::attentionDecodeTcRope(rope, L.kCache, L.vCache, dPos_, n, hq, hk, tcSplits_, tcPart_, tcTickets_, att_, stream_);
+  } else {
+    gpu::qkNormRopeStore(qkv_, n, hq, hk, D, L.qn, L.kn, eps, cfg_.ropeTheta, dPos_, ropeOffset, q_, L.kCache, L.vCache,
+                         stream_);
+    enqueueAttention(L, n);
+  }
   if (!gpu::gemvResidual(L.wo, H, hq * D, att_, n, x_, stream_) ||
       !gpu::gemvNormSwiglu(L.wgu, I, H, x_, n, L.ln2, eps, act_, stream_) ||
       !gpu::gemvResidual(L.wd, H, I, act_, n, x_, stream_))
@@ -321,7 +331,9 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
   return true;
 }
 
-const char* GpuModel::decodeKernels() const { return fusedStep_ ? "fused" : tcAttn_ ? "attn" : "old"; }
+const char* GpuModel::decodeKernels() const {
+  return ropeInAttn_ ? "fused" : fusedStep_ ? "gemv" : tcAttn_ ? "attn" : "old";
+}
 
 bool GpuModel::overlapPrefill(int n) const {
   // Halves of at least 32 rows; never under capture (calls of <= kGraphMaxTokens tokens).

@@ -33,18 +33,52 @@ constexpr int SO = D + 8;              // row stride (floats) of the warps' O in
 
 // grid (n, maxSplits, hk), block 128, kRingBytes of dynamic shared memory. G query heads per KV
 // head; rows g + 8 of the MMAs carry heads only when G > 8.
-template <int G>
+// One warp: a head row src[0, D) of the qkv projection -> per-head RMSNorm (weight nw; lane l
+// sums the squares of dims l, l + 32, l + 64, l + 96 in that order, then the butterfly), rounded
+// to bf16 as Hugging Face does, then rotate-half rotary at position p (dims d and d + 64 paired)
+// -> dst, and dst2 when not null. qkNormRopeStore's math up to the order of the sum of squares;
+// every product and sum is an _rn intrinsic (nothing left to contraction), so every CTA that
+// computes a row gets the same bits.
+__device__ __forceinline__ void normRopeHead(const __nv_bfloat16* src, const __nv_bfloat16* nw, float eps, float theta,
+                                             int p, __nv_bfloat16* dst, __nv_bfloat16* dst2) {
+  const int lane = threadIdx.x & 31;
+  float x[4], ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) x[k] = __bfloat162float(src[lane + 32 * k]), ss = __fmaf_rn(x[k], x[k], ss);
+  const float inv = rsqrtf(__fadd_rn(__fmul_rn(warpSum(ss), 1.f / D), eps));
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    x[k] = __bfloat162float(__float2bfloat16_rn(__fmul_rn(__bfloat162float(nw[lane + 32 * k]), __fmul_rn(x[k], inv))));
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int d = lane + 32 * k;
+    const float invFreq = 1.0f / powf(theta, static_cast<float>(2 * d) / static_cast<float>(D));
+    float sn, cs;
+    sincosf(static_cast<float>(p) * invFreq, &sn, &cs);
+    const __nv_bfloat16 o1 = __float2bfloat16_rn(__fsub_rn(__fmul_rn(x[k], cs), __fmul_rn(x[k + 2], sn)));
+    const __nv_bfloat16 o2 = __float2bfloat16_rn(__fadd_rn(__fmul_rn(x[k + 2], cs), __fmul_rn(x[k], sn)));
+    dst[d] = o1, dst[d + D / 2] = o2;
+    if (dst2) dst2[d] = o1, dst2[d + D / 2] = o2;
+  }
+}
+
+// grid (n, maxSplits, hk), block 128, kRingBytes of dynamic shared memory. G query heads per KV
+// head; rows g + 8 of the MMAs carry heads only when G > 8. kRope: q comes from rope.qkv (normed
+// and rotated here), the K/V rows of the call's own slots (pos..pos+t) are made from rope.qkv into
+// the tiles that hold them, and the CTA holding slot pos + t stores that slot into the cache.
+template <int G, bool kRope>
 __global__ void __launch_bounds__(kWarps * 32, 2)
-    attnDecodeTcKernel(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache,
-                       const int32_t* pos, int hq, int hk, int maxSplits, float scaleLog2, float* part, int* tickets,
-                       __nv_bfloat16* out) {
+    attnDecodeTcKernel(const __nv_bfloat16* q, __nv_bfloat16* kCache, __nv_bfloat16* vCache, const int32_t* pos, int hq,
+                       int hk, int maxSplits, float scaleLog2, float* part, int* tickets, __nv_bfloat16* out,
+                       DecodeRope rope) {
   constexpr bool kHi = G > 8;
   extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ __align__(16) __nv_bfloat16 shQ[kRope ? G : 1][D];  // kRope: the normed, rotated q
   __nv_bfloat16* Ks = reinterpret_cast<__nv_bfloat16*>(smem);  // [kStages][kKeys][SD]
   __nv_bfloat16* Vs = Ks + kStages * kKeys * SD;                // [kStages][kKeys][SD]
   pdlLaunch();
   const int t = blockIdx.x, sp = blockIdx.y, kvh = blockIdx.z;
-  const int len = *pos + t + 1;  // slots 0..pos+t
+  const int p0 = *pos, len = p0 + t + 1;  // slots 0..pos+t
   const int chunk = decodeTcChunk(len, maxSplits), active = (len + chunk - 1) / chunk;
   if (sp >= active) return;
   const int s0 = sp * chunk, s1 = min(s0 + chunk, len), tiles = (s1 - s0 + kKeys - 1) / kKeys;
@@ -79,10 +113,17 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) loadTile(i);  // in flight while Q loads
+  const int64_t qkvRow = static_cast<int64_t>(hq + 2 * hk) * D;  // kRope: rope.qkv's row length
+  if (kRope) {
+    for (int r = warp; r < G; r += kWarps)
+      normRopeHead(rope.qkv + t * qkvRow + (kvh * G + r) * D, rope.qNorm, rope.eps, rope.theta, p0 + rope.ropeOffset + t,
+                   shQ[r], nullptr);
+    __syncthreads();
+  }
   // Q as A fragments (row r = query head kvh G + r of token t; rows >= G are zero).
   uint32_t qa[D / 16][4];
   {
-    const __nv_bfloat16* qt = q + (static_cast<int64_t>(t) * hq + kvh * G) * D;
+    const __nv_bfloat16* qt = kRope ? &shQ[0][0] : q + (static_cast<int64_t>(t) * hq + kvh * G) * D;
     auto ld = [&](int r, int c) { return r < G ? *reinterpret_cast<const uint32_t*>(qt + r * D + c) : 0u; };
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -99,8 +140,27 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   for (int it = 0; it < tiles; ++it) {
     cpAsyncWait<kStages - 2>();
     __syncthreads();  // tile it is in; every warp is done with tile it - 1, whose slot refills now
+    const int buf = it % kStages, base = s0 + it * kKeys, kb = base + warp * 16;  // kb: the warp's first slot
+    if (kRope && base + kKeys > p0) {
+      // Slots p0.. are this call's: their rows come from qkv (the cache's are stale), one warp a
+      // slot; slot pos + t goes to the cache too (one CTA per (token, KV head) holds it).
+      for (int s = max(base, p0) + warp; s < min(base + kKeys, s1); s += kWarps) {
+        const int j = s - p0;  // the call's token that owns slot s
+        const __nv_bfloat16* row = rope.qkv + j * qkvRow;
+        const int64_t cacheOff = s * rowStride + static_cast<int64_t>(kvh) * D;
+        const bool store = s == p0 + t;
+        normRopeHead(row + (hq + kvh) * D, rope.kNorm, rope.eps, rope.theta, p0 + rope.ropeOffset + j,
+                     Ks + (buf * kKeys + s - base) * SD, store ? kCache + cacheOff : nullptr);
+#pragma unroll
+        for (int k = 0; k < D / 32; ++k) {
+          const __nv_bfloat16 v = row[(hq + hk + kvh) * D + lane + 32 * k];
+          Vs[(buf * kKeys + s - base) * SD + lane + 32 * k] = v;
+          if (store) vCache[cacheOff + lane + 32 * k] = v;
+        }
+      }
+      __syncthreads();
+    }
     loadTile(it + kStages - 1);
-    const int buf = it % kStages, kb = s0 + it * kKeys + warp * 16;  // the warp's first slot
     const __nv_bfloat16* Kw = Ks + (buf * kKeys + warp * 16) * SD;
     const __nv_bfloat16* Vw = Vs + (buf * kKeys + warp * 16) * SD;
     // S = Q K^T: 16 rows x the warp's 16 slots (two 8-slot tiles).
@@ -232,16 +292,40 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 
 template <int G>
 cudaError_t allowRing() {
-  return cudaFuncSetAttribute(attnDecodeTcKernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes);
+  const cudaError_t a =
+      cudaFuncSetAttribute(attnDecodeTcKernel<G, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes);
+  const cudaError_t b =
+      cudaFuncSetAttribute(attnDecodeTcKernel<G, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes);
+  return a != cudaSuccess ? a : b;
 }
 
 template <int G>
-void launchG(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache, const int32_t* pos, int n,
-             int hq, int hk, int maxSplits, float* part, int* tickets, __nv_bfloat16* out, cudaStream_t s) {
+void launchG(const __nv_bfloat16* q, __nv_bfloat16* kCache, __nv_bfloat16* vCache, const int32_t* pos, int n, int hq,
+             int hk, int maxSplits, float* part, int* tickets, __nv_bfloat16* out, const DecodeRope* rope,
+             cudaStream_t s) {
   // The shared memory limit was raised by prepareAttentionDecodeTc() on this device.
   const float scaleLog2 = 1.4426950408889634f / sqrtf(static_cast<float>(D));
-  launchSmem(attnDecodeTcKernel<G>, dim3(n, maxSplits, hk), dim3(kWarps * 32), kRingBytes, s, q, kCache, vCache, pos,
-             hq, hk, maxSplits, scaleLog2, part, tickets, out);
+  const dim3 grid(n, maxSplits, hk), block(kWarps * 32);
+  if (rope)
+    launchSmem(attnDecodeTcKernel<G, true>, grid, block, kRingBytes, s, q, kCache, vCache, pos, hq, hk, maxSplits,
+               scaleLog2, part, tickets, out, *rope);
+  else
+    launchSmem(attnDecodeTcKernel<G, false>, grid, block, kRingBytes, s, q, kCache, vCache, pos, hq, hk, maxSplits,
+               scaleLog2, part, tickets, out, DecodeRope{});
+}
+
+void launchAny(const __nv_bfloat16* q, __nv_bfloat16* kCache, __nv_bfloat16* vCache, const int32_t* pos, int n, int hq,
+               int hk, int maxSplits, float* part, int* tickets, __nv_bfloat16* out, const DecodeRope* rope,
+               cudaStream_t s) {
+  if (n <= 0) return;
+  switch (hq / hk) {
+    case 1: launchG<1>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, rope, s); break;
+    case 2: launchG<2>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, rope, s); break;
+    case 4: launchG<4>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, rope, s); break;
+    case 8: launchG<8>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, rope, s); break;
+    case 16: launchG<16>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, rope, s); break;
+    default: break;  // attentionDecodeTcSupported said no
+  }
 }
 
 }  // namespace
@@ -273,15 +357,15 @@ size_t decodeTcTickets(int n, int hk) { return static_cast<size_t>(n) * hk; }
 void attentionDecodeTc(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache,
                        const int32_t* pos, int n, int hq, int hk, int maxSplits, float* part, int* tickets,
                        __nv_bfloat16* out, cudaStream_t s) {
-  if (n <= 0) return;
-  switch (hq / hk) {
-    case 1: launchG<1>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, s); break;
-    case 2: launchG<2>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, s); break;
-    case 4: launchG<4>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, s); break;
-    case 8: launchG<8>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, s); break;
-    case 16: launchG<16>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, s); break;
-    default: break;  // attentionDecodeTcSupported said no
-  }
+  // Without rope the kernel never writes the cache.
+  launchAny(q, const_cast<__nv_bfloat16*>(kCache), const_cast<__nv_bfloat16*>(vCache), pos, n, hq, hk, maxSplits, part,
+            tickets, out, nullptr, s);
+}
+
+void attentionDecodeTcRope(const DecodeRope& rope, __nv_bfloat16* kCache, __nv_bfloat16* vCache, const int32_t* pos,
+                           int n, int hq, int hk, int maxSplits, float* part, int* tickets, __nv_bfloat16* out,
+                           cudaStream_t s) {
+  launchAny(nullptr, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, &rope, s);
 }
 
 }  // namespace gpu

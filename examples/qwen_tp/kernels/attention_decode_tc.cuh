@@ -44,5 +44,24 @@ void attentionDecodeTc(const __nv_bfloat16* q, const __nv_bfloat16* kCache, cons
                        const int32_t* pos, int n, int hq, int hk, int maxSplits, float* part, int* tickets,
                        __nv_bfloat16* out, cudaStream_t s);
 
+/// The q/k norm + RoPE + KV store folded into the attention (qkNormRopeStore's job): the raw
+/// projections qkv [n, (hq + 2 hk) D], the q and k norm weights [D], eps, theta, and the rotary
+/// offset (the MTP layer's 1).
+struct DecodeRope {
+  const __nv_bfloat16* qkv = nullptr;
+  const __nv_bfloat16 *qNorm = nullptr, *kNorm = nullptr;
+  float eps = 0.f, theta = 0.f;
+  int ropeOffset = 0;
+};
+
+/// attentionDecodeTc with qkNormRopeStore inside: each CTA norms and rotates its G query heads
+/// from qkv, makes the K/V rows of the call's own slots (pos..pos+t) from qkv where its chunk
+/// holds them, and one CTA per (token, KV head) stores slot pos + t into the cache. The per-head
+/// norm sums its squares in another order than qkNormRopeStore, so q and the stored k can differ
+/// from it in the last bf16 bit; every other step is its arithmetic.
+void attentionDecodeTcRope(const DecodeRope& rope, __nv_bfloat16* kCache, __nv_bfloat16* vCache, const int32_t* pos,
+                           int n, int hq, int hk, int maxSplits, float* part, int* tickets, __nv_bfloat16* out,
+                           cudaStream_t s);
+
 }  // namespace gpu
 }  // namespace qwen

@@ -6,6 +6,8 @@
 //    to the one-token call at its own position (speculative == greedy rests on it); a second
 //    call gives the same bits (the tickets were left at zero); against gpu::attention too.
 //    Tolerance per element: 2^-7 |ref| + 4e-3 (P is rounded to bf16 before P V, as in prefill).
+//  - attentionDecodeTcRope (q/k norm + RoPE + KV store inside) against qkNormRopeStore followed
+//    by attentionDecodeTc, and a verify call's bits equal to one-token calls reading the cache.
 //  - The fused GEMVs (gemvNormBf16, gemvNormSwiglu, gemvResidual) against an fp64 reference of
 //    RMSNorm -> product -> SwiGLU / residual add; gemvResidual bit-exact against gemvBf16 plus
 //    the bf16 add; tokens >= n never written; a token's bits the same whatever n (1..16).
@@ -147,6 +149,104 @@ TEST(QwenDecodeGpu, TcAttentionMatchesReference) {
   }
 }
 
+// attentionDecodeTcRope (q/k norm + RoPE + KV store inside) against qkNormRopeStore followed by
+// attentionDecodeTc: outputs within twice the attention tolerance, the call's cache rows written
+// (poisoned before; K within 2 bf16 ulps: the per-head norm sums in another order, V bit-exact),
+// the rows before untouched; then each query alone at its own position, reading the earlier
+// rows from the cache the n-token call wrote, gives the n-token call's bits (a verify call
+// reproduces greedy steps).
+struct RopeCase {
+  int hq, hk, pos, n, maxSplits, ropeOffset;
+};
+
+TEST(QwenDecodeGpu, TcAttentionWithRopeMatchesSeparateKernels) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_TRUE(gpu::prepareAttentionDecodeTc());
+  const int D = gpu::kDecodeTcHeadDim;
+  const float eps = 1e-6f, theta = 1e6f;
+  const RopeCase cases[] = {{32, 8, 0, 1, 33, 0},    {32, 8, 511, 1, 33, 0}, {32, 8, 100, 16, 33, 0},
+                            {64, 8, 700, 3, 33, 1},  {32, 2, 1000, 5, 7, 0}, {32, 8, 4000, 6, 33, 0},
+                            {16, 8, 63, 2, 33, 0}};
+  Rng rng{4242};
+  auto bf = [](uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); };
+  for (const RopeCase& c : cases) {
+    const std::string what = "hq " + std::to_string(c.hq) + " hk " + std::to_string(c.hk) + " pos " +
+                             std::to_string(c.pos) + " n " + std::to_string(c.n) + " splits " + std::to_string(c.maxSplits);
+    const int ctx = c.pos + c.n, W = (c.hq + 2 * c.hk) * D;
+    const size_t row = static_cast<size_t>(c.hk) * D, qn = static_cast<size_t>(c.n) * c.hq * D;
+    std::vector<uint16_t> qkv(static_cast<size_t>(c.n) * W), cache(static_cast<size_t>(ctx) * row), nq(D), nk(D);
+    for (auto& x : qkv) x = rng.bf16(2.f);
+    for (auto& x : nq) x = rng.bf16(2.f);
+    for (auto& x : nk) x = rng.bf16(2.f);
+    for (auto& x : cache) x = rng.bf16();
+    for (size_t i = static_cast<size_t>(c.pos) * row; i < cache.size(); ++i) cache[i] = kPoison;  // the call's rows
+    DevBuf<uint16_t> dqkv(qkv.size()), dnq(D), dnk(D), dq(qn), kA(cache.size()), vA(cache.size()), kB(cache.size()),
+        vB(cache.size()), outA(qn), outB(qn);
+    DevBuf<float> dpart(gpu::decodeTcPartialFloats(c.n, c.hq, c.maxSplits));
+    DevBuf<int> dtk(gpu::decodeTcTickets(c.n, c.hk));
+    DevBuf<int32_t> dpos(1);
+    CK(cudaMemcpy(dqkv.p, qkv.data(), qkv.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dnq.p, nq.data(), D * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dnk.p, nk.data(), D * 2, cudaMemcpyHostToDevice));
+    for (uint16_t* d : {kA.p, vA.p, kB.p, vB.p}) CK(cudaMemcpy(d, cache.data(), cache.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dtk.p, 0, gpu::decodeTcTickets(c.n, c.hk) * 4));
+    CK(cudaMemcpy(dpos.p, &c.pos, 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(outA.p, 0xFF, qn * 2));
+    CK(cudaMemset(outB.p, 0xFF, qn * 2));
+    gpu::qkNormRopeStore(bf(dqkv.p), c.n, c.hq, c.hk, D, bf(dnq.p), bf(dnk.p), eps, theta, dpos.p, c.ropeOffset, bf(dq.p),
+                         bf(kA.p), bf(vA.p), nullptr);
+    gpu::attentionDecodeTc(bf(dq.p), bf(kA.p), bf(vA.p), dpos.p, c.n, c.hq, c.hk, c.maxSplits, dpart.p, dtk.p,
+                           bf(outA.p), nullptr);
+    gpu::DecodeRope rope;
+    rope.qkv = bf(dqkv.p), rope.qNorm = bf(dnq.p), rope.kNorm = bf(dnk.p), rope.eps = eps, rope.theta = theta;
+    rope.ropeOffset = c.ropeOffset;
+    gpu::attentionDecodeTcRope(rope, bf(kB.p), bf(vB.p), dpos.p, c.n, c.hq, c.hk, c.maxSplits, dpart.p, dtk.p,
+                               bf(outB.p), nullptr);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<uint16_t> a(qn), b(qn), ka(cache.size()), kb(cache.size()), va(cache.size()), vb(cache.size());
+    CK(cudaMemcpy(a.data(), outA.p, qn * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(b.data(), outB.p, qn * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ka.data(), kA.p, ka.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(kb.data(), kB.p, kb.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(va.data(), vA.p, va.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(vb.data(), vB.p, vb.size() * 2, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (size_t i = 0; i < qn; ++i) {
+      const double x = bf16ToFloat(a[i]), y = bf16ToFloat(b[i]);
+      if (!(std::fabs(x - y) <= std::ldexp(std::fabs(x), -6) + 8e-3) && ++bad <= 3)
+        ADD_FAILURE() << what << ": out " << i << " rope-fused " << y << " separate " << x;
+    }
+    for (size_t i = 0; i < cache.size(); ++i) {
+      const bool mine = i >= static_cast<size_t>(c.pos) * row;
+      if (!mine && (kb[i] != cache[i] || vb[i] != cache[i]) && ++bad <= 3) ADD_FAILURE() << what << ": old row " << i / row << " changed";
+      if (!mine) continue;
+      // A flipped rounding of one normed value moves its rotated pair by an ulp of the pair's norm:
+      // bounded by 2^-7 of the head's largest |k|.
+      double big = 0;
+      for (size_t e = i / D * D; e < i / D * D + D; ++e) big = std::max(big, std::fabs(static_cast<double>(bf16ToFloat(ka[e]))));
+      const double x = bf16ToFloat(ka[i]), y = bf16ToFloat(kb[i]);
+      if (!(std::fabs(x - y) <= std::ldexp(std::fabs(x), -6) + std::ldexp(big, -7)) && ++bad <= 3)
+        ADD_FAILURE() << what << ": k slot " << i / row << " rope-fused " << y << " separate " << x;
+      if (vb[i] != va[i] && ++bad <= 3) ADD_FAILURE() << what << ": v slot " << i / row << " differs";
+    }
+    EXPECT_EQ(bad, 0) << what;
+    for (int t = 0; t < c.n && c.n > 1; ++t) {  // query t alone, its earlier slots from the cache
+      const int p1 = c.pos + t;
+      CK(cudaMemcpy(dpos.p, &p1, 4, cudaMemcpyHostToDevice));
+      rope.qkv = bf(dqkv.p) + static_cast<size_t>(t) * W;
+      CK(cudaMemset(outB.p, 0xFF, qn * 2));
+      gpu::attentionDecodeTcRope(rope, bf(kB.p), bf(vB.p), dpos.p, 1, c.hq, c.hk, c.maxSplits, dpart.p, dtk.p,
+                                 bf(outB.p), nullptr);
+      CK(cudaDeviceSynchronize());
+      std::vector<uint16_t> alone(static_cast<size_t>(c.hq) * D);
+      CK(cudaMemcpy(alone.data(), outB.p, alone.size() * 2, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(0, std::memcmp(alone.data(), b.data() + static_cast<size_t>(t) * c.hq * D, alone.size() * 2))
+          << what << ": query " << t << "'s bits depend on n";
+    }
+  }
+}
+
 // ---- the fused GEMVs ----
 
 struct GemvCase {
@@ -265,7 +365,9 @@ ModelConfig tiny128() {
 }
 
 using Kernels = GpuModelOptions::DecodeKernels;
-const char* kernelsName(Kernels k) { return k == Kernels::kOld ? "old" : k == Kernels::kAttention ? "attn" : "fused"; }
+const char* kernelsName(Kernels k) {
+  return k == Kernels::kOld ? "old" : k == Kernels::kAttention ? "attn" : k == Kernels::kFusedGemv ? "gemv" : "fused";
+}
 
 std::vector<int32_t> promptIds(int n, int vocab) {
   std::vector<int32_t> p(n);
@@ -327,7 +429,7 @@ void checkAgainstCpu(Kernels kernels, const std::vector<int>& chunks) {
 }
 
 TEST(QwenDecodeGpu, EveryPathMatchesTheCpuReference) {
-  for (Kernels k : {Kernels::kOld, Kernels::kAttention, Kernels::kFused}) {
+  for (Kernels k : {Kernels::kOld, Kernels::kAttention, Kernels::kFusedGemv, Kernels::kFused}) {
     checkAgainstCpu(k, {20});        // prefill kernel, then decode steps
     checkAgainstCpu(k, {8, 7, 16});  // the decode path for the prompt's chunks too
   }
@@ -360,7 +462,7 @@ TEST(QwenDecodeGpu, SpeculativeEqualsGreedyOnTheNewPaths) {
   };
   // Short: one chunk per query. Long: about 12 chunks of 64 slots, merged by the last CTA.
   const Ctx ctxs[] = {{24, 160, {1, 2, 3, 4, 5, 6}}, {700, 64, {3, 5}}};
-  for (Kernels k : {Kernels::kAttention, Kernels::kFused}) {
+  for (Kernels k : {Kernels::kAttention, Kernels::kFusedGemv, Kernels::kFused}) {
     for (const Ctx& cx : ctxs) {
       const int ctx = cx.prompt + cx.predict + 16;
       std::vector<int32_t> ref;
