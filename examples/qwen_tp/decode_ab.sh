@@ -2,8 +2,8 @@
 # decode_ab.sh: issue 37's decode kernels on one H200, in one device call. Builds qwen_tp and
 # qwen_gpu_test, runs the decode GPU tests (tensor-core attention, fused GEMVs, every decode path
 # against the CPU reference, speculative == greedy), then times qwen_tp's decode with the old
-# kernels against the new ones in one binary (QWEN_DECODE=old|attn|fused), in the order
-# old attn fused fused attn old, at positions 512 and 32000 (qwen3-8b) and 512 (qwen3-32b), with
+# kernels against the new ones in one binary (QWEN_DECODE=old|attn|gemv|fused), in A B C D D C B A
+# order, at positions 512 and 32000 (qwen3-8b) and 512 (qwen3-32b), with
 # prefill at 512/2048/8192/32000 from the same processes; PyTorch's decoder
 # (torch_tp_decode.py: eager ops in a CUDA graph, then --compile) on the same shapes; and an
 # `ncu --clock-control none` profile of one decode step (old and fused). A time budget
@@ -64,15 +64,15 @@ echo "build done ($(left) s left)"
 run tests 150 "$B/examples/qwen_tp/tests/qwen_gpu_test" \
   --gtest_filter='QwenDecodeGpu.*:QwenGpu.LogitsMatch*:QwenGpu.AttentionMatchesReference:QwenGpu.CustomGemv*:QwenGpu.ChainedDraftsInOneGraphEqualSingleSteps'
 
-# 2. qwen_tp decode, old / attn / fused in one binary, A B C C B A per shape.
+# 2. qwen_tp decode, old / attn / gemv / fused in one binary, A B C D D C B A per shape.
 q8() {  # q8 <tag> <mode> <prompt> [extra]
   local tag=$1 mode=$2 P=$3; shift 3
   run "q8_${P}_$tag" 90 env QWEN_DECODE=$mode $Q --model-preset qwen3-8b --prompt-tokens $P --n-predict 64 --ubatch-size 2048 "$@"
 }
-for m in old attn fused; do q8 a_$m $m 512; done
-for m in fused attn old; do q8 b_$m $m 512; done
-for m in old fused; do q8 a_$m $m 32000 --ctx-size 32768; done
-for m in fused old; do q8 b_$m $m 32000 --ctx-size 32768; done
+for m in old attn gemv fused; do q8 a_$m $m 512; done
+for m in fused gemv attn old; do q8 b_$m $m 512; done
+for m in old attn fused; do q8 a_$m $m 32000 --ctx-size 32768; done
+for m in fused attn old; do q8 b_$m $m 32000 --ctx-size 32768; done
 q32() { run "q32_512_$1" 120 env QWEN_DECODE=$2 $Q --model-preset qwen3-32b --prompt-tokens 512 --n-predict 32 --ubatch-size 2048; }
 q32 a_old old; q32 a_fused fused; q32 b_fused fused; q32 b_old old
 # 3. PyTorch on the 8b shape at 512: eager ops captured in a CUDA graph, then torch.compile.
