@@ -51,12 +51,13 @@ __device__ __forceinline__ uint4 gemvLoad8(const __nv_bfloat16* row, int k, int 
 // minBlocks 2 (<= 128 registers): without it ptxas (CUDA 13) schedules each unit's loads right
 // before its MMAs, one unit in flight per warp; with it the kGemvUnroll units' 12 loads issue
 // back to back (checked in the SASS, 72 registers).
-// The fused decode variants (gemv_fused.cuh): kNorm feeds the MMAs bf16(rmsnorm(X) * nw) instead
+// The fused decode variants (gemvNormBf16, gemvNormSwiglu, gemvResidual in gemv.cuh): kNorm feeds the MMAs bf16(rmsnorm(X) * nw) instead
 // of X (the block computes each token's 1 / rms itself, in a fixed order: a function of the row
 // only); kEpi says what the block does with its fp32 sums (kStore: Y = bf16 or fp32; kResidual:
 // Y += bf16(sum), Y the bf16 residual stream; kSwiglu: A rows 0..7 are gate rows 8 b + g of W, rows
 // 8..15 the up rows I + 8 b + g, and Y[t, 8 b + g] = silu(bf16(gate)) * bf16(up), swiglu's math).
 enum GemvEpi { kStore = 0, kResidual = 1, kSwiglu = 2 };
+constexpr int kGemvNormMaxIn = 8192;  // kNorm: rows of up to 8192 (32 KB of squares in shared memory)
 struct GemvFuse {
   const __nv_bfloat16* normW = nullptr;  // kNorm: the RMSNorm weight [in]
   float eps = 0.f;
@@ -81,6 +82,7 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2)
     gemvKernel(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, GemvFuse fuse) {
   __shared__ float part[kGemvMaxWarps][32][4];
   __shared__ float shInv[kGemvMaxTokens];
+  __shared__ float shSq[kNorm ? kGemvMaxTokens * kGemvNormMaxIn / 8 : 1];  // kNorm: squares per 16-byte chunk
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int g = lane >> 2, c = lane & 3;
   // kSwiglu: `out` is I, the act width; W has 2 I rows.
@@ -107,21 +109,28 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2)
   pdlWait();
   float inv = 1.f;  // kNorm: 1 / rms of this lane's token
   if (kNorm) {
-    // Token tt's sum of squares by warp tt % warps: lane sums its 16-byte chunks lane, lane + 32,
-    // ... in order with fma, then the butterfly (the same order whatever n and warps).
-    for (int tt = warp; tt < n; tt += warps) {
-      const __nv_bfloat16* row = X + static_cast<int64_t>(tt) * in;
+    // Every 16-byte chunk's sum of 8 squares (fma, in order) into shared memory, all tokens' chunks
+    // loaded at once (one L2 round trip per 8 chunks a thread); then token tt's sum by warp
+    // tt % warps: lane l adds chunks l, l + 32, ... in order, then the butterfly. The order
+    // depends on `in` only (not on n or the warp count).
+    const int chunks = in / 8;
+#pragma unroll 8
+    for (int i = threadIdx.x; i < n * chunks; i += blockDim.x) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(X + static_cast<int64_t>(i) * 8));
+      const uint32_t* vs = &v.x;
       float ss = 0.f;
-      for (int k = lane * 8; k < in; k += 256) {
-        const uint4 v = __ldg(reinterpret_cast<const uint4*>(row + k));
-        const uint32_t* vs = &v.x;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float lo = __uint_as_float(vs[j] << 16), hi = __uint_as_float(vs[j] & 0xffff0000u);
-          ss = __fmaf_rn(lo, lo, ss);
-          ss = __fmaf_rn(hi, hi, ss);
-        }
+      for (int j = 0; j < 4; ++j) {
+        const float lo = __uint_as_float(vs[j] << 16), hi = __uint_as_float(vs[j] & 0xffff0000u);
+        ss = __fmaf_rn(lo, lo, ss);
+        ss = __fmaf_rn(hi, hi, ss);
       }
+      shSq[i] = ss;
+    }
+    __syncthreads();
+    for (int tt = warp; tt < n; tt += warps) {
+      float ss = 0.f;
+      for (int c = lane; c < chunks; c += 32) ss = __fadd_rn(ss, shSq[tt * chunks + c]);
       ss = warpSum(ss);
       if (lane == 0)
         shInv[tt] = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(in)), fuse.eps)));
@@ -235,7 +244,7 @@ template <bool kNorm, int kEpi>
 bool gemvFused(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, __nv_bfloat16* Y,
                const GemvFuse& fuse, cudaStream_t s) {
   if (n < 1 || n > kGemvFusedMaxTokens || out <= 0 || !gemvVectorizable(W, X, in) ||
-      (kNorm && reinterpret_cast<uintptr_t>(fuse.normW) % 16 != 0))
+      (kNorm && (reinterpret_cast<uintptr_t>(fuse.normW) % 16 != 0 || in > kGemvNormMaxIn)))
     return false;
   const int units = (in + 31) / 32, rowsOut = kEpi == kSwiglu ? 8 : 16;
   const int warps = std::max(1, std::min(kGemvMaxWarps, units / (2 * kGemvUnroll)));

@@ -28,7 +28,8 @@ bool gemvVectorizable(const void* W, const void* X, int in);
 /// epilogue. X is then the bf16 residual stream [n, in], and the MMAs take
 /// hn = bf16((X * inv_rms) * normW) (addRmsNorm's rounding; each block sums a token's squares
 /// itself, in a fixed order). Returns false, launching nothing, unless the operands are
-/// vectorizable (gemvVectorizable, normW 16-byte aligned) and 1 <= n <= kGemvFusedMaxTokens.
+/// vectorizable (gemvVectorizable, normW 16-byte aligned), in <= 8192 for the normed ones, and
+/// 1 <= n <= kGemvFusedMaxTokens.
 constexpr int kGemvFusedMaxTokens = 16;
 /// Y [n, out] = bf16(hn W^T).
 bool gemvNormBf16(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, const __nv_bfloat16* normW,
