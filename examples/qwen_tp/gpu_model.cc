@@ -215,7 +215,7 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   }
   // The fused step needs no all-reduce inside a layer (tp == 1) and 16-byte rows for the GEMVs.
   fusedStep_ = tcAttn_ && opt_.decode >= GpuModelOptions::DecodeKernels::kFusedGemv && shape_.tp == 1 && H % 8 == 0 &&
-               I % 8 == 0 && (hq * D) % 8 == 0;
+               H <= gpu::kGemvNormMaxIn && I % 8 == 0 && (hq * D) % 8 == 0;
   ropeInAttn_ = fusedStep_ && opt_.decode == GpuModelOptions::DecodeKernels::kFused;
   // The decode kernel's partials serve calls of up to kGraphMaxTokens tokens (all calls when the
   // prefill kernel does not run this head_dim); logits kLogitsRows rows at a time.

@@ -57,7 +57,6 @@ __device__ __forceinline__ uint4 gemvLoad8(const __nv_bfloat16* row, int k, int 
 // Y += bf16(sum), Y the bf16 residual stream; kSwiglu: A rows 0..7 are gate rows 8 b + g of W, rows
 // 8..15 the up rows I + 8 b + g, and Y[t, 8 b + g] = silu(bf16(gate)) * bf16(up), swiglu's math).
 enum GemvEpi { kStore = 0, kResidual = 1, kSwiglu = 2 };
-constexpr int kGemvNormMaxIn = 8192;  // kNorm: rows of up to 8192 (32 KB of squares in shared memory)
 struct GemvFuse {
   const __nv_bfloat16* normW = nullptr;  // kNorm: the RMSNorm weight [in]
   float eps = 0.f;

@@ -31,6 +31,7 @@ bool gemvVectorizable(const void* W, const void* X, int in);
 /// vectorizable (gemvVectorizable, normW 16-byte aligned), in <= 8192 for the normed ones, and
 /// 1 <= n <= kGemvFusedMaxTokens.
 constexpr int kGemvFusedMaxTokens = 16;
+constexpr int kGemvNormMaxIn = 8192;  // the normed products' rows (32 KB of squares in shared memory)
 /// Y [n, out] = bf16(hn W^T).
 bool gemvNormBf16(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, const __nv_bfloat16* normW,
                   float eps, __nv_bfloat16* Y, cudaStream_t s);

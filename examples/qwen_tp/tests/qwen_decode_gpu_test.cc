@@ -435,6 +435,33 @@ TEST(QwenDecodeGpu, EveryPathMatchesTheCpuReference) {
   }
 }
 
+// What one decode step's graph launches on each path (printed for the results page): fused
+// launches 5 kernels a layer plus the embedding + first norm, the final norm, the lm_head and the
+// argmax; every new path launches fewer than old.
+TEST(QwenDecodeGpu, DecodeStepKernelCounts) {
+  unsetenv("QWEN_DECODE");
+  const ModelConfig c = tiny128();
+  TpShape s;
+  std::string err;
+  ASSERT_TRUE(makeTpShape(c, 1, 0, &s, &err));
+  int old = 0;
+  for (Kernels k : {Kernels::kOld, Kernels::kAttention, Kernels::kFusedGemv, Kernels::kFused}) {
+    GpuModel m(c, s, 0, nullptr);
+    GpuModelOptions o;
+    o.ctxSize = 64;
+    o.decode = k;
+    ASSERT_TRUE(m.init(o, &err)) << err;
+    double ms = 0;
+    ASSERT_TRUE(m.timeTargetStep(1, 20, 3, &ms, &err)) << err;
+    GraphNodes g;
+    ASSERT_TRUE(m.graphNodes(GpuModel::StepGraph::kTarget, 1, &g, &err)) << err;
+    std::printf("decode step, %d layers, %s: %d kernels, %d copies\n", c.numLayers, kernelsName(k), g.kernels, g.copies);
+    if (k == Kernels::kOld) old = g.kernels;
+    else EXPECT_LT(g.kernels, old) << kernelsName(k);
+    if (k == Kernels::kFused) EXPECT_LE(g.kernels, 5 * c.numLayers + 6);
+  }
+}
+
 // Greedy, then MTP speculation (real drafts and simulated acceptance) on the same path: every
 // token equal. A query's attention bits depend on its length only, and a fused GEMV's on the
 // token's row only, so a verify call of N + 1 tokens reproduces N + 1 one-token steps.
