@@ -75,29 +75,29 @@ for m in old attn fused; do q8 a_$m $m 32000 --ctx-size 32768; done
 for m in fused attn old; do q8 b_$m $m 32000 --ctx-size 32768; done
 q32() { run "q32_512_$1" 120 env QWEN_DECODE=$2 $Q --model-preset qwen3-32b --prompt-tokens 512 --n-predict 32 --ubatch-size 2048; }
 q32 a_old old; q32 a_fused fused; q32 b_fused fused; q32 b_old old
-# 3. PyTorch on the 8b shape at 512: eager ops captured in a CUDA graph, then torch.compile.
+# 3. PyTorch on the same shapes (eager ops captured in a CUDA graph).
 S8="--hidden 4096 --layers 36 --heads 32 --kv 8 --head-dim 128 --inter 12288 --vocab 151936"
 S32="--hidden 5120 --layers 64 --heads 64 --kv 8 --head-dim 128 --inter 25600 --vocab 151936"
 run torch8_512 90 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64
-run torch8_compile_512 150 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64 --compile
 
 # 4. One decode step under Nsight Compute: every kernel's time, DRAM bytes, SM throughput.
 NCU_M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed
 ncu_step() {  # ncu_step <mode> <prompt> [extra]
   local mode=$1 P=$2; shift 2
+  if ! command -v ncu > /dev/null; then echo "ncu not found: ncu_${mode}_$P" >> "$L/skipped.log"; return; fi
   run "ncu_${mode}_$P" 90 env QWEN_DECODE=$mode QWEN_NCU_STEP=1 ncu --clock-control none --profile-from-start off \
     --graph-profiling node --metrics $NCU_M --csv --page raw --print-units base --kernel-name-base demangled \
     $Q --model-preset qwen3-8b --prompt-tokens $P --n-predict 2 --ubatch-size 2048 "$@"
 }
-if command -v ncu > /dev/null; then
-  ncu_step fused 32000 --ctx-size 32768; ncu_step old 32000 --ctx-size 32768; ncu_step fused 512; ncu_step old 512
-else
-  echo "ncu not found" >> "$L/skipped.log"
-fi
+ncu_step fused 32000 --ctx-size 32768
+ncu_step old 32000 --ctx-size 32768
+ncu_step fused 512
 
-# 5. The rest of the comparison, lowest priority last.
+# 5. The rest, lowest priority last.
 run torch8_32000 90 python3 -u "$TB" $S8 --prompt 32000 --ctx 32768 --gen 64
 run torch32_512 90 python3 -u "$TB" $S32 --prompt 512 --ctx 1024 --gen 32
+run torch8_compile_512 150 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64 --compile
+ncu_step old 512
 # Speculation (issue 17's regime on the 8b shape): decode tok/s with 3 drafts, fused and old.
 for m in fused old; do
   run "q8_512_mtp_$m" 60 env QWEN_DECODE=$m $Q --model-preset qwen3-8b --prompt-tokens 512 --n-predict 128 \
