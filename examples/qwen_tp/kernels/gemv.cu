@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2)
     __syncthreads();
     for (int tt = warp; tt < n; tt += warps) {
       float ss = 0.f;
-      for (int c = lane; c < chunks; c += 32) ss = __fadd_rn(ss, shSq[tt * chunks + c]);
+      for (int ch = lane; ch < chunks; ch += 32) ss = __fadd_rn(ss, shSq[tt * chunks + ch]);
       ss = warpSum(ss);
       if (lane == 0)
         shInv[tt] = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(in)), fuse.eps)));
