@@ -9,6 +9,7 @@
 #pragma once
 
 #include "kernels/attention_decode.cuh"
+#include "kernels/attention_decode_tc.cuh"
 #include "kernels/attention_prefill.cuh"
 #include "kernels/embed_norm.cuh"
 #include "kernels/embedding.cuh"

@@ -2,8 +2,11 @@
 // as stream-ordered enqueues, CUDA-graph capture and replay, and the tpcomm all-reduces.
 #include "gpu_model.h"
 
+#include <cuda_profiler_api.h>
+
 #include <cstdint>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "gpu_kernels.h"
@@ -145,6 +148,14 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
     QWEN_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
     if (major < 8) return *error = "customGemv needs compute capability 8.0+ (mma.sync bf16)", false;
   }
+  if (const char* e = std::getenv("QWEN_DECODE")) {
+    const std::string v = e;
+    if (v == "old") opt_.decode = GpuModelOptions::DecodeKernels::kOld;
+    else if (v == "attn") opt_.decode = GpuModelOptions::DecodeKernels::kAttention;
+    else if (v == "gemv") opt_.decode = GpuModelOptions::DecodeKernels::kFusedGemv;
+    else if (v == "fused") opt_.decode = GpuModelOptions::DecodeKernels::kFused;
+    else return *error = "QWEN_DECODE=" + v + ": expected old, attn, gemv or fused", false;
+  }
   gpu::setPdl(opt_.pdl);
   QWEN_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   if (opt_.prefillOverlap && shape_.tp > 1) {
@@ -190,6 +201,22 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
         !loadLayer("mtp.layers.0.", &mtpLayer_, error))
       return false;
   }
+  // The tensor-core decode attention (calls of up to kGraphMaxTokens tokens): splits bounded by
+  // about two CTAs per SM for one token; tickets zeroed once (every call leaves them zero).
+  tcAttn_ = opt_.decode != GpuModelOptions::DecodeKernels::kOld && gpu::attentionDecodeTcSupported(hq, hk, D);
+  if (tcAttn_) {
+    if (!gpu::prepareAttentionDecodeTc()) return *error = "decode attention: cudaFuncSetAttribute failed", false;
+    tcSplits_ = gpu::decodeTcMaxSplits(device_, hk);
+    const size_t tickets = gpu::decodeTcTickets(kGraphMaxTokens, hk);
+    if (!a(&tcPart_, static_cast<int64_t>(gpu::decodeTcPartialFloats(kGraphMaxTokens, hq, tcSplits_) * 4)) ||
+        !a(&tcTickets_, static_cast<int64_t>(tickets * 4)))
+      return false;
+    QWEN_CUDA(cudaMemsetAsync(tcTickets_, 0, tickets * 4, stream_));
+  }
+  // The fused step needs no all-reduce inside a layer (tp == 1) and 16-byte rows for the GEMVs.
+  fusedStep_ = tcAttn_ && opt_.decode >= GpuModelOptions::DecodeKernels::kFusedGemv && shape_.tp == 1 && H % 8 == 0 &&
+               H <= gpu::kGemvNormMaxIn && I % 8 == 0 && (hq * D) % 8 == 0;
+  ropeInAttn_ = fusedStep_ && opt_.decode == GpuModelOptions::DecodeKernels::kFused;
   // The decode kernel's partials serve calls of up to kGraphMaxTokens tokens (all calls when the
   // prefill kernel does not run this head_dim); logits kLogitsRows rows at a time.
   const int64_t attnRows = prefillAttn_ ? kGraphMaxTokens : T;
@@ -263,6 +290,7 @@ std::string GpuModel::lastAlgorithm() const { return comm_ ? comm_->lastAlgorith
 // x_ += mlp and normOut = nextNorm(x_) (the next layer's input norm, or the final norm).
 bool GpuModel::enqueueLayer(const Layer& L, int n, int ropeOffset, const __nv_bfloat16* nextNorm, __nv_bfloat16* normOut,
                             std::string* error) {
+  if (fusedStep(n)) return enqueueLayerFused(L, n, ropeOffset, nextNorm, normOut, error);
   const int H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads, I = shape_.inter;
   gemm(L.wqkv, qkvRows_, H, hn_, n, qkv_, false);
   gpu::qkNormRopeStore(qkv_, n, hq, hk, D, L.qn, L.kn, cfg_.rmsNormEps, cfg_.ropeTheta, dPos_, ropeOffset, q_, L.kCache,
@@ -274,6 +302,37 @@ bool GpuModel::enqueueLayer(const Layer& L, int n, int ropeOffset, const __nv_bf
   gpu::swiglu(gu_, n, I, act_, stream_);
   gemm(L.wd, H, I, act_, n, proj_, false);
   return allReduceAddNorm(nextNorm, n, normOut, error);
+}
+
+// x_ -> qkv (norm1 in the GEMV) -> q/k norm, RoPE, cache store (in the attention with kFused) ->
+// attention -> x_ += o_proj ->
+// act = SwiGLU(gate/up of norm2(x_)) -> x_ += down_proj [-> normOut = nextNorm(x_)].
+bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __nv_bfloat16* nextNorm,
+                                 __nv_bfloat16* normOut, std::string* error) {
+  const int H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads, I = shape_.inter;
+  const float eps = cfg_.rmsNormEps;
+  if (!gpu::gemvNormBf16(L.wqkv, qkvRows_, H, x_, n, L.ln1, eps, qkv_, stream_))
+    return *error = "fused decode: qkv GEMV refused its operands", false;
+  if (ropeInAttn_) {
+    gpu::DecodeRope rope;
+    rope.qkv = qkv_, rope.qNorm = L.qn, rope.kNorm = L.kn, rope.eps = eps, rope.theta = cfg_.ropeTheta;
+    rope.ropeOffset = ropeOffset;
+    gpu::attentionDecodeTcRope(rope, L.kCache, L.vCache, dPos_, n, hq, hk, tcSplits_, tcPart_, tcTickets_, att_, stream_);
+  } else {
+    gpu::qkNormRopeStore(qkv_, n, hq, hk, D, L.qn, L.kn, eps, cfg_.ropeTheta, dPos_, ropeOffset, q_, L.kCache, L.vCache,
+                         stream_);
+    enqueueAttention(L, n);
+  }
+  if (!gpu::gemvResidual(L.wo, H, hq * D, att_, n, x_, stream_) ||
+      !gpu::gemvNormSwiglu(L.wgu, I, H, x_, n, L.ln2, eps, act_, stream_) ||
+      !gpu::gemvResidual(L.wd, H, I, act_, n, x_, stream_))
+    return *error = "fused decode: a GEMV refused its operands", false;
+  if (normOut != hn_) gpu::addRmsNorm(x_, nullptr, nextNorm, n, H, eps, normOut, stream_);
+  return true;
+}
+
+const char* GpuModel::decodeKernels() const {
+  return ropeInAttn_ ? "fused" : fusedStep_ ? "gemv" : tcAttn_ ? "attn" : "old";
 }
 
 bool GpuModel::overlapPrefill(int n) const {
@@ -339,6 +398,8 @@ void GpuModel::enqueueAttention(const Layer& L, int n) {
   const int D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads;
   if (prefillAttn_ && n > kGraphMaxTokens)
     gpu::attentionPrefill(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, att_, stream_);
+  else if (tcAttn_ && n <= kGraphMaxTokens)
+    gpu::attentionDecodeTc(q_, L.kCache, L.vCache, dPos_, n, hq, hk, tcSplits_, tcPart_, tcTickets_, att_, stream_);
   else
     gpu::attention(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, splits_, chunk_, attnPart_, att_, stream_);
 }
@@ -437,7 +498,7 @@ bool GpuModel::enqueueMtp(const int32_t* tokens, const __nv_bfloat16* src, int n
     gpu::rmsNormBf16(src, H, mtpNormH_, n, H, eps, cat_ + H, 2 * H, stream_);
   }
   gemm(mtpFc_, H, 2 * H, cat_, n, x_, false);
-  gpu::addRmsNorm(x_, nullptr, mtpLayer_.ln1, n, H, eps, hn_, stream_);
+  if (!fusedStep(n)) gpu::addRmsNorm(x_, nullptr, mtpLayer_.ln1, n, H, eps, hn_, stream_);  // fused: in the qkv GEMV
   // mtp.norm's rows: fused, rows [T - n, T) of mtpOut_, the last one mtpHidden_ (what the next
   // chained step reads; src was read above, before this overwrites it); else rows [0, n), the
   // last copied there.
@@ -548,6 +609,18 @@ bool GpuModel::enableDraftProbability() {
 bool GpuModel::timeTargetStep(int n, int pos, int iters, double* ms, std::string* error) {
   std::vector<int32_t> toks(static_cast<size_t>(n), 0), out(static_cast<size_t>(n));
   if (!target(toks.data(), n, pos, out.data(), error)) return false;  // captures the graph
+  // QWEN_NCU_STEP=1: the process's first one-token step replay inside cudaProfilerStart/Stop, so
+  // `ncu --profile-from-start off` profiles exactly one decode step's kernels.
+  static bool ncuDone = false;
+  const char* ncu = std::getenv("QWEN_NCU_STEP");
+  if (n == 1 && !ncuDone && ncu && std::string(ncu) == "1") {
+    ncuDone = true;
+    QWEN_CUDA(cudaStreamSynchronize(stream_));
+    QWEN_CUDA(cudaProfilerStart());
+    QWEN_CUDA(cudaGraphLaunch(graphs_.at({kTarget, n}).exec, stream_));
+    QWEN_CUDA(cudaStreamSynchronize(stream_));
+    QWEN_CUDA(cudaProfilerStop());
+  }
   return medianGraphMs(graphs_.at({kTarget, n}).exec, iters, ms, error);
 }
 
@@ -615,8 +688,17 @@ bool GpuModel::timeStepGemms(int n, int iters, double* ms, size_t* bytes, std::s
                 layers_.size() * (static_cast<size_t>(qkvRows_) * H + static_cast<size_t>(H) * hq * D +
                                   static_cast<size_t>(2 * I) * H + static_cast<size_t>(H) * I));
   // The same gemm() calls and buffers as enqueueLayer / enqueueGreedy (contents do not matter).
+  // With the fused step, its GEMVs (prologues and epilogues included; R = proj_, not x_).
+  const float eps = cfg_.rmsNormEps;
   auto enqueue = [&] {
     for (const Layer& L : layers_) {
+      if (fusedStep(n)) {
+        gpu::gemvNormBf16(L.wqkv, qkvRows_, H, x_, n, L.ln1, eps, qkv_, stream_);
+        gpu::gemvResidual(L.wo, H, hq * D, att_, n, proj_, stream_);
+        gpu::gemvNormSwiglu(L.wgu, I, H, x_, n, L.ln2, eps, act_, stream_);
+        gpu::gemvResidual(L.wd, H, I, act_, n, proj_, stream_);
+        continue;
+      }
       gemm(L.wqkv, qkvRows_, H, hn_, n, qkv_, false);
       gemm(L.wo, H, hq * D, att_, n, proj_, false);
       gemm(L.wgu, 2 * I, H, hn_, n, gu_, false);

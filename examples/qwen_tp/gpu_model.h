@@ -68,6 +68,21 @@ struct GpuModelOptions {
   /// kernels (embed, rmsNormBf16 x 2, copyRowsBf16, pickArgmax), kept for the tests and for A/B
   /// timing. The host<->device copies of a call (one in, one out) are the same either way.
   bool fusedKernels = true;
+  /// The kernels of calls of up to kGraphMaxTokens tokens (decode, verify, MTP drafts):
+  ///  kOld: attention split-K on the CUDA cores plus a combine kernel (gpu::attention); the GEMMs
+  ///   through gemm(); q/k norm + RoPE, SwiGLU and the residual add + RMSNorm as their own kernels.
+  ///  kAttention: attention on the tensor cores, the splits merged by the last CTA
+  ///   (gpu::attentionDecodeTc; head_dim 128, else kOld's), the rest as kOld. Any tp.
+  ///  kFusedGemv: kAttention, and at tp == 1 each layer in 6 launches: RMSNorm in the qkv and
+  ///   gate/up GEMVs' prologue, SwiGLU in gate/up's epilogue, the residual add in o_proj's and
+  ///   down_proj's (gemvNormBf16, gemvNormSwiglu, gemvResidual); tp > 1 runs kAttention.
+  ///  kFused: kFusedGemv with q/k norm + RoPE + KV store inside the attention
+  ///   (gpu::attentionDecodeTcRope): 5 launches a layer.
+  /// A query's bits depend on its length only on every path (speculative == greedy). The
+  /// environment's QWEN_DECODE=old|attn|gemv|fused, when set, overrides this at init (A/B timing
+  /// of one binary); any other value fails init.
+  enum class DecodeKernels { kOld, kAttention, kFusedGemv, kFused };
+  DecodeKernels decode = DecodeKernels::kOld;
 };
 
 /// Nodes of a captured CUDA graph by type: what one replay launches. cuBLAS's kernels count.
@@ -134,6 +149,9 @@ class GpuModel : public DecoderEngine {
   size_t decodeStepBytes(int pos) const;
   /// True when calls of more than kGraphMaxTokens tokens use gpu::attentionPrefill.
   bool prefillAttention() const { return prefillAttn_; }
+  /// The decode kernels in use after init: "old", "attn", "gemv" or "fused" (GpuModelOptions::decode;
+  /// tp > 1 or an unsupported shape turns "gemv" and "fused" into "attn", head_dim != 128 any into "old").
+  const char* decodeKernels() const;
   /// Name of the algorithm tpcomm ran for the last all-reduce ("" with tp == 1).
   std::string lastAlgorithm() const;
   /// Algorithm of the last layer epilogue (after o_proj / down_proj) as enqueued: tpcomm's name
@@ -163,6 +181,12 @@ class GpuModel : public DecoderEngine {
                   std::string* error);
   bool enqueueLayer(const Layer& L, int n, int ropeOffset, const __nv_bfloat16* nextNorm, __nv_bfloat16* normOut,
                     std::string* error);
+  // enqueueLayer of a decode call with DecodeKernels::kFused (fusedStep(n)): from the residual
+  // stream x_ (not hn_), six launches (five with the RoPE in the attention); normOut = nextNorm(x_) only when normOut is not hn_ (the
+  // next layer's qkv GEMV norms x_ itself).
+  bool enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __nv_bfloat16* nextNorm, __nv_bfloat16* normOut,
+                         std::string* error);
+  bool fusedStep(int n) const { return fusedStep_ && n <= kGraphMaxTokens; }
   // enqueueLayer of a prefill call in two row halves, the all-reduces on commStream_ (see
   // GpuModelOptions::prefillOverlap); ends with stream_ free to go on only after both halves'
   // last all-reduce (enqueue() waits on halfDone_[1] before the lm_head).
@@ -208,6 +232,11 @@ class GpuModel : public DecoderEngine {
   bool prefillAttn_ = false;
   int lastLogitsRows_ = 0;
   int qkvRows_ = 0, splits_ = 1, chunk_ = 256;
+  // DecodeKernels: the tensor-core attention (its split bound, partials, tickets) and the fused step.
+  bool tcAttn_ = false, fusedStep_ = false, ropeInAttn_ = false;
+  int tcSplits_ = 1;
+  float* tcPart_ = nullptr;
+  int* tcTickets_ = nullptr;
   // weights
   __nv_bfloat16 *embed_ = nullptr, *lmHead_ = nullptr, *finalNorm_ = nullptr;
   std::vector<Layer> layers_;

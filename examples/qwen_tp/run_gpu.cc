@@ -166,18 +166,18 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
   const int P = static_cast<int>(sh.prompt.size());
   std::printf(
       "qwen_tp: model %s, TP=%d, allreduce %s (last algorithm: %s), layer epilogue %s (%s), prompt %d, "
-      "n-predict %d, ctx-size %d, ubatch %d, prefill attention %s%s, %s, GEMMs of <= 8 tokens: %s, PDL %s\n",
+      "n-predict %d, ctx-size %d, ubatch %d, prefill attention %s%s, %s, GEMMs of <= 8 tokens: %s, PDL %s, decode kernels "
+      "%s\n",
       sh.cfg.name.c_str(), f.tp, f.allreduce.c_str(), model.lastAlgorithm().c_str(),
       f.fusedNorm ? "fused all-reduce + residual + RMSNorm" : "all-reduce, then residual + RMSNorm kernel",
       model.lastNormAlgorithm().c_str(), P, f.nPredict, o.ctxSize, o.maxTokensPerCall,
       model.prefillAttention() ? "tensor-core FA2 kernel (calls > 16 tokens)" : "decode kernel for every call",
       o.prefillOverlap && f.tp > 1 ? ", prefill all-reduces overlapped (two row halves)" : "",
       o.useGraphs ? "decode in CUDA graphs" : "eager decode (no CUDA graphs)",
-      o.customGemv ? "custom GEMV (--gemv custom)" : "cuBLAS", o.pdl ? "on" : "off");
-  std::printf(
-      "prefill cold (first call of the process): %.2f ms / %d tokens (%.2f tokens per second); the timed runs "
-      "below are warm\n",
-      r.coldPrefillSeconds * 1e3, P, r.coldPrefillSeconds > 0 ? P / r.coldPrefillSeconds : 0);
+      o.customGemv ? "custom GEMV (--gemv custom)" : "cuBLAS", o.pdl ? "on" : "off", model.decodeKernels());
+  std::printf("prefill cold (first call of the process): %.2f ms / %d tokens (%.2f tokens per second); the timed runs "
+              "below are warm\n",
+              r.coldPrefillSeconds * 1e3, P, r.coldPrefillSeconds > 0 ? P / r.coldPrefillSeconds : 0);
   if (r.needPlain) std::printf("--- plain greedy ---\n%s", formatTimings(r.plain).c_str());
   if (f.draftNMax > 0)
     std::printf("--- draft-mtp n-max %d n-min %d p-min %.2f ---\n%s%s", f.draftNMax, f.draftNMin, f.draftPMin,

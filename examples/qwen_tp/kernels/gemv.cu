@@ -51,17 +51,47 @@ __device__ __forceinline__ uint4 gemvLoad8(const __nv_bfloat16* row, int k, int 
 // minBlocks 2 (<= 128 registers): without it ptxas (CUDA 13) schedules each unit's loads right
 // before its MMAs, one unit in flight per warp; with it the kGemvUnroll units' 12 loads issue
 // back to back (checked in the SASS, 72 registers).
-template <bool kVec, bool kF32>
+// The fused decode variants (gemvNormBf16, gemvNormSwiglu, gemvResidual in gemv.cuh): kNorm feeds the MMAs bf16(rmsnorm(X) * nw) instead
+// of X (the block computes each token's 1 / rms itself, in a fixed order: a function of the row
+// only); kEpi says what the block does with its fp32 sums (kStore: Y = bf16 or fp32; kResidual:
+// Y += bf16(sum), Y the bf16 residual stream; kSwiglu: A rows 0..7 are gate rows 8 b + g of W, rows
+// 8..15 the up rows I + 8 b + g, and Y[t, 8 b + g] = silu(bf16(gate)) * bf16(up), swiglu's math).
+enum GemvEpi { kStore = 0, kResidual = 1, kSwiglu = 2 };
+struct GemvFuse {
+  const __nv_bfloat16* normW = nullptr;  // kNorm: the RMSNorm weight [in]
+  float eps = 0.f;
+};
+
+// 8 bf16 of a residual row -> bf16((x * inv) * w), addRmsNorm's rounding (norm_rows.cuh).
+__device__ __forceinline__ uint4 normScale8(uint4 x, uint4 w, float inv) {
+  uint32_t* xs = &x.x;
+  const uint32_t* ws = &w.x;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float lo = __uint_as_float(xs[j] << 16), hi = __uint_as_float(xs[j] & 0xffff0000u);
+    const float wl = __uint_as_float(ws[j] << 16), wh = __uint_as_float(ws[j] & 0xffff0000u);
+    const __nv_bfloat162 v = __floats2bfloat162_rn(__fmul_rn(__fmul_rn(lo, inv), wl), __fmul_rn(__fmul_rn(hi, inv), wh));
+    xs[j] = *reinterpret_cast<const uint32_t*>(&v);
+  }
+  return x;
+}
+
+template <bool kVec, bool kF32, bool kNorm = false, int kEpi = kStore>
 __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2)
-    gemvKernel(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y) {
+    gemvKernel(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, GemvFuse fuse) {
   __shared__ float part[kGemvMaxWarps][32][4];
+  __shared__ float shInv[kGemvMaxTokens];
+  __shared__ float shSq[kNorm ? kGemvMaxTokens * kGemvNormMaxIn / 8 : 1];  // kNorm: squares per 16-byte chunk
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int g = lane >> 2, c = lane & 3;
-  const int rLo = blockIdx.x * 16 + g, rHi = rLo + 8;
+  // kSwiglu: `out` is I, the act width; W has 2 I rows.
+  const int rLo = kEpi == kSwiglu ? blockIdx.x * 8 + g : blockIdx.x * 16 + g;
+  const int rHi = kEpi == kSwiglu ? out + rLo : rLo + 8;
+  const int rows = kEpi == kSwiglu ? 2 * out : out;
   // Rows past `out` and tokens past n read a valid row (the last one) and are never stored: a
   // row of A only reaches the same row of D, a column of B the same column of D.
   const __nv_bfloat16* wLo = W + static_cast<int64_t>(min(rLo, out - 1)) * in;
-  const __nv_bfloat16* wHi = W + static_cast<int64_t>(min(rHi, out - 1)) * in;
+  const __nv_bfloat16* wHi = W + static_cast<int64_t>(min(rHi, rows - 1)) * in;
   const __nv_bfloat16* xr = X + static_cast<int64_t>(min(g, n - 1)) * in;
   const int units = (in + 31) / 32;
   float d[4] = {0.f, 0.f, 0.f, 0.f};
@@ -76,6 +106,42 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2)
       asm volatile("prefetch.global.L2 [%0];" ::"l"(wHi + k));
     }
   pdlWait();
+  float inv = 1.f;  // kNorm: 1 / rms of this lane's token
+  if (kNorm) {
+    // Every 16-byte chunk's sum of 8 squares (fma, in order) into shared memory, all tokens' chunks
+    // loaded at once (one L2 round trip per 8 chunks a thread); then token tt's sum by warp
+    // tt % warps: lane l adds chunks l, l + 32, ... in order, then the butterfly. The order
+    // depends on `in` only (not on n or the warp count).
+    const int chunks = in / 8;
+#pragma unroll 8
+    for (int i = threadIdx.x; i < n * chunks; i += blockDim.x) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(X + static_cast<int64_t>(i) * 8));
+      const uint32_t* vs = &v.x;
+      float ss = 0.f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float lo = __uint_as_float(vs[j] << 16), hi = __uint_as_float(vs[j] & 0xffff0000u);
+        ss = __fmaf_rn(lo, lo, ss);
+        ss = __fmaf_rn(hi, hi, ss);
+      }
+      shSq[i] = ss;
+    }
+    __syncthreads();
+    for (int tt = warp; tt < n; tt += warps) {
+      float ss = 0.f;
+      for (int ch = lane; ch < chunks; ch += 32) ss = __fadd_rn(ss, shSq[tt * chunks + ch]);
+      ss = warpSum(ss);
+      if (lane == 0)
+        shInv[tt] = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(in)), fuse.eps)));
+    }
+    __syncthreads();
+    inv = shInv[min(g, n - 1)];
+  }
+  // X's 8 values at column k as the MMA takes them (normed with kNorm).
+  auto loadX = [&](int k) {
+    const uint4 x = __ldg(reinterpret_cast<const uint4*>(xr + k));
+    return kNorm ? normScale8(x, __ldg(reinterpret_cast<const uint4*>(fuse.normW + k)), inv) : x;
+  };
   if (kVec) {
     // Rounds of kGemvUnroll whole units: unpredicated 16-byte loads, all issued before the MMAs
     // (guarded loads let ptxas interleave load -> MMA pairs, one unit in flight per warp).
@@ -87,7 +153,7 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2)
         const int k = (u + j * warps) * 32 + c * 8;
         a[j] = __ldcs(reinterpret_cast<const uint4*>(wLo + k));
         b[j] = __ldcs(reinterpret_cast<const uint4*>(wHi + k));
-        x[j] = __ldg(reinterpret_cast<const uint4*>(xr + k));
+        x[j] = loadX(k);
       }
 #pragma unroll
       for (int j = 0; j < kGemvUnroll; ++j) {
@@ -100,7 +166,7 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2)
   for (; u < units; u += warps) {
     const int k = u * 32 + c * 8;
     const uint4 a = gemvLoad8<kVec, true>(wLo, k, in), b = gemvLoad8<kVec, true>(wHi, k, in),
-                x = gemvLoad8<kVec, false>(xr, k, in);
+                x = kNorm ? (k < in ? loadX(k) : make_uint4(0u, 0u, 0u, 0u)) : gemvLoad8<kVec, false>(xr, k, in);
     mmaBf16(d, a.x, b.x, a.y, b.y, x.x, x.y);
     mmaBf16(d, a.z, b.z, a.w, b.w, x.z, x.w);
   }
@@ -118,9 +184,21 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2)
   }
   // D fragment: d0, d1 = (row g, tokens 2c, 2c + 1); d2, d3 = (row g + 8, the same tokens).
   const int t0 = 2 * c, t1 = t0 + 1;
+  if (kEpi == kSwiglu) {  // d0, d1 gate and d2, d3 up of act column rLo
+    auto act = [&](int t, float gate, float up) {
+      const float gt = __bfloat162float(__float2bfloat16_rn(gate)), u = __bfloat162float(__float2bfloat16_rn(up));
+      static_cast<__nv_bfloat16*>(Y)[static_cast<int64_t>(t) * out + rLo] = __float2bfloat16_rn(gt / (1.f + __expf(-gt)) * u);
+    };
+    if (rLo < out && t0 < n) act(t0, d[0], d[2]);
+    if (rLo < out && t1 < n) act(t1, d[1], d[3]);
+    return;
+  }
   auto store = [&](int t, int o, float v) {
     const int64_t i = static_cast<int64_t>(t) * out + o;
-    if (kF32)
+    if (kEpi == kResidual) {
+      __nv_bfloat16* r = static_cast<__nv_bfloat16*>(Y) + i;
+      *r = __float2bfloat16_rn(__fadd_rn(__bfloat162float(*r), __bfloat162float(__float2bfloat16_rn(v))));
+    } else if (kF32)
       static_cast<float*>(Y)[i] = v;
     else
       static_cast<__nv_bfloat16*>(Y)[i] = __float2bfloat16_rn(v);
@@ -147,14 +225,50 @@ bool gemvBf16(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, i
   const dim3 grid((out + 15) / 16), block(32 * warps);
   const bool vec = gemvVectorizable(W, X, in);
   if (vec && yF32)
-    launch(gemvKernel<true, true>, grid, block, s, W, out, in, X, n, Y);
+    launch(gemvKernel<true, true>, grid, block, s, W, out, in, X, n, Y, GemvFuse{});
   else if (vec)
-    launch(gemvKernel<true, false>, grid, block, s, W, out, in, X, n, Y);
+    launch(gemvKernel<true, false>, grid, block, s, W, out, in, X, n, Y, GemvFuse{});
   else if (yF32)
-    launch(gemvKernel<false, true>, grid, block, s, W, out, in, X, n, Y);
+    launch(gemvKernel<false, true>, grid, block, s, W, out, in, X, n, Y, GemvFuse{});
   else
-    launch(gemvKernel<false, false>, grid, block, s, W, out, in, X, n, Y);
+    launch(gemvKernel<false, false>, grid, block, s, W, out, in, X, n, Y, GemvFuse{});
   return true;
+}
+
+namespace {
+
+// One launch per group of up to kGemvMaxTokens tokens (rows are independent: a token's bits do
+// not depend on its group). rowsOut: output rows per block (16, or 8 act columns with kSwiglu).
+template <bool kNorm, int kEpi>
+bool gemvFused(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, __nv_bfloat16* Y,
+               const GemvFuse& fuse, cudaStream_t s) {
+  if (n < 1 || n > kGemvFusedMaxTokens || out <= 0 || !gemvVectorizable(W, X, in) ||
+      (kNorm && (reinterpret_cast<uintptr_t>(fuse.normW) % 16 != 0 || in > kGemvNormMaxIn)))
+    return false;
+  const int units = (in + 31) / 32, rowsOut = kEpi == kSwiglu ? 8 : 16;
+  const int warps = std::max(1, std::min(kGemvMaxWarps, units / (2 * kGemvUnroll)));
+  for (int t0 = 0; t0 < n; t0 += kGemvMaxTokens)
+    launch(gemvKernel<true, false, kNorm, kEpi>, dim3((out + rowsOut - 1) / rowsOut), dim3(32 * warps), s, W, out, in,
+           X + static_cast<int64_t>(t0) * in, std::min(kGemvMaxTokens, n - t0),
+           static_cast<void*>(Y + static_cast<int64_t>(t0) * out), fuse);
+  return true;
+}
+
+}  // namespace
+
+bool gemvNormBf16(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, const __nv_bfloat16* normW,
+                  float eps, __nv_bfloat16* Y, cudaStream_t s) {
+  return gemvFused<true, kStore>(W, out, in, X, n, Y, GemvFuse{normW, eps}, s);
+}
+
+bool gemvNormSwiglu(const __nv_bfloat16* W, int I, int in, const __nv_bfloat16* X, int n, const __nv_bfloat16* normW,
+                    float eps, __nv_bfloat16* act, cudaStream_t s) {
+  return gemvFused<true, kSwiglu>(W, I, in, X, n, act, GemvFuse{normW, eps}, s);
+}
+
+bool gemvResidual(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, __nv_bfloat16* R,
+                  cudaStream_t s) {
+  return gemvFused<false, kResidual>(W, out, in, X, n, R, GemvFuse{}, s);
 }
 
 }  // namespace gpu

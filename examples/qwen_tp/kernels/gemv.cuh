@@ -23,5 +23,26 @@ bool gemvBf16(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, i
 /// in % 8 == 0 and W, X 16-byte aligned: gemvBf16 runs on 16-byte vector loads.
 bool gemvVectorizable(const void* W, const void* X, int in);
 
+/// The fused decode step's products (GpuModelOptions::decode = kFused; n <= kGemvFusedMaxTokens,
+/// in launches of up to kGemvMaxTokens tokens), gemvBf16's arithmetic with a prologue or an
+/// epilogue. X is then the bf16 residual stream [n, in], and the MMAs take
+/// hn = bf16((X * inv_rms) * normW) (addRmsNorm's rounding; each block sums a token's squares
+/// itself, in a fixed order). Returns false, launching nothing, unless the operands are
+/// vectorizable (gemvVectorizable, normW 16-byte aligned), in <= 8192 for the normed ones, and
+/// 1 <= n <= kGemvFusedMaxTokens.
+constexpr int kGemvFusedMaxTokens = 16;
+constexpr int kGemvNormMaxIn = 8192;  // the normed products' rows (32 KB of squares in shared memory)
+/// Y [n, out] = bf16(hn W^T).
+bool gemvNormBf16(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, const __nv_bfloat16* normW,
+                  float eps, __nv_bfloat16* Y, cudaStream_t s);
+/// W = [gate; up], [2 I, in]: act [n, I] = bf16(silu(g) * u) with g, u the bf16 products of hn
+/// with the gate and up rows (gpu::swiglu's math on gemvBf16's outputs, in one pass).
+bool gemvNormSwiglu(const __nv_bfloat16* W, int I, int in, const __nv_bfloat16* X, int n, const __nv_bfloat16* normW,
+                    float eps, __nv_bfloat16* act, cudaStream_t s);
+/// R [n, out] = bf16(R + bf16(X W^T)): the projection and the residual add in one pass (X the
+/// attention output or the SwiGLU activation, R the residual stream).
+bool gemvResidual(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, __nv_bfloat16* R,
+                  cudaStream_t s);
+
 }  // namespace gpu
 }  // namespace qwen

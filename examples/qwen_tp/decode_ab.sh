@@ -1,0 +1,174 @@
+#!/bin/bash
+# decode_ab.sh: issue 37's decode kernels on one H200, in one device call. Builds qwen_tp and
+# qwen_gpu_test, runs the decode GPU tests (tensor-core attention, fused GEMVs, every decode path
+# against the CPU reference, speculative == greedy), then times qwen_tp's decode with the old
+# kernels against the new ones in one binary (QWEN_DECODE=old|attn|gemv|fused), in A B C D D C B A
+# order, at positions 512 and 32000 (qwen3-8b) and 512 (qwen3-32b), with
+# prefill at 512/2048/8192/32000 from the same processes; PyTorch's decoder
+# (torch_tp_decode.py: eager ops in a CUDA graph, then --compile) on the same shapes; and an
+# `ncu --clock-control none` profile of one decode step (old and fused). A time budget
+# (BUDGET_S, default 450 s) skips what would not fit, lowest priority last. Logs go to
+# $OUT/logs.tgz (each log opens with commit, date, command), the table to $OUT/summary.md and
+# to stdout, last. Usage, from the repository root:
+#   OUT=/path/to/out bash examples/qwen_tp/decode_ab.sh
+# TORCH_BASELINE: torch_tp_decode.py (default .scratch/baselines/ in the tree, then
+# ../shared/baselines/). BUILD: the build folder (default build-h200).
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
+SRC=$(pwd)
+OUT=${OUT:?set OUT}
+L=$OUT/logs
+mkdir -p "$L"
+B=${BUILD:-$SRC/build-h200}
+BUDGET=${BUDGET_S:-450}
+T0=$(date +%s)
+REV=${COMMIT:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)}
+Q=$B/examples/qwen_tp/qwen_tp
+TB=${TORCH_BASELINE:-$SRC/.scratch/baselines/torch_tp_decode.py}
+[ -f "$TB" ] || TB=$SRC/../shared/baselines/torch_tp_decode.py
+SUM=$OUT/summary.md
+
+pack() { tar -czf "$OUT/logs.tgz" -C "$OUT" logs 2>/dev/null && rm -rf "$L"; }
+[ "${PART:-all}" = summary ] || trap pack EXIT  # PART=summary: the table of the logs in $OUT/logs only
+
+left() { echo $((BUDGET - ($(date +%s) - T0))); }
+header() {  # header <log> <command...>
+  local log=$1; shift
+  { echo "# commit $REV"; echo "# date $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "# command: $*";
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null | sed 's/^/# gpu /'; } > "$log"
+}
+# run <name> <timeout s> <command...>: one log per name. Skipped when less than a third of the
+# timeout (about what the step takes) is left of the budget; the timeout is cut to what is left.
+run() {
+  local name=$1 t=$2; shift 2
+  local log=$L/$name.log lf
+  lf=$(left)
+  if [ "$lf" -lt $((t / 3)) ]; then echo "## skipped (budget: $lf s left, timeout $t): $*" >> "$L/skipped.log"; echo "$name skipped"; return; fi
+  [ "$lf" -lt "$t" ] && t=$lf
+  [ -f "$log" ] || header "$log" "$@"
+  echo "## $(date -u +%H:%M:%S) $*" >> "$log"
+  timeout "$t" "$@" >> "$log" 2>&1
+  local rc=$?
+  echo "## rc=$rc" >> "$log"
+  echo "$name rc=$rc ($(left) s left)"
+}
+
+if [ "${PART:-all}" != summary ]; then
+header "$L/build.log" cmake build
+{ cmake -S "$SRC" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DTPCOMM_BUILD_TESTS=ON &&
+  cmake --build "$B" -j16 --target qwen_tp qwen_gpu_test; } >> "$L/build.log" 2>&1 ||
+  { echo "BUILD FAILED"; tail -30 "$L/build.log"; exit 1; }
+echo "build done ($(left) s left)"
+
+# 1. Correctness first: the new kernels, the model on every path, and the old tests they touch.
+run tests 150 "$B/examples/qwen_tp/tests/qwen_gpu_test" \
+  --gtest_filter='QwenDecodeGpu.*:QwenGpu.LogitsMatch*:QwenGpu.AttentionMatchesReference:QwenGpu.CustomGemv*:QwenGpu.ChainedDraftsInOneGraphEqualSingleSteps'
+
+# 2. qwen_tp decode, old / attn / gemv / fused in one binary, A B C D D C B A per shape.
+q8() {  # q8 <tag> <mode> <prompt> [extra]
+  local tag=$1 mode=$2 P=$3; shift 3
+  run "q8_${P}_$tag" 90 env QWEN_DECODE=$mode $Q --model-preset qwen3-8b --prompt-tokens $P --n-predict 64 --ubatch-size 2048 "$@"
+}
+for m in old attn gemv fused; do q8 a_$m $m 512; done
+for m in fused gemv attn old; do q8 b_$m $m 512; done
+for m in old attn fused; do q8 a_$m $m 32000 --ctx-size 32768; done
+for m in fused attn old; do q8 b_$m $m 32000 --ctx-size 32768; done
+q32() { run "q32_512_$1" 120 env QWEN_DECODE=$2 $Q --model-preset qwen3-32b --prompt-tokens 512 --n-predict 32 --ubatch-size 2048; }
+q32 a_old old; q32 a_fused fused; q32 b_fused fused; q32 b_old old
+# 3. PyTorch on the same shapes (eager ops captured in a CUDA graph).
+S8="--hidden 4096 --layers 36 --heads 32 --kv 8 --head-dim 128 --inter 12288 --vocab 151936"
+S32="--hidden 5120 --layers 64 --heads 64 --kv 8 --head-dim 128 --inter 25600 --vocab 151936"
+run torch8_512 90 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64
+
+# 4. One decode step under Nsight Compute: every kernel's time, DRAM bytes, SM throughput.
+NCU_M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed
+ncu_step() {  # ncu_step <mode> <prompt> [extra]
+  local mode=$1 P=$2; shift 2
+  if ! command -v ncu > /dev/null; then echo "ncu not found: ncu_${mode}_$P" >> "$L/skipped.log"; return; fi
+  run "ncu_${mode}_$P" 90 env QWEN_DECODE=$mode QWEN_NCU_STEP=1 ncu --clock-control none --profile-from-start off \
+    --graph-profiling node --metrics $NCU_M --csv --page raw --print-units base --kernel-name-base demangled \
+    $Q --model-preset qwen3-8b --prompt-tokens $P --n-predict 2 --ubatch-size 2048 "$@"
+}
+ncu_step fused 32000 --ctx-size 32768
+ncu_step old 32000 --ctx-size 32768
+ncu_step fused 512
+
+# 5. The rest, lowest priority last.
+run torch8_32000 90 python3 -u "$TB" $S8 --prompt 32000 --ctx 32768 --gen 64
+run torch32_512 90 python3 -u "$TB" $S32 --prompt 512 --ctx 1024 --gen 32
+run torch8_compile_512 150 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64 --compile
+ncu_step old 512
+# Speculation (issue 17's regime on the 8b shape): decode tok/s with 3 drafts, fused and old.
+for m in fused old; do
+  run "q8_512_mtp_$m" 60 env QWEN_DECODE=$m $Q --model-preset qwen3-8b --prompt-tokens 512 --n-predict 128 \
+    --spec-type draft-mtp --spec-draft-n-max 3 --sim-draft-acceptance 0.6
+done
+# Prefill at 2048 and 8192 (the decode kernels do not change it: old path only).
+for P in 2048 8192; do q8 pf_old old $P; done
+fi
+
+# ---- the table ----
+{
+  echo "# decode_ab.sh at $REV ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
+  echo
+  echo "| run | decode kernels | prefill tok/s | decode tok/s | step ms | % roofline | graph | GEMMs alone ms | rest ms |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  for f in "$L"/q8_*.log "$L"/q32_*.log; do
+    [ -f "$f" ] || continue
+    awk -v run="$(basename "$f" .log)" '
+      /decode kernels/ { match($0, /decode kernels [a-z]+/); k = substr($0, RSTART + 15, RLENGTH - 15) }
+      /prompt eval time/ && !pf { for (i = 1; i <= NF; ++i) if ($i == "tokens" && $(i+1) == "per") pf = $(i-1) }
+      /^ +eval time/ && !dc { for (i = 1; i <= NF; ++i) if ($i == "tokens" && $(i+1) == "per") dc = $(i-1) }
+      /^decode step [0-9]/ { st = $3; match($0, /\(([0-9.]+)% of roofline/); rf = substr($0, RSTART + 1, RLENGTH - 14);
+                             match($0, /graph: [0-9]+ kernels/); gr = substr($0, RSTART + 7, RLENGTH - 7) }
+      /weight GEMMs alone/ { match($0, /\): [0-9.]+ ms/); gm = substr($0, RSTART + 3, RLENGTH - 6);
+                             match($0, /everything else in the step: [0-9.]+/); re = substr($0, RSTART + 29, RLENGTH - 29) }
+      /rc=[1-9]/ { bad = 1 }
+      END { printf "| %s%s | %s | %s | %s | %s | %s | %s | %s | %s |\n", run, bad ? " (FAILED)" : "", k, pf, dc, st, rf, gr, gm, re }' "$f"
+  done
+  echo
+  echo "PyTorch (torch_tp_decode.py):"
+  for f in "$L"/torch*.log; do
+    [ -f "$f" ] || continue
+    echo "- $(basename "$f" .log): $(grep -a '^torch TP=' "$f" | sed -E 's/; weights.*(efficiency [0-9]+%).*(peak memory [0-9.]+ GB)/; \1; \2/' | tail -1) $(grep -q 'rc=[1-9]' "$f" && echo '(FAILED or timed out)')"
+  done
+  echo
+  echo "Speculation (n-max 3, simulated acceptance 0.6):"
+  for f in "$L"/q8_512_mtp_*.log; do
+    [ -f "$f" ] && echo "- $(basename "$f" .log): $(grep -a 'eval time' "$f" | tail -1 | sed 's/^ *//') $(grep -a 'draft acceptance' "$f" | tail -1 | cut -c1-80)"
+  done
+  echo
+  echo "ncu, one decode step (kernels, summed time us, DRAM GB; top 6 kernels by time):"
+  for f in "$L"/ncu_*.log; do
+    [ -f "$f" ] || continue
+    python3 - "$f" << 'EOF'
+import csv, sys, collections, re
+rows = [r for r in csv.reader(l for l in open(sys.argv[1], errors="replace") if l.startswith('"'))]
+if len(rows) < 3: print(f"- {sys.argv[1].split('/')[-1]}: no ncu rows"); sys.exit()
+h = rows[0]; data = rows[2:]
+ix = {k: h.index(k) for k in h}
+def num(r, k):
+    try: return float(r[ix[k]].replace(",", ""))
+    except (KeyError, ValueError): return 0.0
+units = rows[1]
+tk, rd, wr = "gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum"
+tscale = {"nsecond": 1e-3, "usecond": 1, "msecond": 1e3}.get(units[ix[tk]], 1)
+bscale = {"byte": 1e-9, "Kbyte": 1e-6, "Mbyte": 1e-3, "Gbyte": 1, "KB": 1e-6, "MB": 1e-3, "GB": 1}.get(units[ix[rd]], 1e-9)
+by = collections.defaultdict(lambda: [0, 0.0, 0.0])
+for r in data:
+    name = r[ix["Kernel Name"]].replace("(anonymous namespace)::", "").replace("qwen::gpu::", "")
+    name = name.split("(")[0].replace("void ", "")[:70]
+    e = by[name]; e[0] += 1; e[1] += num(r, tk) * tscale; e[2] += (num(r, rd) + num(r, wr)) * bscale
+tot_t = sum(e[1] for e in by.values()); tot_b = sum(e[2] for e in by.values())
+print(f"- {sys.argv[1].split('/')[-1]}: {len(data)} kernels, {tot_t:.0f} us, {tot_b:.2f} GB, {tot_b / max(tot_t, 1e-9) * 1e6:.0f} GB/s over the summed time")
+for name, (n, t, b) in sorted(by.items(), key=lambda kv: -kv[1][1])[:6]:
+    print(f"    {n:3d} x {name}: {t:8.1f} us, {b:.3f} GB, {b / max(t, 1e-9) * 1e6:.0f} GB/s")
+EOF
+  done
+  echo
+  grep -ah "^\[  FAILED\|^\[  PASSED\|tests, listed below" "$L/tests.log" 2>/dev/null | head -12
+  [ -f "$L/skipped.log" ] && cat "$L/skipped.log"
+  echo "total $(( $(date +%s) - T0 )) s"
+} > "$SUM" 2>&1
+cp "$SUM" "$L/summary.md"
+cat "$SUM"

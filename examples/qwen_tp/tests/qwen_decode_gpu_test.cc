@@ -1,0 +1,350 @@
+// GPU tests of the decode kernels behind GpuModelOptions::decode (part of qwen_gpu_test; label
+// gpu). Each table row is a case; add a row to cover a new shape.
+//  - gpu::attentionDecodeTc against an fp64 host reference: GQA groups 1..16, cache lengths 1,
+//    2, 64, 511, 512, 513, 4096 and 32001, calls of 1, 3 and 16 tokens, split bounds 1, 7 and 33;
+//    the output poisoned before every call and every element checked; each query's bits equal
+//    to the one-token call at its own position (speculative == greedy rests on it); a second
+//    call gives the same bits (the tickets were left at zero); against gpu::attention too.
+//    Tolerance per element: 2^-7 |ref| + 4e-3 (P is rounded to bf16 before P V, as in prefill).
+//  - attentionDecodeTcRope (q/k norm + RoPE + KV store inside) against qkNormRopeStore followed
+//    by attentionDecodeTc, and a verify call's bits equal to one-token calls reading the cache.
+//  - The fused GEMVs (gemvNormBf16, gemvNormSwiglu, gemvResidual) against an fp64 reference of
+//    RMSNorm -> product -> SwiGLU / residual add; gemvResidual bit-exact against gemvBf16 plus
+//    the bf16 add; tokens >= n never written; a token's bits the same whatever n (1..16).
+// The model on every path: qwen_decode_model_gpu_test.cc.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "gpu_kernels.h"
+#include "safetensors.h"
+
+namespace qwen {
+namespace {
+
+#define CK(call) ASSERT_EQ((call), cudaSuccess) << #call << ": " << cudaGetErrorString(cudaGetLastError())
+
+struct Rng {
+  uint64_t s;
+  float uniform() {  // [-1, 1)
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(static_cast<int64_t>(s >> 40) - (1 << 23)) / static_cast<float>(1 << 23);
+  }
+  uint16_t bf16(float scale = 1.f) { return floatToBf16(uniform() * scale); }
+};
+
+template <typename T>
+struct DevBuf {  // device memory freed on every exit of a test
+  T* p = nullptr;
+  explicit DevBuf(size_t n) { cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)); }
+  ~DevBuf() { cudaFree(p); }
+};
+
+constexpr uint16_t kPoison = 0xFFFF;  // a bf16 NaN
+
+// ---- gpu::attentionDecodeTc ----
+
+struct AttnCase {
+  int hq, hk, pos, n, maxSplits;
+};
+
+TEST(QwenDecodeGpu, TcAttentionMatchesReference) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_TRUE(gpu::prepareAttentionDecodeTc());
+  const int D = gpu::kDecodeTcHeadDim;
+  const AttnCase cases[] = {
+      {32, 8, 0, 1, 33},   {32, 8, 1, 1, 33},    {32, 8, 63, 1, 33},  {32, 8, 510, 1, 33}, {32, 8, 511, 1, 33},
+      {32, 8, 512, 1, 33}, {32, 8, 510, 3, 33},  {32, 8, 4095, 1, 7}, {32, 8, 300, 16, 7}, {64, 8, 511, 1, 33},
+      {64, 8, 700, 3, 33}, {16, 8, 600, 3, 33},  {8, 8, 200, 2, 33},  {32, 2, 1000, 3, 1}, {32, 2, 129, 16, 33},
+      {32, 8, 32000, 1, 33}, {64, 8, 32000, 2, 33},
+  };
+  Rng rng{0x2545f4914f6cdd1dull};
+  std::string err;
+  for (const AttnCase& c : cases) {
+    const std::string what = "hq " + std::to_string(c.hq) + " hk " + std::to_string(c.hk) + " pos " +
+                             std::to_string(c.pos) + " n " + std::to_string(c.n) + " splits " + std::to_string(c.maxSplits);
+    ASSERT_TRUE(gpu::attentionDecodeTcSupported(c.hq, c.hk, D)) << what;
+    const int ctx = c.pos + c.n, G = c.hq / c.hk;
+    std::vector<uint16_t> q(static_cast<size_t>(c.n) * c.hq * D), k(static_cast<size_t>(ctx) * c.hk * D), v(k.size());
+    for (auto& x : q) x = rng.bf16(3.f);  // scores of a few units: a peaked softmax
+    for (auto& x : k) x = rng.bf16();
+    for (auto& x : v) x = rng.bf16();
+    DevBuf<uint16_t> dq(q.size()), dk(k.size()), dv(v.size()), dout(q.size()), dold(q.size());
+    DevBuf<float> dpart(gpu::decodeTcPartialFloats(c.n, c.hq, c.maxSplits));
+    DevBuf<float> doldPart(static_cast<size_t>(c.n) * c.hq * 128 * (D + 2));
+    DevBuf<int> dtk(gpu::decodeTcTickets(c.n, c.hk));
+    DevBuf<int32_t> dpos(1);
+    auto bf = [](uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); };
+    CK(cudaMemcpy(dq.p, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dk.p, k.data(), k.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dv.p, v.data(), v.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dtk.p, 0, gpu::decodeTcTickets(c.n, c.hk) * 4));
+    CK(cudaMemcpy(dpos.p, &c.pos, 4, cudaMemcpyHostToDevice));
+    std::vector<uint16_t> out(q.size()), again(q.size()), old(q.size()), alone(static_cast<size_t>(c.hq) * D);
+    auto run = [&](const uint16_t* qp, int n, std::vector<uint16_t>* dst) {
+      CK(cudaMemset(dout.p, 0xFF, dst->size() * 2));  // poison
+      gpu::attentionDecodeTc(bf(const_cast<uint16_t*>(qp)), bf(dk.p), bf(dv.p), dpos.p, n, c.hq, c.hk, c.maxSplits,
+                             dpart.p, dtk.p, bf(dout.p), nullptr);
+      CK(cudaGetLastError());
+      CK(cudaDeviceSynchronize());
+      CK(cudaMemcpy(dst->data(), dout.p, dst->size() * 2, cudaMemcpyDeviceToHost));
+    };
+    run(dq.p, c.n, &out);
+    run(dq.p, c.n, &again);
+    EXPECT_EQ(0, std::memcmp(out.data(), again.data(), out.size() * 2)) << what << ": a second call differs";
+    std::vector<int> tickets(gpu::decodeTcTickets(c.n, c.hk), -1);
+    CK(cudaMemcpy(tickets.data(), dtk.p, tickets.size() * 4, cudaMemcpyDeviceToHost));
+    for (int x : tickets) EXPECT_EQ(x, 0) << what << ": a ticket was left non-zero";
+    // The CUDA-core kernel on the same inputs (64-slot chunks, up to 128 splits).
+    const int oldSplits = std::min(128, (ctx + 63) / 64);
+    gpu::attention(bf(dq.p), bf(dk.p), bf(dv.p), dpos.p, c.n, c.hq, c.hk, D, oldSplits, 64, doldPart.p, bf(dold.p), nullptr);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(old.data(), dold.p, old.size() * 2, cudaMemcpyDeviceToHost));
+    int bad = 0, badOld = 0;
+    for (int t = 0; t < c.n; ++t) {
+      if (c.n > 1) {  // query t alone at its own position: the same bits
+        const int p1 = c.pos + t;
+        CK(cudaMemcpy(dpos.p, &p1, 4, cudaMemcpyHostToDevice));
+        run(dq.p + static_cast<size_t>(t) * c.hq * D, 1, &alone);
+        CK(cudaMemcpy(dpos.p, &c.pos, 4, cudaMemcpyHostToDevice));
+        EXPECT_EQ(0, std::memcmp(alone.data(), out.data() + static_cast<size_t>(t) * c.hq * D, alone.size() * 2))
+            << what << ": query " << t << "'s bits depend on n";
+      }
+      const int last = c.pos + t;
+      for (int h = 0; h < c.hq; ++h) {
+        const int kvh = h / G;
+        std::vector<double> sc(static_cast<size_t>(last) + 1);
+        double mx = -1e300, sum = 0;
+        for (int j = 0; j <= last; ++j) {
+          double d = 0;
+          for (int e = 0; e < D; ++e)
+            d += static_cast<double>(bf16ToFloat(q[(static_cast<size_t>(t) * c.hq + h) * D + e])) *
+                 bf16ToFloat(k[(static_cast<size_t>(j) * c.hk + kvh) * D + e]);
+          mx = std::max(mx, sc[j] = d / std::sqrt(static_cast<double>(D)));
+        }
+        for (double& x : sc) sum += (x = std::exp(x - mx));
+        std::vector<double> r(D, 0.0);
+        for (int j = 0; j <= last; ++j)
+          for (int e = 0; e < D; ++e) r[e] += sc[j] * bf16ToFloat(v[(static_cast<size_t>(j) * c.hk + kvh) * D + e]);
+        for (int e = 0; e < D; ++e) {
+          const size_t i = (static_cast<size_t>(t) * c.hq + h) * D + e;
+          const double ref = r[e] / sum, tol = std::ldexp(std::fabs(ref), -7) + 4e-3;
+          const double g = bf16ToFloat(out[i]), o = bf16ToFloat(old[i]);
+          if (!(std::fabs(g - ref) <= tol) && ++bad <= 3)  // NaN (an unwritten element) fails too
+            ADD_FAILURE() << what << ": t " << t << " head " << h << " dim " << e << " gpu " << g << " ref " << ref;
+          if (!(std::fabs(o - ref) <= tol)) ++badOld;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0) << what;
+    EXPECT_EQ(badOld, 0) << what << " (gpu::attention, the old kernel)";
+  }
+}
+
+// attentionDecodeTcRope (q/k norm + RoPE + KV store inside) against qkNormRopeStore followed by
+// attentionDecodeTc: outputs within twice the attention tolerance, the call's cache rows written
+// (poisoned before; K within 2 bf16 ulps: the per-head norm sums in another order, V bit-exact),
+// the rows before untouched; then each query alone at its own position, reading the earlier
+// rows from the cache the n-token call wrote, gives the n-token call's bits (a verify call
+// reproduces greedy steps).
+struct RopeCase {
+  int hq, hk, pos, n, maxSplits, ropeOffset;
+};
+
+TEST(QwenDecodeGpu, TcAttentionWithRopeMatchesSeparateKernels) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_TRUE(gpu::prepareAttentionDecodeTc());
+  const int D = gpu::kDecodeTcHeadDim;
+  const float eps = 1e-6f, theta = 1e6f;
+  const RopeCase cases[] = {{32, 8, 0, 1, 33, 0},    {32, 8, 511, 1, 33, 0}, {32, 8, 100, 16, 33, 0},
+                            {64, 8, 700, 3, 33, 1},  {32, 2, 1000, 5, 7, 0}, {32, 8, 4000, 6, 33, 0},
+                            {16, 8, 63, 2, 33, 0}};
+  Rng rng{4242};
+  auto bf = [](uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); };
+  for (const RopeCase& c : cases) {
+    const std::string what = "hq " + std::to_string(c.hq) + " hk " + std::to_string(c.hk) + " pos " +
+                             std::to_string(c.pos) + " n " + std::to_string(c.n) + " splits " + std::to_string(c.maxSplits);
+    const int ctx = c.pos + c.n, W = (c.hq + 2 * c.hk) * D;
+    const size_t row = static_cast<size_t>(c.hk) * D, qn = static_cast<size_t>(c.n) * c.hq * D;
+    std::vector<uint16_t> qkv(static_cast<size_t>(c.n) * W), cache(static_cast<size_t>(ctx) * row), nq(D), nk(D);
+    for (auto& x : qkv) x = rng.bf16(2.f);
+    for (auto& x : nq) x = rng.bf16(2.f);
+    for (auto& x : nk) x = rng.bf16(2.f);
+    for (auto& x : cache) x = rng.bf16();
+    for (size_t i = static_cast<size_t>(c.pos) * row; i < cache.size(); ++i) cache[i] = kPoison;  // the call's rows
+    DevBuf<uint16_t> dqkv(qkv.size()), dnq(D), dnk(D), dq(qn), kA(cache.size()), vA(cache.size()), kB(cache.size()),
+        vB(cache.size()), outA(qn), outB(qn);
+    DevBuf<float> dpart(gpu::decodeTcPartialFloats(c.n, c.hq, c.maxSplits));
+    DevBuf<int> dtk(gpu::decodeTcTickets(c.n, c.hk));
+    DevBuf<int32_t> dpos(1);
+    CK(cudaMemcpy(dqkv.p, qkv.data(), qkv.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dnq.p, nq.data(), D * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dnk.p, nk.data(), D * 2, cudaMemcpyHostToDevice));
+    for (uint16_t* d : {kA.p, vA.p, kB.p, vB.p}) CK(cudaMemcpy(d, cache.data(), cache.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dtk.p, 0, gpu::decodeTcTickets(c.n, c.hk) * 4));
+    CK(cudaMemcpy(dpos.p, &c.pos, 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(outA.p, 0xFF, qn * 2));
+    CK(cudaMemset(outB.p, 0xFF, qn * 2));
+    gpu::qkNormRopeStore(bf(dqkv.p), c.n, c.hq, c.hk, D, bf(dnq.p), bf(dnk.p), eps, theta, dpos.p, c.ropeOffset, bf(dq.p),
+                         bf(kA.p), bf(vA.p), nullptr);
+    gpu::attentionDecodeTc(bf(dq.p), bf(kA.p), bf(vA.p), dpos.p, c.n, c.hq, c.hk, c.maxSplits, dpart.p, dtk.p,
+                           bf(outA.p), nullptr);
+    gpu::DecodeRope rope;
+    rope.qkv = bf(dqkv.p), rope.qNorm = bf(dnq.p), rope.kNorm = bf(dnk.p), rope.eps = eps, rope.theta = theta;
+    rope.ropeOffset = c.ropeOffset;
+    gpu::attentionDecodeTcRope(rope, bf(kB.p), bf(vB.p), dpos.p, c.n, c.hq, c.hk, c.maxSplits, dpart.p, dtk.p,
+                               bf(outB.p), nullptr);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<uint16_t> a(qn), b(qn), ka(cache.size()), kb(cache.size()), va(cache.size()), vb(cache.size());
+    CK(cudaMemcpy(a.data(), outA.p, qn * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(b.data(), outB.p, qn * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ka.data(), kA.p, ka.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(kb.data(), kB.p, kb.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(va.data(), vA.p, va.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(vb.data(), vB.p, vb.size() * 2, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (size_t i = 0; i < qn; ++i) {
+      const double x = bf16ToFloat(a[i]), y = bf16ToFloat(b[i]);
+      if (!(std::fabs(x - y) <= std::ldexp(std::fabs(x), -6) + 8e-3) && ++bad <= 3)
+        ADD_FAILURE() << what << ": out " << i << " rope-fused " << y << " separate " << x;
+    }
+    for (size_t i = 0; i < cache.size(); ++i) {
+      const bool mine = i >= static_cast<size_t>(c.pos) * row;
+      if (!mine && (kb[i] != cache[i] || vb[i] != cache[i]) && ++bad <= 3) ADD_FAILURE() << what << ": old row " << i / row << " changed";
+      if (!mine) continue;
+      // A flipped rounding of one normed value moves its rotated pair by an ulp of the pair's norm:
+      // bounded by 2^-7 of the head's largest |k|.
+      double big = 0;
+      for (size_t e = i / D * D; e < i / D * D + D; ++e) big = std::max(big, std::fabs(static_cast<double>(bf16ToFloat(ka[e]))));
+      const double x = bf16ToFloat(ka[i]), y = bf16ToFloat(kb[i]);
+      if (!(std::fabs(x - y) <= std::ldexp(std::fabs(x), -6) + std::ldexp(big, -7)) && ++bad <= 3)
+        ADD_FAILURE() << what << ": k slot " << i / row << " rope-fused " << y << " separate " << x;
+      if (vb[i] != va[i] && ++bad <= 3) ADD_FAILURE() << what << ": v slot " << i / row << " differs";
+    }
+    EXPECT_EQ(bad, 0) << what;
+    for (int t = 0; t < c.n && c.n > 1; ++t) {  // query t alone, its earlier slots from the cache
+      const int p1 = c.pos + t;
+      CK(cudaMemcpy(dpos.p, &p1, 4, cudaMemcpyHostToDevice));
+      rope.qkv = bf(dqkv.p) + static_cast<size_t>(t) * W;
+      CK(cudaMemset(outB.p, 0xFF, qn * 2));
+      gpu::attentionDecodeTcRope(rope, bf(kB.p), bf(vB.p), dpos.p, 1, c.hq, c.hk, c.maxSplits, dpart.p, dtk.p,
+                                 bf(outB.p), nullptr);
+      CK(cudaDeviceSynchronize());
+      std::vector<uint16_t> alone(static_cast<size_t>(c.hq) * D);
+      CK(cudaMemcpy(alone.data(), outB.p, alone.size() * 2, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(0, std::memcmp(alone.data(), b.data() + static_cast<size_t>(t) * c.hq * D, alone.size() * 2))
+          << what << ": query " << t << "'s bits depend on n";
+    }
+  }
+}
+
+// ---- the fused GEMVs ----
+
+struct GemvCase {
+  int out, in;
+};
+
+TEST(QwenDecodeGpu, FusedGemvsMatchReference) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const GemvCase cases[] = {{384, 512}, {40, 264}, {96, 64}, {1024, 4096}, {136, 1032}};
+  const float eps = 1e-6f;
+  Rng rng{77};
+  auto bf = [](uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); };
+  for (const GemvCase& c : cases) {
+    const int N = gpu::kGemvFusedMaxTokens;
+    std::vector<uint16_t> W(static_cast<size_t>(2) * c.out * c.in), X(static_cast<size_t>(N) * c.in), nw(c.in),
+        R(static_cast<size_t>(N) * c.out);
+    for (auto& x : W) x = rng.bf16(0.1f);
+    for (auto& x : X) x = rng.bf16(2.f);
+    for (auto& x : nw) x = rng.bf16(1.5f);
+    for (auto& x : R) x = rng.bf16();
+    DevBuf<uint16_t> dW(W.size()), dX(X.size()), dnw(nw.size()), dY(R.size()), dR(R.size()), dP(R.size());
+    CK(cudaMemcpy(dW.p, W.data(), W.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dX.p, X.data(), X.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dnw.p, nw.data(), nw.size() * 2, cudaMemcpyHostToDevice));
+    // fp64 reference: hn = x * inv * w (unrounded), products with W's rows.
+    auto hn = [&](int t, int i) {
+      double ss = 0;
+      for (int j = 0; j < c.in; ++j) ss += std::pow(bf16ToFloat(X[static_cast<size_t>(t) * c.in + j]), 2);
+      return bf16ToFloat(X[static_cast<size_t>(t) * c.in + i]) / std::sqrt(ss / c.in + eps) * bf16ToFloat(nw[i]);
+    };
+    std::vector<double> hnRef(X.size());
+    for (int t = 0; t < N; ++t)
+      for (int i = 0; i < c.in; ++i) hnRef[static_cast<size_t>(t) * c.in + i] = hn(t, i);
+    // dot of row o of W with token t (normed or raw), and the bound sum |x w|.
+    auto dot = [&](int o, int t, bool norm, double* absSum) {
+      double s = 0, a = 0;
+      for (int i = 0; i < c.in; ++i) {
+        const double x = norm ? hnRef[static_cast<size_t>(t) * c.in + i] : bf16ToFloat(X[static_cast<size_t>(t) * c.in + i]);
+        const double p = x * bf16ToFloat(W[static_cast<size_t>(o) * c.in + i]);
+        s += p, a += std::fabs(p);
+      }
+      *absSum = a;
+      return s;
+    };
+    for (int n : {1, 3, 8, 9, 16}) {
+      const std::string what = "out " + std::to_string(c.out) + " in " + std::to_string(c.in) + " n " + std::to_string(n);
+      std::vector<uint16_t> y(R.size()), a(R.size()), r(R.size()), ref1(R.size());
+      auto fetch = [&](uint16_t* d, std::vector<uint16_t>* h) {
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(h->data(), d, h->size() * 2, cudaMemcpyDeviceToHost));
+      };
+      // gemvNormBf16 (out rows) and gemvNormSwiglu (W = [gate; up], I = out)
+      CK(cudaMemset(dY.p, 0xFF, R.size() * 2));
+      CK(cudaMemset(dP.p, 0xFF, R.size() * 2));
+      ASSERT_TRUE(gpu::gemvNormBf16(bf(dW.p), c.out, c.in, bf(dX.p), n, bf(dnw.p), eps, bf(dY.p), nullptr)) << what;
+      ASSERT_TRUE(gpu::gemvNormSwiglu(bf(dW.p), c.out, c.in, bf(dX.p), n, bf(dnw.p), eps, bf(dP.p), nullptr)) << what;
+      fetch(dY.p, &y);
+      fetch(dP.p, &a);
+      // gemvResidual against gemvBf16 + the bf16 add, bit for bit
+      CK(cudaMemcpy(dR.p, R.data(), R.size() * 2, cudaMemcpyHostToDevice));
+      ASSERT_TRUE(gpu::gemvResidual(bf(dW.p), c.out, c.in, bf(dX.p), n, bf(dR.p), nullptr)) << what;
+      fetch(dR.p, &r);
+      for (int t0 = 0; t0 < n; t0 += gpu::kGemvMaxTokens)
+        ASSERT_TRUE(gpu::gemvBf16(bf(dW.p), c.out, c.in, bf(dX.p) + static_cast<size_t>(t0) * c.in,
+                                  std::min(gpu::kGemvMaxTokens, n - t0), bf(dY.p) + static_cast<size_t>(t0) * c.out,
+                                  false, nullptr));
+      std::vector<uint16_t> plain(R.size());
+      fetch(dY.p, &plain);
+      int bad = 0;
+      for (int t = 0; t < N; ++t)
+        for (int o = 0; o < c.out; ++o) {
+          const size_t i = static_cast<size_t>(t) * c.out + o;
+          if (t >= n) {  // never written
+            EXPECT_TRUE(y[i] == kPoison && a[i] == kPoison && r[i] == R[i]) << what << ": token " << t << " written";
+            continue;
+          }
+          const uint16_t want = floatToBf16(bf16ToFloat(R[i]) + bf16ToFloat(plain[i]));
+          if (r[i] != want && ++bad <= 3) ADD_FAILURE() << what << ": residual t " << t << " o " << o;
+          double sy, sg, su;
+          const double ry = dot(o, t, true, &sy);
+          const double g = dot(o, t, true, &sg), u = dot(c.out + o, t, true, &su);
+          const double eg = 4e-3 * sg + std::ldexp(std::fabs(g), -7), eu = 4e-3 * su + std::ldexp(std::fabs(u), -7);
+          const double silu = g / (1 + std::exp(-g)), ra = silu * u;
+          if (!(std::fabs(bf16ToFloat(y[i]) - ry) <= 4e-3 * sy + std::ldexp(std::fabs(ry), -7)) && ++bad <= 3)
+            ADD_FAILURE() << what << ": norm gemv t " << t << " o " << o << " " << bf16ToFloat(y[i]) << " vs " << ry;
+          if (!(std::fabs(bf16ToFloat(a[i]) - ra) <= 1.2 * eg * std::fabs(u) + std::fabs(silu) * eu + eg * eu +
+                                                          std::ldexp(std::fabs(ra), -7)) && ++bad <= 3)
+            ADD_FAILURE() << what << ": swiglu t " << t << " o " << o << " " << bf16ToFloat(a[i]) << " vs " << ra;
+        }
+      EXPECT_EQ(bad, 0) << what;
+      // A token's bits whatever n: the n = 16 call's rows are the n-token call's rows.
+      if (n < N) {
+        std::vector<uint16_t> y16(R.size()), a16(R.size());
+        ASSERT_TRUE(gpu::gemvNormBf16(bf(dW.p), c.out, c.in, bf(dX.p), N, bf(dnw.p), eps, bf(dY.p), nullptr));
+        ASSERT_TRUE(gpu::gemvNormSwiglu(bf(dW.p), c.out, c.in, bf(dX.p), N, bf(dnw.p), eps, bf(dP.p), nullptr));
+        fetch(dY.p, &y16);
+        fetch(dP.p, &a16);
+        EXPECT_EQ(0, std::memcmp(y16.data(), y.data(), static_cast<size_t>(n) * c.out * 2)) << what;
+        EXPECT_EQ(0, std::memcmp(a16.data(), a.data(), static_cast<size_t>(n) * c.out * 2)) << what;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qwen

@@ -1,0 +1,185 @@
+// GPU tests of the decoder on every GpuModelOptions::decode path (part of qwen_gpu_test; label
+// gpu), on a tiny Qwen3 with head_dim 128 and 4 query heads per KV head (the qwen3-8b group), so
+// the tensor-core attention and the fused step serve it: logits against the fp32 CPU reference
+// (the bound of LogitsMatchTheCpuReference), MTP speculative output token-identical to greedy
+// at short and long (multi-chunk) context, and the kernels one decode step launches.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "cpu_model.h"
+#include "gpu_model.h"
+#include "speculative.h"
+
+namespace qwen {
+namespace {
+
+// ---- the model on every decode path ----
+
+// tiny with head_dim 128 and 4 query heads per KV head (the 8b shape's group), so the tensor-core
+// attention and the fused step serve it.
+ModelConfig tiny128() {
+  ModelConfig c;
+  std::string err;
+  presetConfig("tiny", &c, &err);
+  c.headDim = 128;
+  c.numKvHeads = 2;
+  return c;
+}
+
+using Kernels = GpuModelOptions::DecodeKernels;
+const char* kernelsName(Kernels k) {
+  return k == Kernels::kOld ? "old" : k == Kernels::kAttention ? "attn" : k == Kernels::kFusedGemv ? "gemv" : "fused";
+}
+
+std::vector<int32_t> promptIds(int n, int vocab) {
+  std::vector<int32_t> p(n);
+  for (int i = 0; i < n; ++i) p[i] = (i * 389 + 17) % vocab;
+  return p;
+}
+
+// Logits against the fp32 CPU reference (LogitsMatchTheCpuReference's bound: 3% of max |logit| per
+// position, the greedy token equal where the reference's top-2 margin exceeds twice that): the
+// prompt in chunks (`chunks`: > 16 tokens take the prefill kernel, <= 16 the decode path under
+// test), then decode steps through the graphs.
+void checkAgainstCpu(Kernels kernels, const std::vector<int>& chunks) {
+  unsetenv("QWEN_DECODE");  // the option under test, not the environment's
+  const ModelConfig c = tiny128();
+  const uint64_t seed = 31;
+  HostWeights w;
+  makeSyntheticHostWeights(c, seed, /*roundBf16=*/true, &w);
+  TpShape s;
+  std::string err;
+  ASSERT_TRUE(makeTpShape(c, 1, 0, &s, &err));
+  CpuModel cpu(c, s, &w, nullptr, 64);
+  GpuModel gpu(c, s, 0, nullptr);
+  GpuModelOptions o;
+  o.ctxSize = 64;
+  o.maxTokensPerCall = 32;
+  o.seed = seed;
+  o.decode = kernels;
+  ASSERT_TRUE(gpu.init(o, &err)) << err;
+  ASSERT_STREQ(gpu.decodeKernels(), kernelsName(kernels));
+  int total = 0;
+  for (int len : chunks) total += len;
+  const auto p = promptIds(total, c.vocabSize);
+  const int V = c.vocabSize;
+  int pos = 0;
+  std::vector<int32_t> nc(total), ng(total);
+  auto compare = [&](const float* lc, const std::vector<float>& lg, const std::string& what) {
+    float mx = 0, e1 = 0;
+    for (int i = 0; i < V; ++i) mx = std::max(mx, std::fabs(lc[i])), e1 = std::max(e1, std::fabs(lg[i] - lc[i]));
+    EXPECT_LE(e1, 0.03f * mx) << kernelsName(kernels) << " " << what;
+  };
+  for (int len : chunks) {
+    ASSERT_TRUE(cpu.target(p.data() + pos, len, pos, nc.data() + pos, &err)) << err;
+    ASSERT_TRUE(gpu.target(p.data() + pos, len, pos, ng.data() + pos, &err)) << err;
+    std::vector<float> lg;
+    ASSERT_TRUE(gpu.lastLogits(1, &lg, &err)) << err;
+    compare(cpu.lastLogits().data() + static_cast<size_t>(len - 1) * V, lg, "prompt position " + std::to_string(pos + len - 1));
+    pos += len;
+  }
+  std::vector<float> lg;
+  int32_t tok = nc[total - 1];
+  for (int t = total; t < total + 12; ++t) {
+    int32_t a = -1, b = -1;
+    ASSERT_TRUE(cpu.target(&tok, 1, t, &a, &err)) << err;
+    ASSERT_TRUE(gpu.target(&tok, 1, t, &b, &err)) << err;
+    ASSERT_TRUE(gpu.lastLogits(1, &lg, &err)) << err;
+    compare(cpu.lastLogits().data(), lg, "decode position " + std::to_string(t));
+    tok = a;  // follow the reference
+  }
+}
+
+TEST(QwenDecodeGpu, EveryPathMatchesTheCpuReference) {
+  for (Kernels k : {Kernels::kOld, Kernels::kAttention, Kernels::kFusedGemv, Kernels::kFused}) {
+    checkAgainstCpu(k, {20});        // prefill kernel, then decode steps
+    checkAgainstCpu(k, {8, 7, 16});  // the decode path for the prompt's chunks too
+  }
+}
+
+// What one decode step's graph launches on each path (printed for the results page): fused
+// launches 5 kernels a layer plus the embedding + first norm, the final norm, the lm_head and the
+// argmax; every new path launches fewer than old.
+TEST(QwenDecodeGpu, DecodeStepKernelCounts) {
+  unsetenv("QWEN_DECODE");
+  const ModelConfig c = tiny128();
+  TpShape s;
+  std::string err;
+  ASSERT_TRUE(makeTpShape(c, 1, 0, &s, &err));
+  int old = 0;
+  for (Kernels k : {Kernels::kOld, Kernels::kAttention, Kernels::kFusedGemv, Kernels::kFused}) {
+    GpuModel m(c, s, 0, nullptr);
+    GpuModelOptions o;
+    o.ctxSize = 64;
+    o.decode = k;
+    ASSERT_TRUE(m.init(o, &err)) << err;
+    double ms = 0;
+    ASSERT_TRUE(m.timeTargetStep(1, 20, 3, &ms, &err)) << err;
+    GraphNodes g;
+    ASSERT_TRUE(m.graphNodes(GpuModel::StepGraph::kTarget, 1, &g, &err)) << err;
+    std::printf("decode step, %d layers, %s: %d kernels, %d copies\n", c.numLayers, kernelsName(k), g.kernels, g.copies);
+    if (k == Kernels::kOld) old = g.kernels;
+    else EXPECT_LT(g.kernels, old) << kernelsName(k);
+    if (k == Kernels::kFused) EXPECT_LE(g.kernels, 5 * c.numLayers + 6);
+  }
+}
+
+// Greedy, then MTP speculation (real drafts and simulated acceptance) on the same path: every
+// token equal. A query's attention bits depend on its length only, and a fused GEMV's on the
+// token's row only, so a verify call of N + 1 tokens reproduces N + 1 one-token steps.
+bool generateOn(Kernels kernels, int promptLen, int ctx, const GenerateOptions& g, std::vector<int32_t>* out,
+                GenerateStats* st, std::string* err) {
+  const ModelConfig c = tiny128();
+  TpShape s;
+  if (!makeTpShape(c, 1, 0, &s, err)) return false;
+  GpuModel m(c, s, 0, nullptr);
+  GpuModelOptions o;
+  o.ctxSize = ctx;
+  o.maxTokensPerCall = 256;
+  o.seed = 5;
+  o.decode = kernels;
+  if (!m.init(o, err)) return false;
+  if (std::strcmp(m.decodeKernels(), kernelsName(kernels)) != 0) return *err = "decode kernels " + std::string(m.decodeKernels()), false;
+  return generate(m, promptIds(promptLen, c.vocabSize), g, out, st, err);
+}
+
+TEST(QwenDecodeGpu, SpeculativeEqualsGreedyOnTheNewPaths) {
+  unsetenv("QWEN_DECODE");
+  struct Ctx {
+    int prompt, predict;
+    std::vector<int> drafts;
+  };
+  // Short: one chunk per query. Long: about 12 chunks of 64 slots, merged by the last CTA.
+  const Ctx ctxs[] = {{24, 160, {1, 2, 3, 4, 5, 6}}, {700, 64, {3, 5}}};
+  for (Kernels k : {Kernels::kAttention, Kernels::kFusedGemv, Kernels::kFused}) {
+    for (const Ctx& cx : ctxs) {
+      const int ctx = cx.prompt + cx.predict + 16;
+      std::vector<int32_t> ref;
+      GenerateStats st;
+      std::string err;
+      GenerateOptions g;
+      g.nPredict = cx.predict;
+      ASSERT_TRUE(generateOn(k, cx.prompt, ctx, g, &ref, &st, &err)) << err;
+      for (int n : cx.drafts)
+        for (double sim : {-1.0, 0.6}) {
+          GenerateOptions gs = g;
+          gs.draftNMax = n;
+          gs.simAcceptance = sim;
+          gs.reference = &ref;
+          std::vector<int32_t> out;
+          ASSERT_TRUE(generateOn(k, cx.prompt, ctx, gs, &out, &st, &err)) << err;
+          EXPECT_EQ(out, ref) << kernelsName(k) << " prompt " << cx.prompt << " N " << n << " sim " << sim;
+          if (sim > 0) EXPECT_GT(st.accepted, 0);
+        }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qwen
