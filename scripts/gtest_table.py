@@ -37,6 +37,7 @@ def main(d):
         seen = {}
         log = os.path.join(d, tag + ".txt")
         for line in open(log, errors="replace") if os.path.exists(log) else []:
+            line = re.sub(r"\x1b\[[0-9;]*m", "", line)  # gtest's colours (mpirun gives it a terminal)
             m = re.match(r"\[\s*(OK|FAILED|SKIPPED)\s*\] ([^\s,]+)", line)
             if m and m.group(2) in params:
                 seen[m.group(2)] = m.group(1)

@@ -202,6 +202,8 @@ INSTANTIATE_TEST_SUITE_P(P2p, HalvesSkew, testing::Values("ll_p2p", "twoshot_p2p
 // tpcomm's heaviest blocks per SM) is refused at create on every rank, naming the parameter,
 // instead of deadlocking until the timeout at the first call.
 TEST(Residency, CreateRefusesAGridThatCannotBeResident) {
+  const char* before = std::getenv("TPCOMM_STAGED_BLOCKS");  // the run's setting (shared GPUs)
+  const std::string saved = before ? before : "";
   setenv("TPCOMM_STAGED_BLOCKS", "1024", 1);
   tpcomm::reloadParams();
   Config cfg;
@@ -209,7 +211,10 @@ TEST(Residency, CreateRefusesAGridThatCannotBeResident) {
   std::vector<std::unique_ptr<Communicator>> comms;
   const Status s = Communicator::createGroup(rankDevices(), cfg, &comms);
   const std::string msg = tpcomm::lastErrorMessage();
-  unsetenv("TPCOMM_STAGED_BLOCKS");
+  if (before)
+    setenv("TPCOMM_STAGED_BLOCKS", saved.c_str(), 1);
+  else
+    unsetenv("TPCOMM_STAGED_BLOCKS");
   tpcomm::reloadParams();
   EXPECT_EQ(s, Status::kInvalidArgument) << msg;
   EXPECT_NE(msg.find("TPCOMM_STAGED_BLOCKS"), std::string::npos) << msg;

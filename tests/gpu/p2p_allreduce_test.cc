@@ -23,7 +23,7 @@ using tpcomm::Status;
 
 constexpr DataType kTypes[] = {DataType::kF32, DataType::kF16, DataType::kBF16};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin};
-const char* const kAlgos[] = {"lamport_p2p", "oneshot_p2p", "twoshot_p2p", "ll_p2p", "ring_nccl", "auto"};
+const char* const kAlgos[] = {"lamport_p2p", "oneshot_p2p", "twoshot_p2p", "ring_nccl", "auto"};
 
 using Group = RankGroup;
 
