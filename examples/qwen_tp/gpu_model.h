@@ -60,7 +60,7 @@ struct GpuModelOptions {
   /// arithmetic per row; cuBLAS may pick other kernels for the half-size GEMMs, so the bits can
   /// differ by bf16 rounding.
   bool prefillOverlap = false;
-  /// Fewer launches for the same bits (issue 17: a draft step of the tiny model is launch-bound):
+  /// Fewer launches for the same bits (a draft step of a small model is launch-bound):
   /// at tp == 1 the embedding gather fused with the first layer's norm (gpu::embedRmsNorm) and
   /// the argmax with its pick (gpu::argmaxPick); at any tp the MTP head's two pre-fc norms in
   /// one launch, with the embedding gather at tp == 1 (gpu::mtpPrologue), and the MTP output

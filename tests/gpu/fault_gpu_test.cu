@@ -1,5 +1,5 @@
-// Faults on the GPU paths (issue 21, items 13, 14, 16, 17), each a case that failed before its
-// fix. Two ranks from createGroup: two GPUs, or both on GPU 0 where only one is lent
+// Faults on the GPU paths, each a case that failed before its fix (scripts/mutation_check.py
+// puts each defect back to show it). Two ranks from createGroup: two GPUs, or both on GPU 0 where only one is lent
 // (rankDevices(), TPCOMM_ALLOW_SHARED_DEVICE=1): the protocols are the same either way.
 //   - a rank held back past the timeout by a spin kernel: its peer times out, and every later
 //     call and graph replay on either rank either produces the right value or leaves its output
