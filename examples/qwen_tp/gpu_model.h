@@ -45,7 +45,7 @@ struct GpuModelOptions {
   /// GEMMs of n <= gpu::kGemvMaxTokens tokens (decode, MTP verify and drafts) through
   /// gpu::gemvBf16 instead of cuBLAS, when the operands are 16-byte aligned with in % 8 == 0 (else
   /// cuBLAS). Off by default: on 2x H200 it measured within 1-5% of cuBLAS per layer shape and
-  /// the same tok/s (bench/results/qwen_tp_h200x2.md). Needs sm_80+ (init fails otherwise).
+  /// the same tok/s (bench/results/h200x2.md). Needs sm_80+ (init fails otherwise).
   bool customGemv = false;
   /// Programmatic dependent launch for the decoder's own kernels (gpu::setPdl; process-wide).
   /// Same bits either way; no measurable speed difference on 2x H200.
