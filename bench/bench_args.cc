@@ -146,7 +146,7 @@ tpcomm extras:
                              (e.g. staged_host, "0-64K:oneshot_p2p,64K-inf:ring_nccl").
                              Repeatable: -A auto -A nccl runs both in one process, one table each,
                              then a side-by-side summary.
-  -K, --repeats <n>          timed batches per size (default 5; -R before session 5)
+  -K, --repeats <n>          timed batches per size (default 5)
   -J, --json <file>          write every row (and the run's configuration) as JSON
   --vs-best                  with -A auto and forced algorithms (-A auto -A lamport_p2p -A twoshot_p2p
                              ...): per size, auto's time beside the fastest forced algorithm's (counted

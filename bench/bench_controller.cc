@@ -391,7 +391,7 @@ int runController(const RunInfo& info, tpcomm::Bootstrap* bootstrap, int firstRa
   if (main) {
     printSideBySide(tables);
     if (args.vsBest) {
-      // Issue 20's target: auto within 3% of the best single algorithm (after tpcomm-doctor --tune).
+      // The target: auto within 3% of the best single algorithm (after tpcomm-doctor --tune).
       const std::vector<VsBestRow> vs = compareWithBest(tables);
       printVsBest(vs, 0.03);
       json["vs_best"] = nlohmann::json::array();

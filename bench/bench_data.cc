@@ -27,7 +27,7 @@ uint64_t mix(uint64_t x) {  // splitmix64 finalizer
 inline int valueWithAmp(size_t i, int rank, int amp) {
   uint64_t h = mix(static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(rank + 1) * 0xd1b54a32d192ed03ull);
   // Multiply-shift onto [0, 2a]: a 64-bit division per element made a 1 GB fill + check cost
-  // ~30 s per algorithm (session 4).
+  // ~30 s per algorithm.
   return static_cast<int>(((h >> 32) * static_cast<uint64_t>(2 * amp + 1)) >> 32) - amp;
 }
 

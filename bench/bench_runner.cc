@@ -286,7 +286,7 @@ bool writeInputs(World& world, Backend& backend, std::vector<LocalRank>& ranks, 
     fill(r.hostScratch.data(), inCount, r.rank);
     // On this rank's stream and synchronised with it alone: with a thread per rank (-t) and ranks
     // sharing a GPU, a device-wide wait here (cudaDeviceSynchronize) waited for the other rank's
-    // collective, which spins until this rank calls: both stuck until the timeout (session 11).
+    // collective, which spins until this rank calls: both stuck until the timeout.
     BENCH_CUDA(cudaSetDevice(r.device));
     if (poison) BENCH_CUDA(cudaMemsetAsync(b.recv, kPoisonByte, outCount * es, r.stream));
     BENCH_CUDA(cudaMemcpyAsync(input, r.hostScratch.data(), inCount * es, cudaMemcpyHostToDevice, r.stream));

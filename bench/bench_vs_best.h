@@ -1,4 +1,4 @@
-// bench_vs_best: allreduce_perf --vs-best, the check of issue 20's target "after tpcomm-doctor
+// bench_vs_best: allreduce_perf --vs-best, the check of the measured selection's target "after tpcomm-doctor
 // --tune, auto is within 3% of the best single algorithm at every size". Per row of the -A auto
 // table: auto's out-of-place time, the fastest out-of-place time of the forced tables (-A <name>)
 // at the same size, type and op, counted only where that algorithm itself ran the row (a forced

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/compression_gpu_bench.sh [OUTDIR]: issue 18's compressed all-reduce on ONE GPU (two
+# scripts/compression_gpu_bench.sh [OUTDIR]: the compressed all-reduce on ONE GPU (two
 # ranks sharing it, TPCOMM_ALLOW_SHARED_DEVICE=1), under 4 minutes on an H200 including the build
 # of only the targets it runs. Three raw logs in OUTDIR (argument 1, else $OUT, else ./gpu-logs),
 # each opening with the commit ($COMMIT, else git rev-parse HEAD), the date and the command:

@@ -7,10 +7,10 @@
 # selector's choice, which the auto table already shows). Then the fused epilogue table and the
 # Qwen3-32B TP=2 matrix (examples/qwen_tp). Logs in OUTDIR/logs.tgz. PART=allreduce,
 # PART=halves (reduce_scatter_perf / all_gather_perf vs NCCL) or PART=qwen runs one part (each
-# fits one 10-minute device call); default all. PART=tune (not in all): issue 20's measured
+# fits one 10-minute device call); default all. PART=tune (not in all): the measured
 # selection: auto vs the best single algorithm with the model only, tpcomm-doctor --tune into a
 # fresh cache, the same table again with the measured selection. PART=compression (not in all):
-# issue 18's two-GPU tables (below).
+# the compressed all-reduce's two-GPU tables (below).
 PART=${PART:-all}
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"
 [ -x "$B/bench/allreduce_perf" ] && [ -x "$B/bench/all_gather_perf" ] || gpu_build
@@ -50,7 +50,7 @@ cp "$XDG_CACHE_HOME/tpcomm/tune.json" "$L/" 2>/dev/null || true
 for f in tune_model tune_measured; do echo "== $f"; sed -n '/auto vs the best/,/^#$/p' "$L/$f.txt"; done
 grep -a "tuning file:" "$L/tune_measured.txt" | head -2
 fi
-# PART=compression (not in all; ~6 min): issue 18 on two GPUs. twoshot_p2p against its +fp8 / +int8
+# PART=compression (not in all; ~6 min): the compressed all-reduce on two GPUs. twoshot_p2p against its +fp8 / +int8
 # forms and NCCL, 1-256 MB, order alternated (the >= 8 MB busbw target: >= 1.6x two-shot), then
 # staged_host with the SM kernel (TPCOMM_STAGED_COPY_ENGINES=0) and the copy engines (=1), plain
 # and +int8 / +fp8 in one process per mode, modes A B B A across processes (each GPU on its own
@@ -82,7 +82,7 @@ done; done
 echo "matrix flags: $X"
 for ar in auto nccl staged_host; do
   b "qwen_${ar}_off" 60 $Q $X --allreduce $ar
-  # The field report's regime (issue 17): llama.cpp's accepted/drafted 0.485 with fixed 5-token drafts.
+  # The field report's regime: llama.cpp's accepted/drafted 0.485 with fixed 5-token drafts.
   b "qwen_${ar}_field" 60 $Q $X --allreduce $ar --spec-type draft-mtp --spec-draft-n-min 5 --spec-draft-n-max 5 \
     --sim-draft-acceptance 0.485 --no-profile
 done

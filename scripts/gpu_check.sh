@@ -34,7 +34,7 @@ step probe 60 bash "$root/tools/gpu_probe_check.sh" "$B" "$ngpu"
 [ "$ngpu" -ge 2 ] && step probe_1gpu 60 env CUDA_VISIBLE_DEVICES=0 bash "$root/tools/gpu_probe_check.sh" "$B" 1
 # The decode step's weight products: cuBLAS vs qwen_tp's gemvBf16, GB/s per layer shape.
 step gemv_bench 90 env CUDA_VISIBLE_DEVICES=0 "$B/examples/qwen_tp/gemv_bench" --preset qwen3-32b --tp 2
-# Single-GPU overheads (issue 3's calibration): one rank on GPU 0, so the time is the per-call
+# Single-GPU overheads (the cost model's per-call floor): one rank on GPU 0, so the time is the per-call
 # fixed cost (host path, launch, kernel) with no peer; NCCL's one-rank call beside it.
 step one_gpu_eager 40 env CUDA_VISIBLE_DEVICES=0 "$B/bench/allreduce_perf" -g 1 -d bf16 -c 1 -b 8 -e 1M -f 4 -A auto -A nccl
 step one_gpu_graph 40 env CUDA_VISIBLE_DEVICES=0 "$B/bench/allreduce_perf" -g 1 -d bf16 -c 1 -b 8 -e 1M -f 4 -G 20 -A auto -A nccl

@@ -8,17 +8,16 @@
 #                prefill) run with both ranks on GPU 0
 #   qwen_cli     qwen_tp --tp 2 on one GPU: a 300-token prompt with and without --prefill-overlap
 #                (tokens equal; timings printed but not TP=2's)
-#   compression  issue 18: QuantizeGpu.* and *Compressed* GPU tests; staged_host and twoshot_p2p
+#   compression  QuantizeGpu.* and *Compressed* GPU tests; staged_host and twoshot_p2p
 #                against their +int8 / +fp8 forms, A B B A,
 #                every timing on real input data (allreduce_perf writes the check's inputs before
-#                it times a size; until session 9 the out-of-place timings ran on zero-filled
-#                buffers), after quantize_gpu_bench (the quantizer alone on normal data and on
+#                it times a size, so no timing runs on zero-filled buffers), after quantize_gpu_bench (the quantizer alone on normal data and on
 #                its own read-back, the in-place case)
 #   halves       allreduce_perf / reduce_scatter_perf / all_gather_perf, one thread driving both
 #                ranks: auto in CUDA graphs (and eager for the halves): the protocols' one-GPU floor
 #   tune         tpcomm-doctor --tune with two ranks on the GPU, then allreduce_perf --vs-best
 #                (tools/tune_gpu_test.sh, sweep to 4 MB)
-#   ll           issue 20's ll_p2p: the reduce-scatter / all-gather GPU tests (HalvesP2p*, both
+#   ll           ll_p2p: the reduce-scatter / all-gather GPU tests (HalvesP2p*, both
 #                algorithms forced, and HalvesSkew*: a rank 3 ms late), then ll_p2p against
 #                twoshot_p2p, A B B A, in CUDA graphs to 1 MB (the shared-GPU floor of each)
 #   ce           only with CE=1: staged_host's copy-engine mode, its GPU tests, then both modes A B B A
@@ -66,19 +65,19 @@ for c in int8 fp8; do  # A B B A, each timing on the check's data (random normal
   step compression 60 $P --compression $c -A staged_host -A staged_host+$c -A staged_host+$c -A staged_host
   step compression 60 ${P/-e 16M/-e 4M} --compression $c -A twoshot_p2p -A twoshot_p2p+$c -A twoshot_p2p+$c -A twoshot_p2p
 done
-# One thread capturing both ranks' graphs (-g 2 -G): failed at capture in session 9 (a graph was
-# instantiated while the other rank's stream still captured); the all-reduce line checks it too.
+# One thread capturing both ranks' graphs (-g 2 -G): every capture must end before any graph is
+# instantiated (else the other rank's capture fails); the all-reduce line checks it too.
 step halves 60 "$B/bench/allreduce_perf" -g 2 -d bf16 -b 8 -e 1M -f 8 -G 20 -A auto
 for h in reduce_scatter all_gather; do  # auto in graphs and eager (staged_host on GPU ranks is all-reduce only)
   step halves 60 "$B/bench/${h}_perf" -g 2 -d bf16 -b 8 -e 64M -f 4 -G 20 -A auto
   step halves 60 "$B/bench/${h}_perf" -g 2 -d bf16 -b 8 -e 64M -f 4 -A auto
 done
-# Issue 20's small-message reduce-scatter / all-gather (ll_p2p): tests, then A B B A in graphs.
+# The small-message reduce-scatter / all-gather (ll_p2p): tests, then A B B A in graphs.
 step ll 300 "$B/tests/gpu/tpcomm_gpu_tests" --gtest_filter='*HalvesP2p*:*HalvesSkew*'
 for h in reduce_scatter all_gather; do
   step ll 60 "$B/bench/${h}_perf" -g 2 -d bf16 -b 8 -e 1M -f 8 -G 20 -A ll_p2p -A twoshot_p2p -A twoshot_p2p -A ll_p2p
 done
-# Issue 20's --tune on GPU ranks sharing the GPU, then allreduce_perf --vs-best on the measured
+# tpcomm-doctor --tune on GPU ranks sharing the GPU, then allreduce_perf --vs-best on the measured
 # table (tools/tune_gpu_test.sh; its own cache folder).
 step tune 240 bash "$root/tools/tune_gpu_test.sh" "$B/tools/tpcomm-doctor" "$B/bench/allreduce_perf" 4M
 # staged_host's copy-engine mode (TPCOMM_STAGED_COPY_ENGINES=1, docs/host_staged.md): its GPU
@@ -101,7 +100,7 @@ if [ "${CE:-0}" = 1 ]; then
 fi
 # Opt-in (STAGED_SWEEP=1; with the rest the call would pass 600 s): staged_host and its int8 form
 # over TPCOMM_STAGED_BLOCKS, the CUDA blocks per role, to see whether the zero-copy PCIe reads
-# of the reducers lack loads in flight (issue 18's staged_host target, docs/compression.md).
+# of the reducers lack loads in flight (docs/compression.md).
 if [ "${STAGED_SWEEP:-0}" = 1 ]; then
   for nb in 16 32 64 128; do
     step staged_sweep 90 env TPCOMM_STAGED_BLOCKS=$nb "$B/bench/allreduce_perf" -g 2 -d bf16 -b 1M -e 16M -f 4 -w 5 -n 20 -K 5 \

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Shows that the tests written for issue 21's defects fail when a fixed defect comes back (the
-issue's "a test that failed before"): each mutant puts one defect back into the source (a textual
+"""Shows that the tests written for fixed defects fail when a defect comes back (a test that
+cannot fail proves nothing): each mutant puts one defect back into the source (a textual
 edit of the fix, one or more edits, each of whose fix text must occur exactly once), rebuilds
 incrementally, runs the tests written for that defect, and expects them to FAIL; every edited
 file is restored after each mutant (also on errors and Ctrl-C), and the last step rebuilds and
@@ -15,7 +15,7 @@ Multicast stays off (NCCL_NVLS_ENABLE=0 ... are exported here too).
 CPU mutants (--cpu): run anywhere the CPU tests run (CI's machine; mpirun for the MPI ones),
 after a full build of BUILD_DIR; each rebuilds its targets with ninja (all of them for a
 CMakeLists.txt edit) and runs `ctest -R REGEX` in BUILD_DIR and/or a test executable with a
-gtest filter. Results: bench/results/ci-vm-2core.md, session 6.
+gtest filter. Results: bench/results/ci-vm-2core.md and bench/results/h200x1.md.
 
 --check only verifies that every chosen mutant's fix text is in the source once (no build).
 It edits the working tree in place: run it on a copy or a clean checkout, never on one with
@@ -30,7 +30,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# name, issue 21 item, file, text of the fix, the defect put back, tests that must fail[, a
+# name, item (the defect's number in docs/reliability.md's list), file, text of the fix, the defect put back, tests that must fail[, a
 # command the test binary runs under (e.g. compute-sanitizer)].
 MUTANTS = [
     ("poison_ignored", 13, "src/algos/p2p_common.cuh",
@@ -48,7 +48,7 @@ MUTANTS = [
      "  if (!dev::p2pBegin(p, &deadline)) return;\n  deadline = startedNs + p.timeoutNs;",
      "P2p/GpuFault.PdlWaitIsNotCountedAgainstTheTimeout/1"),
     # Lamport's own -0.0 unscrubbed alone is covered by the zero rule of every reduction (the
-    # mutant survives: session 6); item 17's defect needs both gone.
+    # mutant survives on its own); item 17's defect needs both gone.
     ("lamport_own_zero_unscrubbed", 17, "src/algos/lamport_p2p.cu",
      "        in[r] = dev::lamportScrub<T>(loadUserPack<T, kVec>(p.send, i, p.count));\n        continue;",
      "        in[r] = loadUserPack<T, kVec>(p.send, i, p.count);\n        continue;",
@@ -57,7 +57,7 @@ MUTANTS = [
      "    for (int i = 0; i < kElems; ++i) f[i] = __fadd_rn(f[i], 0.0f);\n  }",
      "    for (int i = 0; i < kElems; ++i) f[i] = f[i];\n  }",
      "All/SignedZeros.*"),
-    # Added after session 6's GPU runs, not run yet: the create-time residency check removed.
+    # The create-time residency check removed.
     ("residency_unchecked", 19, "src/collectives/bring_up.cc",
      "    if (me.smCount > 0 && residentBlocksPerSm() > 0 && need > capacity)",
      "    if (me.smCount < 0 && need > capacity)",
@@ -78,7 +78,7 @@ MUTANTS = [
 ]
 
 
-# CPU mutants: name, issue 21 item, edits [(file, text of the fix, the defect put back)], ninja
+# CPU mutants: name, item, edits [(file, text of the fix, the defect put back)], ninja
 # targets to rebuild ([] = all), tests: ("ctest", REGEX) runs `ctest -R REGEX` in the build dir,
 # ("gtest", EXECUTABLE relative to the build dir, FILTER) runs it with --gtest_filter. A mutant
 # is caught when any of its tests fails; unmutated, all of them must pass.

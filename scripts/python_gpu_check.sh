@@ -33,8 +33,9 @@ rc=$?
 echo "torch_gpu_check ($ngpu rank(s)) rc=$rc"
 grep -a "passed\|FAIL\|Error" "$OUTDIR/python_gpu_check.txt" | tail -8
 if [ $rc != 0 ]; then
-  # Open since session 5: a segfault in Communicator creation whenever torch is imported. One
-  # rank, torch first, full tpcomm log, native frames from gdb where the machine has it.
+  # Diagnose a crash of Communicator creation with torch imported (static runtime code bound to
+  # torch's libstdc++ did this once: CMakeLists.txt, --exclude-libs). One rank, torch first,
+  # full tpcomm log, native frames from gdb where the machine has it.
   cat > /tmp/tpcomm_crash_repro.py <<'PY'
 import faulthandler, sys, torch, tpcomm
 faulthandler.enable(all_threads=True)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/python_gpu_e2e.sh [OUTDIR]: issue 15's end-to-end benchmark on a 2-GPU machine that has
+# scripts/python_gpu_e2e.sh [OUTDIR]: the PyTorch end-to-end benchmark on a 2-GPU machine that has
 # torch but cannot `pip install` (one device call of at most 10 minutes). Builds libtpcomm the way
 # the wheel does and lays the package out (scripts/python_gpu_check.sh with PY_BUILD_ONLY=1), then
 # runs bench/baselines/torch_qwen_tp.py (qwen3-32b, TP = min(GPUs, 2)) twice, each under a time

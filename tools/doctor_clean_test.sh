@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest doctor_clean (issue 21 item 6): `tpcomm-doctor --clean` removes a /dev/shm/tpcomm-<pid>-*
+# ctest doctor_clean: `tpcomm-doctor --clean` removes a /dev/shm/tpcomm-<pid>-*
 # segment whose process is gone, names it, and leaves one of a live process alone. (The first
 # form of this test only matched "clean: removed N stale", so it passed with N = 0 even when the
 # clean-up removed nothing: scripts/mutation_check.py --cpu, shm_stale_never_removed.)

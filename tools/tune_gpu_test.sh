@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/tune_gpu_test.sh DOCTOR ALLREDUCE_PERF [MAX_BYTES]: `tpcomm-doctor --tune` on 2 GPUs, then
 # allreduce_perf -t 2 started afterwards: its INFO table must say the choices were measured, and
-# --vs-best prints auto beside the best single forced algorithm per size (issue 20's 3% target is
+# --vs-best prints auto beside the best single forced algorithm per size (the 3% target is
 # printed, not asserted: it is a measurement). On one GPU both ranks share it. ctest doctor_tune_gpu
 # (label gpu; exit 77, ctest's Skipped, without a GPU). By hand on a GPU machine: bash tools/tune_gpu_test.sh
 # build/tools/tpcomm-doctor build/bench/allreduce_perf 256M
@@ -36,7 +36,7 @@ fail() { echo "tune_gpu_test: $*" >&2; exit 1; }
 algos="-A auto -A lamport_p2p -A oneshot_p2p -A twoshot_p2p -A staged_host $nccl"
 # -t 2, a thread per rank: the doctor's own timing harness. -g 2 (one thread driving both ranks)
 # serialises the launches: on a shared GPU it ran one-shot 8 us against Lamport 10 us while the
-# doctor's threads measured Lamport 5.8 us against one-shot 6.4 us (session 11), so a -g 2 table
+# doctor's threads measured Lamport 5.8 us against one-shot 6.4 us, so a -g 2 table
 # would grade the tune against a harness it did not time.
 log=$(TPCOMM_DEBUG=INFO TPCOMM_DEBUG_SUBSYS=INIT,TUNE "$perf" -t 2 -b 8 -e "$max" -f 4 -d bf16 -c 1 $algos --vs-best 2>&1) ||
   { echo "$log"; fail "allreduce_perf failed"; }

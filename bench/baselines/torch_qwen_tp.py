@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """torch_qwen_tp.py: a Qwen3-shaped tensor-parallel decoder in plain PyTorch, the same model with
-each all-reduce a PyTorch engine can use (issue 15, "End to end"). Launch with torchrun:
+each all-reduce a PyTorch engine can use. Launch with torchrun:
 
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 torchrun --nproc_per_node=2 \\
         bench/baselines/torch_qwen_tp.py --preset qwen3-32b --allreduce nccl,symm,tpcomm,tpcomm_fused

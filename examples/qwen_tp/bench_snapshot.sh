@@ -1,5 +1,5 @@
 #!/bin/bash
-# bench_snapshot.sh: the command each qwen_tp device call ran (bench/results/qwen_tp_h200x1_raw/), kept
+# bench_snapshot.sh: the command each qwen_tp device call ran (bench/results/raw/h200x1/qwen-*), kept
 # here as .qwen_snap/device1.sh was run: from the root of a checkout holding .qwen_snap/src.tgz
 # (`git archive --format=tar.gz -o .qwen_snap/src.tgz HEAD`) and .qwen_snap/COMMIT (`git rev-parse
 # HEAD`), so that the build on the device is exactly that commit, whatever else the working tree

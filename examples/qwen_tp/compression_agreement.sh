@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# compression_agreement.sh: issue 18's decoder check. Greedy tokens and logits of qwen_tp with
+# compression_agreement.sh: the decoder under a compressed all-reduce. Greedy tokens and logits of qwen_tp with
 # --allreduce-compression fp8 and int8 against the uncompressed run, same checkpoint, prompt and
 # tensor-parallel width. Usage, from the repository root:
 #   MODEL_DIR=/path/to/hf_dir OUT=/path/to/out [DEVICE=cpu|cuda] [TP=2] [N_PREDICT=256] \

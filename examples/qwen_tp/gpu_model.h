@@ -45,7 +45,7 @@ struct GpuModelOptions {
   /// GEMMs of n <= gpu::kGemvMaxTokens tokens (decode, MTP verify and drafts) through
   /// gpu::gemvBf16 instead of cuBLAS, when the operands are 16-byte aligned with in % 8 == 0 (else
   /// cuBLAS). Off by default: on 2x H200 it measured within 1-5% of cuBLAS per layer shape and
-  /// the same tok/s (bench/results/qwen_tp_h200x2.md). Needs sm_80+ (init fails otherwise).
+  /// the same tok/s (bench/results/h200x2.md). Needs sm_80+ (init fails otherwise).
   bool customGemv = false;
   /// Programmatic dependent launch for the decoder's own kernels (gpu::setPdl; process-wide).
   /// Same bits either way; no measurable speed difference on 2x H200.
@@ -60,7 +60,7 @@ struct GpuModelOptions {
   /// arithmetic per row; cuBLAS may pick other kernels for the half-size GEMMs, so the bits can
   /// differ by bf16 rounding.
   bool prefillOverlap = false;
-  /// Fewer launches for the same bits (issue 17: a draft step of the tiny model is launch-bound):
+  /// Fewer launches for the same bits (a draft step of a small model is launch-bound):
   /// at tp == 1 the embedding gather fused with the first layer's norm (gpu::embedRmsNorm) and
   /// the argmax with its pick (gpu::argmaxPick); at any tp the MTP head's two pre-fc norms in
   /// one launch, with the embedding gather at tp == 1 (gpu::mtpPrologue), and the MTP output

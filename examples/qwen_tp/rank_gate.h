@@ -4,7 +4,7 @@
 // Why: when ranks share a GPU, one rank's init (module loads, cuBLAS handle creation, pinned
 // allocations) can wait for the whole device to go idle, and a rank that finished init first
 // has a spinning all-reduce on that device that waits for this very rank: the call times out
-// (session 10, QwenPrefillGpu.OverlappedPrefillEqualsSerialTp2). With one GPU per rank the wait
+// (seen in QwenPrefillGpu.OverlappedPrefillEqualsSerialTp2). With one GPU per rank the wait
 // costs nothing measurable (init takes seconds; the gate microseconds).
 #pragma once
 

@@ -107,7 +107,7 @@ bool profileStep(const Shared& sh, GpuModel& model, RankResult* r, std::string* 
   if (!model.timeTargetStep(1, pos, 50, &r->stepMs, err)) return false;
   if (!model.graphNodes(GpuModel::StepGraph::kTarget, 1, &r->stepNodes, err)) return false;
   if (verify && !model.timeTargetStep(nv, pos, 50, &r->verifyMs, err)) return false;
-  // One chained draft: what each of a round's drafts after the first costs (issue 17's draft share).
+  // One chained draft: what each of a round's drafts after the first costs (the draft's share).
   if (f.draftNMax > 0 && model.hasMtp() &&
       (!model.timeDraftStep(pos, 50, &r->draftMs, err) ||
        !model.graphNodes(GpuModel::StepGraph::kDraft, 1, &r->draftNodes, err)))

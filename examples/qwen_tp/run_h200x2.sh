@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# run_h200x2.sh: builds qwen_tp and runs the issue-6 benchmark matrix on 2x H200 (qwen3-32b
+# run_h200x2.sh: builds qwen_tp and runs the TP=2 benchmark matrix on 2x H200 (qwen3-32b
 # shape, synthetic bf16 weights, TP=2, batch 1, 512-token prompt, 256 generated):
 # all-reduce path {auto, nccl, staged_host} x {MTP off, MTP n-max 5 at simulated acceptance
 # 0.3, 0.485, 0.7} with the fused all-reduce + residual + RMSNorm (the default), the same with
 # --no-fused-norm for auto and nccl (MTP off, 0.485), --gemv custom for auto (MTP off, 0.485),
-# plus the GPU tests. Output: bench/results/qwen_tp_h200x2.raw.txt (raw log
-# to turn into bench/results/qwen_tp_h200x2.md).
+# plus the GPU tests. Output: bench/results/qwen_tp_h200x2.raw.txt (raw log: its tables go into
+# bench/results/h200x2.md, the log compressed into bench/results/raw/h200x2/).
 # Usage (repo root): examples/qwen_tp/run_h200x2.sh [build-dir]
 set -euo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0

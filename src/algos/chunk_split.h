@@ -6,7 +6,7 @@
 // per block. A shorter last chunk (`packs` < fullPacks) must use the FULL chunk's split, clipped:
 // block b then owns, in every chunk, a subset of the same packs of the buffer, so it never writes
 // a pack that another block (ordered only by other barriers) still reads from the previous chunk
-// (issue 21 item 15; twoshot_p2p clips the same way).
+// (twoshot_p2p clips the same way).
 #pragma once
 
 #include <cstddef>

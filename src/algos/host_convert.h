@@ -24,7 +24,7 @@ inline uint32_t floatToBits(float f) {
 }
 
 // Element loads through memcpy: the buffers are the caller's and need not be aligned to their
-// element size (a float* deref of a misaligned address is undefined: UBSan, issue 21 item 12).
+// element size (a float* deref of a misaligned address is undefined behaviour, which UBSan reports).
 // GCC and Clang turn these into plain (unaligned) loads and still vectorize the loops.
 inline float loadF32(const char* p, size_t i) {
   float f;

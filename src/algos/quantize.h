@@ -1,5 +1,5 @@
-// quantize.h: block-scaled FP8 (E4M3) and INT8 codes for compressed all-reduce (issue 18;
-// docs/compression.md). Host and device share these functions, so a host rank, a kernel and the
+// quantize.h: block-scaled FP8 (E4M3) and INT8 codes for compressed all-reduce
+// (docs/compression.md). Host and device share these functions, so a host rank, a kernel and the
 // CPU tests produce the same bits. Nothing here allocates or synchronises.
 //
 // A block of n elements becomes n one-byte codes and one fp32 scale:
@@ -91,7 +91,7 @@ TPCOMM_HD inline uint8_t fp8E4m3Encode(float v) {
   // The hardware conversion (cvt.rn.satfinite.e4m3x2.f32) follows the rules here (nearest-even,
   // finite values past 448 and +-Inf to +-448) except one: a result that rounds to zero keeps its
   // sign, and the definition's zero is +0. The branches below cost the fp8 quantizer ~40% of
-  // int8's rate (quantize_gpu_bench, sessions 8-10); the bits are checked against the host
+  // int8's rate (quantize_gpu_bench on H200); the bits are checked against the host
   // quantizer by that bench and the *Compressed* GPU tests.
   const uint8_t hw = static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
   return (hw & 0x7fu) == 0 ? 0 : hw;
@@ -162,7 +162,7 @@ TPCOMM_HD inline uint8_t quantEncode(QuantFormat f, float x, float scale) {
   // path whose first test sends zero and subnormal operands to special handling, and data read
   // back from int8 codes (what an in-place compressed call quantizes from its second call on) is
   // ~16% zeros inside non-zero blocks. It does: on that data the guard makes the int8 quantizer
-  // 1.63x faster (quantize_gpu_bench's "divide zeros" column, session 10); the bits are the same.
+  // 1.6-1.7x faster (quantize_gpu_bench's "divide zeros" column on H200); the bits are the same.
   const bool zero = x == 0.0f;
   const float s = (zero ? 1.0f : x) / scale;
   if (zero) return 0;

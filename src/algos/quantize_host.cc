@@ -1,6 +1,6 @@
 // quantize_host.cc: fast host forms of quantize.h's block quantizers (see quantize_host.h).
 //
-// Why the scalar code was slow (session 7, perf on the 2-core VM): staged_host+fp8 spent its time
+// Why the scalar code is slow (perf on a 2-core VM): staged_host+fp8 spent its time
 // in per-element branches (quantAmax's NaN test and max, fp8E4m3Encode's normal / subnormal /
 // saturation cases, quantDecode's NaN / zero-scale tests) and in one out-of-line call per element
 // for the dtype conversion (loadAsFloat / storeFromFloat switch on the dtype per element); no

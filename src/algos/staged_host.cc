@@ -143,7 +143,7 @@ class StagedHost final : public Algorithm {
   uint64_t calls_ = 0;  // this rank's host calls so far (pairs by barrier order, so a check of the pairing)
 };
 
-// Every rank's call signature against rank 0's (issue 21, item 7): a rank that passes another
+// Every rank's call signature against rank 0's: a rank that passes another
 // count, dtype, op or collective, or that is a call ahead or behind, would otherwise read or write
 // past a peer's buffer (threads) or pair with the wrong data (processes). Every rank sees the
 // same table, so every rank fails alike, naming the ranks and fields that differ.

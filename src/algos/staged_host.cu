@@ -13,7 +13,7 @@
 // b owns the same bytes of a slot in every use whatever the call's size; publisher b reuses its
 // piece after every rank's consumed[r][slot][b] reached seq - S. (Splitting each chunk by its
 // own length made a shorter chunk's pieces overlap other blocks' earlier pieces, and waiting
-// for every block's flag instead cost 4.7-5.4x the copy bound; session 3.) Sequence numbers grow
+// for every block's flag instead cost 4.7-5.4x the copy bound on 2x H200.) Sequence numbers grow
 // across calls, so no flag is ever reset and a stale flag can never satisfy a wait. Peer data is
 // read with ld.global.cv: the slot was rewritten over PCIe since this GPU may last have cached it.
 #include <cuda_runtime.h>

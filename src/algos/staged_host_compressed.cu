@@ -19,7 +19,7 @@
 //   Reducer b acquires ready[r][slot][b] >= seq for every r (ld.acquire.sys, one thread per
 //   rank; r = me orders the twin's codes before its reads, which go to L2 with ld.global.cg),
 //   then for each of its blocks: reads its own codes from the twin (what it published: one
-//   quantization per element fewer, 4-6% faster in session 12, docs/compression.md), reads every
+//   quantization per element fewer: 4-6% faster, docs/compression.md), reads every
 //   other rank's codes and scale with ld.global.cv (host memory another
 //   GPU rewrote over PCIe since this one may have cached it; 16 codes per lane per load), sums
 //   the read-back values in fp32 in rank order 0..n-1 (quantAdd: never an FMA), quantizes the

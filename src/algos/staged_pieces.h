@@ -49,8 +49,8 @@ TPCOMM_HD inline size_t stagedDenseBytes(size_t len, size_t quantBlockElems) {
 /// then about count / split, in multiples of kStagedCeChunkAlign elements and never below
 /// kStagedCeMinChunkBytes of input. Why: a call of one chunk runs its copies out (D2H), the wait
 /// for every rank, and its copies in (H2D) one after the other, and the link's two directions take
-/// turns; with several chunks the copies out of chunk c + 1 run while chunk c comes in (session 14:
-/// a 4 MB plain call in one 4 MiB chunk took 350 us, about D2H + H2D + the stream operations). The
+/// turns; with several chunks the copies out of chunk c + 1 run while chunk c comes in (on H200 a
+/// 4 MB plain call in one 4 MiB chunk took 350 us, about D2H + H2D + the stream operations). The
 /// alignment is a multiple of the quantization block, so compressed blocks keep their offsets from
 /// the buffer's start (the same bits whatever the split), and of 16 bytes for the vector kernels.
 /// Every rank computes it from the same agreed inputs, so chunk boundaries (and the sequence

@@ -1,7 +1,7 @@
 // Bootstrap over MPI. Uses non-blocking collectives polled against a deadline so a rank that
 // never arrives yields kTimeout (TPCOMM_TIMEOUT_MS) rather than a hang.
 //
-// After a timeout (issue 21, items 5 and 10):
+// After a timeout:
 // - MPI has no way to cancel a started collective (MPI_Cancel and MPI_Request_free are
 //   erroneous on one), so the timed-out MPI_Iallgather / MPI_Ibarrier stays pending. It runs on
 //   buffers the bootstrap owns, never the caller's, so a late peer that completes it later

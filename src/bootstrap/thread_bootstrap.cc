@@ -2,7 +2,7 @@
 // mutex. Every wait is bounded by TPCOMM_TIMEOUT_MS so a rank that never arrives yields kTimeout
 // instead of a hang.
 //
-// Fencing (issue 21, item 1): every rank numbers its own calls (exchange 0, 1, 2, ...) and ranks
+// Fencing: every rank numbers its own calls (exchange 0, 1, 2, ...) and ranks
 // meet only in an exchange of the same number. A rank that gives up on exchange k (timeout, or a
 // size mismatch) abandons it: k is marked abandoned with the reason, the ranks still waiting in
 // it fail at once with kRemoteError, and a rank that arrives at k later fails at once with

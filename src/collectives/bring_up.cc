@@ -54,7 +54,7 @@ TransportEnv envOf(Bootstrap& bs, const AlgoContext& c) {
 
 // staged_host's slot bytes. The copy-engine mode pays several stream operations per chunk: with
 // 1 MiB chunks it was 1.07-1.31x slower than the SM kernel at 4-64 MB, with 4 MiB chunks
-// 0.80-0.88x at 16-64 MB (session 13, two ranks sharing one H200; docs/host_staged.md), so it
+// 0.80-0.88x at 16-64 MB (two ranks sharing one H200; bench/results/h200x1.md), so it
 // takes 4 MiB unless TPCOMM_STAGED_CHUNK_BYTES is set (a rejected value gives the table's
 // default, as its warning says). agreeOnSettings compares this value, not the setting: ranks
 // that reached different slot sizes would address each other's slots at different offsets.

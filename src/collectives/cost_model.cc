@@ -134,13 +134,13 @@ double measuredPcieGBps(const std::string& algo, const Topology& topo, size_t by
 // row at the bytes really on the wire (one byte per element plus a 4-byte scale per block, from
 // quantWireBytes) plus the extra work: alpha for the longer kernel, and the quantize / read-back
 // passes over the message. GPU ranks: the quantize and read-back kernels alone, both passes in
-// series, GB/s of bf16/f16 message on one H200 (session 11, fp8 through the hardware encoder:
-// bench/results/h200x1_raw/session11_shared/call1_b7dffdd/compression.txt; fp8 1262 + 1125 -> 595,
-// int8 1327 + 1626 -> 730; f32 messages are cheaper per byte, so this overstates their cost). Host
-// ranks: the whole compressed call's extra time measured on the 2-core CI VM with allreduce_perf
-// (session 7, the vectorized host quantizers: ~0.2 GB/s of message under a shared load;
-// docs/compression.md). The sum is optimistic where it matters: a whole staged_host+fp8 call on
-// one GPU took 0.93x plain staged_host's time at 16 MB (session 11), where this predicts ~0.6x
+// series, GB/s of bf16/f16 message on one H200 (fp8 through the hardware encoder; "Quantizer
+// kernels alone" in bench/results/h200x1.md: fp8 1262 + 1125 -> 595, int8 1327 + 1626 -> 730; f32
+// messages are cheaper per byte, so this overstates their cost). Host ranks: the whole compressed
+// call's extra time with allreduce_perf on the 2-core CI VM under a shared load, ~0.2 GB/s of
+// message (quiet, it is 1.6-2 GB/s: bench/results/ci-vm-2core.md; at either rate the passes cost
+// more than the bytes they save). The sum is optimistic where it matters: a whole staged_host+fp8
+// call on one GPU took about 0.9x plain staged_host's time at 16 MB, where this predicts ~0.6x
 // (docs/compression.md).
 // On host ranks the "wire" is the same memory the passes read and write, so the passes cost far
 // more than the bytes they save and compression is never picked there by cost (only by TPCOMM_ALGO).

@@ -16,7 +16,7 @@ namespace tpcomm {
 // counts, milliseconds and blocks; size_t for bytes) and keeps the products the transports form
 // from them (e.g. chunk x slots x ranks) far from overflow. A value outside [min, max] or not a
 // number is rejected with a warning that names the parameter and the range, and the default is
-// used (issue 21, items 4 and 9: 2^32 ms used to become 0 ms, slots=-1 a huge count).
+// used (unchecked, 2^32 ms would truncate to 0 ms and slots=-1 become a huge count).
 #define TPCOMM_PARAM_TABLE(X)                                                                    \
   X(Debug, "DEBUG", "WARN", kText, 0, 0, "log level: NONE, WARN, INFO, TRACE (like NCCL_DEBUG)")              \
   X(DebugSubsys, "DEBUG_SUBSYS", "ALL", kText, 0, 0, "comma list of INIT,TOPO,TUNE,COLL,BOOT,ALL; ^ excludes") \

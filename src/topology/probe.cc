@@ -258,8 +258,8 @@ Status probeTopology(Bootstrap& bootstrap, int device, Topology* out) {
   // their own row. The rows travel in rounds: in round k each leader contributes the row of its
   // k-th member (n records per rank and round), so the exchange holds n x n records at a time
   // and takes as many rounds as the most ranks one leader serves (GPUs per host; 1 for host
-  // ranks). Gathering whole n x n blocks from every rank instead was n^3 (issue 21, item 11:
-  // 64 thread ranks peaked at 6.5 GB).
+  // ranks). Gathering whole n x n blocks from every rank instead was n^3 (64 thread ranks
+  // peaked at 6.5 GB).
   const bool hostRanks = records[0].cudaDevice < 0;
   std::vector<int> leader(n);
   for (int r = 0; r < n; ++r) {

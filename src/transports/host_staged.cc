@@ -35,7 +35,7 @@ struct HostStagedTransport::Header {
   // The barrier, one word so that completing a round and breaking it are one atomic choice:
   // bits 0..31 ranks arrived, bits 32..62 the round (generation), bit 63 broken (a rank's wait
   // expired: every later barrier fails at once, so a late rank can never pass a round its peer
-  // left and read that peer's stale pointers, issue 21 item 1).
+  // left and read that peer's stale pointers).
   alignas(64) std::atomic<uint64_t> barrierState;
   std::atomic<uint32_t> arrivedRound[kMaxRanks];  // round + 1 each rank last entered (names the missing)
   alignas(64) std::atomic<int32_t> peerAccesses;   // threads mode: ranks now in a peer-access phase
@@ -70,7 +70,7 @@ Status HostStagedTransport::create(const TransportEnv& ctx, const Geometry& g, s
   // only delays that rank (the processes all-reduce passes a barrier per 2 MiB chunk).
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores > 0 && ctx.nRanks > cores) t->spinsBeforeYield_ = 0;
-  // Every product checked (issue 21 item 4): the parameters' ranges already keep them small, a
+  // Every product checked: the parameters' ranges already keep them small, a
   // Geometry from elsewhere might not.
   size_t flagWords = 0, slotBytes = 0, stagingBytes = 0;
   if (__builtin_mul_overflow(static_cast<size_t>(2 * ctx.nRanks) * g.slots, static_cast<size_t>(g.blocks), &flagWords) ||

@@ -1,4 +1,4 @@
-// Fault injection: a corrupt topology cache file (issue 21, item 3). Whatever sits at the cache
+// Fault injection: a corrupt topology cache file. Whatever sits at the cache
 // path is a cache miss with a reason (and a warning), never an exception, an abort, a hang or
 // an unbounded read: malformed JSON, the wrong types, null, floats in integer fields, deep
 // nesting, a huge file, a directory, a FIFO.

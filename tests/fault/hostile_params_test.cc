@@ -1,4 +1,4 @@
-// Fault injection: hostile environment parameters (issue 21, items 4 and 9). A value that does
+// Fault injection: hostile environment parameters. A value that does
 // not fit its parameter's range is refused with a warning naming the parameter and the range,
 // the default is used, and the host collectives still give exact results: no spurious instant
 // kTimeout (2^32 ms used to become 0 ms), no overflowing staging geometry (2^60-byte chunks).

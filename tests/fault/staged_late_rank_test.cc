@@ -1,4 +1,4 @@
-// Fault injection on the host collectives with ranks as threads (issue 21, item 1, the whole
+// Fault injection on the host collectives with ranks as threads (the whole
 // chain): rank 0's allReduce times out because rank 1 is late; rank 1 then arrives. Nobody may
 // touch rank 0's buffers after its call returned, and the late rank must not report success.
 //

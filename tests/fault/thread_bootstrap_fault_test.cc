@@ -1,4 +1,4 @@
-// Fault injection on the thread bootstrap (issue 21, items 1 and 10): a rank that arrives after
+// Fault injection on the thread bootstrap: a rank that arrives after
 // its peers timed out, a rank that never arrives, ranks that pass different sizes. Each case
 // asserts: no hang beyond the bound, no stale pairing (a late rank never completes an exchange
 // its peer left), the next exchange works again, and the message names the missing rank(s).

@@ -1,4 +1,4 @@
-// The compressed all-reduce on GPU ranks (issue 18; docs/compression.md): the two-shot over CUDA
+// The compressed all-reduce on GPU ranks (docs/compression.md): the two-shot over CUDA
 // P2P (twoshot_p2p+fp8 / +int8) and the one-shot through pinned host memory (staged_host+fp8 /
 // +int8, forced as "staged_host+fp8|staged_host" so a call asking for no compression runs plain
 // staged_host on the same slots). Every element, on every rank, bitwise equal to the wire format's

@@ -1,4 +1,4 @@
-// The determinism contract on the GPU (docs/determinism.md, issue 19).
+// The determinism contract on the GPU (docs/determinism.md).
 //
 // Property: for every algorithm forced with Config::algo, random (non-integer) inputs, sizes from
 // 16 B to 64 MB and random element offsets into larger buffers, output element i is bitwise the

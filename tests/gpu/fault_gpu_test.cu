@@ -108,7 +108,7 @@ class GpuFault : public testing::TestWithParam<const char*> {
   }
 };
 
-// Item 16: a kernel that lets its dependents start at once, then runs 3x the timeout; the
+// A kernel that lets its dependents start at once, then runs 3x the timeout; the
 // all-reduce behind it (PDL) waits in griddepcontrol.wait the whole time. Its clock must start
 // after that wait: no timeout, right result.
 TEST_P(GpuFault, PdlWaitIsNotCountedAgainstTheTimeout) {
@@ -197,7 +197,7 @@ TEST_P(HalvesSkew, LateRankStillGivesTheRightPieces) {
 
 INSTANTIATE_TEST_SUITE_P(P2p, HalvesSkew, testing::Values("ll_p2p", "twoshot_p2p"));
 
-// Item 19: every block of a call must be resident at once (ranks spin on each other). A grid
+// Every block of a call must be resident at once (ranks spin on each other). A grid
 // that cannot be (TPCOMM_STAGED_BLOCKS 1024 per role, x2 roles, on GPUs that hold about one of
 // tpcomm's heaviest blocks per SM) is refused at create on every rank, naming the parameter,
 // instead of deadlocking until the timeout at the first call.

@@ -1,4 +1,4 @@
-// Reduce-scatter and all-gather over CUDA P2P (twoshot_p2p_halves.cu and ll_p2p.cu, issue 20),
+// Reduce-scatter and all-gather over CUDA P2P (twoshot_p2p_halves.cu and ll_p2p.cu),
 // each algorithm forced in turn (ll_p2p up to TPCOMM_LL_MAX_BYTES, twoshot_p2p above): every rank's
 // output bitwise against the host reference (reduce-scatter: rank-order fp32 of the ranks' piece
 // `me`, random non-integer values with signed zeros; all-gather: the pieces' bits), for every

@@ -9,8 +9,8 @@
 // Inputs: normal(0,1) with an outlier x100 every 97 elements (allreduce_perf --compression's),
 // and that data's own read-back (quantized and read back once on the host: on the format's grid,
 // with exact zeros inside blocks, as an in-place compressed all-reduce meets its previous
-// output). Session 9 saw staged_host+int8 25% slower in place than out of place and fp8 not;
-// the two rows per format say whether the quantizer alone does that.
+// output). In place, staged_host+int8 can be slower than out of place where fp8 is not; the
+// two rows per format say whether the quantizer alone does that.
 // Internal (not the public API), so it lives beside the GPU tests. Not a test: run by hand,
 //   build/tests/gpu/quantize_gpu_bench [--count N] [--reps N]   (default 64M elements, 20 reps)
 #include <cuda_runtime.h>
@@ -44,7 +44,7 @@ constexpr int kB = kQuantBlockElems;
     }                                                                                             \
   } while (0)
 
-// quantizeGroup with quantEncode as it was before session 9 (x / scale even for x = 0), for
+// quantizeGroup with a quantEncode that divides zeros too (x / scale even for x = 0), for
 // timing only: the "divide zeros" column shows what the zero guard saves on each input.
 template <int F>
 __device__ __forceinline__ dev::Codes quantizeGroupDividingZeros(const float (&x)[dev::kPerLane]) {

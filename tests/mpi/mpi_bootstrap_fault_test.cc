@@ -1,4 +1,4 @@
-// Fault injection on the MPI bootstrap (issue 21, items 5 and 10), under mpiexec -n 2 and -n 4.
+// Fault injection on the MPI bootstrap, under mpiexec -n 2 and -n 4.
 // Own main(): what it checks is that every rank reaches MPI_Finalize and returns from it.
 //   1. Rank 0 enters an allGather the others enter only after it timed out: rank 0 gets
 //      kTimeout within the bound and a message naming the missing ranks; its buffer is never

@@ -201,7 +201,7 @@ TEST_F(MpiCollectives, SharedSegmentIsUnlinked) {
 }
 
 
-// Issue 21 item 6: a segment left by a rank 0 that died between shm_open and shm_unlink is
+// A segment left by a rank 0 that died between shm_open and shm_unlink is
 // removed by the next create in processes mode (rank 0 cleans this user's tpcomm segments whose
 // pid is gone before it makes its own), not only by `tpcomm-doctor --clean`.
 TEST_F(MpiCollectives, CreateRemovesStaleSegmentsOfDeadProcesses) {

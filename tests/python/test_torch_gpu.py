@@ -1,6 +1,5 @@
 """Runs torch_gpu_check.py under torchrun on the GPUs this machine has: 2 ranks when there are 2
-or more, else the one-rank cases. Skipped (with the reason) without torch or a CUDA GPU: the
-GPU runs of issue 15 are pending on a GPU machine."""
+or more, else the one-rank cases. Skipped (with the reason) without torch or a CUDA GPU."""
 import os
 import subprocess
 import sys

@@ -1,4 +1,4 @@
-"""bench/baselines/torch_qwen_tp.py (issue 15's end-to-end TP decoder) on CPU: torchrun with 2
+"""bench/baselines/torch_qwen_tp.py (the end-to-end TP decoder) on CPU: torchrun with 2
 ranks, --device cpu (gloo group, host-rank tpcomm communicators, fp32), tiny preset, a few steps.
 nccl (gloo here), tpcomm and tpcomm_fused must decode the same greedy tokens, and the same as one
 rank holding the whole model; symm is skipped with its reason; the table and the results file

@@ -1,4 +1,4 @@
-"""bench/baselines/torch_qwen_tp1.py (issue 16's single-GPU torch baseline) on CPU, tiny preset:
+"""bench/baselines/torch_qwen_tp1.py (the single-GPU torch baseline) on CPU, tiny preset:
 the --compile variant compiles one layer function once for all layers (one graph per cache
 bucket), runs other positions of its bucket without recompiling, and decodes the same greedy
 tokens as the eager step (a differing argmax only at a near-tie); a compile that runs past

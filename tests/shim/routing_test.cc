@@ -102,7 +102,7 @@ const std::vector<Row>& rows() {
       {"range to NCCL below 64K", file("nvlink2.json"), ncclFloat32, ncclSum, 8 * K, true, "0-64K:ring_nccl", true, true, false, kToNccl, "forced"},
       {"range leaves 256K to tpcomm", file("nvlink2.json"), ncclFloat32, ncclSum, 256 * K, true, "0-64K:ring_nccl", true, true, false, kToTpcomm, nullptr},
       {"forced tpcomm algorithm", file("nvlink2.json"), ncclFloat32, ncclSum, 256 * M, false, "twoshot_p2p", true, true, false, kToTpcomm, "forced"},
-      // Reduce-scatter and all-gather (issue 20): the same rules; twoshot_p2p and ll_p2p (small) run them over P2P.
+      // Reduce-scatter and all-gather: the same rules; twoshot_p2p and ll_p2p (small) run them over P2P.
       {"rs bf16 128M eager", file("nvlink2.json"), ncclBfloat16, ncclSum, 128 * M, false, "", true, true, false, kToTpcomm, "vs NCCL", Collective::kReduceScatter, "twoshot_p2p"},
       {"ag f32 128M graph", file("nvlink2.json"), ncclFloat32, ncclSum, 128 * M, true, "", true, true, false, kToTpcomm, nullptr, Collective::kAllGather, "twoshot_p2p"},
       // Small reduce-scatter / all-gather: ll_p2p (flags in the stores, no barrier) under NCCL's alpha.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_torch_preload.sh [SHIM] [OUTDIR]: issue 5's PyTorch checks on a 2-GPU machine, one run:
+# run_torch_preload.sh [SHIM] [OUTDIR]: the shim's PyTorch checks on a 2-GPU machine, one run:
 #   1. torch.distributed all_reduce without and with LD_PRELOAD=libtpcomm_nccl.so (4 B .. 256 MB,
 #      f32/f16/bf16, eager and CUDA graph): both runs exact, outputs bitwise equal, and the
 #      preloaded run's log shows tpcomm taking calls (else PyTorch did not bind NCCL through the

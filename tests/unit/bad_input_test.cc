@@ -44,7 +44,7 @@ TEST(BadInput, BadCallsAreRejectedAndTheCommunicatorStaysUsable) {
     const BadCall calls[] = {
         {"allReduce null send", "send",
          [&](Communicator& c) { return c.allReduce(nullptr, recv, 4, f32, sum, nullptr); }},
-        // Partial overlaps (issue 21, item 12): reading what the call already wrote.
+        // Partial overlaps: a rank would read what the call already wrote.
         {"allReduce send and recv overlapping by one element", "overlap",
          [&](Communicator& c) { return c.allReduce(recv, recv + 1, 8, f32, sum, nullptr); }},
         {"reduceScatter recv inside send but not at this rank's piece", "overlap",
@@ -213,7 +213,7 @@ TEST(BadInput, BootstrapArguments) {
   expectInvalid(makeThreadBootstrap(group, 0, nullptr), "out", "makeThreadBootstrap with out null");
 }
 
-// A forced algorithm host ranks cannot run (issue 21, item 12): the calls fall back, and create
+// A forced algorithm host ranks cannot run: the calls fall back, and create
 // says so on stderr (it used to run staged_host silently).
 TEST(BadInput, ForcedAlgorithmThatCannotRunIsReported) {
   Config cfg;

@@ -1,4 +1,4 @@
-// Ranks that make different calls (issue 21, item 7): another count, dtype, op or collective on
+// Ranks that make different calls: another count, dtype, op or collective on
 // one rank. Before the check, threads overflowed a peer's heap buffer
 // ("double free or corruption") and processes got silently wrong data; now every rank fails with
 // kInvalidArgument naming the ranks and the field, and writes nothing.

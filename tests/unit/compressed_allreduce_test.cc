@@ -1,4 +1,4 @@
-// The compressed all-reduce on host ranks (staged_host+fp8 / staged_host+int8, issue 18;
+// The compressed all-reduce on host ranks (staged_host+fp8 / staged_host+int8;
 // docs/compression.md), end to end through Communicator: every element bitwise equal, on every
 // rank, to the wire format's definition computed here block by block without the schedule
 // (decode(quantize(fp32 rank-order sum of decode(quantize(x_r))))), within the stated error bound

@@ -1,4 +1,4 @@
-// The determinism contract on host ranks (docs/determinism.md, issue 19): element i of a result
+// The determinism contract on host ranks (docs/determinism.md): element i of a result
 // is the fp32 reduction of the ranks' element i in rank order (a -0.0 input read as +0.0),
 // rounded once, whatever the message size, the element's offset in the message or the buffer's
 // offset in memory. A property test: random sizes, offsets, dtypes, ops and values (zeros of

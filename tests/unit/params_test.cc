@@ -102,7 +102,7 @@ TEST(Params, IntegersParseByValueAndFallBackToTheDefault) {
       {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "1M", 1 << 20},
       {ParamId::kStagedSlots, "TPCOMM_STAGED_SLOTS", "2", 2},
       {ParamId::kStagedSlots, "TPCOMM_STAGED_SLOTS", "two", defaultOf(ParamId::kStagedSlots)},
-      // Issue 21 item 9: values that used to truncate in the int the callers cast to (2^32 ms
+      // Values that would truncate in the int the callers cast to (2^32 ms
       // became 0, 2^31 negative), overflow the deadline (INT64_MAX) or time out at once (0).
       {ParamId::kTimeoutMs, "TPCOMM_TIMEOUT_MS", "4294967296", defaultOf(ParamId::kTimeoutMs)},
       {ParamId::kTimeoutMs, "TPCOMM_TIMEOUT_MS", "2147483648", defaultOf(ParamId::kTimeoutMs)},
@@ -117,7 +117,7 @@ TEST(Params, IntegersParseByValueAndFallBackToTheDefault) {
       {ParamId::kStagedBlocks, "TPCOMM_STAGED_BLOCKS", "0", defaultOf(ParamId::kStagedBlocks)},
       {ParamId::kStagedBlocks, "TPCOMM_STAGED_BLOCKS", "4294967297", defaultOf(ParamId::kStagedBlocks)},
       {ParamId::kP2pBlocks, "TPCOMM_P2P_BLOCKS", "2147483648", defaultOf(ParamId::kP2pBlocks)},
-      // Issue 21 item 4: sizes whose products overflowed the segment arithmetic.
+      // Sizes whose products would overflow the segment arithmetic.
       {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "4611686018427387904", defaultOf(ParamId::kStagedChunkBytes)},
       {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "1152921504606846976", defaultOf(ParamId::kStagedChunkBytes)},
       {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "2G", defaultOf(ParamId::kStagedChunkBytes)},
@@ -180,7 +180,7 @@ TEST(Params, ProblemNamesTheParameterAndTheRange) {
   }
 }
 
-// TPCOMM_DEBUG=garbage used to be ignored silently (issue 21 item 12): now one warning.
+// TPCOMM_DEBUG=garbage is not ignored silently: one warning names it.
 TEST(Params, BadDebugLevelIsWarnedAbout) {
   testing::internal::CaptureStderr();
   {
@@ -252,7 +252,7 @@ TEST(MulticastGate, TpcommMulticastIsReadByValue) {
   EXPECT_EQ(multicastCapable(8).multicastUsable(nullptr), !nvlsOff);
 }
 
-// The switches are read by value and fail closed (issue 21, hostile parameters): spellings of 0
+// The switches are read by value and fail closed (hostile parameters): spellings of 0
 // and values that are not clearly "on" close the gate. Before, only the exact text "0" did, so
 // TPCOMM_MULTICAST=off or NCCL_NVLS_ENABLE=00 left multicast allowed.
 TEST(MulticastGate, SwitchesFailClosed) {

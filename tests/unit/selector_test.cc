@@ -234,7 +234,7 @@ TEST(Selector, InvariantsOverEverySizeDtypeAndFixture) {
 }
 
 // The cost model against what was measured on 2x H200 (NVSwitch, NV18), bf16, graph and eager
-// (bench/results/h200x2.md, sessions 3 and 4): Lamport through 2 MB, two-shot from 4 MB to
+// (bench/results/h200x2.md): Lamport through 2 MB, two-shot from 4 MB to
 // 512 MB (16 MB included: NCCL took 75.5 us there, two-shot 63.9), NCCL at 1 GB (330 vs 322 GB/s).
 // When a new measurement moves a crossover, change the model and this table together.
 TEST(Selector, FirstChoicesMatchTheMeasured2xH200Crossovers) {

@@ -1,4 +1,4 @@
-// Stale /dev/shm segments (issue 21, item 6): a process that died between creating its
+// Stale /dev/shm segments: a process that died between creating its
 // staged_host segment and unlinking it leaves /dev/shm/tpcomm-<pid>-*; the next create (and
 // tpcomm-doctor --clean) removes those whose pid is gone, and nothing else.
 #include <fcntl.h>

@@ -71,7 +71,7 @@ TEST(Timeout, ARankThatSkipsACollectiveYieldsKTimeout) {
       EXPECT_EQ(s, Status::kTimeout) << "rank " << me << ": " << statusName(s) << " " << lastErrorMessage();
       std::string msg = lastErrorMessage();
       EXPECT_NE(msg.find("rank"), std::string::npos) << msg;
-      // The rank whose bound ran out first names the rank that never came (issue 21 item 10);
+      // The rank whose bound ran out first names the rank that never came (not itself);
       // the others, woken by the broken barrier, may only say so (host_staged.cc).
       if (msg.find("rank(s) " + std::to_string(skipper)) != std::string::npos) ++namedMissing;
       EXPECT_GE(ms, 0.9 * kTimeoutMs) << "rank " << me << " gave up before the bound";

@@ -1,5 +1,5 @@
 // topology_exchange_test.cc: the topology exchange at Communicator::create grows as n^2 in all,
-// not n^3 (issue 21, item 11: every rank gathered every rank's n x n block of link records, so
+// not n^3 (an exchange where every rank gathered every rank's n x n block of link records, so
 // 64 thread ranks peaked at 6.5 GB). probeTopology runs with host ranks as threads through a
 // bootstrap that records the largest allGather; each rank may contribute at most a row of n
 // link records per call (plus its own rank record), and the result must be the same topology.

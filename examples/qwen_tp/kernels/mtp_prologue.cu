@@ -1,5 +1,5 @@
 // mtp_prologue.cu: the MTP head's fc input, grid (token, 2): blockIdx.y 0 norms the token's
-// embedding into cat[t, 0:H], 1 the hidden row into cat[t, H:2H]. Issue 17: a draft step at a
+// embedding into cat[t, 0:H], 1 the hidden row into cat[t, H:2H]. A draft step at a
 // launch-bound size pays ~3.5 us per kernel; this is one launch where embed + two norms were three.
 #include <cstdint>
 

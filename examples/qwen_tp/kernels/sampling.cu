@@ -48,7 +48,7 @@ __device__ __forceinline__ void pickRow(const float* row, int tp, int32_t* token
 // One block per row. One pass: a running maximum with its rescaled sum (online softmax).
 // kPick (tp == 1: nothing to gather): the block also picks from the entry it wrote, with
 // pickArgmaxKernel's code (the same bits), into tokens[t] / topProb[t]: one launch where the
-// argmax took two (issue 17: launch-bound steps).
+// argmax took two (a draft step of a small model is launch-bound).
 template <bool kPick>
 __global__ void localArgmaxKernel(const float* logits, int V, int vocabBegin, int tp, int rank, float* table,
                                   int32_t* tokens, float* topProb) {

@@ -74,7 +74,7 @@ TEST(QwenCli, SimulationFlagsResolveToPerTokenProbability) {
   EXPECT_EQ(describeSimulation(h), "");
 }
 
-// --no-fused-kernels (GpuModelOptions::fusedKernels; issue 17): on by default, the flag turns it off.
+// --no-fused-kernels (GpuModelOptions::fusedKernels): on by default, the flag turns it off.
 TEST(QwenCli, FusedKernelsOnUnlessTurnedOff) {
   Flags f, g;
   std::string err;

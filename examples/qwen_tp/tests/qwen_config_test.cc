@@ -167,7 +167,7 @@ TEST(QwenConfig, TpSplitRejectsIndivisibleShapes) {
 }  // namespace
 }  // namespace qwen
 
-// ---- bounds on untrusted input and on sizes formed as int (issue 21 items 8, 12) ----
+// ---- bounds on untrusted input and on sizes formed as int ----
 
 namespace qwen {
 namespace {

@@ -29,7 +29,7 @@
 //    GEMV serves prefill too) and speculative == greedy with customGemv (N = 2, 5).
 //  - The decode attention (gpu::attention) against an fp64 host reference, head_dim 16..256,
 //    vectorised and scalar kernels; a query's bits independent of the call's token count.
-//  - The fused kernels (GpuModelOptions::fusedKernels, issue 17) against the separate kernels
+//  - The fused kernels (GpuModelOptions::fusedKernels) against the separate kernels
 //    they replace: the same bits for every call kind at TP=1 and TP=2, and the kernels saved.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -303,7 +303,7 @@ TEST(QwenGpu, ChainedDraftsInOneGraphEqualSingleSteps) {
     }
 }
 
-// ---- issue 17: the fused kernels (GpuModelOptions::fusedKernels) give the separate kernels' bits ----
+// ---- the fused kernels (GpuModelOptions::fusedKernels) give the separate kernels' bits ----
 
 // What one rank saw along a fixed script of every call kind (fusedKernelTrace): each call's
 // tokens, draft probabilities and logits as raw bits, and the node counts of its graphs.
@@ -884,8 +884,8 @@ int main(int argc, char** argv) {
   setenv("TPCOMM_CHECK_CALLS", "1", 0);  // every P2P kernel checks that all ranks make the same call
   // Before CUDA starts: every module loaded up front. With two ranks on one GPU, a lazy load of a
   // kernel one rank launches first waits for the device to go idle while the other rank's
-  // all-reduce spins (docs/p2p.md); the TP=2 cases passed in session 9 only because earlier
-  // tests had loaded their kernels.
+  // all-reduce spins (docs/p2p.md); without this the TP=2 cases pass only when earlier tests
+  // happen to have loaded their kernels.
   setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   if (qwen::deviceCount() == 1) {
     // TP=2 cases with both ranks on GPU 0, as tpcomm_gpu_tests: both ranks' kernels must be

@@ -130,7 +130,7 @@ TEST(QwenSafetensors, MalformedFilesGiveErrorsNamingFileAndTensor) {
   }
 }
 
-// Issue 21 item 12: toFloat on an empty tensor used to call memcpy(out->data() == nullptr,
+// toFloat on an empty tensor must not call memcpy(out->data() == nullptr,
 // data == nullptr, 0), undefined behaviour that UBSan reports (-fsanitize=nonnull-attribute);
 // this test fails before the fix only under UBSan (the sanitizer stage of CI).
 TEST(QwenSafetensors, EmptyTensorToFloatTouchesNothing) {

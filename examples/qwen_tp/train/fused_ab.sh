@@ -1,5 +1,5 @@
 #!/bin/bash
-# fused_ab.sh: issue 17's fused draft kernels on one H200, in one device call (~5 minutes):
+# fused_ab.sh: the fused draft kernels against the separate ones on one H200, in one device call (~5 minutes):
 #   1. build qwen_tp and qwen_gpu_test (sm_90); run qwen_gpu_test whole (FusedKernelsGiveTheSameBits
 #      among them: fused against --no-fused-kernels bit for bit, TP=1 and TP=2 on one GPU);
 #   2. a checkpoint of the trained model's shape (8 layers, hidden 512, vocab 4096, MTP head) from

@@ -1,5 +1,6 @@
 #!/bin/bash
-# gpu_session.sh: issue 17 items 3 and 4 in one device call on one H200 (about 7-8 minutes):
+# gpu_session.sh: train a small model with an MTP head and measure its real draft acceptance, in
+# one device call on one H200 (about 7-8 minutes):
 #   1. train_tiny_qwen.py (MINUTES, default 5) on the GPU, in the background, while qwen_tp builds
 #      (cmake + ninja, sm_90); meanwhile a --tiny model trained 30 steps on the CPU is checked
 #      against Hugging Face on the GPU (tests/hf_parity.py --device cuda: the "random tiny" case);
@@ -23,7 +24,7 @@ OUT=${OUT:?set OUT}
 B=${BUILD:-$SRC/build-h200}
 PY=${PY:-python3}
 DEVICE=${DEVICE:-cuda}
-# The session 10 model: chained MTP training, the best validation checkpoint, 200 MB of the
+# The default model: chained MTP training, the best validation checkpoint, 200 MB of the
 # installed packages' sources beside the standard library (one epoch instead of ~30).
 TRAIN_ARGS=${TRAIN_ARGS-"--mtp-chain 3 --keep-best --extra-corpus 200"}
 MINUTES=${MINUTES:-5}
@@ -166,13 +167,13 @@ for j in $(seq 0 $(( PREFIXES - 1 ))); do
   done
 done
 # The profile at n-max 3 (the decode step's parts from their graphs, and one chained draft's
-# share of a speculative round: issue 17's draft cost), on the first prompt.
+# share of a speculative round: what a draft costs), on the first prompt.
 [ -f "$W/prompt0.txt" ] && run profile 90 "$Q" --device "$DEVICE" --model-dir "$CKPT" --prompt-file "$W/prompt0.txt" \
     --n-predict "$N_PREDICT" --spec-type draft-mtp --spec-draft-n-max 3 --metrics-file "$W/m.prom"
 echo "GPU acceptance runs done (+$(( $(date +%s) - T0 )) s)"
 [ -n "${CPU_PID:-}" ] && { wait $CPU_PID; echo "CPU p-min runs done (+$(( $(date +%s) - T0 )) s)"; }
 
-# 3b. issue 18's decoder check on the GPU (AGREEMENT=1, the default): the trained model at TP=2
+# 3b. the decoder under a compressed all-reduce on the GPU (AGREEMENT=1, the default): the trained model at TP=2
 # with --allreduce-compression fp8 / int8 against the uncompressed run (greedy tokens over 256,
 # logits teacher-forced; compression_agreement.sh). With one GPU both ranks share it
 # (TPCOMM_ALLOW_SHARED_DEVICE=1): the tokens are TP=2's, the speed is not.

@@ -19,7 +19,7 @@ or validation files, and none that shares a name or text with one of them). Step
    MTP (t+2) top-1 accuracy printed and written to DIR/train_metrics.json.
 
 --keep-best guards against over-fitting (four GPU minutes are ~25 epochs of this corpus, and the
-held-out loss then rises: bench/results/qwen_tp_h200x1.md, "Session 9"): every 10th file of the
+held-out loss then rises: bench/results/h200x1.md): every 10th file of the
 training set (offset 10 of 20) becomes a validation set, the validation loss (next token plus
 MTP) is measured every --eval-seconds (with --steps: every tenth of the steps, so the result
 stays deterministic), and the weights of the best measurement are the ones saved. The held-out files stay untouched by that choice.
