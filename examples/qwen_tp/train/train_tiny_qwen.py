@@ -30,8 +30,10 @@ training set (offset 10 of 20) becomes a validation set, the validation loss (ne
 MTP) is measured every --eval-seconds (with --steps: every tenth of the steps, so the result
 stays deterministic), and the weights of the best measurement are the ones saved. The held-out files stay untouched by that choice.
 
-Deterministic for a given seed and step count (--steps); with a time budget the step count is
-what fits. --minutes bounds the whole script (tokenizer, encoding, training, evaluation, save).
+Deterministic for a given seed and step count (--steps): the same initialisation, batches and
+schedule (a GPU's kernels may still round differently from run to run); with a time budget the
+step count is what fits. --minutes bounds the whole script (tokenizer, encoding, training,
+evaluation, save), with --steps too: a run cut short by it says so.
 `--device cpu --minutes 0.5 --tiny` runs on a CPU in about half a minute (2 layers, hidden 64,
 vocab 1024, 80 of the files): a checkpoint to try the pipeline with, not a useful model.
 """
@@ -380,6 +382,10 @@ def main():
         elapsed = time.time() - train_start
         if args.steps:
             if step >= args.steps:
+                break
+            if elapsed >= train_budget:  # --minutes still bounds the run: cut, and say so
+                log("deadline: stopped at step %d of --steps %d (not the deterministic run of that many steps)"
+                    % (step, args.steps))
                 break
             frac = step / args.steps
         else:
