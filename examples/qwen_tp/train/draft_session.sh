@@ -36,7 +36,7 @@ TRAIN_ARGS=${TRAIN_ARGS-"--mtp-chain 3 --mtp-distill 0.5 --keep-best"}
 CKPT=${CKPT:-${XDG_CACHE_HOME:-$HOME/.cache}/qwen_tp/draft}
 NMAX_TF=${NMAX_TF:-6}
 TF_CHARS=${TF_CHARS:-150000}
-PREFIXES=${PREFIXES:-10}
+PREFIXES=${PREFIXES:-8}
 PREFIX_CHARS=${PREFIX_CHARS:-800}
 PREFIX_PREDICT=${PREFIX_PREDICT:-64}
 FREE_NMAX=${FREE_NMAX:-"1 2 3 4 5 6"}
@@ -53,20 +53,8 @@ SETTINGS="STEPS=$STEPS MINUTES=$MINUTES SEED=$SEED TRAIN_ARGS='$TRAIN_ARGS' NMAX
 PREFIXES=$PREFIXES PREFIX_CHARS=$PREFIX_CHARS PREFIX_PREDICT=$PREFIX_PREDICT FREE_NMAX='$FREE_NMAX' DISTINCT_MIN=$DISTINCT_MIN \
 SAMPLE_TEMP=$SAMPLE_TEMP REPLAY_SHAPES='$REPLAY_SHAPES' REPLAY_PREDICT=$REPLAY_PREDICT DEVICE=$DEVICE"
 
-header() {  # header <file> <part>
-  { echo "# commit $REV"; echo "# date $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "# command: examples/qwen_tp/train/draft_session.sh ($2 part); $SETTINGS"
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/# gpu /'; } > "$1"
-}
-run() {  # run <log> <timeout s> <command...>: appends the command, its output and its rc
-  local log=$OUT/$1.log t=$2; shift 2
-  echo "## $(date -u +%H:%M:%S) (+$(( $(date +%s) - T0 )) s) $*" >> "$log"
-  timeout "$t" "$@" >> "$log" 2>&1
-  local rc=$?
-  echo "## rc=$rc" >> "$log"
-  return $rc
-}
-for l in build train tf free replay; do header "$OUT/$l.log" "$l"; done
+. "$SRC/examples/qwen_tp/train/session_common.sh"
+for l in build train tf free replay; do header "$OUT/$l.log" "examples/qwen_tp/train/draft_session.sh ($l part); $SETTINGS"; done
 run train 30 $PY -c "import sys, torch, tokenizers; print(sys.version.split()[0], torch.__version__, tokenizers.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"
 [ -f "$CORPUS/MANIFEST.json" ] && run train 10 $PY -c "import json, sys; m = json.load(open(sys.argv[1])); print('corpus', m['splits'], 'xz bytes', m['corpus_xz_bytes'], 'sha256', m['corpus_sha256'])" "$CORPUS/MANIFEST.json"
 
@@ -155,7 +143,7 @@ for shape in $REPLAY_SHAPES; do
 done
 
 # 5. the tables.
-header "$OUT/summary.md" summary
+header "$OUT/summary.md" "examples/qwen_tp/train/draft_session.sh (summary); $SETTINGS"
 $PY "$SRC/examples/qwen_tp/train/draft_summary.py" --train "$OUT/train.log" --tf "$OUT/tf.log" --free "$OUT/free.log" \
     --replay "$OUT/replay.log" --distinct-min "$DISTINCT_MIN" | tee -a "$OUT/summary.md"
 echo "total $(( $(date +%s) - T0 )) s"

@@ -9,7 +9,8 @@ GPU machine without a network can train on it (train_tiny_qwen.py --corpus DIR):
     /usr/share/doc/python3.11/html/_sources; PSF-2.0, code examples 0BSD);
   - the .py files of the installed packages of those interpreters whose metadata names a
     permissive licence (MIT, BSD, Apache-2.0, PSF, ISC, Unlicense, 0BSD, Zlib, HPND), at most
-    --package-cap-mb per distribution (so no single package dominates); packages whose licence is
+    --package-cap-mb per distribution name over every site and version (so no single package
+    dominates); packages whose licence is
     copyleft, unknown or missing are left out, and the manifest lists every one with its reason.
 
 Files are taken in sorted order; exact duplicates (the same text under two paths, e.g. a package
@@ -106,7 +107,7 @@ def packages_of(site):
         if not entry.endswith((".dist-info", ".egg-info")):
             continue
         info = os.path.join(site, entry)
-        name = entry.rsplit("-", 1)[0] if entry.count("-") else entry.split(".")[0]
+        name = entry.split("-")[0].lower()  # name-version.dist-info: one key for every installed version
         tops = []
         top_file = os.path.join(info, "top_level.txt")
         record = os.path.join(info, "RECORD")
@@ -169,6 +170,7 @@ def main():
                                     "licence": "PSF-2.0 (documentation; code examples 0BSD)", "bytes": n})
         log("Python documentation sources: %.1f MB" % (n / 1e6))
     total = sum(len(r["text"].encode()) for r in records)
+    per_package = {}  # bytes taken per distribution name, over every site and version
     for py in pys:
         for site in interp_paths(py)["site"]:
             if not os.path.isdir(site):
@@ -178,7 +180,7 @@ def main():
                     manifest["left_out"].append({"package": name, "site": site, "licence": lic,
                                                  "why": "licence not known to be permissive"})
                     continue
-                n = 0
+                n = per_package.get(name, 0)
                 for top in tops:
                     base = os.path.join(site, top)
                     files = list(py_files(base, VENDORED)) if os.path.isdir(base) else [base + ".py"] if os.path.exists(base + ".py") else []
@@ -187,8 +189,10 @@ def main():
                             break
                         got = add("pkg:" + name, os.path.relpath(f, site), read_text(f))
                         n, total = n + got, total + got
-                if n:
-                    manifest["sources"].append({"source": "pkg:" + name, "root": site, "licence": lic, "bytes": n})
+                if n > per_package.get(name, 0):
+                    manifest["sources"].append({"source": "pkg:" + name, "root": site, "licence": lic,
+                                                "bytes": n - per_package.get(name, 0)})
+                per_package[name] = n
     log("with packages: %d files, %.1f MB of text (%.0f s)" % (len(records), total / 1e6, time.time() - t0))
     for s in ("train", "valid", "heldout"):
         sel = [r for r in records if r["split"] == s]
