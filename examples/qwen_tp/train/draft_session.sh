@@ -17,9 +17,10 @@
 # Logs under $OUT (each opens with commit, date and command): build.log train.log tf.log free.log
 # replay.log trace_n3.txt trace_n5.txt summary.md. Usage, from the repository root:
 #   OUT=/path/to/out bash examples/qwen_tp/train/draft_session.sh
-# The checkpoint lands in CKPT (default ~/.cache/qwen_tp/draft, where the README's quick start looks).
+# The checkpoint lands in CKPT (default ~/.cache/qwen_tp/draft, where the README's quick start looks);
+# SKIP_TRAIN=1 measures the checkpoint already there.
 # A smoke test without a GPU (numbers meaningless): DEVICE=cpu STEPS=20 TRAIN_ARGS="--tiny --mtp-chain 2
-# --mtp-distill 0.5" SKIP_BUILD=1 BUILD=build-cpu TF_CHARS=3000 PREFIXES=2 PREFIX_PREDICT=16 FREE_NMAX="3 5"
+# --mtp-distill 0.5" SKIP_BUILD=1 BUILD=build-cpu TF_CHARS=3000 TF_WINDOW=256 PREFIXES=2 PREFIX_PREDICT=16 FREE_NMAX="3 5"
 # REPLAY_SHAPES=tiny REPLAY_PREDICT=32 PY=<python with torch>.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
@@ -36,20 +37,21 @@ TRAIN_ARGS=${TRAIN_ARGS-"--mtp-chain 3 --mtp-distill 0.5 --keep-best"}
 CKPT=${CKPT:-${XDG_CACHE_HOME:-$HOME/.cache}/qwen_tp/draft}
 NMAX_TF=${NMAX_TF:-6}
 TF_CHARS=${TF_CHARS:-150000}
+TF_WINDOW=${TF_WINDOW:-1024}
 PREFIXES=${PREFIXES:-8}
 PREFIX_CHARS=${PREFIX_CHARS:-800}
 PREFIX_PREDICT=${PREFIX_PREDICT:-64}
 FREE_NMAX=${FREE_NMAX:-"1 2 3 4 5 6"}
 DISTINCT_MIN=${DISTINCT_MIN:-0.5}
 SAMPLE_TEMP=${SAMPLE_TEMP:-0.8}
-REPLAY_SHAPES=${REPLAY_SHAPES:-"qwen3-8b qwen3-32b"}
+REPLAY_SHAPES=${REPLAY_SHAPES:-"qwen3-32b qwen3-8b"}
 REPLAY_PREDICT=${REPLAY_PREDICT:-256}
 W=${WORK:-/tmp/qwen_draft/work}
 mkdir -p "$OUT" "$W" "$(dirname "$CKPT")"
 REV=${COMMIT:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)}
 Q=$B/examples/qwen_tp/qwen_tp
 T0=$(date +%s)
-SETTINGS="STEPS=$STEPS MINUTES=$MINUTES SEED=$SEED TRAIN_ARGS='$TRAIN_ARGS' NMAX_TF=$NMAX_TF TF_CHARS=$TF_CHARS \
+SETTINGS="STEPS=$STEPS MINUTES=$MINUTES SEED=$SEED TRAIN_ARGS='$TRAIN_ARGS' NMAX_TF=$NMAX_TF TF_CHARS=$TF_CHARS TF_WINDOW=$TF_WINDOW \
 PREFIXES=$PREFIXES PREFIX_CHARS=$PREFIX_CHARS PREFIX_PREDICT=$PREFIX_PREDICT FREE_NMAX='$FREE_NMAX' DISTINCT_MIN=$DISTINCT_MIN \
 SAMPLE_TEMP=$SAMPLE_TEMP REPLAY_SHAPES='$REPLAY_SHAPES' REPLAY_PREDICT=$REPLAY_PREDICT DEVICE=$DEVICE"
 
@@ -59,7 +61,8 @@ run train 30 $PY -c "import sys, torch, tokenizers; print(sys.version.split()[0]
 [ -f "$CORPUS/MANIFEST.json" ] && run train 10 $PY -c "import json, sys; m = json.load(open(sys.argv[1])); print('corpus', m['splits'], 'xz bytes', m['corpus_xz_bytes'], 'sha256', m['corpus_sha256'])" "$CORPUS/MANIFEST.json"
 
 # 1. training (GPU, background) and the build (CPU, foreground).
-rm -rf "$CKPT"
+[ "${SKIP_TRAIN:-0}" = 1 ] || rm -rf "$CKPT"
+[ "${SKIP_TRAIN:-0}" = 1 ] && echo "## SKIP_TRAIN=1: using $CKPT" >> "$OUT/train.log" ||
 run train $(( ${MINUTES%.*} * 60 + 150 )) $PY -u "$SRC/examples/qwen_tp/train/train_tiny_qwen.py" --device "$DEVICE" \
     --corpus "$CORPUS" --steps "$STEPS" --minutes "$MINUTES" --seed "$SEED" --out "$CKPT" $TRAIN_ARGS &
 TRAIN_PID=$!
@@ -109,7 +112,7 @@ fi
 
 # 2. teacher-forced acceptance over held-out text.
 run tf 240 "$Q" --device "$DEVICE" --model-dir "$CKPT" --prompt-file "$W/tf.txt" --spec-type draft-mtp \
-    --spec-draft-n-max "$NMAX_TF" --teacher-forced --tf-window 1024 --tf-context 64 --no-profile --metrics-file "$W/m.prom"
+    --spec-draft-n-max "$NMAX_TF" --teacher-forced --tf-window "$TF_WINDOW" --tf-context 64 --no-profile --metrics-file "$W/m.prom"
 echo "teacher-forced rc=$? (+$(( $(date +%s) - T0 )) s)"; grep -a "teacher-forced n-max 3" "$OUT/tf.log"
 
 # 3. free-running on the prefixes (greedy at each n-max; then sampled at n-max 3), with traces.
@@ -126,6 +129,10 @@ echo "free-running done (+$(( $(date +%s) - T0 )) s)"
 # The traces of the non-degenerate greedy runs at n-max 3 and 5, in prefix order.
 $PY "$SRC/examples/qwen_tp/train/draft_summary.py" --free "$OUT/free.log" --distinct-min "$DISTINCT_MIN" \
     --select-traces "$OUT" --rev "$REV"
+
+# The tables so far (written again at the end: a call cut short still returns these).
+$PY "$SRC/examples/qwen_tp/train/draft_summary.py" --train "$OUT/train.log" --tf "$OUT/tf.log" --free "$OUT/free.log" \
+    --replay "$OUT/replay.log" --distinct-min "$DISTINCT_MIN" > "$OUT/summary.md" 2>&1
 
 # 4. the traces replayed at the large shapes, TP=1, A B3 B5 B5 B3 A.
 for shape in $REPLAY_SHAPES; do

@@ -59,17 +59,22 @@ def free_runs(log):
 
 
 def select_traces(args):
-    keep = {3: [], 5: []}
+    keep, every = {3: [], 5: []}, {3: [], 5: []}
     for r in free_runs(args.free):
-        if r["trace"] and r["n"] in keep and r["temp"] == 0 and r["distinct"] >= args.distinct_min:
-            keep[r["n"]].append(r["trace"])
+        if r["trace"] and r["n"] in keep and r["temp"] == 0 and r["ids"] is not None:
+            every[r["n"]].append(r["trace"])
+            if r["distinct"] >= args.distinct_min:
+                keep[r["n"]].append(r["trace"])
     for n, files in keep.items():
+        what = "non-degenerate"
+        if not files:  # every run degenerate: replay them all, and say so
+            files, what = every[n], "(ALL DEGENERATE: no non-degenerate run)"
         with open("%s/trace_n%d.txt" % (args.select_traces, n), "w") as f:
-            f.write("# commit %s; draft_session.sh: the rounds of %d non-degenerate greedy runs at n-max %d on held-out "
-                    "prefixes\n" % (args.rev, len(files), n))
+            f.write("# commit %s; draft_session.sh: the rounds of %d %s greedy runs at n-max %d on held-out "
+                    "prefixes\n" % (args.rev, len(files), what, n))
             for p in files:
                 f.write(open(p).read())
-        print("trace n-max %d: %d non-degenerate runs" % (n, len(files)))
+        print("trace n-max %d: %d %s runs" % (n, len(files), what))
 
 
 def sums(rs):
@@ -101,6 +106,9 @@ def summary(args):
     head = [l.strip() for l in open(args.tf, errors="replace") if l.startswith("teacher-forced:")]
     p("\n## Teacher-forced acceptance (held-out text)\n")
     p(head[-1] if head else "(no teacher-forced result: see tf.log)")
+    for l in open(args.tf, errors="replace"):
+        if l.startswith("teacher-forced n-max") or l.startswith("teacher-forced draft i"):
+            p("- " + l.strip())
     free = free_runs(args.free)
     greedy = [r for r in free if r["temp"] == 0 and r["acc"]]
     sampled = [r for r in free if r["temp"] > 0 and r["acc"]]
