@@ -109,10 +109,12 @@ void printUsage() {
       "                          second stream behind the other half's GEMMs (default off)\n"
       "  --temp T                sample at temperature T (default 0: greedy); with --spec-type, speculative sampling\n"
       "                          (drafts accepted with probability min(1, p/q), else resampled from max(0, p - q))\n"
-      "  --top-k K  --top-p P    before the temperature, as llama.cpp: keep the K largest logits (default 40, 0: off),\n"
+      "  --top-k K  --top-p P    before the temperature, as llama.cpp: keep the K largest logits (default 40, 0: "
+      "off),\n"
       "                          then the smallest set with softmax mass P (default 0.95, 1: off)\n"
       "  --seed S                seeds the synthetic weights, simulated acceptance and sampling (default 1)\n"
-      "  --teacher-forced        with --spec-type: no generation; over the prompt text, at every position, how many of\n"
+      "  --teacher-forced        with --spec-type: no generation; over the prompt text, at every position, how many "
+      "of\n"
       "                          a chain of n-max drafts equal the target's greedy tokens (stats at n-max 1..N)\n"
       "  --tf-window N  --tf-context N  the text in windows of N tokens (default 1024), each with N tokens of context\n"
       "                          before its first evaluated position (default 64)\n"
@@ -281,8 +283,8 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
   if (specType.empty()) {
     if (nMaxGiven || f->draftNMin > 0 || f->draftPMin > 0 || simToken >= 0 || f->simDraftAcceptance >= 0 ||
         f->teacherForced || !f->traceOut.empty() || !f->replayTrace.empty())
-      return fail(err,
-                  "--spec-draft-*, --sim-*, --teacher-forced, --trace-out and --replay-trace need --spec-type draft-mtp");
+      return fail(
+          err, "--spec-draft-*, --sim-*, --teacher-forced, --trace-out and --replay-trace need --spec-type draft-mtp");
     f->draftNMax = 0;
   } else if (!nMaxGiven) {
     f->draftNMax = std::max(3, f->draftNMin);
@@ -300,12 +302,14 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
                 "probability p-min reads)");
   const bool sim = f->simAcceptance >= 0, replay = !f->replayTrace.empty();
   if (f->temp > 0 && (sim || replay || f->draftPMin > 0 || f->teacherForced))
-    return fail(err, "--temp > 0 cannot be combined with --sim-*, --replay-trace, --spec-draft-p-min or --teacher-forced "
-                     "(greedy-run tools)");
+    return fail(err,
+                "--temp > 0 cannot be combined with --sim-*, --replay-trace, --spec-draft-p-min or --teacher-forced "
+                "(greedy-run tools)");
   if (replay && (sim || f->draftPMin > 0))
     return fail(err, "--replay-trace cannot be combined with --sim-* or --spec-draft-p-min");
   if (f->teacherForced && (sim || replay || f->draftPMin > 0 || f->draftNMin > 0))
-    return fail(err, "--teacher-forced measures greedy drafts of n-max tokens: no --sim-*, --replay-trace, n-min or p-min");
+    return fail(err,
+                "--teacher-forced measures greedy drafts of n-max tokens: no --sim-*, --replay-trace, n-min or p-min");
   if (f->teacherForced && f->tfContext >= f->tfWindow)
     return fail(err, "--tf-context must be smaller than --tf-window");
   if (f->allreduce != "auto" && f->allreduce != "nccl" && f->allreduce != "staged_host")
@@ -328,8 +332,9 @@ bool reportOutput(const Flags& f, const std::vector<int32_t>& out, std::string* 
   for (size_t i = 0; i < out.size() && i < 64; ++i) std::printf(" %d", out[i]);
   std::printf("%s\n", out.size() > 64 ? " ..." : "");
   if (!f.traceOut.empty() && spec && !f.teacherForced) {
-    const std::string header = "n-max " + std::to_string(f.draftNMax) + ", prompt " + std::to_string(spec->promptTokens) +
-                               " tokens, " + std::to_string(spec->generated) + " generated, temp " + std::to_string(f.temp);
+    const std::string header = "n-max " + std::to_string(f.draftNMax) + ", prompt " +
+                               std::to_string(spec->promptTokens) + " tokens, " + std::to_string(spec->generated) +
+                               " generated, temp " + std::to_string(f.temp);
     if (!writeTrace(f.traceOut, header, spec->trace, err)) return false;
     std::printf("trace-out: %zu rounds -> %s\n", spec->trace.size(), f.traceOut.c_str());
   }

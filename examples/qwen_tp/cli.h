@@ -30,14 +30,14 @@ struct Flags {
   double draftPMin = 0;              ///< --spec-draft-p-min (0: off; llama.cpp's default is 0.75)
   double simAcceptance = -1;         ///< resolved per-token probability (< 0: no simulation)
   double simDraftAcceptance = -1;    ///< --sim-draft-acceptance R as given (< 0: not given)
-  uint64_t seed = 1;           ///< synthetic weights, simulated acceptance and sampling
-  double temp = 0;             ///< --temp (0: greedy; llama.cpp's default is 0.8)
-  int topK = 40;               ///< --top-k (0: off)
-  double topP = 0.95;          ///< --top-p (1: off)
-  bool teacherForced = false;  ///< --teacher-forced: acceptance over the prompt text (teacher_forced.h)
+  uint64_t seed = 1;                 ///< synthetic weights, simulated acceptance and sampling
+  double temp = 0;                   ///< --temp (0: greedy; llama.cpp's default is 0.8)
+  int topK = 40;                     ///< --top-k (0: off)
+  double topP = 0.95;                ///< --top-p (1: off)
+  bool teacherForced = false;        ///< --teacher-forced: acceptance over the prompt text (teacher_forced.h)
   int tfWindow = 1024, tfContext = 64;  ///< --tf-window, --tf-context
-  std::string traceOut;        ///< --trace-out FILE: the speculative run's rounds
-  std::string replayTrace;     ///< --replay-trace FILE: replay a recorded run's rounds
+  std::string traceOut;                 ///< --trace-out FILE: the speculative run's rounds
+  std::string replayTrace;              ///< --replay-trace FILE: replay a recorded run's rounds
   bool mpi = false, noGraphs = false, profile = true, fusedNorm = true, pdl = true, prefillAttn = true;
   bool prefillOverlap = false;  ///< --prefill-overlap (GpuModelOptions::prefillOverlap; GPU, tp > 1)
   bool fusedKernels = true;     ///< false: --no-fused-kernels (GpuModelOptions::fusedKernels)
@@ -87,7 +87,8 @@ class TextStreamer {
 /// to that file (one line, space-separated, so `--prompt-ids @FILE` reads it back); with
 /// --trace-out and `spec`, writes its rounds there. False with a message when a file cannot be
 /// written.
-bool reportOutput(const Flags& f, const std::vector<int32_t>& out, std::string* err, const GenerateStats* spec = nullptr);
+bool reportOutput(const Flags& f, const std::vector<int32_t>& out, std::string* err,
+                  const GenerateStats* spec = nullptr);
 
 /// True when a run needs the plain greedy pass: no speculation, or the reference continuation
 /// of simulated acceptance (then it is also the "MTP off" measurement).

@@ -213,7 +213,8 @@ bool CpuModel::logitsRows(int rows, std::vector<float>* out, std::string* error)
   const int Vl = shape_.vocab, V = cfg_.vocabSize;
   const int have = static_cast<int>(logits_.size() / static_cast<size_t>(Vl));
   if (rows < 1 || rows > have) {
-    if (error) *error = "logitsRows: " + std::to_string(rows) + " rows asked, the last call kept " + std::to_string(have);
+    if (error)
+      *error = "logitsRows: " + std::to_string(rows) + " rows asked, the last call kept " + std::to_string(have);
     return false;
   }
   out->assign(static_cast<size_t>(rows) * V, 0.f);

@@ -98,7 +98,8 @@ class GpuModel : public DecoderEngine {
   /// lastLogits at tp == 1 (one shard is the whole vocabulary); at tp > 1 the shards would have
   /// to be gathered, which the GPU decoder does not do: sampling there needs --tp 1.
   bool logitsRows(int rows, std::vector<float>* out, std::string* error) override {
-    if (shape_.tp != 1) return *error = "sampling (--temp > 0) on the GPU needs --tp 1 (--device cpu samples at any --tp)", false;
+    if (shape_.tp != 1)
+      return *error = "sampling (--temp > 0) on the GPU needs --tp 1 (--device cpu samples at any --tp)", false;
     return lastLogits(rows, out, error);
   }
   bool hasMtp() const override { return cfg_.mtpLayers > 0; }

@@ -250,7 +250,8 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
   }
   RankResult r;
   if (!runDecode(sh, rank, model, &r, err)) return false;
-  if (sh.flags.profile && o.useGraphs && !sh.flags.teacherForced && !profileStep(sh, model, &r, err))  // replays the graphs
+  if (sh.flags.profile && o.useGraphs && !sh.flags.teacherForced &&
+      !profileStep(sh, model, &r, err))  // replays the graphs
     return false;
   if (rank == 0 && !report(sh, model, o, r, err)) return false;
   return true;

@@ -34,7 +34,8 @@ void samplingDistribution(const float* logits, int V, const SamplingParams& p, s
   }
   const double invT = 1.0 / (p.temp > 0 ? p.temp : 1.0);
   double sum = 0;
-  for (int i = 0; i < keep; ++i) sum += (*probs)[order[i]] = std::exp((static_cast<double>(logits[order[i]]) - m) * invT);
+  for (int i = 0; i < keep; ++i)
+    sum += (*probs)[order[i]] = std::exp((static_cast<double>(logits[order[i]]) - m) * invT);
   for (int i = 0; i < keep; ++i) (*probs)[order[i]] /= sum;
 }
 
@@ -61,7 +62,7 @@ double uniform01(uint64_t seed, uint64_t round, uint64_t index, uint64_t stream)
 bool acceptOrResample(const std::vector<double>& p, const std::vector<double>& q, int32_t d, double u, double u2,
                       int32_t* resampled) {
   const double pd = p[static_cast<size_t>(d)], qd = q[static_cast<size_t>(d)];
-  if (qd <= 0) return pd > 0;  // never offered: d is drawn from q
+  if (qd <= 0) return pd > 0;    // never offered: d is drawn from q
   if (u * qd < pd) return true;  // u < min(1, p(d) / q(d))
   std::vector<double> residual(p.size());
   double mass = 0;

@@ -1,9 +1,9 @@
 // speculative.cc: the decoding loop, acceptance simulation and metrics text.
 #include "speculative.h"
 
-#include <cstdint>
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 
 #include "synth.h"
@@ -241,8 +241,11 @@ std::string formatTimings(const GenerateStats& s) {
                   "draft acceptance%s = %.5f (%lld accepted / %lld generated), per-token acceptance = %.5f "
                   "(%lld accepted / %lld accepted + first rejections), mean accepted length = %.3f (%lld verify "
                   "rounds, %lld drafts dropped by n-min/p-min)\n",
-                  s.simulated ? " (simulated acceptance)" : s.replayed ? " (replayed trace)" : "", s.acceptance(), static_cast<long long>(s.accepted),
-                  static_cast<long long>(s.drafted), s.tokenAcceptance(), static_cast<long long>(s.accepted),
+                  s.simulated  ? " (simulated acceptance)"
+                  : s.replayed ? " (replayed trace)"
+                               : "",
+                  s.acceptance(), static_cast<long long>(s.accepted), static_cast<long long>(s.drafted),
+                  s.tokenAcceptance(), static_cast<long long>(s.accepted),
                   static_cast<long long>(s.accepted + s.rejected), s.meanAcceptedLength(),
                   static_cast<long long>(s.rounds), static_cast<long long>(s.draftsDropped));
     r += buf;

@@ -83,8 +83,8 @@ struct GenerateStats {
   int64_t rejected = 0;        ///< rounds whose draft had a rejected token (k < drafted)
   int64_t draftsDropped = 0;   ///< rounds whose draft was shorter than n-min (or empty by p-min)
   bool simulated = false;
-  bool replayed = false;       ///< drafts made right or wrong by a replayed trace
-  std::vector<RoundRecord> trace;  ///< every verify round of a speculative run, in order
+  bool replayed = false;             ///< drafts made right or wrong by a replayed trace
+  std::vector<RoundRecord> trace;    ///< every verify round of a speculative run, in order
   TeacherForcedStats teacherForced;  ///< --teacher-forced (positions > 0): what formatTimings prints
   bool speculative = false;    ///< MTP speculation ran (draftNMax > 0), even if every draft was dropped
   /// llama.cpp's draft acceptance: accepted / drafted.

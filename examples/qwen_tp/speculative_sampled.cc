@@ -49,7 +49,8 @@ bool generateSampled(DecoderEngine& e, const std::vector<int32_t>& prompt, const
   if (P == 0) return fail(error, "the prompt is empty");
   if (opt.nPredict <= 0) return fail(error, "--n-predict must be > 0");
   if (N > 0 && !e.hasMtp()) return fail(error, "--spec-type draft-mtp: the model has no MTP head");
-  if (N < 0 || N + 1 > e.maxTokensPerCall()) return fail(error, "--spec-draft-n-max " + std::to_string(N) + " out of range");
+  if (N < 0 || N + 1 > e.maxTokensPerCall())
+    return fail(error, "--spec-draft-n-max " + std::to_string(N) + " out of range");
   if (opt.draftNMin < 0 || (N > 0 && opt.draftNMin > N)) return fail(error, "--spec-draft-n-min out of range");
   if (opt.draftPMin > 0 || opt.simAcceptance >= 0 || opt.replay)
     return fail(error, "--temp > 0: no --spec-draft-p-min, --sim-* or --replay-trace (they are greedy-run tools)");
@@ -88,7 +89,8 @@ bool generateSampled(DecoderEngine& e, const std::vector<int32_t>& prompt, const
       batch[static_cast<size_t>(i)] = drawToken(q[static_cast<size_t>(i)], uniform01(sp.seed, round, i, kStreamDraft));
       nd = i;
       if (i < ndMax) {  // q_{i+1}: the chained step fed this draft
-        if (!e.mtpChain(batch[static_cast<size_t>(i)], n + i - 1, &draft, error) || !distributions(e, 1, sp, &one, error))
+        if (!e.mtpChain(batch[static_cast<size_t>(i)], n + i - 1, &draft, error) ||
+            !distributions(e, 1, sp, &one, error))
           return false;
         q[static_cast<size_t>(i) + 1] = one[0];
       }
@@ -97,7 +99,8 @@ bool generateSampled(DecoderEngine& e, const std::vector<int32_t>& prompt, const
       nd = 0;
       ++st->draftsDropped;
     }
-    if (!e.target(batch.data(), nd + 1, n, next.data(), error) || !distributions(e, nd + 1, sp, &p, error)) return false;
+    if (!e.target(batch.data(), nd + 1, n, next.data(), error) || !distributions(e, nd + 1, sp, &p, error))
+      return false;
     int k = 0;
     int32_t last = 0;
     bool rejected = false;

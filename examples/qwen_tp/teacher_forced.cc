@@ -59,8 +59,8 @@ bool teacherForcedAcceptance(DecoderEngine& e, const std::vector<int32_t>& text,
     if (w0 + window >= T) break;
   }
   if (st->positions == 0)
-    return fail(error, "--teacher-forced: the text (" + std::to_string(T) + " tokens) is not longer than the context (" +
-                           std::to_string(context) + ")");
+    return fail(error, "--teacher-forced: the text (" + std::to_string(T) +
+                           " tokens) is not longer than the context (" + std::to_string(context) + ")");
   return true;
 }
 
@@ -121,7 +121,8 @@ bool readTrace(const std::string& path, std::vector<RoundRecord>* rounds, std::s
     if (!(is >> r.drafted >> r.accepted) || (is >> rest) || r.drafted < 0 || r.drafted > 64 || r.accepted < 0 ||
         r.accepted > r.drafted)
       return fail(error, "--replay-trace " + path + ":" + std::to_string(lineNo) +
-                             ": expected \"drafted accepted\" with 0 <= accepted <= drafted <= 64, got \"" + line + "\"");
+                             ": expected \"drafted accepted\" with 0 <= accepted <= drafted <= 64, got \"" + line +
+                             "\"");
     rounds->push_back(r);
     if (rounds->size() > (1u << 24)) return fail(error, "--replay-trace " + path + ": more than 2^24 rounds");
   }

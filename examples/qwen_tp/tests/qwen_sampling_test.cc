@@ -151,8 +151,8 @@ double chiSquare(const SamplingCase& c, int runs, int* df, int64_t* accepted, in
 
 // One row per configuration; n-max 0 is plain sampling (the control).
 const SamplingCase kCases[] = {
-    {1.0, 0, 1.0, 0, 0},  {1.0, 0, 1.0, 1, 0},  {1.0, 0, 1.0, 3, 0},
-    {0.7, 3, 0.9, 2, 0},  {1.5, 0, 0.8, 4, 0},  {1.0, 4, 1.0, 3, 2},
+    {1.0, 0, 1.0, 0, 0}, {1.0, 0, 1.0, 1, 0}, {1.0, 0, 1.0, 3, 0},
+    {0.7, 3, 0.9, 2, 0}, {1.5, 0, 0.8, 4, 0}, {1.0, 4, 1.0, 3, 2},
 };
 
 TEST(QwenSampling, SpeculativeSamplingFollowsTheTargetDistribution) {
@@ -161,10 +161,11 @@ TEST(QwenSampling, SpeculativeSamplingFollowsTheTargetDistribution) {
     int64_t acc = 0, rej = 0;
     const double stat = chiSquare(c, 40000, &df, &acc, &rej);
     const double crit = chiSquareCritical(df);
-    std::printf("temp %.2f top-k %d top-p %.2f n-max %d n-min %d: chi-square %.1f, df %d, critical (1e-4) %.1f; drafts "
-                "accepted %lld, not accepted %lld\n",
-                c.temp, c.topK, c.topP, c.nMax, c.nMin, stat, df, crit, static_cast<long long>(acc),
-                static_cast<long long>(rej));
+    std::printf(
+        "temp %.2f top-k %d top-p %.2f n-max %d n-min %d: chi-square %.1f, df %d, critical (1e-4) %.1f; drafts "
+        "accepted %lld, not accepted %lld\n",
+        c.temp, c.topK, c.topP, c.nMax, c.nMin, stat, df, crit, static_cast<long long>(acc),
+        static_cast<long long>(rej));
     EXPECT_LT(stat, crit) << "n-max " << c.nMax << " temp " << c.temp;
     if (c.nMax > 0) {  // both branches of the rule ran
       EXPECT_GT(acc, 1000);
@@ -196,7 +197,8 @@ TEST(QwenSampling, Distribution) {
   samplingDistribution(logits, 6, SamplingParams{1.0, 0, 1.0, 0}, &p);  // plain softmax
   double z = 0;
   for (float l : logits) z += std::exp(static_cast<double>(l));
-  for (int i = 0; i < 6; ++i) EXPECT_NEAR(p[static_cast<size_t>(i)], std::exp(static_cast<double>(logits[i])) / z, 1e-12);
+  for (int i = 0; i < 6; ++i)
+    EXPECT_NEAR(p[static_cast<size_t>(i)], std::exp(static_cast<double>(logits[i])) / z, 1e-12);
   samplingDistribution(logits, 6, SamplingParams{1.0, 2, 1.0, 0}, &p);  // top-2: the two 3s
   EXPECT_NEAR(p[1], 0.5, 1e-12);
   EXPECT_NEAR(p[3], 0.5, 1e-12);
@@ -256,7 +258,8 @@ TEST(QwenTeacherForced, MatchesBruteForce) {
   EXPECT_EQ(st.hist, hist);
   for (int m = 1; m <= nMax; ++m) {
     int64_t a = 0, r = 0;
-    for (int k = 0; k <= nMax; ++k) a += hist[static_cast<size_t>(k)] * std::min(k, m), r += k < m ? hist[static_cast<size_t>(k)] : 0;
+    for (int k = 0; k <= nMax; ++k)
+      a += hist[static_cast<size_t>(k)] * std::min(k, m), r += k < m ? hist[static_cast<size_t>(k)] : 0;
     EXPECT_EQ(st.accepted(m), a);
     EXPECT_EQ(st.rejected(m), r);
     EXPECT_EQ(st.drafted(m), positions * m);
