@@ -46,6 +46,10 @@ DISTINCT_MIN=${DISTINCT_MIN:-0.5}
 SAMPLE_TEMP=${SAMPLE_TEMP:-0.8}
 REPLAY_SHAPES=${REPLAY_SHAPES:-"qwen3-32b qwen3-8b"}
 REPLAY_PREDICT=${REPLAY_PREDICT:-256}
+# A part that would start past DEADLINE_S seconds (or, for a free-running run, past DEADLINE_S minus
+# REPLAY_RESERVE_S, kept for the replays) is skipped, and the log says so: the call ends in time.
+DEADLINE_S=${DEADLINE_S:-565}
+REPLAY_RESERVE_S=${REPLAY_RESERVE_S:-130}
 W=${WORK:-/tmp/qwen_draft/work}
 mkdir -p "$OUT" "$W" "$(dirname "$CKPT")"
 REV=${COMMIT:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)}
@@ -53,7 +57,7 @@ Q=$B/examples/qwen_tp/qwen_tp
 T0=$(date +%s)
 SETTINGS="STEPS=$STEPS MINUTES=$MINUTES SEED=$SEED TRAIN_ARGS='$TRAIN_ARGS' NMAX_TF=$NMAX_TF TF_CHARS=$TF_CHARS TF_WINDOW=$TF_WINDOW \
 PREFIXES=$PREFIXES PREFIX_CHARS=$PREFIX_CHARS PREFIX_PREDICT=$PREFIX_PREDICT FREE_NMAX='$FREE_NMAX' DISTINCT_MIN=$DISTINCT_MIN \
-SAMPLE_TEMP=$SAMPLE_TEMP REPLAY_SHAPES='$REPLAY_SHAPES' REPLAY_PREDICT=$REPLAY_PREDICT DEVICE=$DEVICE"
+SAMPLE_TEMP=$SAMPLE_TEMP REPLAY_SHAPES='$REPLAY_SHAPES' REPLAY_PREDICT=$REPLAY_PREDICT DEADLINE_S=$DEADLINE_S DEVICE=$DEVICE"
 
 . "$SRC/examples/qwen_tp/train/session_common.sh"
 for l in build train tf free replay; do header "$OUT/$l.log" "examples/qwen_tp/train/draft_session.sh ($l part); $SETTINGS"; done
@@ -118,6 +122,9 @@ echo "teacher-forced rc=$? (+$(( $(date +%s) - T0 )) s)"; grep -a "teacher-force
 # 3. free-running on the prefixes (greedy at each n-max; then sampled at n-max 3), with traces.
 for j in $(seq 0 $(( PREFIXES - 1 ))); do
   [ -f "$W/prefix$j.txt" ] || continue
+  if [ $(( $(date +%s) - T0 )) -gt $(( DEADLINE_S - REPLAY_RESERVE_S )) ]; then
+    echo "## deadline: prefixes $j.. skipped (+$(( $(date +%s) - T0 )) s)" >> "$OUT/free.log"; break
+  fi
   for n in $FREE_NMAX; do
     run free 60 "$Q" --device "$DEVICE" --model-dir "$CKPT" --prompt-file "$W/prefix$j.txt" --n-predict "$PREFIX_PREDICT" \
         --no-profile --spec-type draft-mtp --spec-draft-n-max "$n" --trace-out "$W/trace_n${n}_p$j.txt" --metrics-file "$W/m.prom"
@@ -139,6 +146,9 @@ for shape in $REPLAY_SHAPES; do
   base=(--device "$DEVICE" --model-preset "$shape" --prompt-tokens 512 --n-predict "$REPLAY_PREDICT" --ctx-size 1024)
   first=1
   for step in A B3 B5 B5 B3 A; do
+    if [ $(( $(date +%s) - T0 )) -gt $(( DEADLINE_S - 20 )) ]; then
+      echo "## deadline: $shape $step skipped (+$(( $(date +%s) - T0 )) s)" >> "$OUT/replay.log"; continue
+    fi
     case $step in
       A) run replay 120 "$Q" "${base[@]}" --no-profile --metrics-file "$W/m.prom" ;;
       B*) n=${step#B}; prof=--no-profile; [ "$step" = B3 ] && [ $first = 1 ] && prof= && first=0
