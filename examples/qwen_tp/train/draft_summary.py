@@ -9,6 +9,7 @@
       acceptance, the replayed-trace speed-ups at the large shapes, and a short table last.
 """
 import argparse
+import datetime
 import re
 import statistics
 
@@ -70,8 +71,10 @@ def select_traces(args):
         if not files:  # every run degenerate: replay them all, and say so
             files, what = every[n], "(ALL DEGENERATE: no non-degenerate run)"
         with open("%s/trace_n%d.txt" % (args.select_traces, n), "w") as f:
-            f.write("# commit %s; draft_session.sh: the rounds of %d %s greedy runs at n-max %d on held-out "
-                    "prefixes\n" % (args.rev, len(files), what, n))
+            f.write("# commit %s\n# date %s\n# command: draft_session.sh (draft_summary.py --select-traces): the rounds "
+                    "of %d %s greedy runs at n-max %d on held-out prefixes\n"
+                    % (args.rev, datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                       len(files), what, n))
             for p in files:
                 f.write(open(p).read())
         print("trace n-max %d: %d %s runs" % (n, len(files), what))
