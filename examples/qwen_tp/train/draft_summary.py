@@ -68,7 +68,7 @@ def select_traces(args):
                 keep[r["n"]].append(r["trace"])
     for n, files in keep.items():
         what = "non-degenerate"
-        if not files:  # every run degenerate: replay them all, and say so
+        if not files and every[n]:  # every run degenerate: replay them all, and say so
             files, what = every[n], "(ALL DEGENERATE: no non-degenerate run)"
         with open("%s/trace_n%d.txt" % (args.select_traces, n), "w") as f:
             f.write("# commit %s\n# date %s\n# command: draft_session.sh (draft_summary.py --select-traces): the rounds "
@@ -130,6 +130,13 @@ def summary(args):
         ds = [r["distinct"] for r in rs]
         p("| %d | %d | %d | %s | %s | %s | %s | %.2f / %.2f |" % (n, len(rs), len(rs) - len(good), *free_rows[n],
                                                                fmt_acc(rs)[0], min(ds), statistics.mean(ds)))
+    prompts = {}
+    for r in greedy:
+        m = re.search(r"--prompt-file (\S+)", r["cmd"])
+        prompts.setdefault(m.group(1) if m else "?", set()).add(" ".join(r["ids"] or []))
+    same = sum(len(v) == 1 for v in prompts.values())
+    p("\nGreedy speculation is greedy decoding: the output ids are the same at every n-max for %d of %d prompts%s"
+      % (same, len(prompts), "" if same == len(prompts) else " (FAILED: a speculative run differs from the others)"))
     if sampled:
         good = [r for r in sampled if r["distinct"] >= args.distinct_min]
         p("\nSampled (--temp %.2f, n-max 3, seeds 1..%d): accepted/drafted %s, per-token %s, mean length %s over the %d "
