@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "teacher_forced.h"
 #include "tpcomm/types.h"
 
 namespace qwen {
@@ -106,7 +107,20 @@ void printUsage() {
       "                          prologue, argmax + pick, MTP hidden copy); same results, more launches\n"
       "  --prefill-overlap       GPU, --tp > 1: prefill chunks in two row halves, each half's all-reduce on a\n"
       "                          second stream behind the other half's GEMMs (default off)\n"
-      "  --seed S  --no-graphs  --no-profile\n");
+      "  --temp T                sample at temperature T (default 0: greedy); with --spec-type, speculative sampling\n"
+      "                          (drafts accepted with probability min(1, p/q), else resampled from max(0, p - q))\n"
+      "  --top-k K  --top-p P    before the temperature, as llama.cpp: keep the K largest logits (default 40, 0: "
+      "off),\n"
+      "                          then the smallest set with softmax mass P (default 0.95, 1: off)\n"
+      "  --seed S                seeds the synthetic weights, simulated acceptance and sampling (default 1)\n"
+      "  --teacher-forced        with --spec-type: no generation; over the prompt text, at every position, how many "
+      "of\n"
+      "                          a chain of n-max drafts equal the target's greedy tokens (stats at n-max 1..N)\n"
+      "  --tf-window N  --tf-context N  the text in windows of N tokens (default 1024), each with N tokens of context\n"
+      "                          before its first evaluated position (default 64)\n"
+      "  --trace-out F           write the speculative run's rounds (drafted accepted, one a line) to F\n"
+      "  --replay-trace F        make drafts right or wrong round by round as trace F says (cycling), on any model\n"
+      "  --no-graphs  --no-profile\n");
 }
 
 bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
@@ -147,7 +161,14 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
                                               "--dump-logits",
                                               "--output-ids",
                                               "--gemv",
-                                              "--seed"};
+                                              "--seed",
+                                              "--temp",
+                                              "--top-k",
+                                              "--top-p",
+                                              "--tf-window",
+                                              "--tf-context",
+                                              "--trace-out",
+                                              "--replay-trace"};
     bool takesValue = false;
     for (const char* k : kValueFlags) takesValue = takesValue || a == k;
     if (a == "-h" || a == "--help")
@@ -168,6 +189,8 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
       f->prefillAttn = false;
     else if (a == "--prefill-overlap")
       f->prefillOverlap = true;
+    else if (a == "--teacher-forced")
+      f->teacherForced = true;
     else if (!takesValue)
       return fail(err, "unknown flag " + a + " (--help lists them)");
     else if (!val())
@@ -225,6 +248,25 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
       f->outputIds = v;
     else if (a == "--gemv")
       f->gemv = v;
+    else if (a == "--temp") {
+      char* end = nullptr;
+      errno = 0;
+      f->temp = std::strtod(v, &end);
+      if (errno || end == v || *end || !(f->temp >= 0 && f->temp <= 100))
+        return fail(err, std::string("--temp: expected a number in [0, 100], got \"") + v + "\"");
+    } else if (a == "--top-k") {
+      if (!parseInt("--top-k", v, 0, kBig, &f->topK, err)) return false;
+    } else if (a == "--top-p") {
+      if (!parseProb("--top-p", v, &f->topP, err)) return false;
+      if (f->topP <= 0) return fail(err, "--top-p: expected a number in (0, 1], got 0");
+    } else if (a == "--tf-window") {
+      if (!parseInt("--tf-window", v, 2, kBig, &f->tfWindow, err)) return false;
+    } else if (a == "--tf-context") {
+      if (!parseInt("--tf-context", v, 1, kBig, &f->tfContext, err)) return false;
+    } else if (a == "--trace-out")
+      f->traceOut = v;
+    else if (a == "--replay-trace")
+      f->replayTrace = v;
     else if (a == "--seed") {
       char* end = nullptr;
       errno = 0;
@@ -239,8 +281,10 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
     return fail(err, "--device must be cuda or cpu (got \"" + f->device + "\")");
   if (!specType.empty() && specType != "draft-mtp") return fail(err, "--spec-type: only draft-mtp is supported");
   if (specType.empty()) {
-    if (nMaxGiven || f->draftNMin > 0 || f->draftPMin > 0 || simToken >= 0 || f->simDraftAcceptance >= 0)
-      return fail(err, "--spec-draft-* and --sim-* flags need --spec-type draft-mtp");
+    if (nMaxGiven || f->draftNMin > 0 || f->draftPMin > 0 || simToken >= 0 || f->simDraftAcceptance >= 0 ||
+        f->teacherForced || !f->traceOut.empty() || !f->replayTrace.empty())
+      return fail(
+          err, "--spec-draft-*, --sim-*, --teacher-forced, --trace-out and --replay-trace need --spec-type draft-mtp");
     f->draftNMax = 0;
   } else if (!nMaxGiven) {
     f->draftNMax = std::max(3, f->draftNMin);
@@ -256,6 +300,18 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
     return fail(err,
                 "--spec-draft-p-min cannot be combined with --sim-* (simulation replaces the draft whose "
                 "probability p-min reads)");
+  const bool sim = f->simAcceptance >= 0, replay = !f->replayTrace.empty();
+  if (f->temp > 0 && (sim || replay || f->draftPMin > 0 || f->teacherForced))
+    return fail(err,
+                "--temp > 0 cannot be combined with --sim-*, --replay-trace, --spec-draft-p-min or --teacher-forced "
+                "(greedy-run tools)");
+  if (replay && (sim || f->draftPMin > 0))
+    return fail(err, "--replay-trace cannot be combined with --sim-* or --spec-draft-p-min");
+  if (f->teacherForced && (sim || replay || f->draftPMin > 0 || f->draftNMin > 0))
+    return fail(err,
+                "--teacher-forced measures greedy drafts of n-max tokens: no --sim-*, --replay-trace, n-min or p-min");
+  if (f->teacherForced && f->tfContext >= f->tfWindow)
+    return fail(err, "--tf-context must be smaller than --tf-window");
   if (f->allreduce != "auto" && f->allreduce != "nccl" && f->allreduce != "staged_host")
     return fail(err, "--allreduce must be auto, nccl or staged_host (got \"" + f->allreduce + "\")");
   tpcomm::Compression wire;
@@ -271,10 +327,17 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
   return true;
 }
 
-bool reportOutput(const Flags& f, const std::vector<int32_t>& out, std::string* err) {
+bool reportOutput(const Flags& f, const std::vector<int32_t>& out, std::string* err, const GenerateStats* spec) {
   std::printf("output:");
   for (size_t i = 0; i < out.size() && i < 64; ++i) std::printf(" %d", out[i]);
   std::printf("%s\n", out.size() > 64 ? " ..." : "");
+  if (!f.traceOut.empty() && spec && !f.teacherForced) {
+    const std::string header = "n-max " + std::to_string(f.draftNMax) + ", prompt " +
+                               std::to_string(spec->promptTokens) + " tokens, " + std::to_string(spec->generated) +
+                               " generated, temp " + std::to_string(f.temp);
+    if (!writeTrace(f.traceOut, header, spec->trace, err)) return false;
+    std::printf("trace-out: %zu rounds -> %s\n", spec->trace.size(), f.traceOut.c_str());
+  }
   if (f.outputIds.empty()) return true;
   std::ofstream file(f.outputIds);
   for (size_t i = 0; i < out.size(); ++i) file << (i ? " " : "") << out[i];
@@ -299,7 +362,9 @@ std::string describeSimulation(const Flags& f) {
 }
 
 bool prepareRun(RunSetup* s, std::string* err) {
-  const Flags& f = s->flags;
+  Flags& f = s->flags;
+  if (f.teacherForced && f.ctxSize == 0) f.ctxSize = f.tfWindow + f.draftNMax + 1;
+  if (!f.replayTrace.empty() && !readTrace(f.replayTrace, &s->replay, err)) return false;
   if (f.modelDir.empty()) {
     if (!presetConfig(f.preset, &s->cfg, err)) return false;
   } else if (!loadConfigFile(f.modelDir + "/config.json", &s->cfg, err) ||
@@ -371,9 +436,17 @@ void TextStreamer::finish() {
 bool runPlainAndSpeculative(DecoderEngine& e, const RunSetup& s, TextStreamer* text, std::vector<int32_t>* out,
                             GenerateStats* plain, GenerateStats* spec, std::string* err) {
   const Flags& f = s.flags;
+  if (f.teacherForced) {
+    spec->speculative = true;
+    return teacherForcedAcceptance(e, s.prompt, f.draftNMax, f.tfWindow, f.tfContext, &spec->teacherForced, err);
+  }
   GenerateOptions g;
   g.nPredict = f.nPredict;
   g.seed = f.seed;
+  g.sampling.temp = f.temp;
+  g.sampling.topK = f.topK;
+  g.sampling.topP = f.topP;
+  g.sampling.seed = f.seed;
   auto stream = [text](const int32_t* ids, int n) {
     if (text) text->push(ids, n);
   };
@@ -389,9 +462,10 @@ bool runPlainAndSpeculative(DecoderEngine& e, const RunSetup& s, TextStreamer* t
     g.draftNMin = f.draftNMin;
     g.draftPMin = f.draftPMin;
     g.simAcceptance = f.simAcceptance;
-    g.reference = f.simAcceptance >= 0 ? &ref : nullptr;
+    g.replay = f.replayTrace.empty() ? nullptr : &s.replay;
+    g.reference = f.simAcceptance >= 0 || g.replay ? &ref : nullptr;
     if (!generate(e, s.prompt, g, out, spec, err)) return false;
-    if (f.simAcceptance >= 0 && *out != ref) return fail(err, "speculative output differs from plain greedy");
+    if (g.reference && *out != ref) return fail(err, "speculative output differs from plain greedy");
   }
   if (text) text->finish();
   return true;

@@ -30,7 +30,14 @@ struct Flags {
   double draftPMin = 0;              ///< --spec-draft-p-min (0: off; llama.cpp's default is 0.75)
   double simAcceptance = -1;         ///< resolved per-token probability (< 0: no simulation)
   double simDraftAcceptance = -1;    ///< --sim-draft-acceptance R as given (< 0: not given)
-  uint64_t seed = 1;
+  uint64_t seed = 1;                 ///< synthetic weights, simulated acceptance and sampling
+  double temp = 0;                   ///< --temp (0: greedy; llama.cpp's default is 0.8)
+  int topK = 40;                     ///< --top-k (0: off)
+  double topP = 0.95;                ///< --top-p (1: off)
+  bool teacherForced = false;        ///< --teacher-forced: acceptance over the prompt text (teacher_forced.h)
+  int tfWindow = 1024, tfContext = 64;  ///< --tf-window, --tf-context
+  std::string traceOut;                 ///< --trace-out FILE: the speculative run's rounds
+  std::string replayTrace;              ///< --replay-trace FILE: replay a recorded run's rounds
   bool mpi = false, noGraphs = false, profile = true, fusedNorm = true, pdl = true, prefillAttn = true;
   bool prefillOverlap = false;  ///< --prefill-overlap (GpuModelOptions::prefillOverlap; GPU, tp > 1)
   bool fusedKernels = true;     ///< false: --no-fused-kernels (GpuModelOptions::fusedKernels)
@@ -54,6 +61,7 @@ struct RunSetup {
   std::unique_ptr<SafetensorsModel> ckpt;
   std::unique_ptr<Tokenizer> tok;  ///< null when none was given or found
   std::vector<int32_t> prompt;
+  std::vector<RoundRecord> replay;  ///< --replay-trace's rounds
 };
 
 /// Loads the config (preset or --model-dir), the checkpoint, the tokenizer (--tokenizer, else
@@ -76,16 +84,22 @@ class TextStreamer {
 };
 
 /// Prints the "output:" line (the first 64 generated ids) and, with --output-ids, writes them all
-/// to that file (one line, space-separated, so `--prompt-ids @FILE` reads it back). False with a
-/// message when the file cannot be written.
-bool reportOutput(const Flags& f, const std::vector<int32_t>& out, std::string* err);
+/// to that file (one line, space-separated, so `--prompt-ids @FILE` reads it back); with
+/// --trace-out and `spec`, writes its rounds there. False with a message when a file cannot be
+/// written.
+bool reportOutput(const Flags& f, const std::vector<int32_t>& out, std::string* err,
+                  const GenerateStats* spec = nullptr);
 
 /// True when a run needs the plain greedy pass: no speculation, or the reference continuation
 /// of simulated acceptance (then it is also the "MTP off" measurement).
-inline bool needsPlainRun(const Flags& f) { return f.draftNMax == 0 || f.simAcceptance >= 0; }
+inline bool needsPlainRun(const Flags& f) {
+  return !f.teacherForced && (f.draftNMax == 0 || f.simAcceptance >= 0 || !f.replayTrace.empty());
+}
 
 /// One rank's measured runs on engine `e`: plain greedy when needsPlainRun(), then MTP
-/// speculation when --spec-type is given (checked equal to the plain output under simulation).
+/// speculation when --spec-type is given (checked equal to the plain output under simulation
+/// and replay); with --temp > 0 both sample. --teacher-forced: the measurement over the prompt
+/// instead (into spec->teacherForced; nothing generated).
 /// `text` (may be null) streams the run whose output is reported; *out is that output.
 bool runPlainAndSpeculative(DecoderEngine& e, const RunSetup& s, TextStreamer* text, std::vector<int32_t>* out,
                             GenerateStats* plain, GenerateStats* spec, std::string* err);

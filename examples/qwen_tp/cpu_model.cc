@@ -209,6 +209,21 @@ bool CpuModel::topProbability(int row, double* p, std::string* error) {
   return true;
 }
 
+bool CpuModel::logitsRows(int rows, std::vector<float>* out, std::string* error) {
+  const int Vl = shape_.vocab, V = cfg_.vocabSize;
+  const int have = static_cast<int>(logits_.size() / static_cast<size_t>(Vl));
+  if (rows < 1 || rows > have) {
+    if (error)
+      *error = "logitsRows: " + std::to_string(rows) + " rows asked, the last call kept " + std::to_string(have);
+    return false;
+  }
+  out->assign(static_cast<size_t>(rows) * V, 0.f);
+  for (int t = 0; t < rows; ++t)
+    std::copy_n(logits_.data() + static_cast<size_t>(have - rows + t) * Vl, Vl,
+                out->data() + static_cast<size_t>(t) * V + shape_.vocabBegin());
+  return shape_.tp == 1 || allReduce(out->data(), out->size(), error, true);
+}
+
 bool CpuModel::target(const int32_t* tokens, int n, int pos, int32_t* next, std::string* error) {
   if (n <= 0 || pos < 0 || pos + n > ctx_) {
     if (error) *error = "target: positions [" + std::to_string(pos) + ", " + std::to_string(pos + n) + ") outside the KV cache of " + std::to_string(ctx_);

@@ -41,6 +41,9 @@ class CpuModel : public DecoderEngine {
   /// all-reduces: the max, then the sum of exponentials over the vocab shards).
   bool enableDraftProbability() override { return draftProb_ = true; }
   double lastDraftProbability() const override { return draftP_; }
+  /// The last rows of lastLogits(), each rank's shard in its columns of a zeroed row, summed
+  /// over the ranks (exact: the other ranks add zeros).
+  bool logitsRows(int rows, std::vector<float>* out, std::string* error) override;
   int vocabSize() const override { return cfg_.vocabSize; }
   int ctxSize() const override { return ctx_; }
   int maxTokensPerCall() const override { return ubatch_ > 0 ? ubatch_ : ctx_; }

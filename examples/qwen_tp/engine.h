@@ -57,6 +57,15 @@ class DecoderEngine {
   virtual bool enableDraftProbability() { return false; }
   /// The top probability of the last draft, once enableDraftProbability() returned true.
   virtual double lastDraftProbability() const { return 1.0; }
+  /// Full-vocabulary fp32 logits of the last `rows` rows of the last call into out [rows, vocab]
+  /// (target(): its rows, up to the engine's limit; prefill() and an MTP pass: their last row),
+  /// gathered from the ranks' vocabulary shards, the same on every rank (a collective: every
+  /// rank calls it). For sampling (sampler.h). False with a message when the engine cannot.
+  virtual bool logitsRows(int rows, std::vector<float>* out, std::string* error) {
+    (void)rows, (void)out;
+    if (error) *error = "this engine does not give its logits (sampling needs them)";
+    return false;
+  }
   /// True when the model has an MTP head.
   virtual bool hasMtp() const = 0;
   virtual int vocabSize() const = 0;

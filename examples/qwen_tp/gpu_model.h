@@ -110,6 +110,13 @@ class GpuModel : public DecoderEngine {
   bool mtpChainRun(int32_t token, int slot, int count, int32_t* drafts, double* probs, std::string* error) override;
   bool enableDraftProbability() override;
   double lastDraftProbability() const override { return draftP_; }
+  /// lastLogits at tp == 1 (one shard is the whole vocabulary); at tp > 1 the shards would have
+  /// to be gathered, which the GPU decoder does not do: sampling there needs --tp 1.
+  bool logitsRows(int rows, std::vector<float>* out, std::string* error) override {
+    if (shape_.tp != 1)
+      return *error = "sampling (--temp > 0) on the GPU needs --tp 1 (--device cpu samples at any --tp)", false;
+    return lastLogits(rows, out, error);
+  }
   bool hasMtp() const override { return cfg_.mtpLayers > 0; }
   int vocabSize() const override { return cfg_.vocabSize; }
   int ctxSize() const override { return opt_.ctxSize; }

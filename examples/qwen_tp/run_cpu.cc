@@ -103,7 +103,7 @@ int runOnCpu(const RunSetup& s) {
   if (f.draftNMax > 0)
     std::printf("--- draft-mtp n-max %d n-min %d p-min %.2f ---\n%s%s", f.draftNMax, f.draftNMin, f.draftPMin,
                 describeSimulation(f).c_str(), formatTimings(spec).c_str());
-  if (!reportOutput(f, out, &err)) return std::fprintf(stderr, "qwen_tp: %s\n", err.c_str()), 1;
+  if (!reportOutput(f, out, &err, &spec)) return std::fprintf(stderr, "qwen_tp: %s\n", err.c_str()), 1;
   std::ofstream m(f.metricsFile);
   m << formatPrometheus(f.draftNMax > 0 ? spec : plain, ctx);
   return 0;

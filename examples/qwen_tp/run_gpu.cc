@@ -77,7 +77,7 @@ bool runDecode(const Shared& sh, int rank, GpuModel& model, RankResult* r, std::
   g.nPredict = f.nPredict;
   TextStreamer text(rank == 0 ? sh.tok.get() : nullptr);
   r->needPlain = needsPlainRun(f);
-  {
+  if (!f.teacherForced) {  // a teacher-forced run goes over a text longer than the KV cache, in windows
     GenerateOptions w = g;
     w.nPredict = std::min(f.nPredict, 4);
     std::vector<int32_t> o;
@@ -226,7 +226,7 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
         "drafting\n",
         N, round, round / r.stepMs, round > 0 ? drafting / round * 100 : 0);
   }
-  if (!reportOutput(f, r.out, err)) return false;
+  if (!reportOutput(f, r.out, err, &r.spec)) return false;
   std::ofstream m(f.metricsFile);
   m << formatPrometheus(f.draftNMax > 0 ? r.spec : r.plain, o.ctxSize);
   return true;
@@ -255,7 +255,9 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
   }
   RankResult r;
   if (!runDecode(sh, rank, model, &r, err)) return false;
-  if (sh.flags.profile && o.useGraphs && !profileStep(sh, model, &r, err)) return false;  // replays the graphs
+  if (sh.flags.profile && o.useGraphs && !sh.flags.teacherForced &&
+      !profileStep(sh, model, &r, err))  // replays the graphs
+    return false;
   if (rank == 0 && !report(sh, model, o, r, err)) return false;
   return true;
 }

@@ -1,12 +1,13 @@
 // speculative.cc: the decoding loop, acceptance simulation and metrics text.
 #include "speculative.h"
 
-#include <cstdint>
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 
 #include "synth.h"
+#include "teacher_forced.h"
 
 namespace qwen {
 namespace {
@@ -51,7 +52,20 @@ int32_t simulateDraft(int32_t draft, int32_t reference, double a, uint64_t seed,
   return (reference + off) % vocab;  // never the reference
 }
 
-bool prefillChunked(DecoderEngine& e, std::vector<int32_t>* tokens, bool mtp, int32_t* draft, std::string* error) {
+int64_t TeacherForcedStats::accepted(int m) const {
+  int64_t a = 0;
+  for (size_t k = 0; k < hist.size(); ++k) a += hist[k] * std::min<int64_t>(static_cast<int64_t>(k), m);
+  return a;
+}
+
+int64_t TeacherForcedStats::rejected(int m) const {
+  int64_t r = 0;
+  for (size_t k = 0; k < hist.size() && static_cast<int>(k) < m; ++k) r += hist[k];
+  return r;
+}
+
+bool prefillChunked(DecoderEngine& e, std::vector<int32_t>* tokens, bool mtp, int32_t* draft, std::string* error,
+                    const std::function<bool(int32_t*, std::string*)>& pick) {
   const int P = static_cast<int>(tokens->size()), U = e.maxTokensPerCall();
   if (P <= 0) return fail(error, "the prompt is empty");
   if (U <= 0) return fail(error, "the engine accepts no tokens per call");
@@ -62,7 +76,10 @@ bool prefillChunked(DecoderEngine& e, std::vector<int32_t>* tokens, bool mtp, in
     const int n = std::min(U, P - a);
     int32_t last = 0;
     if (!e.prefill(tokens->data() + a, n, a, &last, error)) return false;
-    if (a + n == P) tokens->push_back(last);  // t_P: the first generated token
+    if (a + n == P) {  // t_P: the first generated token
+      if (pick && !pick(&last, error)) return false;
+      tokens->push_back(last);
+    }
     // MTP pairs (h_s, t_{s+1}) for s in [a, a + n): t_{s+1} is in the prompt, or t_P just made.
     if (mtp && !e.mtpFromTarget(tokens->data() + a + 1, n, a, draft, error)) return false;
   }
@@ -94,12 +111,14 @@ bool warmSpeculation(DecoderEngine& e, const GenerateOptions& opt, int pos, std:
 
 bool generate(DecoderEngine& e, const std::vector<int32_t>& prompt, const GenerateOptions& opt, std::vector<int32_t>* out,
               GenerateStats* st, std::string* error) {
+  if (!opt.sampling.greedy()) return generateSampled(e, prompt, opt, out, st, error);
   *st = GenerateStats();
   out->clear();
   const int P = static_cast<int>(prompt.size());
   const int N = opt.draftNMax;
   st->promptTokens = P;
   st->simulated = N > 0 && opt.simAcceptance >= 0;
+  st->replayed = N > 0 && opt.replay != nullptr;
   st->speculative = N > 0;
   if (P == 0) return fail(error, "the prompt is empty");
   if (opt.nPredict <= 0) return fail(error, "--n-predict must be > 0");
@@ -111,6 +130,17 @@ bool generate(DecoderEngine& e, const std::vector<int32_t>& prompt, const Genera
     return fail(error, "--spec-draft-n-min " + std::to_string(opt.draftNMin) + " must be in [0, --spec-draft-n-max " +
                            std::to_string(N) + "]");
   if (!(opt.draftPMin >= 0 && opt.draftPMin <= 1)) return fail(error, "--spec-draft-p-min must be in [0, 1]");
+  // The replayed trace: its full rounds (drafted >= N; a run's last rounds may draft fewer).
+  std::vector<int> replayAccepted;
+  if (st->replayed) {
+    if (st->simulated || opt.draftPMin > 0 || !opt.reference)
+      return fail(error, "--replay-trace needs the reference continuation and no --sim-* or --spec-draft-p-min");
+    for (const RoundRecord& r : *opt.replay)
+      if (r.drafted >= N) replayAccepted.push_back(std::min(r.accepted, N));
+    if (replayAccepted.empty())
+      return fail(error, "--replay-trace: no round of the trace drafted " + std::to_string(N) +
+                             " tokens (record it at --spec-draft-n-max " + std::to_string(N) + " or more)");
+  }
   if (N > 0 && opt.draftPMin > 0) {
     if (st->simulated)
       return fail(error, "--spec-draft-p-min cannot be combined with simulated acceptance (the probability is the real "
@@ -158,6 +188,17 @@ bool generate(DecoderEngine& e, const std::vector<int32_t>& prompt, const Genera
       nd = i;
       if (i < ndMax && !e.mtpChain(d, n + i - 1, &draft, error)) return false;
     }
+    if (st->replayed && nd > 0) {
+      // The trace's next round says how many drafts are right: those become the reference
+      // tokens, the next one a wrong token (the draft the target rejects).
+      const int right = std::min(replayAccepted[static_cast<size_t>((st->rounds - 1) % replayAccepted.size())], nd);
+      for (int i = 1; i <= nd; ++i) {
+        const size_t at = static_cast<size_t>(n + i - P);
+        if (at >= opt.reference->size()) break;
+        const int32_t ref = (*opt.reference)[at];
+        batch[i] = i <= right ? ref : (ref + 1) % e.vocabSize();
+      }
+    }
     if (ndMax > 0 && nd < std::max(opt.draftNMin, 1)) {  // llama.cpp drops a draft shorter than n-min
       nd = 0;
       ++st->draftsDropped;
@@ -168,6 +209,7 @@ bool generate(DecoderEngine& e, const std::vector<int32_t>& prompt, const Genera
     st->drafted += nd;
     st->accepted += k;
     if (k < nd) ++st->rejected;
+    if (N > 0) st->trace.push_back(RoundRecord{nd, k});
     for (int i = 1; i <= k; ++i) tokens.push_back(batch[i]);
     tokens.push_back(next[k]);
     if (opt.onTokens) opt.onTokens(&tokens[static_cast<size_t>(n + 1)], k + 1);
@@ -184,6 +226,7 @@ bool generate(DecoderEngine& e, const std::vector<int32_t>& prompt, const Genera
 }
 
 std::string formatTimings(const GenerateStats& s) {
+  if (s.teacherForced.positions > 0) return formatTeacherForced(s.teacherForced);
   char buf[1024];
   int gen = std::max(0, s.generated - 1);  // the first token comes from the prefill
   int n = std::snprintf(buf, sizeof(buf),
@@ -198,8 +241,11 @@ std::string formatTimings(const GenerateStats& s) {
                   "draft acceptance%s = %.5f (%lld accepted / %lld generated), per-token acceptance = %.5f "
                   "(%lld accepted / %lld accepted + first rejections), mean accepted length = %.3f (%lld verify "
                   "rounds, %lld drafts dropped by n-min/p-min)\n",
-                  s.simulated ? " (simulated acceptance)" : "", s.acceptance(), static_cast<long long>(s.accepted),
-                  static_cast<long long>(s.drafted), s.tokenAcceptance(), static_cast<long long>(s.accepted),
+                  s.simulated  ? " (simulated acceptance)"
+                  : s.replayed ? " (replayed trace)"
+                               : "",
+                  s.acceptance(), static_cast<long long>(s.accepted), static_cast<long long>(s.drafted),
+                  s.tokenAcceptance(), static_cast<long long>(s.accepted),
                   static_cast<long long>(s.accepted + s.rejected), s.meanAcceptedLength(),
                   static_cast<long long>(s.rounds), static_cast<long long>(s.draftsDropped));
     r += buf;

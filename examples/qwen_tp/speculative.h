@@ -18,6 +18,14 @@
 //   E[accepted] = p + p^2 + ... + p^N,  accepted/drafted = E[accepted] / N,
 //   mean accepted length (tokens per verify) = 1 + E[accepted].
 // Per-token 0.77 at N = 5: accepted/drafted 0.488, mean length 3.44; per-token 0.485: 0.183, 1.92.
+//
+// Replayed trace (--replay-trace): the per-round accepted counts of a real run (GenerateStats::trace,
+// --trace-out) decide which drafts are made right, round after round (cycling), so a model with
+// random weights at another shape decodes with a measured acceptance pattern. The drafts are made
+// as in a real run (drafts 2..N in one mtpChainRun call: the same draft cost), then replaced.
+//
+// Sampling (temperature > 0, sampler.h): speculative_sampled.cc's loop, with the standard
+// accept/reject rule, so the output follows the target's sampling distribution.
 #pragma once
 
 #include <cstdint>
@@ -26,8 +34,27 @@
 #include <vector>
 
 #include "engine.h"
+#include "sampler.h"
 
 namespace qwen {
+
+/// One verify round of a speculative run: drafts verified, and how many of them were accepted.
+struct RoundRecord {
+  int drafted = 0, accepted = 0;
+};
+
+/// Teacher-forced acceptance (teacher_forced.h): at each evaluated position of a text, the number
+/// of leading tokens of a draft chain of nMax tokens that equal the target's greedy tokens.
+struct TeacherForcedStats {
+  int nMax = 0;
+  int64_t positions = 0, windows = 0, targetTop1 = 0;  ///< targetTop1: the target's greedy token was the text's
+  std::vector<int64_t> hist;                           ///< hist[k]: positions whose first k drafts were right
+  /// At drafts of m <= nMax tokens: accepted tokens (sum of min(k, m)), drafted (m per
+  /// position), first rejections (positions with k < m).
+  int64_t accepted(int m) const;
+  int64_t drafted(int m) const { return positions * m; }
+  int64_t rejected(int m) const;
+};
 
 struct GenerateOptions {
   int nPredict = 16;        ///< tokens to generate after the prompt
@@ -37,6 +64,10 @@ struct GenerateOptions {
   double simAcceptance = -1;  ///< < 0: real drafts; else the per-token probability a draft is made right
   const std::vector<int32_t>* reference = nullptr;  ///< greedy continuation for simAcceptance
   uint64_t seed = 1234;
+  /// temp > 0: sample (speculative_sampled.cc); else greedy.
+  SamplingParams sampling;
+  /// Not null: replay these rounds' accepted counts (cycling; needs `reference`).
+  const std::vector<RoundRecord>* replay = nullptr;
   /// Called with each batch of newly committed tokens, in order (for streamed text output).
   std::function<void(const int32_t* ids, int n)> onTokens;
 };
@@ -52,6 +83,9 @@ struct GenerateStats {
   int64_t rejected = 0;        ///< rounds whose draft had a rejected token (k < drafted)
   int64_t draftsDropped = 0;   ///< rounds whose draft was shorter than n-min (or empty by p-min)
   bool simulated = false;
+  bool replayed = false;             ///< drafts made right or wrong by a replayed trace
+  std::vector<RoundRecord> trace;    ///< every verify round of a speculative run, in order
+  TeacherForcedStats teacherForced;  ///< --teacher-forced (positions > 0): what formatTimings prints
   bool speculative = false;    ///< MTP speculation ran (draftNMax > 0), even if every draft was dropped
   /// llama.cpp's draft acceptance: accepted / drafted.
   double acceptance() const { return drafted ? static_cast<double>(accepted) / drafted : 0; }
@@ -67,6 +101,14 @@ struct GenerateStats {
 /// engine without an MTP head.
 bool generate(DecoderEngine& engine, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
               std::vector<int32_t>* out, GenerateStats* stats, std::string* error);
+
+/// generate() with opt.sampling.temp > 0 (generate() calls it): every token drawn from the
+/// target's sampling distribution; with MTP, drafts drawn from the MTP head's distribution (the
+/// same top-k / top-p / temperature), accepted or resampled by acceptOrResample, the bonus token
+/// drawn from the target's distribution after the last draft. Needs DecoderEngine::logitsRows.
+/// No p-min, no simulation or replay.
+bool generateSampled(DecoderEngine& engine, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
+                     std::vector<int32_t>* out, GenerateStats* stats, std::string* error);
 
 /// Whether generate() keeps every draft of a round it makes (no p-min stop, no simulation
 /// replacing a draft before the next is chained on it), and so chains drafts 2..n-max in one
@@ -85,9 +127,12 @@ bool warmSpeculation(DecoderEngine& e, const GenerateOptions& opt, int pos, std:
 /// Prefill of the prompt in *tokens (t_0 .. t_{P-1}) in chunks of e.maxTokensPerCall() tokens
 /// (llama.cpp's --ubatch-size), each through e.prefill() at its positions; appends t_P, the
 /// greedy token after the prompt. With `mtp`, each chunk is followed by the MTP pass over its
-/// pairs (h_s, t_{s+1}), and *draft is the MTP's draft after the last chunk. Fails when the
-/// prompt does not fit the KV cache.
-bool prefillChunked(DecoderEngine& e, std::vector<int32_t>* tokens, bool mtp, int32_t* draft, std::string* error);
+/// pairs (h_s, t_{s+1}), and *draft is the MTP's draft after the last chunk. `pick` (may be
+/// empty) is called with t_P before it is appended and may replace it (a sampled token, or the
+/// text's own in a teacher-forced run); it runs before the last chunk's MTP pass, which pairs
+/// the last hidden with the token picked. Fails when the prompt does not fit the KV cache.
+bool prefillChunked(DecoderEngine& e, std::vector<int32_t>* tokens, bool mtp, int32_t* draft, std::string* error,
+                    const std::function<bool(int32_t*, std::string*)>& pick = nullptr);
 
 /// Expected accepted/drafted for per-token probability p and drafts of n tokens.
 double expectedDraftAcceptance(double p, int n);

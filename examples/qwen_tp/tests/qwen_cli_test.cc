@@ -43,6 +43,20 @@ TEST(QwenCli, BadFlagsAreRefusedNamingTheFlag) {
       {{"--device", "cpu", "--mpi"}, "--mpi is for GPU runs"},
       {{"--prompt"}, "--prompt needs a value"},
       {{"--bogus"}, "unknown flag --bogus"},
+      {{"--temp", "-1"}, "--temp: expected a number in [0, 100]"},
+      {{"--temp", "hot"}, "--temp: expected a number"},
+      {{"--top-k", "-3"}, "--top-k: expected an integer"},
+      {{"--top-p", "0"}, "--top-p: expected a number in (0, 1]"},
+      {{"--top-p", "1.5"}, "--top-p: expected a number in [0, 1]"},
+      {{"--teacher-forced"}, "need --spec-type draft-mtp"},
+      {{"--replay-trace", "t.txt"}, "need --spec-type draft-mtp"},
+      {{"--spec-type", "draft-mtp", "--temp", "0.8", "--replay-trace", "t.txt"}, "--temp > 0 cannot be combined"},
+      {{"--spec-type", "draft-mtp", "--temp", "0.8", "--teacher-forced"}, "--temp > 0 cannot be combined"},
+      {{"--spec-type", "draft-mtp", "--replay-trace", "t.txt", "--sim-token-acceptance", "0.5"},
+       "--replay-trace cannot be combined"},
+      {{"--spec-type", "draft-mtp", "--teacher-forced", "--spec-draft-p-min", "0.5"}, "no --sim-*, --replay-trace"},
+      {{"--spec-type", "draft-mtp", "--teacher-forced", "--tf-window", "64", "--tf-context", "64"},
+       "--tf-context must be smaller than --tf-window"},
   };
   for (const Row& r : rows) {
     Flags f;
@@ -72,6 +86,41 @@ TEST(QwenCli, SimulationFlagsResolveToPerTokenProbability) {
   EXPECT_EQ(h.draftNMax, 3);
   EXPECT_LT(h.simAcceptance, 0);
   EXPECT_EQ(describeSimulation(h), "");
+}
+
+// Sampling (--temp, --top-k, --top-p, --seed) and the measurement flags (--teacher-forced, --trace-out,
+// --replay-trace).
+TEST(QwenCli, SamplingAndMeasurementFlags) {
+  Flags f;
+  std::string err;
+  ASSERT_TRUE(parse({}, &f, &err)) << err;
+  EXPECT_EQ(f.temp, 0);  // greedy unless --temp is given
+  EXPECT_FALSE(f.teacherForced);
+  Flags g;
+  ASSERT_TRUE(parse({"--temp", "0.7", "--top-k", "0", "--top-p", "1", "--seed", "9", "--spec-type", "draft-mtp",
+                     "--trace-out", "t.txt"},
+                    &g, &err))
+      << err;
+  EXPECT_EQ(g.temp, 0.7);
+  EXPECT_EQ(g.topK, 0);
+  EXPECT_EQ(g.topP, 1.0);
+  EXPECT_EQ(g.seed, 9u);
+  EXPECT_EQ(g.traceOut, "t.txt");
+  EXPECT_FALSE(needsPlainRun(g));
+  Flags h;
+  ASSERT_TRUE(parse({"--spec-type", "draft-mtp", "--replay-trace", "t.txt"}, &h, &err)) << err;
+  EXPECT_TRUE(needsPlainRun(h));  // the reference continuation, and the MTP-off measurement
+  Flags t;
+  ASSERT_TRUE(parse({"--spec-type", "draft-mtp", "--spec-draft-n-max", "6", "--teacher-forced", "--tf-window", "512"},
+                    &t, &err))
+      << err;
+  EXPECT_FALSE(needsPlainRun(t));
+  RunSetup s;  // the KV cache holds a window and its verify tokens, whatever the text's length
+  s.flags = t;
+  s.flags.promptTokens = 3000;
+  ASSERT_TRUE(prepareRun(&s, &err)) << err;
+  EXPECT_EQ(s.flags.ctxSize, 512 + 6 + 1);
+  EXPECT_EQ(s.prompt.size(), 3000u);
 }
 
 // --no-fused-kernels (GpuModelOptions::fusedKernels): on by default, the flag turns it off.

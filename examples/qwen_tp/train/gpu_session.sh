@@ -50,18 +50,7 @@ REV=${COMMIT:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)}
 Q=$B/examples/qwen_tp/qwen_tp
 T0=$(date +%s)
 
-header() {  # header <log> <what>
-  { echo "# commit $REV"; echo "# date $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "# command: $2";
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/# gpu /'; } > "$1"
-}
-run() {  # run <log> <timeout s> <command...>: appends the command, its output and its rc
-  local log=$OUT/$1.log t=$2; shift 2
-  echo "## $(date -u +%H:%M:%S) (+$(( $(date +%s) - T0 )) s) $*" >> "$log"
-  timeout "$t" "$@" >> "$log" 2>&1
-  local rc=$?
-  echo "## rc=$rc" >> "$log"
-  return $rc
-}
+. "$SRC/examples/qwen_tp/train/session_common.sh"
 for l in build train parity accept accept_cpu profile; do header "$OUT/$l.log" "examples/qwen_tp/train/gpu_session.sh ($l part)"; done
 echo "# environment: MINUTES=$MINUTES NMAX='$NMAX' PMIN_NMAX='$PMIN_NMAX' PMIN='$PMIN' PROMPTS=$PROMPTS PROMPT_CHARS=$PROMPT_CHARS N_PREDICT=$N_PREDICT PREFIXES=$PREFIXES PREFIX_CHARS=$PREFIX_CHARS PREFIX_PREDICT=$PREFIX_PREDICT PREFIX_NMAX='$PREFIX_NMAX' PY=$PY" >> "$OUT/train.log"
 run train 30 $PY -c "import sys, torch, transformers, tokenizers; print(sys.version.split()[0], torch.__version__, transformers.__version__, tokenizers.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""train_tiny_qwen.py --out DIR [--minutes 8] [--device cuda|cpu] [--tiny] [--steps N] [--seed S]
+"""train_tiny_qwen.py [--out DIR] [--corpus DIR] [--minutes 8] [--device cuda|cpu] [--tiny] [--steps N] [--seed S]
 
 Trains, within a time budget, a small Qwen3 with a real MTP head for examples/qwen_tp, on a corpus
 every machine has: the Python standard library's .py files (site-packages and dist-packages left
 out; every 20th file, in sorted order, held out for evaluation). --extra-corpus MB adds up to MB
 megabytes of the installed packages' .py files to the training set only (never to the held-out
-or validation files, and none that shares a name or text with one of them). Steps:
+or validation files, and none that shares a name or text with one of them). --corpus DIR reads
+a corpus made by make_corpus.py instead (DIR/corpus.jsonl.xz with its train / valid / heldout
+splits, DIR/tokenizer.json): the standard library, the Python documentation and permissively
+licensed packages, prepared on a machine with the packages and carried to one without. Steps:
 
 1. A byte-level BPE with Qwen2's pre-tokenizer settings (tests/tokenizer/make_reference.py's
    build_tokenizer, which qwen_tp's tokenizer is tested against), vocabulary --vocab-size
@@ -13,7 +16,10 @@ or validation files, and none that shares a name or text with one of them). Step
 2. A Qwen3 (default 8 layers, hidden 512, 8 query / 4 KV heads of 64, SwiGLU 2048, untied lm_head)
    plus an MTP head in the Qwen3-Next layout (qwen_tiny_model.py) trained to predict token t+2;
    loss = CE(next token) + --mtp-weight * CE(MTP, t+2). AdamW, warmup then cosine over the time
-   budget (or over --steps when given), bf16 autocast on CUDA.
+   budget (or over --steps when given), bf16 autocast on CUDA. --mtp-distill W mixes into the
+   MTP loss, with weight W, the cross-entropy against the target's own (detached) distribution at
+   the position the MTP predicts: speculation accepts a draft when it equals the target's token,
+   not the text's, so the head learns the target (self-distillation, as Medusa-2 and EAGLE do).
 3. DIR/config.json, DIR/model.safetensors (bf16), DIR/tokenizer.json, DIR/tokenizer_config.json,
    and DIR/heldout_files.txt (the evaluation files), in Hugging Face layout; held-out next-token and
    MTP (t+2) top-1 accuracy printed and written to DIR/train_metrics.json.
@@ -24,8 +30,10 @@ training set (offset 10 of 20) becomes a validation set, the validation loss (ne
 MTP) is measured every --eval-seconds (with --steps: every tenth of the steps, so the result
 stays deterministic), and the weights of the best measurement are the ones saved. The held-out files stay untouched by that choice.
 
-Deterministic for a given seed and step count (--steps); with a time budget the step count is
-what fits. --minutes bounds the whole script (tokenizer, encoding, training, evaluation, save).
+Deterministic for a given seed and step count (--steps): the same initialisation, batches and
+schedule (a GPU's kernels may still round differently from run to run); with a time budget the
+step count is what fits. --minutes bounds the whole script (tokenizer, encoding, training,
+evaluation, save), with --steps too: a run cut short by it says so.
 `--device cpu --minutes 0.5 --tiny` runs on a CPU in about half a minute (2 layers, hidden 64,
 vocab 1024, 80 of the files): a checkpoint to try the pipeline with, not a useful model.
 """
@@ -112,6 +120,31 @@ def package_files(limit_bytes, exclude_names, exclude_texts):
     return out, total, used
 
 
+def load_corpus(folder, max_files, vocab_size):
+    """make_corpus.py's folder: (train, valid, held-out texts, held-out names, tokenizer or None
+    when its tokenizer.json does not fit vocab_size, description). max_files > 0 takes every
+    n-th training file and every n-th held-out file of each split (the --tiny smoke run)."""
+    import lzma
+    from tokenizers import Tokenizer
+    splits = {"train": [], "valid": [], "heldout": []}
+    with lzma.open(os.path.join(folder, "corpus.jsonl.xz"), "rt", encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            splits[r["split"]].append((r["source"] + ":" + r["path"], r["text"]))
+    if max_files:
+        for k in splits:
+            splits[k] = splits[k][::max(1, len(splits[k]) // max(1, max_files // (20 if k != "train" else 1)))]
+    tok = None
+    tpath = os.path.join(folder, "tokenizer.json")
+    if os.path.exists(tpath):
+        tok = Tokenizer.from_file(tpath)
+        if tok.get_vocab_size() > vocab_size:
+            tok = None  # trained here instead, at the model's vocabulary
+    nbytes = sum(len(t) for k in splits for _, t in splits[k])
+    return ([t for _, t in splits["train"]], [t for _, t in splits["valid"]], [t for _, t in splits["heldout"]],
+            [n for n, _ in splits["heldout"]], tok, "%s (%.0f MB of text)" % (folder, nbytes / 1e6))
+
+
 def read_texts(paths):
     texts = []
     for p in paths:
@@ -138,12 +171,14 @@ def batch_at(data, starts, length):
     return torch.stack([data[s:s + length] for s in starts])
 
 
-def losses(model, x, mtp_weight, chain=1):
+def losses(model, x, mtp_weight, chain=1, distill=0.0):
     """x [B, T+2]: next-token CE over positions 0..T-1 and the MTP CE, averaged over `chain` steps.
     Step 1 predicts t_{s+2} from (the target's hidden at s, t_{s+1}) for s = 0..T-1; step k >= 2
     predicts t_{s+k+1} from (step k-1's output hidden at s, t_{s+k}) for s = 0..T-k, as a draft
-    chain feeds the head its own output. Returns (loss, mtp_loss, logits, [(mtp logits, targets)
-    per step])."""
+    chain feeds the head its own output. distill > 0: each step's loss is (1 - distill) * CE(text)
+    + distill * CE(the target's distribution at the predicted position, detached); step k's rows
+    s = 0..T-k-1 predict the token the target predicts at position s+k. Returns (loss, mtp_loss,
+    logits, [(mtp logits, targets) per step])."""
     T = x.shape[1] - 2
     inp, nxt, nxt2 = x[:, :-2], x[:, 1:-1], x[:, 2:]
     h, logits = model(inp)
@@ -157,6 +192,11 @@ def losses(model, x, mtp_weight, chain=1):
             hk, m = model.mtp_forward(hk[:, :-1], x[:, k:T + 1], pos0=k, return_hidden=True)
             steps.append((m, x[:, k + 1:T + 2]))
         mtp_loss = sum(F.cross_entropy(m.float().reshape(-1, m.shape[-1]), t.reshape(-1)) for m, t in steps) / len(steps)
+        if distill > 0:
+            soft = F.softmax(logits.detach().float(), dim=-1)
+            kd = sum(-(soft[:, k:] * F.log_softmax(m[:, :T - k].float(), dim=-1)).sum(-1).mean()
+                     for k, (m, _) in enumerate(steps, start=1)) / len(steps)
+            mtp_loss = (1 - distill) * mtp_loss + distill * kd
     return loss, mtp_loss, logits, steps
 
 
@@ -168,6 +208,7 @@ def evaluate(model, data, seq, batch, device, autocast, max_windows=2048, chain=
     n = min((len(data) - 2) // seq, max_windows)
     hit = total = 0
     hits, totals = [0] * chain, [0] * chain
+    agree, agree_n = [0] * chain, [0] * chain  # MTP step k's argmax against the target's at the same position
     loss_sum = mtp_sum = 0.0
     for a in range(0, n, batch):
         starts = [i * seq for i in range(a, min(n, a + batch))]
@@ -176,14 +217,18 @@ def evaluate(model, data, seq, batch, device, autocast, max_windows=2048, chain=
             loss, mtp, logits, steps = losses(model, x, 1.0, chain)
         hit += (logits.argmax(-1) == x[:, 1:-1]).sum().item()
         total += x[:, 2:].numel()
+        greedy = logits.argmax(-1)
         for k, (m, t) in enumerate(steps):
             hits[k] += (m.argmax(-1) == t).sum().item()
             totals[k] += t.numel()
+            agree[k] += (m[:, :m.shape[1] - 1].argmax(-1) == greedy[:, k + 1:]).sum().item()
+            agree_n[k] += greedy[:, k + 1:].numel()
         loss_sum += loss.item() * len(starts)
         mtp_sum += mtp.item() * len(starts)
     model.train()
     out = {"next_token_top1": hit / max(total, 1), "mtp_top1": hits[0] / max(totals[0], 1),
            "next_token_loss": loss_sum / max(n, 1), "mtp_loss": mtp_sum / max(n, 1), "eval_tokens": total}
+    out["mtp_agrees_with_target"] = [a / max(n, 1) for a, n in zip(agree, agree_n)]
     if chain > 1:
         out["mtp_chain_top1"] = [h / max(t, 1) for h, t in zip(hits, totals)]
     return out
@@ -191,7 +236,13 @@ def evaluate(model, data, seq, batch, device, autocast, max_windows=2048, chain=
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="checkpoint directory (created)")
+    ap.add_argument("--out", default=os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
+                                                   "qwen_tp", "draft"),
+                    help="checkpoint directory (created; default ~/.cache/qwen_tp/draft, where the README's quick "
+                         "start looks)")
+    ap.add_argument("--corpus", default="", help="a make_corpus.py folder (default: this machine's standard library)")
+    ap.add_argument("--mtp-distill", type=float, default=0.0,
+                    help="weight of the target's own distribution in the MTP loss (0: the text alone)")
     ap.add_argument("--minutes", type=float, default=8.0, help="time budget of the whole script")
     ap.add_argument("--steps", type=int, default=0, help="train exactly this many steps (0: fill the budget)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -236,38 +287,47 @@ def main():
     os.makedirs(args.out, exist_ok=True)
 
     # 1. corpus and tokenizer
-    root, files = stdlib_files()
-    if max_files:
-        files = files[::max(1, len(files) // max_files)][:max_files]
-    held = files[::20]
-    train_files = [f for i, f in enumerate(files) if i % 20]
-    # --keep-best: files 10, 30, 50, ... validate the checkpoint choice (never the held-out ones).
-    valid_files = [f for i, f in enumerate(files) if i % 20 == 10] if args.keep_best else []
-    if args.keep_best and not valid_files:
-        sys.exit("--keep-best: %d files leave none for validation (it takes files 10, 30, ...; use more files)" % len(files))
-    train_files = [f for f in train_files if f not in set(valid_files)]
-    log("corpus: %d .py files under %s (Python %s): %d for training, %d held out%s"
-        % (len(files), root, sys.version.split()[0], len(train_files), len(held),
-           ", %d for validation (--keep-best)" % len(valid_files) if valid_files else ""))
-    train_texts, held_texts = read_texts(train_files), read_texts(held)
+    tok = None
+    if args.corpus:
+        train_texts, valid_texts, held_texts, held, tok, what = load_corpus(args.corpus, max_files, cfg.vocab_size)
+        if not args.keep_best:
+            valid_texts = []
+        log("corpus: %s: %d files for training, %d held out%s" % (what, len(train_texts), len(held),
+            ", %d for validation (--keep-best)" % len(valid_texts) if valid_texts else ""))
+    else:
+        root, files = stdlib_files()
+        if max_files:
+            files = files[::max(1, len(files) // max_files)][:max_files]
+        held = files[::20]
+        train_files = [f for i, f in enumerate(files) if i % 20]
+        # --keep-best: files 10, 30, 50, ... validate the checkpoint choice (never the held-out ones).
+        valid_files = [f for i, f in enumerate(files) if i % 20 == 10] if args.keep_best else []
+        train_files = [f for f in train_files if f not in set(valid_files)]
+        log("corpus: %d .py files under %s (Python %s): %d for training, %d held out%s"
+            % (len(files), root, sys.version.split()[0], len(train_files), len(held),
+               ", %d for validation (--keep-best)" % len(valid_files) if valid_files else ""))
+        train_texts, held_texts, valid_texts = read_texts(train_files), read_texts(held), read_texts(valid_files)
+    if args.keep_best and not valid_texts:
+        sys.exit("--keep-best: no validation files (use more files)")
     t0 = time.time()
-    # build_tokenizer adds <think> and </think> after training: leave room for them.
-    tok = build_tokenizer(train_texts, cfg.vocab_size - 2)
+    if tok is None:
+        # build_tokenizer adds <think> and </think> after training: leave room for them.
+        tok = build_tokenizer(train_texts, cfg.vocab_size - 2)
     if tok.get_vocab_size() > cfg.vocab_size:
         sys.exit("tokenizer has %d ids > vocab_size %d" % (tok.get_vocab_size(), cfg.vocab_size))
     eot_id = tok.token_to_id(EOT)
     tok.save(os.path.join(args.out, "tokenizer.json"))
     extra_texts = []
-    if args.extra_corpus > 0:
+    if args.extra_corpus > 0 and not args.corpus:
         t1 = time.time()
         names = {os.path.basename(f) for f in held + valid_files}
         extra_texts, extra_bytes, roots = package_files(int(args.extra_corpus * 1e6), names,
-                                                        set(held_texts) | set(read_texts(valid_files)))
+                                                        set(held_texts) | set(valid_texts))
         log("extra corpus: %d .py files, %.1f MB from %s (training only), %.1f s"
             % (len(extra_texts), extra_bytes / 1e6, ", ".join(roots) or "no package folder", time.time() - t1))
     train_data = encode_stream(tok, train_texts + extra_texts, eot_id)
     held_data = encode_stream(tok, held_texts, eot_id)
-    valid_data = encode_stream(tok, read_texts(valid_files), eot_id) if valid_files else None
+    valid_data = encode_stream(tok, valid_texts, eot_id) if valid_texts else None
     if valid_data is not None and len(valid_data) < seq + 2:
         sys.exit("--keep-best: the validation files hold %d tokens, fewer than one %d-token window" % (len(valid_data), seq + 2))
     log("tokenizer: %d ids (byte-level BPE, Qwen2 pre-tokenizer), %.1f s; %d training tokens, %d held-out tokens"
@@ -323,6 +383,10 @@ def main():
         if args.steps:
             if step >= args.steps:
                 break
+            if elapsed >= train_budget:  # --minutes still bounds the run: cut, and say so
+                log("deadline: stopped at step %d of --steps %d (not the deterministic run of that many steps)"
+                    % (step, args.steps))
+                break
             frac = step / args.steps
         else:
             if elapsed >= train_budget:
@@ -334,7 +398,7 @@ def main():
         starts = torch.randint(0, len(train_data) - seq - 2, (batch,), generator=gen).tolist()
         x = batch_at(train_data, starts, seq + 2).to(dev, non_blocking=True)
         with autocast():
-            loss, mtp_loss, _, _ = losses(model, x, args.mtp_weight, args.mtp_chain)
+            loss, mtp_loss, _, _ = losses(model, x, args.mtp_weight, args.mtp_chain, args.mtp_distill)
             total = loss + args.mtp_weight * mtp_loss
         opt.zero_grad(set_to_none=True)
         total.backward()
@@ -370,7 +434,8 @@ def main():
     if valid_data is not None:
         metrics.update({"kept_step": best["step"], "validation_loss": round(best["loss"], 4)})
     metrics.update({"steps": last_step, "train_tokens": tokens_seen, "train_seconds": round(train_s, 1),
-                    "parameters": nparams, "seed": args.seed, "device": str(dev), "python": sys.version.split()[0],
+                    "parameters": nparams, "seed": args.seed, "mtp_chain": args.mtp_chain, "mtp_distill": args.mtp_distill,
+                    "corpus": args.corpus or "stdlib", "device": str(dev), "python": sys.version.split()[0],
                     "torch": torch.__version__})
     log("held-out (%d tokens, %d files): next-token top-1 %.4f, MTP (t+2) top-1 %.4f, next-token loss %.3f"
         % (metrics["eval_tokens"], len(held), metrics["next_token_top1"], metrics["mtp_top1"],
@@ -378,6 +443,8 @@ def main():
     if args.mtp_chain > 1:
         log("held-out MTP top-1 per chained step (t+2, t+3, ...): %s"
             % ", ".join("%.4f" % a for a in metrics["mtp_chain_top1"]))
+    log("held-out MTP argmax equal to the target's at the same position, per chained step (the text fed): %s"
+        % ", ".join("%.4f" % a for a in metrics["mtp_agrees_with_target"]))
     from safetensors.torch import save_file
     save_file(model.checkpoint_tensors(), os.path.join(args.out, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(args.out, "config.json"), "w") as f:

@@ -1,0 +1,166 @@
+#!/bin/bash
+# draft_session.sh: issue 38 in one device call on one H200 (about 8.5 minutes):
+#   1. train_tiny_qwen.py on the carried corpus (make_corpus.py's folder, CORPUS) for exactly STEPS
+#      steps from SEED (cut at MINUTES, with a warning, if the GPU is slower than planned), on the
+#      GPU in the background, while qwen_tp builds (sm_90) in the foreground;
+#   2. teacher-forced acceptance (qwen_tp --teacher-forced) over TF_CHARS characters of held-out
+#      files: accepted/drafted, per-token acceptance and mean accepted length at n-max 1..NMAX_TF;
+#   3. free-running: PREFIXES prompts of PREFIX_CHARS characters ending at a line break inside
+#      held-out files, PREFIX_PREDICT tokens each, greedy at n-max FREE_NMAX, each run's distinct
+#      4-gram share; runs under DISTINCT_MIN are flagged degenerate and left out of the headline
+#      and of the traces; the same prompts sampled at --temp SAMPLE_TEMP, n-max 3;
+#   4. the rounds of the non-degenerate greedy runs at n-max 3 and 5 (--trace-out, concatenated)
+#      replayed (--replay-trace) in the REPLAY_SHAPES runs (random weights, TP=1, 512-token
+#      prompt, 256 tokens): MTP off (A) and on (B) as A B3 B5 B5 B3 A, each B also timing MTP off
+#      in its own process; the first B3 profiles the draft's share of a round;
+#   5. the tables, printed last and written to $OUT/summary.md.
+# Logs under $OUT (each opens with commit, date and command): build.log train.log tf.log free.log
+# replay.log trace_n3.txt trace_n5.txt summary.md. Usage, from the repository root:
+#   OUT=/path/to/out bash examples/qwen_tp/train/draft_session.sh
+# The checkpoint lands in CKPT (default ~/.cache/qwen_tp/draft, where the README's quick start looks);
+# SKIP_TRAIN=1 measures the checkpoint already there.
+# A smoke test without a GPU (numbers meaningless): DEVICE=cpu STEPS=20 TRAIN_ARGS="--tiny --mtp-chain 2
+# --mtp-distill 0.5" SKIP_BUILD=1 BUILD=build-cpu TF_CHARS=3000 TF_WINDOW=256 PREFIXES=2 PREFIX_PREDICT=16 FREE_NMAX="3 5"
+# REPLAY_SHAPES=tiny REPLAY_PREDICT=32 PY=<python with torch>.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
+SRC=$(pwd)
+OUT=${OUT:?set OUT}
+B=${BUILD:-$SRC/build-h200}
+PY=${PY:-python3}
+DEVICE=${DEVICE:-cuda}
+CORPUS=${CORPUS:-$SRC/.scratch/corpus}
+STEPS=${STEPS:-2200}
+MINUTES=${MINUTES:-5.5}
+SEED=${SEED:-1234}
+TRAIN_ARGS=${TRAIN_ARGS-"--mtp-chain 3 --mtp-distill 0.5 --keep-best"}
+CKPT=${CKPT:-${XDG_CACHE_HOME:-$HOME/.cache}/qwen_tp/draft}
+NMAX_TF=${NMAX_TF:-6}
+TF_CHARS=${TF_CHARS:-150000}
+TF_WINDOW=${TF_WINDOW:-1024}
+PREFIXES=${PREFIXES:-8}
+PREFIX_CHARS=${PREFIX_CHARS:-800}
+PREFIX_PREDICT=${PREFIX_PREDICT:-64}
+FREE_NMAX=${FREE_NMAX:-"1 2 3 4 5 6"}
+DISTINCT_MIN=${DISTINCT_MIN:-0.5}
+SAMPLE_TEMP=${SAMPLE_TEMP:-0.8}
+REPLAY_SHAPES=${REPLAY_SHAPES:-"qwen3-32b qwen3-8b"}
+REPLAY_PREDICT=${REPLAY_PREDICT:-256}
+# A part that would start past DEADLINE_S seconds (or, for a free-running run, past DEADLINE_S minus
+# REPLAY_RESERVE_S, kept for the replays) is skipped, and the log says so: the call ends in time.
+DEADLINE_S=${DEADLINE_S:-565}
+REPLAY_RESERVE_S=${REPLAY_RESERVE_S:-130}
+W=${WORK:-/tmp/qwen_draft/work}
+mkdir -p "$OUT" "$W" "$(dirname "$CKPT")"
+REV=${COMMIT:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)}
+Q=$B/examples/qwen_tp/qwen_tp
+T0=$(date +%s)
+SETTINGS="STEPS=$STEPS MINUTES=$MINUTES SEED=$SEED TRAIN_ARGS='$TRAIN_ARGS' NMAX_TF=$NMAX_TF TF_CHARS=$TF_CHARS TF_WINDOW=$TF_WINDOW \
+PREFIXES=$PREFIXES PREFIX_CHARS=$PREFIX_CHARS PREFIX_PREDICT=$PREFIX_PREDICT FREE_NMAX='$FREE_NMAX' DISTINCT_MIN=$DISTINCT_MIN \
+SAMPLE_TEMP=$SAMPLE_TEMP REPLAY_SHAPES='$REPLAY_SHAPES' REPLAY_PREDICT=$REPLAY_PREDICT DEADLINE_S=$DEADLINE_S DEVICE=$DEVICE"
+
+. "$SRC/examples/qwen_tp/train/session_common.sh"
+for l in build train tf free replay; do header "$OUT/$l.log" "examples/qwen_tp/train/draft_session.sh ($l part); $SETTINGS"; done
+run train 30 $PY -c "import sys, torch, tokenizers; print(sys.version.split()[0], torch.__version__, tokenizers.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"
+[ -f "$CORPUS/MANIFEST.json" ] && run train 10 $PY -c "import json, sys; m = json.load(open(sys.argv[1])); print('corpus', m['splits'], 'xz bytes', m['corpus_xz_bytes'], 'sha256', m['corpus_sha256'])" "$CORPUS/MANIFEST.json"
+
+# 1. training (GPU, background) and the build (CPU, foreground).
+[ "${SKIP_TRAIN:-0}" = 1 ] || rm -rf "$CKPT"
+[ "${SKIP_TRAIN:-0}" = 1 ] && echo "## SKIP_TRAIN=1: using $CKPT" >> "$OUT/train.log" ||
+run train $(( ${MINUTES%.*} * 60 + 150 )) $PY -u "$SRC/examples/qwen_tp/train/train_tiny_qwen.py" --device "$DEVICE" \
+    --corpus "$CORPUS" --steps "$STEPS" --minutes "$MINUTES" --seed "$SEED" --out "$CKPT" $TRAIN_ARGS &
+TRAIN_PID=$!
+if [ "${SKIP_BUILD:-0}" = 1 ]; then echo "## SKIP_BUILD=1: using $Q" >> "$OUT/build.log"; BUILD_RC=0
+else
+  run build 400 bash -c "cmake -S '$SRC' -B '$B' -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null && cmake --build '$B' -j14 --target qwen_tp"
+  BUILD_RC=$?
+fi
+echo "build rc=$BUILD_RC (+$(( $(date +%s) - T0 )) s)"
+# Held-out prompts from the corpus's held-out split (never trained on), while the model trains.
+$PY - "$CORPUS/corpus.jsonl.xz" "$W" "$TF_CHARS" "$PREFIXES" "$PREFIX_CHARS" <<'EOF' >> "$OUT/free.log" 2>&1
+import hashlib, json, lzma, os, random, sys
+path, work, tf_chars, nprefix, pchars = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+held = []
+with lzma.open(path, "rt", encoding="utf-8") as f:
+    for line in f:
+        r = json.loads(line)
+        if r["split"] == "heldout":
+            held.append((hashlib.sha1(r["path"].encode()).hexdigest(), r["source"] + ":" + r["path"], r["text"]))
+held.sort()  # an order fixed by the paths, mixing the sources
+# Teacher-forced text: whole held-out files, <|endoftext|> between them, until tf_chars.
+parts, n = [], 0
+for _, name, text in held:
+    if n >= tf_chars:
+        break
+    parts.append(text[:tf_chars - n])
+    n += len(parts[-1])
+    print("## tf text: %s (%d characters)" % (name, len(parts[-1])))
+open(os.path.join(work, "tf.txt"), "w").write("<|endoftext|>".join(parts))
+# Prefixes: pchars characters ending at a line break at a point drawn inside a long held-out file.
+long_texts = [(name, t) for _, name, t in held if len(t) >= pchars + 1200]
+for j in range(min(nprefix, len(long_texts))):
+    name, text = long_texts[j * len(long_texts) // nprefix]
+    rng = random.Random("%s:%d" % (name, j))
+    cut = text.rfind("\n", pchars, rng.randrange(pchars + 400, len(text) - 400)) + 1
+    open(os.path.join(work, "prefix%d.txt" % j), "w").write(text[cut - pchars:cut])
+    print("## prefix%d: characters %d..%d of %s" % (j, cut - pchars, cut, name))
+EOF
+wait $TRAIN_PID
+TRAIN_RC=$?
+echo "train rc=$TRAIN_RC (+$(( $(date +%s) - T0 )) s)"
+grep -aE "held-out|trained [0-9]+ steps|deadline|keep-best" "$OUT/train.log" | tail -5
+[ -f "$CKPT/train_metrics.json" ] && { echo "## train_metrics.json"; cat "$CKPT/train_metrics.json"; echo "## config.json"; cat "$CKPT/config.json"; } >> "$OUT/train.log"
+if [ $BUILD_RC -ne 0 ] || [ $TRAIN_RC -ne 0 ] || [ ! -f "$CKPT/model.safetensors" ]; then
+  echo "build or training failed: see build.log and train.log"; tail -20 "$OUT/build.log" "$OUT/train.log"; exit 1
+fi
+
+# 2. teacher-forced acceptance over held-out text.
+run tf 240 "$Q" --device "$DEVICE" --model-dir "$CKPT" --prompt-file "$W/tf.txt" --spec-type draft-mtp \
+    --spec-draft-n-max "$NMAX_TF" --teacher-forced --tf-window "$TF_WINDOW" --tf-context 64 --no-profile --metrics-file "$W/m.prom"
+echo "teacher-forced rc=$? (+$(( $(date +%s) - T0 )) s)"; grep -a "teacher-forced n-max 3" "$OUT/tf.log"
+
+# 3. free-running on the prefixes (greedy at each n-max; then sampled at n-max 3), with traces.
+for j in $(seq 0 $(( PREFIXES - 1 ))); do
+  [ -f "$W/prefix$j.txt" ] || continue
+  if [ $(( $(date +%s) - T0 )) -gt $(( DEADLINE_S - REPLAY_RESERVE_S )) ]; then
+    echo "## deadline: prefixes $j.. skipped (+$(( $(date +%s) - T0 )) s)" >> "$OUT/free.log"; break
+  fi
+  for n in $FREE_NMAX; do
+    run free 60 "$Q" --device "$DEVICE" --model-dir "$CKPT" --prompt-file "$W/prefix$j.txt" --n-predict "$PREFIX_PREDICT" \
+        --no-profile --spec-type draft-mtp --spec-draft-n-max "$n" --trace-out "$W/trace_n${n}_p$j.txt" --metrics-file "$W/m.prom"
+  done
+  run free 60 "$Q" --device "$DEVICE" --model-dir "$CKPT" --prompt-file "$W/prefix$j.txt" --n-predict "$PREFIX_PREDICT" \
+      --no-profile --spec-type draft-mtp --spec-draft-n-max 3 --temp "$SAMPLE_TEMP" --seed $(( j + 1 )) --metrics-file "$W/m.prom"
+done
+echo "free-running done (+$(( $(date +%s) - T0 )) s)"
+# The traces of the non-degenerate greedy runs at n-max 3 and 5, in prefix order.
+$PY "$SRC/examples/qwen_tp/train/draft_summary.py" --free "$OUT/free.log" --distinct-min "$DISTINCT_MIN" \
+    --select-traces "$OUT" --rev "$REV"
+
+# The tables so far (written again at the end: a call cut short still returns these).
+$PY "$SRC/examples/qwen_tp/train/draft_summary.py" --train "$OUT/train.log" --tf "$OUT/tf.log" --free "$OUT/free.log" \
+    --replay "$OUT/replay.log" --distinct-min "$DISTINCT_MIN" > "$OUT/summary.md" 2>&1
+
+# 4. the traces replayed at the large shapes, TP=1, A B3 B5 B5 B3 A.
+for shape in $REPLAY_SHAPES; do
+  base=(--device "$DEVICE" --model-preset "$shape" --prompt-tokens 512 --n-predict "$REPLAY_PREDICT" --ctx-size 1024)
+  first=1
+  for step in A B3 B5 B5 B3 A; do
+    if [ $(( $(date +%s) - T0 )) -gt $(( DEADLINE_S - 20 )) ]; then
+      echo "## deadline: $shape $step skipped (+$(( $(date +%s) - T0 )) s)" >> "$OUT/replay.log"; continue
+    fi
+    case $step in
+      A) run replay 120 "$Q" "${base[@]}" --no-profile --metrics-file "$W/m.prom" ;;
+      B*) n=${step#B}; prof=--no-profile; [ "$step" = B3 ] && [ $first = 1 ] && prof= && first=0
+          [ -s "$OUT/trace_n$n.txt" ] && run replay 150 "$Q" "${base[@]}" $prof --spec-type draft-mtp --spec-draft-n-max "$n" \
+              --replay-trace "$OUT/trace_n$n.txt" --metrics-file "$W/m.prom" ;;
+    esac
+  done
+  echo "replay $shape done (+$(( $(date +%s) - T0 )) s)"
+done
+
+# 5. the tables.
+header "$OUT/summary.md" "examples/qwen_tp/train/draft_session.sh (summary); $SETTINGS"
+$PY "$SRC/examples/qwen_tp/train/draft_summary.py" --train "$OUT/train.log" --tf "$OUT/tf.log" --free "$OUT/free.log" \
+    --replay "$OUT/replay.log" --distinct-min "$DISTINCT_MIN" | tee -a "$OUT/summary.md"
+echo "total $(( $(date +%s) - T0 )) s"
