@@ -25,6 +25,9 @@ struct PendingNorm {
 };
 thread_local int tGroupDepth = 0;
 thread_local std::vector<PendingNorm> tPending;
+// Calls made inside a group: their end is marked (recordCallEnd) at the outermost groupEnd, after
+// what the group deferred (NCCL's launches, the norms above) was enqueued.
+thread_local std::vector<std::pair<Communicator::Impl*, CollArgs>> tCallEnds;
 
 // The unfused norm kernel (one block of 512 per row) launches early under PDL and waits on the
 // all-reduce: that hides its launch up to 64 rows but costs time beyond (measured in
@@ -99,12 +102,32 @@ const Communicator::Impl::CachedSelection& lookupSelection(Communicator::Impl& i
   return hit->second;
 }
 
+// After a GPU call was enqueued on a communicator used on several streams: the order event
+// marks its end, for the next call on another stream (followPreviousStream). Single-stream
+// communicators record nothing (an event between two kernels would also end their programmatic
+// dependent launch).
+Status recordCallEnd(Communicator::Impl& impl, const CollArgs& a) {
+#ifdef TPCOMM_HAVE_CUDA
+  if (!impl.streamOrderEvent) return Status::kOk;
+  // External: inside a capture the record is a node of the graph that marks each replay's end
+  // for waits outside it; on an eager stream it is a plain record.
+  TPCOMM_CUDA_TRY(
+      cudaEventRecordWithFlags(static_cast<cudaEvent_t>(impl.streamOrderEvent), a.stream, cudaEventRecordExternal));
+#else
+  (void)impl;
+  (void)a;
+#endif
+  return Status::kOk;
+}
+
 // One communicator's calls share epochs, flags and scratch, so they must run in call order even
 // when the caller switches streams (NCCL orders one communicator's work the same way, and the
-// drop-in stands in for it): on a change of stream, the new stream waits for an event recorded
-// now on the previous one, after its last call. Inside a CUDA graph capture the wait is an
-// external-event node (capturable). A call that would have to order an eager stream after a
-// stream still capturing is refused: the previous call has not even been launched yet.
+// drop-in stands in for it). A communicator used on one stream pays nothing. At its first change
+// of stream the host waits for the device to drain (every tpcomm wait is bounded), which orders
+// the new stream after the old one without touching the old stream: the caller may have
+// destroyed it, and a destroyed stream's handle must not reach CUDA. From then on every call
+// ends by recording the order event on its stream (recordCallEnd), and a call on another
+// stream waits for it (inside a CUDA graph capture, as an external-event node).
 Status followPreviousStream(Communicator::Impl& impl, CollArgs& a, const char* what) {
 #ifdef TPCOMM_HAVE_CUDA
   if (!impl.haveLastStream || a.stream == impl.lastStream) {
@@ -112,25 +135,44 @@ Status followPreviousStream(Communicator::Impl& impl, CollArgs& a, const char* w
     impl.lastStream = a.stream;
     return Status::kOk;
   }
-  cudaStreamCaptureStatus prev = cudaStreamCaptureStatusNone, next = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(impl.lastStream, &prev) != cudaSuccess) {
-    cudaGetLastError();  // the previous stream was destroyed: its work is already enqueued for good
-    prev = cudaStreamCaptureStatusNone;
-  } else if (prev == cudaStreamCaptureStatusNone) {
-    if (!impl.streamOrderEvent) {
-      cudaEvent_t e;
-      TPCOMM_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      impl.streamOrderEvent = e;
+  // The previous call was made in this group: mark its end now (its stream is in use this very
+  // moment), before this call waits for it.
+  for (size_t i = 0; i < tCallEnds.size(); ++i)
+    if (tCallEnds[i].first == &impl) {
+      TPCOMM_TRY(recordCallEnd(impl, tCallEnds[i].second));
+      tCallEnds.erase(tCallEnds.begin() + static_cast<long>(i));
+      break;
     }
-    cudaEvent_t e = static_cast<cudaEvent_t>(impl.streamOrderEvent);
-    TPCOMM_CUDA_TRY(cudaEventRecord(e, impl.lastStream));
-    TPCOMM_CUDA_TRY(cudaStreamIsCapturing(a.stream, &next));
-    TPCOMM_CUDA_TRY(cudaStreamWaitEvent(a.stream, e, next == cudaStreamCaptureStatusActive ? cudaEventWaitExternal : 0));
+  cudaStreamCaptureStatus next = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing(a.stream, &next);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return TPCOMM_INVALID("%s: stream is not a valid CUDA stream on device %d: %s", what, impl.ctx->device,
+                          cudaGetErrorString(e));
+  }
+  const bool capturing = next == cudaStreamCaptureStatusActive;
+  if (!impl.streamOrderEvent) {  // the first change of stream
+    if (capturing)
+      return TPCOMM_INVALID(
+          "%s: the first call of this communicator on a second stream is inside a CUDA graph capture, where it "
+          "cannot be ordered after the calls on the first stream: make one eager call on the new stream first, "
+          "or capture on the stream used before",
+          what);
+    cudaEvent_t ev;
+    TPCOMM_CUDA_TRY(cudaDeviceSynchronize());
+    TPCOMM_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    impl.streamOrderEvent = ev;
   } else {
-    return TPCOMM_INVALID(
-        "%s: called on another stream while the previous call's stream is capturing a CUDA graph: one "
-        "communicator's calls must be ordered; capture them on one stream (or end the capture first)",
-        what);
+    e = cudaStreamWaitEvent(a.stream, static_cast<cudaEvent_t>(impl.streamOrderEvent),
+                            capturing ? cudaEventWaitExternal : 0);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return TPCOMM_INVALID(
+          "%s: cannot order this call after the previous one on another stream (%s): one communicator's calls "
+          "must be ordered; a call on an eager stream cannot follow one still being captured into a CUDA graph "
+          "(capture them on one stream, or end the capture first)",
+          what, cudaGetErrorString(e));
+    }
   }
   impl.lastStream = a.stream;
 #else
@@ -147,13 +189,20 @@ void normGroupStarted() { ++tGroupDepth; }
 
 Status normGroupEnded(Status groupEndStatus) {
   if (tGroupDepth > 0) --tGroupDepth;
-  if (tGroupDepth > 0 || tPending.empty()) return groupEndStatus;
+  if (tGroupDepth > 0) return groupEndStatus;
   std::vector<PendingNorm> pending;
   pending.swap(tPending);
+  std::vector<std::pair<Communicator::Impl*, CollArgs>> ends;
+  ends.swap(tCallEnds);
   if (groupEndStatus != Status::kOk) return groupEndStatus;  // the all-reduces did not run
   Status first = Status::kOk;
   for (const PendingNorm& n : pending) {
     Status s = launchNormOn(n.launch, n.device, n.stream);
+    if (first == Status::kOk) first = s;
+  }
+  for (auto& [impl, a] : ends) {
+    DeviceGuard guard(impl->ctx->device);
+    Status s = recordCallEnd(*impl, a);
     if (first == Status::kOk) first = s;
   }
   return first;
@@ -208,11 +257,15 @@ Status runCollective(Communicator::Impl& impl, CollArgs& a, const NormArgs* norm
                   "compression %s is on but %s of %zu bytes (%s %s%s) ran uncompressed on %s: no compressed algorithm "
                   "serves it or none is cheaper (only bf16/f16/f32 sums are compressed; docs/compression.md). Said "
                   "once per communicator",
-                  compressionName(asked), what, a.bytes(), dataTypeName(a.dtype),
-                  reduceOpName(a.op), a.capturing ? ", capturing" : "", impl.lastAlgorithm);
+                  compressionName(asked), what, a.bytes(), dataTypeName(a.dtype), reduceOpName(a.op),
+                  a.capturing ? ", capturing" : "", impl.lastAlgorithm);
     }
     TPCOMM_TRACE(kColl, "%s %zu bytes %s -> %s", what, a.bytes(), dataTypeName(a.dtype), impl.lastAlgorithm);
-    return norm && !fused ? runSeparateNorm(c, *algo, a, *norm) : Status::kOk;
+    if (norm && !fused) TPCOMM_TRY(runSeparateNorm(c, *algo, a, *norm));
+    if (c.device < 0 || !impl.streamOrderEvent) return Status::kOk;  // host ranks; one stream so far
+    if (tGroupDepth == 0) return recordCallEnd(impl, a);
+    tCallEnds.emplace_back(&impl, a);
+    return Status::kOk;
   }
   return TPCOMM_ERROR(kNotSupported, "%s: every candidate declined %zu bytes", what, a.bytes());
 }

@@ -29,12 +29,13 @@ struct Communicator::Impl {
   std::vector<Algorithm*> algoList;
   AlgoOverride override;
   TransportReport transports;
-  TuningState tuning;  // the measured table the selector uses (null: the cost model only)
+  TuningState tuning;                  // the measured table the selector uses (null: the cost model only)
   const char* lastAlgorithm = "none";  // an algorithm's name() (static storage)
   bool destroyed = false;
   bool compressionFallbackSaid = false;  // the INFO line "compression on, this call ran uncompressed", once
-  // The stream of the previous GPU call and the event that orders a call on another stream after
-  // it (call_path.cc, followPreviousStream).
+  // The stream of the previous GPU call (compared, never used: the caller may have destroyed it)
+  // and, once a second stream was used, the event recorded at the end of every GPU call, which
+  // orders a call on another stream after it (call_path.cc, followPreviousStream, recordCallEnd).
   bool haveLastStream = false;
   cudaStream_t lastStream = nullptr;
   void* streamOrderEvent = nullptr;  // cudaEvent_t, made at the first change of stream
