@@ -109,10 +109,14 @@ const Communicator::Impl::CachedSelection& lookupSelection(Communicator::Impl& i
 Status recordCallEnd(Communicator::Impl& impl, const CollArgs& a) {
 #ifdef TPCOMM_HAVE_CUDA
   if (!impl.streamOrderEvent) return Status::kOk;
-  // External: inside a capture the record is a node of the graph that marks each replay's end
-  // for waits outside it; on an eager stream it is a plain record.
+  // Inside a capture the record is an external-event node, which marks each replay's end for
+  // waits outside the graph; on an eager stream a plain record (the external flag is refused
+  // there: cudaErrorIllegalState).
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  TPCOMM_CUDA_TRY(cudaStreamIsCapturing(a.stream, &cs));
   TPCOMM_CUDA_TRY(
-      cudaEventRecordWithFlags(static_cast<cudaEvent_t>(impl.streamOrderEvent), a.stream, cudaEventRecordExternal));
+      cudaEventRecordWithFlags(static_cast<cudaEvent_t>(impl.streamOrderEvent), a.stream,
+                               cs == cudaStreamCaptureStatusActive ? cudaEventRecordExternal : cudaEventRecordDefault));
 #else
   (void)impl;
   (void)a;
