@@ -102,21 +102,21 @@ const Communicator::Impl::CachedSelection& lookupSelection(Communicator::Impl& i
   return hit->second;
 }
 
-// After a GPU call was enqueued on a communicator used on several streams: the order event
-// marks its end, for the next call on another stream (followPreviousStream). Single-stream
-// communicators record nothing (an event between two kernels would also end their programmatic
-// dependent launch).
+// After an eager GPU call was enqueued: the order event marks its end on its stream, for the
+// next call on another stream (followPreviousStream). Calls captured into a CUDA graph record
+// nothing (a node between two kernels would end their programmatic dependent launch; the graphs'
+// launches are ordered by the caller). Made at the first call.
 Status recordCallEnd(Communicator::Impl& impl, const CollArgs& a) {
 #ifdef TPCOMM_HAVE_CUDA
-  if (!impl.streamOrderEvent) return Status::kOk;
-  // Inside a capture the record is an external-event node, which marks each replay's end for
-  // waits outside the graph; on an eager stream a plain record (the external flag is refused
-  // there: cudaErrorIllegalState).
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   TPCOMM_CUDA_TRY(cudaStreamIsCapturing(a.stream, &cs));
-  TPCOMM_CUDA_TRY(
-      cudaEventRecordWithFlags(static_cast<cudaEvent_t>(impl.streamOrderEvent), a.stream,
-                               cs == cudaStreamCaptureStatusActive ? cudaEventRecordExternal : cudaEventRecordDefault));
+  if (cs == cudaStreamCaptureStatusActive) return Status::kOk;
+  if (!impl.streamOrderEvent) {
+    cudaEvent_t e;
+    TPCOMM_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    impl.streamOrderEvent = e;
+  }
+  TPCOMM_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(impl.streamOrderEvent), a.stream));
 #else
   (void)impl;
   (void)a;
@@ -126,12 +126,10 @@ Status recordCallEnd(Communicator::Impl& impl, const CollArgs& a) {
 
 // One communicator's calls share epochs, flags and scratch, so they must run in call order even
 // when the caller switches streams (NCCL orders one communicator's work the same way, and the
-// drop-in stands in for it). A communicator used on one stream pays nothing. At its first change
-// of stream the host waits for the device to drain (every tpcomm wait is bounded), which orders
-// the new stream after the old one without touching the old stream: the caller may have
-// destroyed it, and a destroyed stream's handle must not reach CUDA. From then on every call
-// ends by recording the order event on its stream (recordCallEnd), and a call on another
-// stream waits for it (inside a CUDA graph capture, as an external-event node).
+// drop-in stands in for it). Every eager call ends by recording the order event on its stream
+// (recordCallEnd); a call on another stream first waits for it (inside a CUDA graph capture, as
+// an external-event node). The previous stream itself is never touched again: the caller may have
+// destroyed it, and a destroyed stream's handle must not reach CUDA.
 Status followPreviousStream(Communicator::Impl& impl, CollArgs& a, const char* what) {
 #ifdef TPCOMM_HAVE_CUDA
   if (!impl.haveLastStream || a.stream == impl.lastStream) {
@@ -147,34 +145,17 @@ Status followPreviousStream(Communicator::Impl& impl, CollArgs& a, const char* w
       tCallEnds.erase(tCallEnds.begin() + static_cast<long>(i));
       break;
     }
-  cudaStreamCaptureStatus next = cudaStreamCaptureStatusNone;
-  cudaError_t e = cudaStreamIsCapturing(a.stream, &next);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return TPCOMM_INVALID("%s: stream is not a valid CUDA stream on device %d: %s", what, impl.ctx->device,
-                          cudaGetErrorString(e));
-  }
-  const bool capturing = next == cudaStreamCaptureStatusActive;
-  if (!impl.streamOrderEvent) {  // the first change of stream
-    if (capturing)
-      return TPCOMM_INVALID(
-          "%s: the first call of this communicator on a second stream is inside a CUDA graph capture, where it "
-          "cannot be ordered after the calls on the first stream: make one eager call on the new stream first, "
-          "or capture on the stream used before",
-          what);
-    cudaEvent_t ev;
-    TPCOMM_CUDA_TRY(cudaDeviceSynchronize());
-    TPCOMM_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    impl.streamOrderEvent = ev;
-  } else {
-    e = cudaStreamWaitEvent(a.stream, static_cast<cudaEvent_t>(impl.streamOrderEvent),
-                            capturing ? cudaEventWaitExternal : 0);
+  if (impl.streamOrderEvent) {
+    cudaStreamCaptureStatus next = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(a.stream, &next);
+    if (e == cudaSuccess)
+      e = cudaStreamWaitEvent(a.stream, static_cast<cudaEvent_t>(impl.streamOrderEvent),
+                              next == cudaStreamCaptureStatusActive ? cudaEventWaitExternal : 0);
     if (e != cudaSuccess) {
       cudaGetLastError();
       return TPCOMM_INVALID(
           "%s: cannot order this call after the previous one on another stream (%s): one communicator's calls "
-          "must be ordered; a call on an eager stream cannot follow one still being captured into a CUDA graph "
-          "(capture them on one stream, or end the capture first)",
+          "must be ordered",
           what, cudaGetErrorString(e));
     }
   }
@@ -266,7 +247,7 @@ Status runCollective(Communicator::Impl& impl, CollArgs& a, const NormArgs* norm
     }
     TPCOMM_TRACE(kColl, "%s %zu bytes %s -> %s", what, a.bytes(), dataTypeName(a.dtype), impl.lastAlgorithm);
     if (norm && !fused) TPCOMM_TRY(runSeparateNorm(c, *algo, a, *norm));
-    if (c.device < 0 || !impl.streamOrderEvent) return Status::kOk;  // host ranks; one stream so far
+    if (c.device < 0) return Status::kOk;
     if (tGroupDepth == 0) return recordCallEnd(impl, a);
     tCallEnds.emplace_back(&impl, a);
     return Status::kOk;

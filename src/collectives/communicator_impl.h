@@ -34,11 +34,11 @@ struct Communicator::Impl {
   bool destroyed = false;
   bool compressionFallbackSaid = false;  // the INFO line "compression on, this call ran uncompressed", once
   // The stream of the previous GPU call (compared, never used: the caller may have destroyed it)
-  // and, once a second stream was used, the event recorded at the end of every GPU call, which
-  // orders a call on another stream after it (call_path.cc, followPreviousStream, recordCallEnd).
+  // and the event recorded at the end of every eager GPU call, which orders a call on another
+  // stream after it (call_path.cc, followPreviousStream, recordCallEnd).
   bool haveLastStream = false;
   cudaStream_t lastStream = nullptr;
-  void* streamOrderEvent = nullptr;  // cudaEvent_t, made at the first change of stream
+  void* streamOrderEvent = nullptr;  // cudaEvent_t, made at the first eager GPU call
 
   // Selections already made, by call shape (kind, dtype, op, bytes, per-call compression or -1),
   // for both stream modes: the selector is pure, so a decode loop that repeats the same few sizes
