@@ -13,6 +13,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "algos/host_reduce.h"
@@ -64,6 +65,23 @@ inline bool sharedDevice() { return gpuCount() > 0 && testRanks() > gpuCount(); 
 // TPCOMM_TEST_SIZES=quick: the size tables' `quick` subsets (the same kinds of edges: one
 // element, odd counts, pack tails, several blocks and chunks) and 1,000 instead of 10,000
 // back-to-back calls in the stress tests, so the suite at 2, 3, 4 and 8 ranks fits one device call.
+// The combinations of five value lists that `keep` accepts, as a test table: combinations that
+// cannot exist (staged_host inside a graph capture, an all-gather with an operator, NCCL with
+// ranks sharing a GPU) are left out of the table rather than skipped when they run.
+template <typename A, typename B, typename C, typename D, typename E, typename Keep>
+std::vector<std::tuple<A, B, C, D, E>> product(const std::vector<A>& as, const std::vector<B>& bs,
+                                               const std::vector<C>& cs, const std::vector<D>& ds,
+                                               const std::vector<E>& es, Keep keep) {
+  std::vector<std::tuple<A, B, C, D, E>> out;
+  for (const A& a : as)
+    for (const B& b : bs)
+      for (const C& c : cs)
+        for (const D& d : ds)
+          for (const E& e : es)
+            if (keep(a, b, c, d, e)) out.emplace_back(a, b, c, d, e);
+  return out;
+}
+
 inline bool quickRun() {
   const char* v = std::getenv("TPCOMM_TEST_SIZES");
   return v && std::string(v) == "quick";
