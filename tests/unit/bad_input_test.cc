@@ -170,6 +170,66 @@ TEST(BadInput, OneRankWithABadOverrideFailsEveryRank) {
   EXPECT_NE(messages[1].find("abc"), std::string::npos) << messages[1];
 }
 
+// One rule for every TPCOMM_ variable (common/params.h, issue 39 item 5): a value tpcomm cannot
+// use fails create on every rank, naming the variable, the value and what is accepted. Before,
+// TPCOMM_STAGED_CHUNK_BYTES=5000 passed create and then every call failed with kNotSupported
+// (issue 34 item 2), and numbers out of range were replaced by the default with a warning.
+TEST(BadInput, RejectedEnvironmentValueFailsCreateOnEveryRank) {
+  struct Row {
+    const char* env;
+    const char* value;
+    const char* accepted;
+  };
+  const Row rows[] = {
+      {"TPCOMM_STAGED_CHUNK_BYTES", "5000", "a multiple of 4096"},
+      {"TPCOMM_STAGED_CHUNK_BYTES", "1G", "[4096, 67108864]"},
+      {"TPCOMM_TIMEOUT_MS", "abc", "an integer in [1, 2147483647]"},
+      {"TPCOMM_STAGED_SLOTS", "1", "an integer in [2, 64]"},
+      {"TPCOMM_COMPRESSION", "zstd", "none, fp8"},
+      {"TPCOMM_DEBUG", "verbose", "NONE, WARN, INFO or TRACE"},
+      {"TPCOMM_DETERMINISTIC", "yes", "0 or 1"},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(std::string(row.env) + "=" + row.value);
+    test::ScopedEnv env(row.env, row.value);
+    std::vector<Status> status;
+    std::vector<std::string> messages;
+    test::createOnThreads(
+        2, [](int) { return Config{}; }, &status, &messages);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(status[r], Status::kInvalidArgument) << "rank " << r << ": " << messages[r];
+      EXPECT_NE(messages[r].find(std::string(row.env) + "='" + row.value + "'"), std::string::npos) << messages[r];
+      EXPECT_NE(messages[r].find(row.accepted), std::string::npos) << messages[r];
+    }
+  }
+  // Set but empty: the default (issue 34 item 10), so create succeeds.
+  for (const char* env : {"TPCOMM_COMPRESSION", "TPCOMM_STAGED_CHUNK_BYTES", "TPCOMM_TIMEOUT_MS", "TPCOMM_ALGO"}) {
+    test::ScopedEnv empty(env, "");
+    std::vector<Status> status;
+    std::vector<std::string> messages;
+    test::createOnThreads(
+        2, [](int) { return Config{}; }, &status, &messages);
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(status[r], Status::kOk) << env << "='': " << messages[r];
+  }
+}
+
+// An explicit argument wins over the environment: create does not read a variable that code set
+// (Config::timeoutMs, Config::compression), so a bad value there does not fail it.
+TEST(BadInput, ExplicitConfigWinsOverARejectedEnvironmentValue) {
+  test::ScopedEnv timeout("TPCOMM_TIMEOUT_MS", "abc");
+  std::vector<Status> status;
+  std::vector<std::string> messages;
+  test::createOnThreads(
+      2,
+      [](int) {
+        Config c;
+        c.timeoutMs = 5000;
+        return c;
+      },
+      &status, &messages);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(status[r], Status::kOk) << messages[r];
+}
+
 // Valid but different selection overrides would make ranks run different algorithms (a hang or
 // wrong data): create fails on every rank and says which rank differs.
 TEST(BadInput, RanksWithDifferentOverridesFailEveryRank) {
