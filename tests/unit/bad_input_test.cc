@@ -170,6 +170,27 @@ TEST(BadInput, OneRankWithABadOverrideFailsEveryRank) {
   EXPECT_NE(messages[1].find("abc"), std::string::npos) << messages[1];
 }
 
+// Issue 39 item 7: the message carries no status name, so a caller printing both (the README's
+// "allReduce: %s: %s", statusName(s), lastErrorMessage()) shows the status once.
+TEST(BadInput, MessageCarriesTheStatusOnce) {
+  test::runHostRanks(1, Config{}, [&](int, Communicator& comm) {
+    float x = 0;
+    Status s = comm.allReduce(&x, &x, 0, DataType::kF32, ReduceOp::kSum, nullptr);
+    ASSERT_EQ(s, Status::kInvalidArgument);
+    const std::string line = std::string(statusName(s)) + ": " + lastErrorMessage();
+    EXPECT_EQ(line.find("kInvalidArgument"), line.rfind("kInvalidArgument")) << line;
+    EXPECT_EQ(std::string(lastErrorMessage()).rfind("allReduce: ", 0), 0u) << lastErrorMessage();
+  });
+  std::vector<Status> status;
+  std::vector<std::string> messages;
+  {
+    test::ScopedEnv env("TPCOMM_TIMEOUT_MS", "abc");
+    test::createOnThreads(
+        2, [](int) { return Config{}; }, &status, &messages);
+  }
+  for (const std::string& m : messages) EXPECT_EQ(m.find("kInvalidArgument"), std::string::npos) << m;
+}
+
 // One rule for every TPCOMM_ variable (common/params.h, issue 39 item 5): a value tpcomm cannot
 // use fails create on every rank, naming the variable, the value and what is accepted. Before,
 // TPCOMM_STAGED_CHUNK_BYTES=5000 passed create and then every call failed with kNotSupported
