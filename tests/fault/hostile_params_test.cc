@@ -37,15 +37,7 @@ TEST(HostileParams, RefusedByCreateOnEveryRankNamingTheValue) {
   for (const HostileRow& row : kRows) {
     SCOPED_TRACE(std::string(row.env) + "=" + row.value);
     test::ScopedEnv env(row.env, row.value);
-    std::vector<Status> status;
-    std::vector<std::string> messages;
-    test::createOnThreads(
-        3, [](int) { return Config{}; }, &status, &messages);
-    for (int r = 0; r < 3; ++r) {
-      EXPECT_EQ(status[r], Status::kInvalidArgument) << "rank " << r << ": " << messages[r];
-      EXPECT_NE(messages[r].find(std::string(row.env) + "='" + row.value + "': expected"), std::string::npos)
-          << "rank " << r << ": " << messages[r];
-    }
+    test::expectCreateOnThreads(3, Status::kInvalidArgument, {std::string(row.env) + "='" + row.value + "': expected"});
   }
   // Unset again: the collectives work and are exact.
   const int n = 3;

@@ -208,28 +208,10 @@ TEST(Params, EmptyValueMeansTheDefaultForEveryVariable) {
 }
 
 // One rule for every variable (params.h): a rejected value is an error naming the variable, the
-// value and what is accepted. Each row is one kind of bad value.
+// value and what is accepted; test::rejectedValues() has one row per kind of bad value.
 TEST(Params, CheckParamsNamesVariableValueAndWhatIsAccepted) {
-  struct Row {
-    const char* env;
-    const char* value;
-    const char* accepted;  // a piece of what the message must say is accepted
-  };
-  const Row rows[] = {
-      {"TPCOMM_TIMEOUT_MS", "abc", "an integer in [1, 2147483647]"},
-      {"TPCOMM_NCCL", "yes", "0 or 1"},
-      {"TPCOMM_MULTICAST", "off", "0 or 1"},
-      {"TPCOMM_STAGED_CHUNK_BYTES", "5000", "a multiple of 4096"},
-      {"TPCOMM_STAGED_CHUNK_BYTES", "1G", "[4096, 67108864]"},
-      {"TPCOMM_DEBUG", "garbage", "NONE, WARN, INFO or TRACE"},
-      {"TPCOMM_DEBUG_SUBSYS", "INIT,BOGUS", "INIT, TOPO, TUNE, COLL, BOOT, ALL"},
-      {"TPCOMM_COMPRESSION", "zstd", "none, fp8"},
-      {"TPCOMM_SOCKET_FAMILY", "IPX", "AF_INET, AF_INET6"},
-      {"TPCOMM_TOPO_HELPER", "/nonexistent/tpcomm-doctor", "executable"},
-      {"TPCOMM_NCCL_LIBRARY", "/nonexistent/libnccl.so.2", "existing"},
-  };
   ASSERT_EQ(checkParams("create"), Status::kOk) << lastErrorMessage();  // the test's own environment is clean
-  for (const Row& row : rows) {
+  for (const test::RejectedValue& row : test::rejectedValues()) {
     SCOPED_TRACE(std::string(row.env) + "=" + row.value);
     ScopedEnv env(row.env, row.value);
     ASSERT_EQ(checkParams("create"), Status::kInvalidArgument);
