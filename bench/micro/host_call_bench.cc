@@ -78,7 +78,7 @@ class StubLaunch final : public Algorithm {
     p.kind = static_cast<int>(a.kind);
     p.signature = 0;
     benchmark::DoNotOptimize(p2pVectorizable(p.send, p.recv));  // the launcher's dispatch input
-    std::memcpy(&gSink, &p, sizeof(p));                          // kernel parameters passed by value
+    std::memcpy(&gSink, &p, sizeof(p));                         // kernel parameters passed by value
     benchmark::ClobberMemory();
     return Status::kOk;
   }
@@ -211,11 +211,7 @@ void HostReduce(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
   state.SetLabel(dt == DataType::kBF16 ? "bf16" : "f32");
 }
-BENCHMARK(HostReduce)
-    ->Args({2, 4096, 1})
-    ->Args({4, 4096, 1})
-    ->Args({4, 1 << 20, 1})
-    ->Args({4, 1 << 20, 0});
+BENCHMARK(HostReduce)->Args({2, 4096, 1})->Args({4, 4096, 1})->Args({4, 1 << 20, 1})->Args({4, 1 << 20, 0});
 
 void Quantize(benchmark::State& state) {
   const QuantFormat f = state.range(0) ? QuantFormat::kInt8 : QuantFormat::kFp8E4m3;
