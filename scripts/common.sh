@@ -3,7 +3,8 @@
 #
 # Environment knobs:
 #   BUILD_DIR                  build directory (default: build)
-#   CMAKE_CUDA_ARCHITECTURES   e.g. 90; default: all of tpcomm's (80;86;89;90;100;120)
+#   CMAKE_CUDA_ARCHITECTURES   e.g. 90 or "80;86;89;90;100;120" (every supported GPU); default:
+#                              the GPUs present (native), else 90 (CMakeLists.txt says which)
 #   TPCOMM_CUDA_ARCHS          same, read when CMAKE_CUDA_ARCHITECTURES is unset
 #   TPCOMM_JOBS                build parallelism (default: nproc)
 #   TPCOMM_SKIP_DEPS=1         do not look for or install system packages

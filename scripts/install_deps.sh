@@ -5,9 +5,10 @@
 set -euo pipefail
 
 PACKAGES=(build-essential cmake ninja-build libopenmpi-dev openmpi-bin nlohmann-json3-dev libgtest-dev libbenchmark-dev)
-# The sanitizer and fuzz stages of scripts/test.sh (clang, ASan/UBSan/libFuzzer runtimes); not
-# needed when both are off (TPCOMM_SANITIZE=0 TPCOMM_FUZZ_SECONDS=0).
-if [ "${TPCOMM_SANITIZE:-1}" != 0 ] || [ "${TPCOMM_FUZZ_SECONDS:-20}" != 0 ]; then
+# The sanitizer and fuzz stages of scripts/test.sh (clang, ASan/UBSan/libFuzzer runtimes), only
+# when one of them is on (TPCOMM_SANITIZE=1, TPCOMM_FUZZ_SECONDS=N, or TPCOMM_TEST_ALL=1 as in CI).
+if [ "${TPCOMM_SANITIZE:-0}" = 1 ] || [ "${TPCOMM_FUZZ_SECONDS:-0}" != 0 ] ||
+   [ "${TPCOMM_TEST_ALL:-0}" = 1 ]; then
   PACKAGES+=(clang libclang-rt-14-dev)
 fi
 

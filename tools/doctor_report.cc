@@ -35,23 +35,76 @@ std::string versionText(int v) {
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
 }
 
+// Why the probe found no GPU, in a user's words: a missing driver is the usual case on a machine
+// without a GPU, and CUDA's own text for it ("CUDA driver version is insufficient for CUDA
+// runtime version") reads like a version problem.
+std::string noGpuReason(const MachineProbe& m) {
+  if (m.gpuError.find("without CUDA") != std::string::npos) return m.gpuError;
+  if (m.cudaDriverApi <= 0 && m.driverVersion.empty())
+    return "no NVIDIA GPU or driver found (libcuda.so.1 could not be loaded; CUDA said: " +
+           (m.gpuError.empty() ? std::string("no devices") : m.gpuError) + ")";
+  if (m.cudaDriverApi > 0 && m.cudaRuntime > m.cudaDriverApi)
+    return "the NVIDIA driver (CUDA " + versionText(m.cudaDriverApi) + ") is older than this build's CUDA runtime (" +
+           versionText(m.cudaRuntime) + "): update the driver; CUDA said: " + m.gpuError;
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  return "an NVIDIA driver is present but no GPU is visible to this process" +
+         (visible ? " (CUDA_VISIBLE_DEVICES='" + std::string(visible) + "')" : std::string()) +
+         (m.gpuError.empty() ? std::string() : "; CUDA said: " + m.gpuError);
+}
+
 const char* kExternalEnv[] = {"NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
                               "CUDA_VISIBLE_DEVICES", "NCCL_P2P_DISABLE"};
 
 }  // namespace
 
-std::string paramsTable() {
-  std::string out = "tpcomm parameters (environment TPCOMM_<NAME>; parsed by value, 0 means off):\n";
-  std::string problems;
+namespace {
+
+// What is wrong with TPCOMM_ALGO ("" when it parses), parsing it once into *ovr.
+std::string algoProblem(AlgoOverride* ovr) {
+  return parseAlgoOverride(paramString(ParamId::kAlgo), algorithmNames(), ovr) == Status::kOk ? "" : lastErrorMessage();
+}
+
+// Every parameter's problem ("" when accepted), in table order.
+std::vector<std::string> problemsByParam(const std::string& algoWhy) {
+  std::vector<std::string> out;
+  for (int id = 0; id < static_cast<int>(ParamId::kCount); ++id)
+    out.push_back(static_cast<ParamId>(id) == ParamId::kAlgo ? algoWhy : paramProblem(static_cast<ParamId>(id)));
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> rejectedValues() {
+  AlgoOverride ovr;
+  std::vector<std::string> out;
+  for (const std::string& why : problemsByParam(algoProblem(&ovr)))
+    if (!why.empty()) out.push_back(why);
+  return out;
+}
+
+std::string paramsTable(int* rejectedCount) {
+  std::string out =
+      "tpcomm parameters (environment TPCOMM_<NAME>; parsed by value, 0 means off; set but empty means the "
+      "default).\nA rejected value makes Communicator::create fail; everything else that reads it uses the "
+      "default, shown as in force:\n";
+  AlgoOverride ovr;
+  const std::vector<std::string> why = problemsByParam(algoProblem(&ovr));
+  int rejected = 0;
   for (const ParamInfo& p : params()) {
-    std::string range = paramRangeText(p);
-    add(&out, "  TPCOMM_%-20s default %-10s in force %-10s%s  %s%s%s\n", p.name, p.defaultValue[0] ? p.defaultValue : "\"\"",
-        p.value.empty() ? "\"\"" : p.value.c_str(), p.fromEnv ? " (env)" : "      ", p.help,
-        range.empty() ? "" : "; ", range.c_str());
-    std::string why = paramProblem(static_cast<ParamId>(&p - params().data()));
-    if (!why.empty()) problems += "  " + why + "\n";
+    const std::string& bad = why[static_cast<size_t>(&p - params().data())];
+    const std::string range = paramRangeText(p);
+    const std::string inForce = !bad.empty() ? p.defaultValue : p.value;
+    const char* src = !p.fromEnv ? "" : bad.empty() ? " (env)" : " (default)";
+    add(&out, "  TPCOMM_%-20s default %-10s in force %-10s%-10s %s%s%s\n", p.name,
+        p.defaultValue[0] ? p.defaultValue : "\"\"", inForce.empty() ? "\"\"" : inForce.c_str(), src, p.help,
+        range.empty() ? "" : "; accepted: ", range.c_str());
+    if (!bad.empty()) {
+      add(&out, "      REJECTED %s\n", bad.c_str());
+      ++rejected;
+    }
   }
-  if (!problems.empty()) out += "refused values:\n" + problems;
+  if (rejected) add(&out, "%d rejected value(s): Communicator::create fails until each is fixed or unset\n", rejected);
+  if (rejectedCount) *rejectedCount = rejected;
   return out;
 }
 
@@ -75,20 +128,20 @@ DoctorReport buildDoctorReport(const MachineProbe& m, const ProbeSource& src, co
   auto owned = makeAlgorithms(nullptr);
   algos = rawList(owned);
   AlgoOverride ovr;
-  if (parseAlgoOverride(paramString(ParamId::kAlgo), algorithmNames(), &ovr) != Status::kOk)
-    r.problems.push_back(std::string("TPCOMM_ALGO is malformed: ") + lastErrorMessage());
-  // Values the library refuses (it warns and uses the default): TPCOMM_TIMEOUT_MS=abc,
-  // TPCOMM_DEBUG=garbage, a size out of range.
-  for (int id = 0; id < static_cast<int>(ParamId::kCount); ++id) {
-    std::string why = paramProblem(static_cast<ParamId>(id));
-    if (!why.empty()) r.problems.push_back(why);
-  }
+  // Values Communicator::create refuses (common/params.h): TPCOMM_TIMEOUT_MS=abc,
+  // TPCOMM_DEBUG=garbage, a size out of range, an unknown algorithm in TPCOMM_ALGO.
+  const std::vector<std::string> paramWhy = problemsByParam(algoProblem(&ovr));
+  for (const std::string& why : paramWhy)
+    if (!why.empty()) r.problems.push_back(why + ": Communicator::create refuses it; unset it for the default");
 
   Topology topo;
   TuningState tune;
   if (m.gpus.empty()) {
-    add(&o, "\nno GPUs: %s\n", m.gpuError.empty() ? "CUDA reports none" : m.gpuError.c_str());
-    add(&o, "host path: ranks without GPUs (device -1) all-reduce through shared host memory (staged_host);\n");
+    add(&o, "\nno GPUs: %s\n", noGpuReason(m).c_str());
+    add(&o,
+        "what works without a GPU: host ranks (device -1, host buffers): every collective through shared host\n"
+        "memory (staged_host), from C++, the C API and Python; allreduce_perf -t N or mpirun with host ranks;\n"
+        "tpcomm-doctor --tune --host; the Qwen decoder on the CPU (qwen_tp --device cpu)\n");
     topo = Topology::host(2, true);
     tune = readTuning(topo);
     add(&o, "tuning file: %s: %s\n", tune.path.empty() ? "-" : tune.path.c_str(), tune.state.c_str());
@@ -229,12 +282,21 @@ DoctorReport buildDoctorReport(const MachineProbe& m, const ProbeSource& src, co
   add(&o, "\nparameters in force (tpcomm-doctor --params lists all):\n");
   nlohmann::json jp = nlohmann::json::object();
   bool any = false;
+  nlohmann::json jr = nlohmann::json::object();
   for (const ParamInfo& p : params()) {
-    jp[std::string("TPCOMM_") + p.name] = p.value;
+    const ParamId id = static_cast<ParamId>(&p - params().data());
+    const std::string& why = paramWhy[static_cast<size_t>(id)];
+    jp[std::string("TPCOMM_") + p.name] = why.empty() ? p.value : p.defaultValue;
+    if (!why.empty()) jr[std::string("TPCOMM_") + p.name] = {{"value", p.value}, {"why", why}};
     if (!p.fromEnv) continue;
-    add(&o, "  TPCOMM_%s=%s\n", p.name, p.value.c_str());
+    if (why.empty())
+      add(&o, "  TPCOMM_%s=%s\n", p.name, p.value.c_str());
+    else
+      add(&o, "  TPCOMM_%s=%s REJECTED (in force: the default %s; create refuses it)\n", p.name, p.value.c_str(),
+          p.defaultValue[0] ? p.defaultValue : "\"\"");
     any = true;
   }
+  j["params_rejected"] = jr;
   for (const char* e : kExternalEnv) {
     const char* v = std::getenv(e);
     if (!v) continue;

@@ -24,7 +24,12 @@ struct DoctorReport {
 /// the communicator whose selection is shown (empty: all).
 DoctorReport buildDoctorReport(const MachineProbe& m, const ProbeSource& src, const std::vector<int>& gpus = {});
 
-/// `--params`: every parameter, default, value in force and help.
-std::string paramsTable();
+/// `--params`: every parameter, its default, the value in force (the default where the set value
+/// is rejected) and help; beside a rejected value, "REJECTED" and why. `rejectedCount` (optional)
+/// gets how many were rejected.
+std::string paramsTable(int* rejectedCount = nullptr);
+/// Every rejected environment value (params.h's paramProblems(), then TPCOMM_ALGO's parser),
+/// one line each naming the variable, the value and what is accepted. Empty: none.
+std::vector<std::string> rejectedValues();
 
 }  // namespace tpcomm

@@ -5,7 +5,8 @@
 //                 [--sysfs-root DIR] [--machine-json FILE] [--params] [--clean]
 //   tpcomm-doctor --tune [--host] [--tune-ranks 2,4] [--tune-min-bytes 8] [--tune-max-bytes 256M]
 //                 [--tune-step 4] [--tune-repeats 5] [--tune-seconds 300]   (doctor_tune.h)
-// Exit code: 0 fine (also: no GPU), 1 usage, 2 something is broken (a P2P check failed).
+// Exit code: 0 fine (also: no GPU), 1 usage, 2 something is broken (a P2P check failed, or a
+// TPCOMM_ environment value that Communicator::create would refuse; --params too).
 // Hidden: --probe-child (the probe child itself; see probe_child.h).
 #include <cstdio>
 #include <cstdlib>
@@ -39,7 +40,7 @@ void usage() {
                "  --gpus LIST     CUDA indices (as the probe enumerates them) forming the communicator\n"
                "  --sysfs-root D  read sys/ and proc/ under D (fixtures)\n"
                "  --machine-json F  report on a saved machine probe (e.g. from --json's \"machine\")\n"
-               "  --params        list every TPCOMM_ parameter with its value in force\n"
+               "  --params        list every TPCOMM_ parameter with its value in force and any rejected value\n"
                "  --clean         remove this user's /dev/shm/tpcomm-<pid>-* segments whose process is gone\n"
                "  --tune          time every usable all-reduce algorithm per size, dtype class and rank count\n"
                "                  (ranks as threads: GPU i for rank i, or host ranks) and write the tuning\n"
@@ -48,7 +49,7 @@ void usage() {
                "                  than GPUs with TPCOMM_ALLOW_SHARED_DEVICE=1: ranks share GPUs),\n"
                "                  --tune-min-bytes 8, --tune-max-bytes 256M (host: 16M), --tune-step 4,\n"
                "                  --tune-repeats 5, --tune-seconds 300 (bound on the whole run)\n"
-               "exit: 0 fine or no GPU, 1 usage error, 2 something is broken\n");
+               "exit: 0 fine or no GPU, 1 usage error, 2 something is broken (also: a rejected TPCOMM_ value)\n");
 }
 
 }  // namespace
@@ -89,9 +90,9 @@ int main(int argc, char** argv) {
       std::printf("clean: removed %d stale shared-memory segment(s)\n", removed);
       return 0;
     } else if (a == "--params") {
-      std::string table = paramsTable();
-      std::fputs(table.c_str(), stdout);
-      return table.find("refused values:") == std::string::npos ? 0 : 2;
+      int rejected = 0;
+      std::fputs(paramsTable(&rejected).c_str(), stdout);
+      return rejected == 0 ? 0 : 2;
     } else if (a == "--timeout-ms" || a == "--sysfs-root" || a == "--machine-json" || a == "--gpus") {
       const char* v = next();
       if (!v) {

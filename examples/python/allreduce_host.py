@@ -10,7 +10,10 @@ would do as well: `uid.hex()` / `tpcomm.UniqueId.from_hex(text)`). Loopback: all
 import argparse
 import multiprocessing as mp
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # `pip install .` brings numpy; a bare PYTHONPATH checkout may lack it
+    raise SystemExit("this example needs numpy: pip install numpy (pip install . installs it with tpcomm)")
 
 import tpcomm
 

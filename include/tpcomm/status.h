@@ -19,9 +19,10 @@ enum class Status {
 /// Short name of a status ("kOk", "kInvalidArgument", ...). Never null.
 const char* statusName(Status s);
 
-/// Message describing the most recent non-kOk status returned to this thread by any tpcomm call.
-/// Empty string when the last call on this thread succeeded. Never null; valid until the next
-/// tpcomm call on this thread.
+/// Message describing the most recent non-kOk status returned to this thread by any tpcomm call,
+/// without the status's name (print statusName(s) beside it: "allReduce: kInvalidArgument:
+/// allReduce: count 0 ..."). Empty string when the last call on this thread succeeded. Never
+/// null; valid until the next tpcomm call on this thread.
 const char* lastErrorMessage();
 
 }  // namespace tpcomm

@@ -218,13 +218,24 @@ Status agreeOnCompression(Bootstrap& bs, const Config& config, AlgoOverride* ovr
 // be equal on every rank: a mismatch would not fail, it would corrupt data or hang. Every rank
 // sees every rank's values, so all return the same error, naming the parameter.
 Status agreeOnSettings(Bootstrap& bs, const Config& config, AlgoOverride* ovr) {
-  // A malformed override is rejected before any collective work, on every rank alike.
+  // A rejected environment value (common/params.h: one rule for every TPCOMM_ variable) or a
+  // malformed override fails create before any collective work, on every rank alike.
   const std::string algoText = config.algo.empty() ? paramString(ParamId::kAlgo) : config.algo;
-  Status parsed = parseAlgoOverride(algoText, algorithmNames(), ovr);
-  bool parsedAll;
-  TPCOMM_TRY(agree(bs, parsed == Status::kOk, &parsedAll));
+  std::vector<ParamId> notRead;  // explicit arguments win over the environment
+  if (config.compression != Compression::kNone) notRead.push_back(ParamId::kCompression);
+  if (config.timeoutMs > 0) notRead.push_back(ParamId::kTimeoutMs);
+  Status parsed = checkParams("create", notRead);
+  if (parsed == Status::kOk) parsed = parseAlgoOverride(algoText, algorithmNames(), ovr);
+  int parsedHere = parsed == Status::kOk ? 1 : 0;
+  std::vector<int> ok(static_cast<size_t>(bs.size()));
+  TPCOMM_TRY(bs.allGather(&parsedHere, ok.data(), sizeof(int)));
   if (parsed != Status::kOk) return parsed;
-  if (!parsedAll) return TPCOMM_INVALID("create: another rank rejected its TPCOMM_ALGO / config.algo");
+  for (int r = 0; r < bs.size(); ++r)
+    if (!ok[r])
+      return TPCOMM_INVALID(
+          "create: another rank (rank %d) rejected a TPCOMM_ environment value or its config.algo (its own error "
+          "says which)",
+          r);
   ovr->deterministicOnly = config.deterministic || paramInt(ParamId::kDeterministic) != 0;
   TPCOMM_TRY(agreeOnCompression(bs, config, ovr));
 

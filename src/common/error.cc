@@ -22,11 +22,14 @@ Status setError(Status s, const char* file, int line, const char* fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  std::snprintf(tLastError, sizeof(tLastError), "%s: %s", statusName(s), msg);
+  // The message alone: callers print the status beside it (statusName, the C API's code, the
+  // Python exception's class), so a status name here would appear twice. The log line adds it.
+  std::snprintf(tLastError, sizeof(tLastError), "%s", msg);
   if (s != Status::kNotSupported) {
-    if (logEnabled(LogLevel::kWarn, kAllSubsys)) logMessage(LogLevel::kWarn, kAllSubsys, file, line, "%s", tLastError);
+    if (logEnabled(LogLevel::kWarn, kAllSubsys))
+      logMessage(LogLevel::kWarn, kAllSubsys, file, line, "%s: %s", statusName(s), tLastError);
   } else if (logEnabled(LogLevel::kTrace, kColl)) {
-    logMessage(LogLevel::kTrace, kColl, file, line, "%s", tLastError);
+    logMessage(LogLevel::kTrace, kColl, file, line, "%s: %s", statusName(s), tLastError);
   }
   return s;
 }

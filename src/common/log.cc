@@ -78,9 +78,12 @@ void configure() {
   if (*reported == key) return;
   *reported = key;
   if (!levelOk)
-    logMessage(LogLevel::kWarn, kInit, __FILE__, __LINE__, "%s", logConfigProblem(true, levelText).c_str());
+    logMessage(LogLevel::kWarn, kInit, __FILE__, __LINE__, "%s; WARN is used here, and Communicator::create refuses it",
+               logConfigProblem(true, levelText).c_str());
   if (!bad.empty() && l != static_cast<int>(LogLevel::kNone))
-    logMessage(LogLevel::kWarn, kInit, __FILE__, __LINE__, "%s", logConfigProblem(false, subsysText).c_str());
+    logMessage(LogLevel::kWarn, kInit, __FILE__, __LINE__,
+               "%s; the unknown name is ignored here, and Communicator::create refuses it",
+               logConfigProblem(false, subsysText).c_str());
 }
 
 const char* levelName(LogLevel l) {
@@ -121,13 +124,13 @@ std::string logConfigProblem(bool level, const std::string& value) {
   if (level) {
     int l;
     if (parseLevel(value, &l)) return "";
-    return "TPCOMM_DEBUG='" + value + "': expected NONE, WARN, INFO or TRACE; using WARN";
+    return "TPCOMM_DEBUG='" + value + "': expected NONE, WARN, INFO or TRACE";
   }
   std::string bad;
   parseSubsys(value, &bad);
   if (bad.empty()) return "";
   return "TPCOMM_DEBUG_SUBSYS='" + value + "': unknown subsystem '" + bad +
-         "'; expected a comma list of INIT, TOPO, TUNE, COLL, BOOT, ALL (^ to exclude); it is ignored";
+         "'; expected a comma list of INIT, TOPO, TUNE, COLL, BOOT, ALL (^ to exclude)";
 }
 
 bool logEnabled(LogLevel level, unsigned subsys) {

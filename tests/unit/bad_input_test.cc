@@ -170,6 +170,61 @@ TEST(BadInput, OneRankWithABadOverrideFailsEveryRank) {
   EXPECT_NE(messages[1].find("abc"), std::string::npos) << messages[1];
 }
 
+// Issue 39 item 7: the message carries no status name, so a caller printing both (the README's
+// "allReduce: %s: %s", statusName(s), lastErrorMessage()) shows the status once.
+TEST(BadInput, MessageCarriesTheStatusOnce) {
+  test::runHostRanks(1, Config{}, [&](int, Communicator& comm) {
+    float x = 0;
+    Status s = comm.allReduce(&x, &x, 0, DataType::kF32, ReduceOp::kSum, nullptr);
+    ASSERT_EQ(s, Status::kInvalidArgument);
+    const std::string line = std::string(statusName(s)) + ": " + lastErrorMessage();
+    EXPECT_EQ(line.find("kInvalidArgument"), line.rfind("kInvalidArgument")) << line;
+    EXPECT_EQ(std::string(lastErrorMessage()).rfind("allReduce: ", 0), 0u) << lastErrorMessage();
+  });
+  test::ScopedEnv env("TPCOMM_TIMEOUT_MS", "abc");
+  std::vector<Status> status;
+  std::vector<std::string> messages;
+  test::createOnThreads(
+      2, [](int) { return Config{}; }, &status, &messages);
+  for (const std::string& m : messages) EXPECT_EQ(m.find("kInvalidArgument"), std::string::npos) << m;
+}
+
+// One rule for every TPCOMM_ variable (common/params.h, issue 39 item 5): a value tpcomm cannot
+// use fails create on every rank, naming the variable, the value and what is accepted. Before,
+// TPCOMM_STAGED_CHUNK_BYTES=5000 passed create and then every call failed with kNotSupported
+// (issue 34 item 2), and numbers out of range were replaced by the default with a warning.
+TEST(BadInput, RejectedEnvironmentValueFailsCreateOnEveryRank) {
+  for (const test::RejectedValue& row : test::rejectedValues()) {
+    SCOPED_TRACE(std::string(row.env) + "=" + row.value);
+    test::ScopedEnv env(row.env, row.value);
+    test::expectCreateOnThreads(2, Status::kInvalidArgument,
+                                {std::string(row.env) + "='" + row.value + "'", row.accepted});
+  }
+  // Set but empty: the default (issue 34 item 10), so create succeeds.
+  for (const char* env : {"TPCOMM_COMPRESSION", "TPCOMM_STAGED_CHUNK_BYTES", "TPCOMM_TIMEOUT_MS", "TPCOMM_ALGO"}) {
+    SCOPED_TRACE(std::string(env) + "=''");
+    test::ScopedEnv empty(env, "");
+    test::expectCreateOnThreads(2, Status::kOk);
+  }
+}
+
+// An explicit argument wins over the environment: create does not read a variable that code set
+// (Config::timeoutMs, Config::compression), so a bad value there does not fail it.
+TEST(BadInput, ExplicitConfigWinsOverARejectedEnvironmentValue) {
+  test::ScopedEnv timeout("TPCOMM_TIMEOUT_MS", "abc");
+  std::vector<Status> status;
+  std::vector<std::string> messages;
+  test::createOnThreads(
+      2,
+      [](int) {
+        Config c;
+        c.timeoutMs = 5000;
+        return c;
+      },
+      &status, &messages);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(status[r], Status::kOk) << messages[r];
+}
+
 // Valid but different selection overrides would make ranks run different algorithms (a hang or
 // wrong data): create fails on every rank and says which rank differs.
 TEST(BadInput, RanksWithDifferentOverridesFailEveryRank) {

@@ -1,8 +1,8 @@
 // Environment parameters (common/params.h) and the multicast gate (Topology::multicastUsable).
-// Params are parsed by value, never by presence (TPCOMM_X=0 means off); a malformed integer
-// falls back to the default. The multicast gate must stay closed under NCCL_NVLS_ENABLE=0 or
-// TPCOMM_MULTICAST=0 even when the fixture says the hardware and the probe allow it: this is
-// the safety test docs/multicast.md asks for (multicast can take a shared machine's GPUs down).
+// Params are parsed by value, never by presence (TPCOMM_X=0 means off); a rejected value is a
+// problem checkParams reports (create refuses it), and paramInt falls back to the default. The multicast gate must stay
+// closed under NCCL_NVLS_ENABLE=0 or TPCOMM_MULTICAST=0 even when the fixture says the hardware and the probe allow it:
+// this is the safety test docs/multicast.md asks for (multicast can take a shared machine's GPUs down).
 #include "common/params.h"
 
 #include <gtest/gtest.h>
@@ -118,10 +118,19 @@ TEST(Params, IntegersParseByValueAndFallBackToTheDefault) {
       {ParamId::kStagedBlocks, "TPCOMM_STAGED_BLOCKS", "4294967297", defaultOf(ParamId::kStagedBlocks)},
       {ParamId::kP2pBlocks, "TPCOMM_P2P_BLOCKS", "2147483648", defaultOf(ParamId::kP2pBlocks)},
       // Sizes whose products would overflow the segment arithmetic.
-      {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "4611686018427387904", defaultOf(ParamId::kStagedChunkBytes)},
-      {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "1152921504606846976", defaultOf(ParamId::kStagedChunkBytes)},
+      {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "4611686018427387904",
+       defaultOf(ParamId::kStagedChunkBytes)},
+      {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "1152921504606846976",
+       defaultOf(ParamId::kStagedChunkBytes)},
       {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "2G", defaultOf(ParamId::kStagedChunkBytes)},
-      {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "1G", 1 << 30},
+      // A size staged_host cannot use (not a multiple of 4096) or one so large
+      // that create spends tens of seconds on the segment (1G: 35 s) is rejected.
+      {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "1G", defaultOf(ParamId::kStagedChunkBytes)},
+      {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "65M", defaultOf(ParamId::kStagedChunkBytes)},
+      {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "64M", 64 << 20},
+      {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "5000", defaultOf(ParamId::kStagedChunkBytes)},
+      {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "4097", defaultOf(ParamId::kStagedChunkBytes)},
+      {ParamId::kStagedChunkBytes, "TPCOMM_STAGED_CHUNK_BYTES", "8192", 8192},
       {ParamId::kLamportMaxBytes, "TPCOMM_LAMPORT_MAX_BYTES", "16G", defaultOf(ParamId::kLamportMaxBytes)},
       {ParamId::kTwoshotChunkBytes, "TPCOMM_TWOSHOT_CHUNK_BYTES", "0", defaultOf(ParamId::kTwoshotChunkBytes)},
       {ParamId::kNccl, "TPCOMM_NCCL", "2", defaultOf(ParamId::kNccl)},
@@ -131,8 +140,9 @@ TEST(Params, IntegersParseByValueAndFallBackToTheDefault) {
     ScopedEnv env(row.env, row.value);
     EXPECT_EQ(paramInt(row.id), row.want);
     const ParamInfo& p = params()[static_cast<int>(row.id)];
-    EXPECT_EQ(p.fromEnv, row.value != nullptr);
-    EXPECT_EQ(paramString(row.id), row.value ? row.value : p.defaultValue);
+    const bool set = row.value && *row.value;  // set but empty counts as unset
+    EXPECT_EQ(p.fromEnv, set);
+    EXPECT_EQ(paramString(row.id), set ? row.value : p.defaultValue);
   }
 }
 
@@ -178,6 +188,45 @@ TEST(Params, ProblemNamesTheParameterAndTheRange) {
     ScopedEnv env("TPCOMM_DEBUG_SUBSYS", "INIT,BOGUS");
     EXPECT_NE(paramProblem(ParamId::kDebugSubsys).find("'BOGUS'"), std::string::npos);
   }
+}
+
+// Every variable: set but empty means the default, never an error.
+TEST(Params, EmptyValueMeansTheDefaultForEveryVariable) {
+  for (int i = 0; i < static_cast<int>(ParamId::kCount); ++i) {  // by index: each ScopedEnv re-reads the table
+    const ParamId id = static_cast<ParamId>(i);
+    const std::string env = std::string("TPCOMM_") + params()[i].name;
+    SCOPED_TRACE(env + "=''");
+    ScopedEnv e(env.c_str(), "");
+    const ParamInfo& now = params()[i];
+    EXPECT_FALSE(now.fromEnv);
+    EXPECT_EQ(now.value, now.defaultValue);
+    EXPECT_EQ(paramProblem(id), "");
+  }
+  ScopedEnv e("TPCOMM_COMPRESSION", "");
+  EXPECT_EQ(checkParams("create"), Status::kOk) << lastErrorMessage();
+  EXPECT_EQ(paramString(ParamId::kCompression), "none");
+}
+
+// One rule for every variable (params.h): a rejected value is an error naming the variable, the
+// value and what is accepted; test::rejectedValues() has one row per kind of bad value.
+TEST(Params, CheckParamsNamesVariableValueAndWhatIsAccepted) {
+  ASSERT_EQ(checkParams("create"), Status::kOk) << lastErrorMessage();  // the test's own environment is clean
+  for (const test::RejectedValue& row : test::rejectedValues()) {
+    SCOPED_TRACE(std::string(row.env) + "=" + row.value);
+    ScopedEnv env(row.env, row.value);
+    ASSERT_EQ(checkParams("create"), Status::kInvalidArgument);
+    const std::string msg = lastErrorMessage();
+    EXPECT_EQ(msg.find("create: "), 0u) << msg;
+    EXPECT_NE(msg.find(std::string(row.env) + "='" + row.value + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(row.accepted), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("kInvalidArgument"), std::string::npos) << "one prefix: " << msg;
+  }
+  // A library name without '/' is dlopen's to find, not checked here.
+  ScopedEnv lib("TPCOMM_NCCL_LIBRARY", "libnccl.so.2");
+  EXPECT_EQ(paramProblem(ParamId::kNcclLibrary), "");
+  // A variable the caller does not read (code set the same thing) is not checked.
+  ScopedEnv t("TPCOMM_TIMEOUT_MS", "abc");
+  EXPECT_EQ(checkParams("create", {ParamId::kTimeoutMs}), Status::kOk);
 }
 
 // TPCOMM_DEBUG=garbage is not ignored silently: one warning names it.

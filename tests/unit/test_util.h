@@ -154,5 +154,47 @@ inline void createOnThreads(int n, const std::function<Config(int)>& configFor, 
   for (auto& t : threads) t.join();
 }
 
+/// createOnThreads with the default Config on every rank: each rank must return `want`, and a
+/// failing rank's message must contain every string in `mention`.
+inline void expectCreateOnThreads(int n, Status want, const std::vector<std::string>& mention = {}) {
+  std::vector<Status> status;
+  std::vector<std::string> messages;
+  createOnThreads(
+      n, [](int) { return Config{}; }, &status, &messages);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(status[r], want) << "rank " << r << ": " << messages[r];
+    if (status[r] == Status::kOk) continue;
+    for (const std::string& m : mention)
+      EXPECT_NE(messages[r].find(m), std::string::npos) << "rank " << r << ": " << messages[r];
+  }
+}
+
+/// One value of each kind the environment rule rejects (common/params.h): the variable, the
+/// value, and a piece of what its message must say is accepted. params_test checks checkParams
+/// with them, bad_input_test that create refuses each on every rank.
+struct RejectedValue {
+  const char* env;
+  const char* value;
+  const char* accepted;
+};
+inline const std::vector<RejectedValue>& rejectedValues() {
+  static const std::vector<RejectedValue> rows = {
+      {"TPCOMM_TIMEOUT_MS", "abc", "an integer in [1, 2147483647]"},
+      {"TPCOMM_STAGED_SLOTS", "1", "an integer in [2, 64]"},
+      {"TPCOMM_NCCL", "yes", "0 or 1"},
+      {"TPCOMM_MULTICAST", "off", "0 or 1"},
+      {"TPCOMM_DETERMINISTIC", "yes", "0 or 1"},
+      {"TPCOMM_STAGED_CHUNK_BYTES", "5000", "a multiple of 4096"},  // issue 34 item 2
+      {"TPCOMM_STAGED_CHUNK_BYTES", "1G", "[4096, 67108864]"},      // create took 35 s
+      {"TPCOMM_DEBUG", "garbage", "NONE, WARN, INFO or TRACE"},
+      {"TPCOMM_DEBUG_SUBSYS", "INIT,BOGUS", "INIT, TOPO, TUNE, COLL, BOOT, ALL"},
+      {"TPCOMM_COMPRESSION", "zstd", "none, fp8"},
+      {"TPCOMM_SOCKET_FAMILY", "IPX", "AF_INET, AF_INET6"},
+      {"TPCOMM_TOPO_HELPER", "/nonexistent/tpcomm-doctor", "executable"},
+      {"TPCOMM_NCCL_LIBRARY", "/nonexistent/libnccl.so.2", "existing"},
+  };
+  return rows;
+}
+
 }  // namespace test
 }  // namespace tpcomm

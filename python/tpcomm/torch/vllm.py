@@ -1,17 +1,39 @@
 """A drop-in for vLLM's custom all-reduce (NOT YET RUN INSIDE vLLM).
 
-vLLM's CudaCommunicator (vllm/distributed/device_communicators/cuda_communicator.py) builds
-`CustomAllreduce(group=cpu_group, device=device)` for its tensor-parallel group and, in
-`all_reduce(input_)`, calls `custom_all_reduce(input_)` (out of place) whenever
-`not ca.disabled and ca.should_custom_ar(input_)`, else pynccl. Its graph capture enters
-`ca.capture()`. This class has that interface over tpcomm; hand it to vLLM by replacing the
-communicator's `ca_comm` after start-up, or by patching `dispatch_custom_allreduce` to return it:
+The interface it implements is vLLM's `CustomAllreduce`
+(vllm/distributed/device_communicators/custom_all_reduce.py) as vLLM's source uses it, read in
+its three forms (the per-group import, dispatch_custom_allreduce(), and the newer
+symm_mem_enabled= / finalize_p2p()); not yet checked against an installed vLLM (PyPI's latest
+when written: 0.34.0). tests/python/test_vllm_pin.py checks these names against the installed
+vLLM wherever one is:
+  - constructed as `CustomAllreduce(group=cpu_group, device=device)` (newer vLLM adds
+    `symm_mem_enabled=`) by `CudaCommunicator.__init__` for the tensor-parallel group, the class
+    coming from `dispatch_custom_allreduce()` (vLLM >= 0.10) or the module attribute (older);
+  - `disabled`, `should_custom_ar(input_)` and `custom_all_reduce(input_)` (out of place) in
+    `CudaCommunicator.all_reduce`;
+  - `capture()` in `GroupCoordinator.graph_capture`; `all_reduce(inp, *, out, registered)`,
+    `close()`, and `finalize_p2p()` (vLLM's main branch calls it once, collectively).
 
-    from tpcomm.torch.vllm import TpcommCustomAllreduce
-    comm.ca_comm = TpcommCustomAllreduce(group=comm.cpu_group, device=comm.device)
+Switch it on in vLLM: `pip install .` registers the vLLM plugin `tpcomm` (entry point group
+`vllm.general_plugins`, module tpcomm/vllm_plugin.py); it stays inert unless VLLM_PLUGINS names it,
+so the switch is
 
-SGLang's custom all-reduce has the same shape. Capture needs no buffer registration: tpcomm's
-P2P kernels read the input in place (docs/p2p.md), so capture() does nothing.
+    VLLM_PLUGINS=tpcomm vllm serve Qwen/Qwen3-32B -tp 2      # plus any other plugins you use
+
+vLLM then loads it in every worker process, and each tensor-parallel group's custom all-reduce
+is this class (vLLM's own `--disable-custom-all-reduce` still turns it off). In a script that
+drives vLLM in one process, `tpcomm.torch.vllm.install_in_vllm()` does the same.
+
+SGLang's custom all-reduce has the same shape (adapted from vLLM 0.6): its GroupCoordinator
+imports `CustomAllreduce` from sglang/srt/distributed/device_communicators/custom_all_reduce.py
+when it builds a group, so `install_in_sglang()` run in every SGLang worker process before its
+model runner starts switches it on. We found no SGLang plugin hook that runs in its workers, so
+that call is the engine's to make (a sitecustomize module on PYTHONPATH would do); not run inside
+SGLang yet. For both engines the NCCL drop-in (LD_PRELOAD=libtpcomm_nccl.so, docs/shim.md) needs
+no code at all.
+
+Capture needs no buffer registration: tpcomm's P2P kernels read the input in place (docs/p2p.md),
+so capture() does nothing.
 """
 import contextlib
 import warnings
@@ -32,7 +54,7 @@ class TpcommCustomAllreduce:
     max_size: the largest message (bytes) it takes; larger ones go to vLLM's NCCL path.
     """
 
-    def __init__(self, group, device, max_size=8 * 1024 * 1024):
+    def __init__(self, group, device, max_size=8 * 1024 * 1024, symm_mem_enabled=False, **_ignored):
         device = torch.device(device)
         index = -1 if device.type == "cpu" else (device.index if device.index is not None else torch.cuda.current_device())
         self.disabled = False
@@ -71,6 +93,13 @@ class TpcommCustomAllreduce:
     def capture(self):
         yield  # nothing to register: the kernels read the captured pointers in place
 
+    def register_graph_buffers(self):
+        """Nothing to register (see capture)."""
+
+    def finalize_p2p(self):
+        """vLLM's main branch defers its P2P check to this collective call; tpcomm's create has
+        already checked P2P (data-verified) and agreed on the result, so nothing is left to do."""
+
     def close(self):
         if self.comm is not None and not self.disabled:
             self.comm.destroy()
@@ -82,3 +111,31 @@ class TpcommCustomAllreduce:
                 self.comm.abort()
         except Exception:
             pass
+
+
+def install_in_vllm():
+    """Makes vLLM's tensor-parallel groups build TpcommCustomAllreduce instead of its own custom
+    all-reduce, in this process (the vLLM plugin calls it in every worker). Returns what was
+    patched."""
+    patched = []
+    import vllm.distributed.device_communicators.custom_all_reduce as ca_module
+
+    ca_module.CustomAllreduce = TpcommCustomAllreduce  # vLLM < 0.10 imports it from here per group
+    patched.append("custom_all_reduce.CustomAllreduce")
+    try:
+        import vllm.distributed.device_communicators.cuda_communicator as cc
+    except ImportError:
+        cc = None
+    if cc is not None and hasattr(cc, "dispatch_custom_allreduce"):
+        cc.dispatch_custom_allreduce = lambda: TpcommCustomAllreduce
+        patched.append("cuda_communicator.dispatch_custom_allreduce")
+    return patched
+
+
+def install_in_sglang():
+    """The same for SGLang, in this process: its GroupCoordinator imports CustomAllreduce from
+    this module attribute when it builds a group."""
+    import sglang.srt.distributed.device_communicators.custom_all_reduce as ca_module
+
+    ca_module.CustomAllreduce = TpcommCustomAllreduce
+    return ["sglang custom_all_reduce.CustomAllreduce"]
