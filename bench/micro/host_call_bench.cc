@@ -13,7 +13,7 @@
 //                    run() does P2pAlgorithm::run's host work (size check, kernel parameters from a
 //                    cached base) and hands the parameters to a stub instead of cudaLaunchKernelEx.
 //                    Not included: the CUDA runtime calls (DeviceGuard's cudaGetDevice, the launch
-//                    itself), which need a GPU.
+//                    itself, the stream-order event recorded after the call), which need a GPU.
 //   HostRankAllReduce  the public API end to end on a one-rank host communicator (copy_local).
 //   HostReduce       hostReduce (staged_host's reduction on host ranks): sum of n ranks' buffers.
 //   Quantize         hostQuantize (the compressed all-reduce's encoder on host ranks).
@@ -99,6 +99,7 @@ struct StubComm {
     c.device = 0;
     c.topo = Topology::uniform(2, LinkKind::kNvlink, 18);
     c.asyncError.word = &gNoError;
+    impl.orderStreams = false;  // the order event is a CUDA call, outside what these cases time
     for (auto& a : makeAlgorithms(nullptr)) impl.algos.push_back(std::make_unique<StubLaunch>(std::move(a)));
     impl.algoList = rawList(impl.algos);
   }

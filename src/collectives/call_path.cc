@@ -106,11 +106,16 @@ const Communicator::Impl::CachedSelection& lookupSelection(Communicator::Impl& i
 // next call on another stream (followPreviousStream). Calls captured into a CUDA graph record
 // nothing (a node between two kernels would end their programmatic dependent launch; the graphs'
 // launches are ordered by the caller). Made at the first call.
-Status recordCallEnd(Communicator::Impl& impl, const CollArgs& a) {
+Status recordCallEnd(Communicator::Impl& impl, const CollArgs& a, bool captureKnown) {
 #ifdef TPCOMM_HAVE_CUDA
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  TPCOMM_CUDA_TRY(cudaStreamIsCapturing(a.stream, &cs));
-  if (cs == cudaStreamCaptureStatusActive) return Status::kOk;
+  if (!impl.orderStreams) return Status::kOk;
+  bool capturing = a.capturing;
+  if (!captureKnown) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    TPCOMM_CUDA_TRY(cudaStreamIsCapturing(a.stream, &cs));
+    capturing = cs == cudaStreamCaptureStatusActive;
+  }
+  if (capturing) return Status::kOk;
   if (!impl.streamOrderEvent) {
     cudaEvent_t e;
     TPCOMM_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -141,7 +146,7 @@ Status followPreviousStream(Communicator::Impl& impl, CollArgs& a, const char* w
   // moment), before this call waits for it.
   for (size_t i = 0; i < tCallEnds.size(); ++i)
     if (tCallEnds[i].first == &impl) {
-      TPCOMM_TRY(recordCallEnd(impl, tCallEnds[i].second));
+      TPCOMM_TRY(recordCallEnd(impl, tCallEnds[i].second, true));
       tCallEnds.erase(tCallEnds.begin() + static_cast<long>(i));
       break;
     }
@@ -187,7 +192,7 @@ Status normGroupEnded(Status groupEndStatus) {
   }
   for (auto& [impl, a] : ends) {
     DeviceGuard guard(impl->ctx->device);
-    Status s = recordCallEnd(*impl, a);
+    Status s = recordCallEnd(*impl, a, true);
     if (first == Status::kOk) first = s;
   }
   return first;
@@ -248,7 +253,8 @@ Status runCollective(Communicator::Impl& impl, CollArgs& a, const NormArgs* norm
     TPCOMM_TRACE(kColl, "%s %zu bytes %s -> %s", what, a.bytes(), dataTypeName(a.dtype), impl.lastAlgorithm);
     if (norm && !fused) TPCOMM_TRY(runSeparateNorm(c, *algo, a, *norm));
     if (c.device < 0) return Status::kOk;
-    if (tGroupDepth == 0) return recordCallEnd(impl, a);
+    if (tGroupDepth == 0) return recordCallEnd(impl, a, captureKnown);
+    if (!captureKnown) TPCOMM_TRY(queryCapture(c, a, what));  // the group's end records eager calls only
     tCallEnds.emplace_back(&impl, a);
     return Status::kOk;
   }

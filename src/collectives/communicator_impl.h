@@ -39,6 +39,7 @@ struct Communicator::Impl {
   bool haveLastStream = false;
   cudaStream_t lastStream = nullptr;
   void* streamOrderEvent = nullptr;  // cudaEvent_t, made at the first eager GPU call
+  bool orderStreams = true;  // false only where no CUDA runs (bench/micro's stubbed launches)
 
   // Selections already made, by call shape (kind, dtype, op, bytes, per-call compression or -1),
   // for both stream modes: the selector is pure, so a decode loop that repeats the same few sizes
