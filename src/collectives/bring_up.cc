@@ -9,7 +9,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#include "algos/fused_rmsnorm.h"
+#include "algos/fused/fused_rmsnorm.h"
 #include "collectives/registry.h"
 #include "common/error.h"
 #include "common/log.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <thread>
 
-#include "algos/fused_rmsnorm.h"
+#include "algos/fused/fused_rmsnorm.h"
 #include "collectives/call_checks.h"
 #include "collectives/communicator_impl.h"
 #include "collectives/registry.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "algos/algorithm.h"
+#include "algos/common/algorithm.h"
 
 namespace tpcomm {
 

@@ -11,8 +11,8 @@
 //   flags    [algo][from rank][block] u64, written by peers with st.release.sys
 //   epochs   [algo][block] u64, this rank's own per-block call counters (never read by peers),
 //            then 3 u64 (bytes each Lamport buffer carried) and the poison word (u32: set by any
-//            rank's kernel whose bounded wait expired, in every rank's buffer; algos/p2p_common.cuh)
-//   sigs     [algo][from rank][block][3] u64 call signatures (TPCOMM_CHECK_CALLS; algos/p2p_common.cuh)
+//            rank's kernel whose bounded wait expired, in every rank's buffer; algos/p2p/p2p_common.cuh)
+//   sigs     [algo][from rank][block][3] u64 call signatures (TPCOMM_CHECK_CALLS; algos/p2p/p2p_common.cuh)
 //   lamport  3 buffers x [from rank][lamportBytes] (zero here; lamport_p2p's setUp() fills
 //            them with its sentinel before any peer can write)
 //   oneshot  2 buffers x [from rank][oneshotBytes]

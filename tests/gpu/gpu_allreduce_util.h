@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "algos/host_reduce.h"
+#include "algos/host/host_reduce.h"
 #include "tpcomm/tpcomm.h"
 
 namespace tpcomm_test {

@@ -1,5 +1,5 @@
 // Communicator::allReduceResidualRmsNorm on host ranks (threads of this process) and the host
-// arithmetic it shares bit-for-bit with the GPU kernels (algos/fused_rmsnorm.h).
+// arithmetic it shares bit-for-bit with the GPU kernels (algos/fused/fused_rmsnorm.h).
 //
 // Stated tolerance, against an fp64 reference computed from the same dtype inputs (no rounding
 // anywhere), per element i of a row, u = unit roundoff of the dtype (2^-24 f32, 2^-11 f16,
@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "algos/fused_rmsnorm.h"
-#include "algos/launch_params.h"
+#include "algos/fused/fused_rmsnorm.h"
+#include "algos/common/launch_params.h"
 #include "transports/cuda_p2p.h"
 #include "unit/fused_rmsnorm_check.h"
 #include "unit/test_util.h"

@@ -1,0 +1,57 @@
+// ll_p2p: reduce-scatter and all-gather with the flag in every 16-byte store (NCCL's LL in
+// shape): no barrier and no clear, so the latency of Lamport's all-reduce at twice the bytes on
+// the link; for small messages, up to TPCOMM_LL_MAX_BYTES (the reduce-scatter's input, the
+// all-gather's output). Not an all-reduce (lamport_p2p is that). Kernels, wire format and why
+// two buffers suffice: ll_p2p.cu. Buffers of any element alignment and any count (8-byte
+// aligned pieces of whole 8-byte lines take one load per line).
+#include <memory>
+
+#include "algos/p2p/p2p_algorithm.h"
+#include "common/error.h"
+#include "common/params.h"
+
+namespace tpcomm {
+
+// ll_p2p.cu
+Status launchLl(const P2pLaunch& p, cudaStream_t stream);
+Status preloadLlKernels();
+
+namespace {
+
+class LlP2p final : public P2pAlgorithm {
+ public:
+  explicit LlP2p(const AlgoContext* ctx) : P2pAlgorithm(ctx, "ll_p2p", "ll_p2p") {}
+
+  bool supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const override {
+    if (q.kind == CollKind::kAllReduce) {
+      if (whyNot) *whyNot = "reduce-scatter and all-gather only";
+      return false;
+    }
+    if (maxBytes() == 0) {  // no scratch was reserved
+      if (whyNot) *whyNot = "TPCOMM_LL_MAX_BYTES=0 turns it off";
+      return false;
+    }
+    return P2pAlgorithm::supports(topo, q, whyNot);
+  }
+
+  Status preload() override { return TPCOMM_CUDA_ONLY(preloadLlKernels()); }
+
+ protected:
+  bool runsHalves() const override { return true; }
+  size_t maxBytes() const override { return static_cast<size_t>(paramInt(ParamId::kLlMaxBytes)); }
+  int blocks() const override { return ctx_->launch.p2pBlocks; }
+  Status launchPlain(const P2pLaunch& p, cudaStream_t s) override {
+    if (p.kind == static_cast<int>(CollKind::kAllReduce))
+      return TPCOMM_ERROR(kNotSupported, "ll_p2p: reduce-scatter and all-gather only");
+    return TPCOMM_CUDA_ONLY(launchLl(p, s));
+  }
+  Status launchFused(FusedP2pLaunch&, cudaStream_t) override {
+    return TPCOMM_ERROR(kNotSupported, "ll_p2p: no fused all-reduce + norm (reduce-scatter and all-gather only)");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> makeLlP2p(const AlgoContext* ctx) { return std::make_unique<LlP2p>(ctx); }
+
+}  // namespace tpcomm

@@ -1,0 +1,39 @@
+// oneshot_p2p: each rank pushes its whole input to every peer, then reduces all n copies locally
+// (kernels and memory ordering: oneshot_p2p.cu). One barrier round trip; each rank sends
+// (n-1) x the message. Best for small and medium messages. Fused twin: fused_oneshot_p2p.
+#include <memory>
+
+#include "algos/p2p/p2p_algorithm.h"
+#include "common/error.h"
+#include "common/params.h"
+
+namespace tpcomm {
+
+// oneshot_p2p.cu
+Status launchOneshot(const P2pLaunch& p, cudaStream_t stream);
+Status launchFusedOneshot(const FusedP2pLaunch& f, cudaStream_t stream);
+Status preloadOneshotKernels();
+Status preloadFusedOneshotKernels();
+
+namespace {
+
+class OneshotP2p final : public P2pAlgorithm {
+ public:
+  explicit OneshotP2p(const AlgoContext* ctx) : P2pAlgorithm(ctx, "oneshot_p2p", "fused_oneshot_p2p") {}
+  Status preload() override {
+    TPCOMM_TRY(TPCOMM_CUDA_ONLY(preloadOneshotKernels()));
+    return TPCOMM_CUDA_ONLY(preloadFusedOneshotKernels());
+  }
+
+ protected:
+  size_t maxBytes() const override { return static_cast<size_t>(paramInt(ParamId::kOneshotMaxBytes)); }
+  int blocks() const override { return ctx_->launch.p2pBlocks; }
+  Status launchPlain(const P2pLaunch& p, cudaStream_t s) override { return TPCOMM_CUDA_ONLY(launchOneshot(p, s)); }
+  Status launchFused(FusedP2pLaunch& f, cudaStream_t s) override { return TPCOMM_CUDA_ONLY(launchFusedOneshot(f, s)); }
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> makeOneshotP2p(const AlgoContext* ctx) { return std::make_unique<OneshotP2p>(ctx); }
+
+}  // namespace tpcomm
