@@ -32,7 +32,6 @@
 namespace {
 
 using namespace tpcomm;
-constexpr int kThreads = 512;
 constexpr int kB = kQuantBlockElems;
 
 #define CHECK_CUDA(call)                                                                          \

@@ -1,17 +1,22 @@
 // An algorithm is one schedule over one transport (oneshot_p2p, staged_host, ring_nccl...).
-// Everything about one algorithm is declared by its class: whether it can run a call
-// (supports, pure), its kernels' preload, its set-up once the transports are up, run, and,
-// where it has one, a fused all-reduce + residual + RMSNorm. What a call costs is not here:
-// every cost is in one table, src/collectives/cost_model.cc. The one list of algorithms is
-// src/collectives/registry.cc.
+// Everything about one algorithm is declared by its class: which transport it runs over and what
+// it asks of it (needs(): the communicator sizes the transports from every algorithm's answer,
+// without knowing who asked), whether it can run a call (supports, pure), its kernels' preload,
+// its set-up once the transports are up, run, and, where it has one, a fused all-reduce +
+// residual + RMSNorm. What a call costs is not here: every cost is in one table,
+// src/collectives/cost_model.cc. The one list of algorithms is src/collectives/registry.cc.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "algos/common/algo_context.h"
 #include "algos/common/coll_args.h"
+#include "common/params.h"
 #include "topology/topology.h"
 #include "tpcomm/status.h"
+#include "transports/cuda_p2p.h"
+#include "transports/multicast.h"
 
 namespace tpcomm {
 
@@ -24,11 +29,30 @@ struct NormArgs {
   size_t rows = 0, hidden = 0;
 };
 
+/// What an algorithm asks of the transports for a communicator of a given size. Create hands
+/// every algorithm's requests to the transports before they come up (bring_up.cc).
+struct TransportNeeds {
+  std::vector<P2pScratchRequest> p2p;   ///< regions of every rank's cuda_p2p buffer
+  MulticastTransport::Sizes multicast;  ///< the multicast allocation (zero: none)
+};
+
 class Algorithm {
  public:
   virtual ~Algorithm() = default;
   /// "<schedule>_<transport>", e.g. "twoshot_p2p".
   virtual const char* name() const = 0;
+  /// The transport it runs over, as the INFO table names it ("cuda_p2p", "host_staged", "nccl",
+  /// "multicast"; "" for none), so create can say why it is unavailable.
+  virtual const char* transport() const = 0;
+  /// What it asks of the transports for nRanks ranks. Default: nothing beyond the transport.
+  virtual TransportNeeds needs(int nRanks) const {
+    (void)nRanks;
+    return {};
+  }
+  /// The parameters needs() depends on. Ranks that differ in one would address each other's
+  /// scratch at different offsets, so create compares them on every rank and fails naming the
+  /// parameter. Called on selection-only instances (no context).
+  virtual std::vector<ParamId> sizedBy() const { return {}; }
   /// Whether this algorithm can run the call on this topology. Pure. `whyNot` gets a reason.
   virtual bool supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const = 0;
   /// Whether the transport it needs came up in this communicator (true in selection-only lists

@@ -1,12 +1,14 @@
-// Launch plumbing shared by every kernel of tpcomm: one launch helper (with programmatic
-// dependent launch when asked), one preload helper, one conversion of a CUDA error to a Status,
-// and the PDL device calls.
+// Launch plumbing shared by every kernel of tpcomm: one launch helper (a LaunchShape, with
+// programmatic dependent launch when asked, its error as a Status), one preload helper, the
+// dispatch of a call's dtype, op and alignment to a kernel instantiation, and the PDL device
+// calls.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "algos/common/launch_shape.h"
 #include "common/error.h"
 #include "common/residency.h"
 #include "tpcomm/types.h"
@@ -38,21 +40,27 @@ struct IntTag {
   static constexpr int value = V;
 };
 
-// Launches kernel(args...) with `blocks` x `threads` on `stream`, as a programmatic dependent
-// launch when `pdl` (the kernel must then call pdlWait() before reading what earlier kernels
-// wrote). Returns this launch's own error, not a stale one from earlier calls.
+// A launch's or preload's result as a Status naming `what` (e.g. "oneshot_p2p launch").
+inline Status toStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::kOk;
+  return cudaFailure(static_cast<int>(e), what, __FILE__, __LINE__);
+}
+
+// Launches kernel(args...) with `shape` on `stream`, as a programmatic dependent launch when
+// shape.pdl (the kernel must then call pdlWait() before reading what earlier kernels wrote).
+// Returns this launch's own error, not a stale one from earlier calls, as a Status naming `what`.
 template <typename Kernel, typename... Args>
-cudaError_t launch(Kernel kernel, unsigned blocks, unsigned threads, bool pdl, cudaStream_t stream, Args... args) {
+Status launch(const char* what, Kernel kernel, LaunchShape shape, cudaStream_t stream, Args... args) {
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(blocks);
-  cfg.blockDim = dim3(threads);
+  cfg.gridDim = dim3(shape.blocks);
+  cfg.blockDim = dim3(shape.threads);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, args...);
+  cfg.numAttrs = shape.pdl ? 1 : 0;
+  return toStatus(cudaLaunchKernelEx(&cfg, kernel, args...), what);
 }
 
 // Loads `kernel` into the current device's context now. Under CUDA's lazy loading (the default
@@ -60,86 +68,70 @@ cudaError_t launch(Kernel kernel, unsigned blocks, unsigned threads, bool pdl, c
 // to go idle: a P2P kernel already spinning on a peer whose launch comes later from the same
 // thread (createGroup, a grouped call) then never finishes until its timeout. So every kernel a
 // communicator may launch is loaded when the communicator is created (Algorithm::preload()).
-// It also records how many of its 512-thread blocks an SM holds (common/residency.h): every
-// tpcomm kernel runs 512 threads per block.
+// It also records how many of its kThreads-thread blocks an SM holds (common/residency.h):
+// every tpcomm kernel runs kThreads threads per block.
 template <typename Kernel>
 cudaError_t preload(Kernel kernel) {
   cudaFuncAttributes attr;
   cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
   int blocks = 0;
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, 512, 0);
-  if (e == cudaSuccess) noteResidentBlocksPerSm(blocks, 512);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0);
+  if (e == cudaSuccess) noteResidentBlocksPerSm(blocks, kThreads);
   return e;
 }
 
-// A launch's or preload's result as a Status naming `what` (e.g. "oneshot_p2p launch").
-inline Status toStatus(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status::kOk;
-  return cudaFailure(static_cast<int>(e), what, __FILE__, __LINE__);
-}
-
-// Calls launch(TypeTag<T>{}, IntTag<Op>{}, IntTag<Vec>{}) for the call's dtype, op, alignment;
-// launch returns the cudaError_t of its launch.
-template <typename Launch>
-cudaError_t dispatchKernel(int dtype, int op, bool vec, Launch launch) {
-  auto byOp = [&](auto t) -> cudaError_t {
-    auto byVec = [&](auto op) -> cudaError_t { return vec ? launch(t, op, IntTag<1>{}) : launch(t, op, IntTag<0>{}); };
-    switch (op) {
-      case 0:
-        return byVec(IntTag<0>{});
-      case 1:
-        return byVec(IntTag<1>{});
-      default:
-        return byVec(IntTag<2>{});
-    }
-  };
+// f(TypeTag<T>{}) for dtype, f(IntTag<Op>{}) for op (0 sum, 1 max, 2 min), f(IntTag<0 or 1>{})
+// for a flag: the pieces the dispatchers below are made of. Every branch returns f's type.
+template <typename F>
+auto byType(int dtype, F f) {
   switch (static_cast<DataType>(dtype)) {
     case DataType::kF32:
-      return byOp(TypeTag<float>{});
+      return f(TypeTag<float>{});
     case DataType::kF16:
-      return byOp(TypeTag<__half>{});
+      return f(TypeTag<__half>{});
     default:
-      return byOp(TypeTag<__nv_bfloat16>{});
+      return f(TypeTag<__nv_bfloat16>{});
   }
 }
+template <typename F>
+auto byOp(int op, F f) {
+  return op == 0 ? f(IntTag<0>{}) : op == 1 ? f(IntTag<1>{}) : f(IntTag<2>{});
+}
+template <typename F>
+auto byFlag(bool flag, F f) {
+  return flag ? f(IntTag<1>{}) : f(IntTag<0>{});
+}
 
-// Calls f(TypeTag<T>{}, IntTag<Op>{}, IntTag<Vec>{}) for every dtype, op and alignment variant
-// (what dispatchKernel can pick); stops at the first error.
+// Calls launch(TypeTag<T>{}, IntTag<Op>{}, IntTag<Vec>{}) for the call's dtype, op, alignment and
+// returns its result (a launch's Status, or a preload's cudaError_t).
+template <typename Launch>
+auto dispatchKernel(int dtype, int op, bool vec, Launch launch) {
+  return byType(dtype, [&](auto t) {
+    return byOp(op, [&](auto o) { return byFlag(vec, [&](auto v) { return launch(t, o, v); }); });
+  });
+}
+
+// Calls launch(TypeTag<T>{}, IntTag<Vec>{}) for dtype and alignment (no reduction operator: the
+// norm kernels, all-gather) and returns its result.
+template <typename Launch>
+auto dispatchType(int dtype, bool vec, Launch launch) {
+  return byType(dtype, [&](auto t) { return byFlag(vec, [&](auto v) { return launch(t, v); }); });
+}
+
+// Calls f for every variant dispatchKernel (f(TypeTag, IntTag<Op>, IntTag<Vec>): 3 dtypes x 3
+// ops x 2 alignments) or dispatchType (f(TypeTag, IntTag<Vec>)) can pick; stops at the first
+// error. For preloading (dev::preload).
 template <typename F>
 cudaError_t forEachKernelVariant(F f) {
-  for (int dt = 0; dt < 3; ++dt)
-    for (int op = 0; op < 3; ++op)
-      for (int vec = 0; vec < 2; ++vec) {
-        cudaError_t e = dispatchKernel(dt, op, vec != 0, f);
-        if (e != cudaSuccess) return e;
-      }
-  return cudaSuccess;
+  cudaError_t e = cudaSuccess;
+  for (int v = 0; v < 18 && e == cudaSuccess; ++v) e = dispatchKernel(v / 6, v / 2 % 3, v % 2 != 0, f);
+  return e;
 }
-
-// Calls launch(TypeTag<T>{}, IntTag<Vec>{}) for dtype and alignment (no reduction operator: the norm kernels, all-gather).
-template <typename Launch>
-cudaError_t dispatchType(int dtype, bool vec, Launch launch) {
-  auto byVec = [&](auto t) -> cudaError_t { return vec ? launch(t, IntTag<1>{}) : launch(t, IntTag<0>{}); };
-  switch (static_cast<DataType>(dtype)) {
-    case DataType::kF32:
-      return byVec(TypeTag<float>{});
-    case DataType::kF16:
-      return byVec(TypeTag<__half>{});
-    default:
-      return byVec(TypeTag<__nv_bfloat16>{});
-  }
-}
-
-// Calls f(TypeTag<T>{}, IntTag<Vec>{}) for every dtype and alignment variant (what dispatchType
-// can pick); stops at the first error. For preloading (dev::preload).
 template <typename F>
 cudaError_t forEachTypeVariant(F f) {
-  for (int dt = 0; dt < 3; ++dt)
-    for (int vec = 0; vec < 2; ++vec) {
-      cudaError_t e = dispatchType(dt, vec != 0, f);
-      if (e != cudaSuccess) return e;
-    }
-  return cudaSuccess;
+  cudaError_t e = cudaSuccess;
+  for (int v = 0; v < 6 && e == cudaSuccess; ++v) e = dispatchType(v / 2, v % 2 != 0, f);
+  return e;
 }
 
 }  // namespace dev

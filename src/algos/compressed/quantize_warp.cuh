@@ -263,8 +263,17 @@ __device__ __forceinline__ void sumReadBack(const float (&x)[kPerLane], int m, i
 // Calls launch(TypeTag<T>, IntTag<format>) for the call's dtype and format (dispatchKernel's op
 // slot carries the format: 0 fp8, 1 int8).
 template <typename Launch>
-cudaError_t dispatchCompressed(int dtype, int format, Launch launch) {
+auto dispatchCompressed(int dtype, int format, Launch launch) {
   return dispatchKernel(dtype, format, false, [&](auto t, auto fmt, auto) { return launch(t, fmt); });
+}
+
+// Calls f(TypeTag<T>{}, IntTag<format>{}) for every dtype and format dispatchCompressed can pick;
+// stops at the first error. For preloading (dev::preload).
+template <typename F>
+cudaError_t forEachCompressedVariant(F f) {
+  cudaError_t e = cudaSuccess;
+  for (int v = 0; v < 6 && e == cudaSuccess; ++v) e = dispatchCompressed(v / 2, v % 2, f);
+  return e;
 }
 
 }  // namespace dev

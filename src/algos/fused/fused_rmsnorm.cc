@@ -1,9 +1,7 @@
 // fused_rmsnorm.cc: the host path of the residual add + RMSNorm (bit-for-bit the GPU kernels'
-// arithmetic, see fused_rmsnorm.h), its fp64 reference, and the host-side helpers of the fused
-// P2P kernels. Built with -ffp-contract=off (root CMakeLists.txt): a fused multiply-add the
-// compiler chose on its own would change bits the GPU path does not change.
+// arithmetic, see fused_rmsnorm.h) and its fp64 reference. Built with -ffp-contract=off (root CMakeLists.txt): a fused
+// multiply-add the compiler chose on its own would change bits the GPU path does not change.
 #include "algos/fused/fused_rmsnorm.h"
-#include "algos/common/launch_params.h"
 
 #include <cmath>
 #include <cstdint>
@@ -86,33 +84,5 @@ void referenceResidualRmsNorm(const void* const* inputs, int nRanks, const void*
       out[base + i] = residualOut[base + i] * invRms * loadAsFloat(weight, i, dtype);
   }
 }
-
-bool fusedVectorizable(const FusedP2pLaunch& f) {
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const size_t unit = 16 / dataTypeSize(static_cast<DataType>(f.p2p.dtype));
-  return f.hidden % unit == 0 && aligned(f.p2p.send) && aligned(f.p2p.recv) && aligned(f.residual) &&
-         aligned(f.weight);
-}
-
-bool fusedTwoshotGeometry(const P2pLayout& layout, size_t rows, size_t rowBytes, size_t* rowsPerChunk,
-                          size_t* rowsPerRank) {
-  const size_t n = static_cast<size_t>(layout.nRanks);
-  if (rowBytes == 0 || n == 0) return false;
-  // Gather area: normalised row + updated residual row for every row of the chunk.
-  size_t perChunk = layout.twoshotChunk / (2 * rowBytes);
-  // Inbox slice: the rows one rank owns.
-  const size_t perRankCap = layout.twoshotSliceCap / rowBytes;
-  if (perChunk == 0 || perRankCap == 0) return false;
-  if (perChunk > rows) perChunk = rows;
-  size_t perRank = (perChunk + n - 1) / n;
-  if (perRank > perRankCap) {
-    perRank = perRankCap;
-    perChunk = perRank * n;
-  }
-  *rowsPerChunk = perChunk;
-  *rowsPerRank = perRank;
-  return true;
-}
-
 
 }  // namespace tpcomm

@@ -12,10 +12,8 @@
 namespace tpcomm {
 namespace {
 
-constexpr unsigned kMaxGrid = 65535;
-
 template <typename T, bool kVec>
-__global__ void __launch_bounds__(kRmsNormThreads) residualRmsNormKernel(RmsNormLaunch p) {
+__global__ void __launch_bounds__(kThreads) residualRmsNormKernel(RmsNormLaunch p) {
   dev::pdlWait();  // x (and residual) come from the previous kernel
   dev::pdlLaunchDependents();
   const T* x = static_cast<const T*>(p.x);
@@ -32,12 +30,14 @@ __global__ void __launch_bounds__(kRmsNormThreads) residualRmsNormKernel(RmsNorm
   }
 }
 
+constexpr auto kKernel = [](auto t, auto v) {
+  return residualRmsNormKernel<typename decltype(t)::type, decltype(v)::value != 0>;
+};
+
 }  // namespace
 
 Status preloadResidualRmsNorm() {
-  return dev::toStatus(dev::forEachTypeVariant([](auto t, auto v) {
-                         return dev::preload(residualRmsNormKernel<typename decltype(t)::type, decltype(v)::value != 0>);
-                       }),
+  return dev::toStatus(dev::forEachTypeVariant([](auto t, auto v) { return dev::preload(kKernel(t, v)); }),
                        "loading the residual + RMSNorm kernels");
 }
 
@@ -45,12 +45,10 @@ Status launchResidualRmsNorm(const RmsNormLaunch& p, cudaStream_t stream) {
   auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   const size_t unit = 16 / dataTypeSize(static_cast<DataType>(p.dtype));
   const bool vec = p.hidden % unit == 0 && aligned(p.x) && aligned(p.residual) && aligned(p.weight) && aligned(p.out);
-  const unsigned blocks = static_cast<unsigned>(p.rows < kMaxGrid ? p.rows : kMaxGrid);
-  cudaError_t e = dev::dispatchType(p.dtype, vec, [&](auto t, auto v) {
-    return dev::launch(residualRmsNormKernel<typename decltype(t)::type, decltype(v)::value != 0>, blocks,
-                       kRmsNormThreads, p.pdl != 0, stream, p);
+  const LaunchShape shape{gridFor(p.rows, 1, 65535), static_cast<unsigned>(kThreads), p.pdl != 0};  // one block per row
+  return dev::dispatchType(p.dtype, vec, [&](auto t, auto v) {
+    return dev::launch("residual + RMSNorm launch", kKernel(t, v), shape, stream, p);
   });
-  return dev::toStatus(e, "residual + RMSNorm launch");
 }
 
 }  // namespace tpcomm

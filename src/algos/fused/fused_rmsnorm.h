@@ -17,6 +17,7 @@
 
 #include <cstddef>
 
+#include "algos/common/launch_shape.h"
 #include "tpcomm/status.h"
 #include "tpcomm/types.h"
 
@@ -24,8 +25,8 @@ namespace tpcomm {
 
 /// Longest row (elements) the norm supports: 32 values per thread of a 512-thread block.
 constexpr size_t kMaxRmsNormHidden = 16384;
-/// Threads per row of every norm kernel; the sum-of-squares order depends on it.
-constexpr int kRmsNormThreads = 512;
+/// Threads per row of every norm kernel (a block of kThreads); the sum-of-squares order depends on it.
+constexpr int kRmsNormThreads = kThreads;
 
 /// Elements per 16-byte unit of `dtype` (4 for f32, 8 for f16/bf16).
 inline int rmsNormUnitElems(DataType dtype) { return static_cast<int>(16 / dataTypeSize(dtype)); }

@@ -13,13 +13,11 @@
 #pragma once
 
 #include "algos/common/device_common.cuh"
+#include "algos/common/launch.cuh"
 #include "algos/fused/fused_rmsnorm.h"
-#include "algos/p2p/p2p_common.cuh"
 
 namespace tpcomm {
 namespace dev {
-
-constexpr int kNormWarps = kRmsNormThreads / 32;
 
 template <typename T>
 struct NormShape {
@@ -55,9 +53,15 @@ __device__ __forceinline__ void storeUnit(T* row, size_t u, int n, const T (&v)[
   }
 }
 
+// An emitResidual / emitOut of residualRmsNormRow (below) for rows nobody else needs.
+template <typename T>
+struct NoEmit {
+  __device__ __forceinline__ void operator()(size_t, int, const T (&)[NormShape<T>::kUnit]) const {}
+};
+
 // Sum over the block of `v`, in the fixed order described above; every thread gets it.
 __device__ __forceinline__ float blockSumFixedOrder(float v) {
-  __shared__ float warpSums[kNormWarps];
+  __shared__ float warpSums[kWarpsPerBlock];
   __shared__ float total;
 #pragma unroll
   for (int off = 16; off >= 1; off /= 2) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, off));
@@ -65,7 +69,7 @@ __device__ __forceinline__ float blockSumFixedOrder(float v) {
   __syncthreads();
   if (threadIdx.x == 0) {
     float t = warpSums[0];
-    for (int w = 1; w < kNormWarps; ++w) t = __fadd_rn(t, warpSums[w]);
+    for (int w = 1; w < kWarpsPerBlock; ++w) t = __fadd_rn(t, warpSums[w]);
     total = t;
   }
   __syncthreads();

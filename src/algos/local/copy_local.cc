@@ -21,6 +21,7 @@ class CopyLocal final : public Algorithm {
  public:
   explicit CopyLocal(const AlgoContext* ctx) : ctx_(ctx) {}
   const char* name() const override { return "copy_local"; }
+  const char* transport() const override { return ""; }  // none: a copy on the rank itself
   bool available() const override { return true; }
   bool deterministic() const override { return true; }  // one rank: the input itself
 

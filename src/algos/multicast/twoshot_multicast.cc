@@ -7,24 +7,18 @@
 // false unless Topology::multicastUsable() (so the selector never offers it with the gate
 // closed), run() re-reads the environment switches, and the transport exists only where every
 // rank's gate was open at creation. Cost constants are estimates, not measurements.
-#include "algos/common/algorithm.h"
-#include "algos/common/launch_params.h"
+#include "algos/multicast/twoshot_multicast.h"
 
 #include <algorithm>
 #include <memory>
 #include <string>
 
+#include "algos/common/algorithm.h"
+#include "algos/common/launch_shape.h"
 #include "common/error.h"
+#include "common/params.h"
 
 namespace tpcomm {
-
-// twoshot_multicast.cu
-Status launchTwoshotMulticast(const MulticastLaunch& p, cudaStream_t stream);
-Status preloadTwoshotMulticast();
-
-namespace {
-constexpr size_t kPacksPerBlock = 512;  // one 16-byte pack per thread per pass (512 threads)
-}
 
 bool multicastReducible(DataType dtype, ReduceOp op) {
   bool half = dtype == DataType::kF16 || dtype == DataType::kBF16;
@@ -33,14 +27,12 @@ bool multicastReducible(DataType dtype, ReduceOp op) {
   return false;
 }
 
-// Blocks for a call of `count` elements of `elemBytes` (the same on every rank).
 int multicastBlocks(size_t count, size_t elemBytes, int nRanks, const MulticastLayout& l, int maxBlocks) {
   size_t chunk = std::min(count * elemBytes, l.dataBytes);
   size_t packs = (chunk + 15) / 16;
   size_t perSlice = (packs + nRanks - 1) / nRanks;
-  size_t blocks = (perSlice + kPacksPerBlock - 1) / kPacksPerBlock;
   size_t cap = static_cast<size_t>(std::max(1, std::min(maxBlocks, l.maxBlocks)));
-  return static_cast<int>(std::max<size_t>(1, std::min(blocks, cap)));
+  return static_cast<int>(gridFor(perSlice, kThreads, cap));  // one 16-byte pack per thread per pass
 }
 
 namespace {
@@ -49,7 +41,16 @@ class TwoshotMulticast final : public Algorithm {
  public:
   explicit TwoshotMulticast(const AlgoContext* ctx) : ctx_(ctx) {}
   const char* name() const override { return "twoshot_multicast"; }
+  const char* transport() const override { return "multicast"; }
   bool available() const override { return !ctx_ || ctx_->multicast != nullptr; }
+  // One chunk of a message in the multicast allocation, and a barrier counter per block.
+  TransportNeeds needs(int) const override {
+    TransportNeeds n;
+    n.multicast.maxBlocks = ctx_ ? ctx_->launch.twoshotBlocks : 0;
+    n.multicast.dataBytes = static_cast<size_t>(paramInt(ParamId::kTwoshotChunkBytes));
+    return n;
+  }
+  std::vector<ParamId> sizedBy() const override { return {ParamId::kTwoshotChunkBytes}; }
   bool supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const override;
   Status preload() override { return TPCOMM_CUDA_ONLY(preloadTwoshotMulticast()); }
   Status run(const CollArgs& args) override;
@@ -87,13 +88,7 @@ Status TwoshotMulticast::run(const CollArgs& a) {
                         dataTypeName(a.dtype));
   const MulticastTransport& t = *ctx_->multicast;
   MulticastLaunch p{};
-  p.send = a.send;
-  p.recv = a.recv;
-  p.count = a.count;
-  p.dtype = static_cast<int>(a.dtype);
-  p.op = static_cast<int>(a.op);
-  p.rank = t.rank();
-  p.nRanks = t.nRanks();
+  static_cast<CallParams&>(p) = callParams(a, t.rank(), t.nRanks());
   p.layout = t.layout();
   p.blocks = multicastBlocks(a.count, a.elemSize(), t.nRanks(), p.layout, ctx_->launch.twoshotBlocks);
   p.uc = t.unicast();

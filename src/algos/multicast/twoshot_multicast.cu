@@ -25,22 +25,18 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <type_traits>
 
 #include "algos/common/device_common.cuh"
 #include "algos/common/launch.cuh"
 #include "algos/multicast/chunk_split.h"
-#include "algos/common/launch_params.h"
+#include "algos/multicast/twoshot_multicast.h"
 
 namespace tpcomm {
 namespace {
 
 using dev::Pack;
 using dev::PackOf;
-constexpr int kThreads = 512;
-template <typename T>
-struct Tag {
-  using type = T;
-};
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define TPCOMM_MULTIMEM_OK 1
@@ -179,37 +175,44 @@ __global__ void __launch_bounds__(kThreads) twoshotMulticastKernel(MulticastLaun
 }
 
 template <typename T, int Op>
-cudaError_t launchTyped(const MulticastLaunch& p, cudaStream_t stream, bool* oldArch) {
+Status launchTyped(const MulticastLaunch& p, cudaStream_t stream) {
   // The image loaded for this GPU must have the multimem body (binaryVersion = SASS arch x 10).
   // Cached per instantiation (threads of a createGroup may race to fill it: atomic).
   static std::atomic<int> cachedVersion{0};
   int binaryVersion = cachedVersion.load(std::memory_order_relaxed);
   if (binaryVersion == 0) {
     cudaFuncAttributes fa{};
-    cudaError_t e = cudaFuncGetAttributes(&fa, twoshotMulticastKernel<T, Op>);
-    if (e != cudaSuccess) return e;
+    TPCOMM_TRY(dev::toStatus(cudaFuncGetAttributes(&fa, twoshotMulticastKernel<T, Op>), "twoshot_multicast launch"));
     binaryVersion = fa.binaryVersion;
     cachedVersion.store(binaryVersion, std::memory_order_relaxed);
   }
-  if (binaryVersion < 90) {
-    *oldArch = true;
-    return cudaSuccess;
-  }
-  return dev::launch(twoshotMulticastKernel<T, Op>, p.blocks, kThreads, false, stream, p);
+  if (binaryVersion < 90) return TPCOMM_ERROR(kNotSupported, "twoshot_multicast: needs sm_90 or newer (multimem)");
+  return dev::launch("twoshot_multicast launch", twoshotMulticastKernel<T, Op>,
+                     LaunchShape{static_cast<unsigned>(p.blocks)}, stream, p);
+}
+
+// f(TypeTag<T>, IntTag<Op>) for the call's dtype and op among those multimem reduces (f32: sum
+// only; multicastReducible), so no other instantiation exists.
+template <typename F>
+auto byReducible(int dtype, int op, F f) {
+  return dev::byType(dtype, [&](auto t) {
+    if constexpr (std::is_same<typename decltype(t)::type, float>::value)
+      return f(t, dev::IntTag<0>{});
+    else
+      return dev::byOp(op, [&](auto o) { return f(t, o); });
+  });
 }
 
 }  // namespace
 
 Status preloadTwoshotMulticast() {
-  // The instantiations launchTwoshotMulticast can launch (f32: sum only). launchTyped's own
+  // The instantiations launchTwoshotMulticast can launch. launchTyped's own
   // cudaFuncGetAttributes comes at the first launch (too late) and once per process, not per device.
-  cudaError_t e = dev::preload(twoshotMulticastKernel<float, 0>);
-  for (cudaError_t x : {dev::preload(twoshotMulticastKernel<__half, 0>), dev::preload(twoshotMulticastKernel<__half, 1>),
-                        dev::preload(twoshotMulticastKernel<__half, 2>),
-                        dev::preload(twoshotMulticastKernel<__nv_bfloat16, 0>),
-                        dev::preload(twoshotMulticastKernel<__nv_bfloat16, 1>),
-                        dev::preload(twoshotMulticastKernel<__nv_bfloat16, 2>)})
-    if (e == cudaSuccess) e = x;
+  cudaError_t e = cudaSuccess;
+  for (int v = 0; v < 9 && e == cudaSuccess; ++v)  // f32 sum (once per op slot), f16 and bf16 x 3 ops
+    e = byReducible(v / 3, v % 3, [](auto t, auto o) {
+      return dev::preload(twoshotMulticastKernel<typename decltype(t)::type, decltype(o)::value>);
+    });
   return dev::toStatus(e, "loading the twoshot_multicast kernels");
 }
 
@@ -221,28 +224,9 @@ Status launchTwoshotMulticast(const MulticastLaunch& p, cudaStream_t stream) {
                         p.op);
   if (p.blocks < 1 || p.blocks > p.layout.maxBlocks)
     return TPCOMM_ERROR(kInternal, "twoshot_multicast: %d blocks, layout has %d", p.blocks, p.layout.maxBlocks);
-  bool oldArch = false;
-  cudaError_t e = cudaSuccess;
-  auto byOp = [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if (p.op == 0) return launchTyped<T, 0>(p, stream, &oldArch);
-    if (p.op == 1) return launchTyped<T, 1>(p, stream, &oldArch);
-    return launchTyped<T, 2>(p, stream, &oldArch);
-  };
-  switch (dt) {
-    case DataType::kF32:
-      e = launchTyped<float, 0>(p, stream, &oldArch);
-      break;
-    case DataType::kF16:
-      e = byOp(Tag<__half>{});
-      break;
-    default:
-      e = byOp(Tag<__nv_bfloat16>{});
-      break;
-  }
-  TPCOMM_TRY(dev::toStatus(e, "twoshot_multicast launch"));
-  if (oldArch) return TPCOMM_ERROR(kNotSupported, "twoshot_multicast: needs sm_90 or newer (multimem)");
-  return Status::kOk;
+  return byReducible(p.dtype, p.op, [&](auto t, auto o) {
+    return launchTyped<typename decltype(t)::type, decltype(o)::value>(p, stream);
+  });
 }
 
 }  // namespace tpcomm

@@ -15,6 +15,7 @@ class RingNccl final : public Algorithm {
  public:
   explicit RingNccl(const AlgoContext* ctx) : ctx_(ctx) {}
   const char* name() const override { return "ring_nccl"; }
+  const char* transport() const override { return "nccl"; }
   bool available() const override { return !ctx_ || ctx_->nccl != nullptr; }
   // Inside groupStart/groupEnd NCCL queues the call until the outermost ncclGroupEnd.
   bool deferredInGroup() const override { return true; }

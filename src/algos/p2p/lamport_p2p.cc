@@ -4,6 +4,8 @@
 // the scratch) and buffers of any element alignment (16-byte aligned ones with vector accesses).
 // Its buffers in the cuda_p2p scratch start as sentinels: setUp() fills them. Fused twin:
 // fused_lamport_p2p.
+#include "algos/p2p/lamport_p2p.h"
+
 #include <memory>
 
 #include "algos/p2p/p2p_algorithm.h"
@@ -12,12 +14,15 @@
 
 namespace tpcomm {
 
-// lamport_p2p.cu
-Status launchLamport(const P2pLaunch& p, cudaStream_t stream);
-Status launchFusedLamport(const FusedP2pLaunch& f, cudaStream_t stream);
-Status preloadLamportKernels();
-Status preloadFusedLamportKernels();
-Status fillLamportBuffers(char* p, size_t bytes);
+P2pScratchRequest lamportScratch(int blocks, size_t maxBytes) {
+  P2pScratchRequest r;
+  r.key = "lamport_p2p";
+  r.blocks = blocks;
+  r.slotBytes = alignUp(maxBytes, 256);
+  r.buffers = 3;
+  r.localWords = 3;
+  return r;
+}
 
 namespace {
 
@@ -38,17 +43,15 @@ class LamportP2p final : public P2pAlgorithm {
     return true;
   }
 
-  Status preload() override {
-    TPCOMM_TRY(TPCOMM_CUDA_ONLY(preloadLamportKernels()));
-    return TPCOMM_CUDA_ONLY(preloadFusedLamportKernels());
-  }
+  Status preload() override { return TPCOMM_CUDA_ONLY(preloadLamportKernels()); }
+  std::vector<ParamId> sizedBy() const override { return {ParamId::kLamportMaxBytes}; }
 
   // Every word of the three receive buffers starts as the sentinel (a word that is not has
   // arrived), before any peer can push: create calls this before its last exchange.
   Status setUp() override {
     if (!ctx_ || !ctx_->p2p) return Status::kOk;
-    const P2pLayout& l = ctx_->p2p->layout();
-    return TPCOMM_CUDA_ONLY(fillLamportBuffers(ctx_->p2p->base(ctx_->rank) + l.lamportOffset, 3 * l.lamportBufferBytes()));
+    if (!region()) return TPCOMM_ERROR(kInternal, "lamport_p2p: the cuda_p2p transport holds no region for it");
+    return TPCOMM_CUDA_ONLY(fillLamportBuffers(ctx_->p2p->base(ctx_->rank), *region()));
   }
 
   // Only shape-dependent refusals here (identical on every rank): buffer alignment and partial
@@ -57,13 +60,14 @@ class LamportP2p final : public P2pAlgorithm {
   Status run(const CollArgs& a) override {
     TPCOMM_TRY(checkSize(a));
     const size_t padded = paddedBytes(a.bytes());
-    if (padded > ctx_->p2p->layout().lamportBytes)
+    if (padded > region()->slotBytes)
       return TPCOMM_ERROR(kNotSupported, "lamport_p2p: %zu bytes (%zu padded to 16) exceed its %zu-byte buffer",
-                          a.bytes(), padded, ctx_->p2p->layout().lamportBytes);
+                          a.bytes(), padded, region()->slotBytes);
     return P2pAlgorithm::run(a);
   }
 
  protected:
+  P2pScratchRequest scratch(int) const override { return lamportScratch(blocks(), maxBytes()); }
   size_t maxBytes() const override { return static_cast<size_t>(paramInt(ParamId::kLamportMaxBytes)); }
   int blocks() const override { return ctx_->launch.p2pBlocks; }
   Status launchPlain(const P2pLaunch& p, cudaStream_t s) override { return TPCOMM_CUDA_ONLY(launchLamport(p, s)); }

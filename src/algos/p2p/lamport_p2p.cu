@@ -47,14 +47,14 @@
 #include <cuda_runtime.h>
 
 #include "algos/fused/fused_rmsnorm_common.cuh"
-#include "algos/common/launch_params.h"
+#include "algos/p2p/lamport_p2p.h"
+#include "algos/p2p/p2p_common.cuh"
 
 namespace tpcomm {
 namespace {
 
 using dev::Pack;
 using dev::PackOf;
-constexpr int kThreads = 512;
 
 // Pack i of a user buffer of `count` elements: one 16-byte access when the buffer is 16-byte
 // aligned, else element by element. Alignment must never make ranks choose different algorithms,
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
   uint64_t deadline;
   if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing (p2p_common.cuh)
   const dev::LamportRound round(p);
-  dev::signaturePublish(p, kP2pLamport, round.epoch);
+  dev::signaturePublish(p, round.epoch);
   const int buf = round.buf;
   const size_t packs = (p.count + kEpp - 1) / kEpp;  // the last one may be partial
 
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
     for (int r = 0; r < n; ++r)
       if (r != me) dev::storeVolatilePack(round.slot(p.peers[r], buf, me) + i, v);
   }
-  if (!dev::signatureCheck(p, kP2pLamport, round.epoch, deadline)) return;
+  if (!dev::signatureCheck(p, round.epoch, deadline)) return;
   // 2. poll and reduce. The rank's own contribution is scrubbed like the copies its peers got,
   // so every rank reduces the same values (a -0.0 of its own would otherwise meet its peers'
   // +0.0 copies of theirs, and max/min could pick a zero's sign by rank).
@@ -158,37 +158,8 @@ __global__ void fillSentinel(uint32_t* p, size_t words) {
     p[i] = kLamportSentinel;
 }
 
-}  // namespace
-
-Status preloadLamportKernels() {
-  cudaError_t e = dev::forEachKernelVariant([](auto t, auto op, auto vec) {
-    return dev::preload(lamportKernel<typename decltype(t)::type, decltype(op)::value, decltype(vec)::value != 0>);
-  });
-  if (e == cudaSuccess) e = dev::preload(fillSentinel);
-  return dev::toStatus(e, "lamport_p2p");
-}
-
-Status launchLamport(const P2pLaunch& p, cudaStream_t stream) {
-  cudaError_t e = dev::dispatchKernel(p.dtype, p.op, p2pVectorizable(p.send, p.recv), [&](auto t, auto op, auto vec) {
-    return dev::launch(lamportKernel<typename decltype(t)::type, decltype(op)::value, decltype(vec)::value != 0>, p.blocks, kThreads, p.pdl, stream, p);
-  });
-  return dev::toStatus(e, "lamport_p2p launch");
-}
-
-Status fillLamportBuffers(char* p, size_t bytes) {
-  TPCOMM_TRY(dev::toStatus(dev::launch(fillSentinel, 256, 256, false, nullptr, reinterpret_cast<uint32_t*>(p), bytes / 4),
-                           "lamport sentinel fill"));
-  TPCOMM_CUDA_TRY(cudaDeviceSynchronize());  // filled before any peer can write (setUp's contract)
-  return Status::kOk;
-}
-
-namespace {
-
-using dev::Pack;
-using dev::PackOf;
-
 template <typename T>
-__global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLaunch f) {
+__global__ void __launch_bounds__(kThreads) fusedLamportKernel(FusedP2pLaunch f) {
   constexpr int kEpp = PackOf<T>::kElems;
   const P2pLaunch& p = f.p2p;
   const int me = p.rank, n = p.nRanks;
@@ -198,7 +169,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
   uint64_t deadline;
   if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing (p2p_common.cuh)
   const dev::LamportRound round(p);
-  dev::signaturePublish(p, kP2pLamport, round.epoch);
+  dev::signaturePublish(p, round.epoch);
   const int buf = round.buf;
   const Pack* src = static_cast<const Pack*>(p.send);
   T* dst = static_cast<T*>(p.recv);
@@ -214,7 +185,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
     for (int r = 0; r < n; ++r)
       if (r != me) dev::storeVolatilePack(round.slot(p.peers[r], buf, me) + i, v);
   }
-  if (!dev::signatureCheck(p, kP2pLamport, round.epoch, deadline)) return;
+  if (!dev::signatureCheck(p, round.epoch, deadline)) return;
   // 2. poll, reduce, normalise
   bool failed = false;
   for (size_t row = rowLo; row < rowHi; ++row) {
@@ -241,33 +212,46 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedLamportKernel(FusedP2pLa
 #pragma unroll
           for (int k = 0; k < kEpp; ++k) x[k] = dev::Elem<T>::toFloat(dev::Elem<T>::fromFloat(acc[k]));
         },
-        [](size_t, int, const T(&)[kEpp]) {}, [](size_t, int, const T(&)[kEpp]) {});
+        dev::NoEmit<T>{}, dev::NoEmit<T>{});
   }
   // 3. clear the buffer read in the previous call (as the plain kernel)
   round.clearPrevious(local, n, me);
   round.finish(f.rows * f.hidden * sizeof(T));
 }
 
+constexpr auto kPlainKernel = [](auto t, auto op, auto v) {
+  return lamportKernel<typename decltype(t)::type, decltype(op)::value, decltype(v)::value != 0>;
+};
+constexpr auto kFusedKernel = [](auto t, auto) { return fusedLamportKernel<typename decltype(t)::type>; };
+
 }  // namespace
 
-Status preloadFusedLamportKernels() {
-  return dev::toStatus(dev::forEachTypeVariant(
-                            [](auto t, auto) { return dev::preload(fusedLamportKernel<typename decltype(t)::type>); }),
-                        "fused lamport_p2p");
+Status preloadLamportKernels() {
+  TPCOMM_TRY(dev::preloadP2p("lamport_p2p", kPlainKernel));
+  TPCOMM_TRY(dev::toStatus(dev::preload(fillSentinel), "lamport_p2p"));
+  return dev::preloadFused("fused lamport_p2p", kFusedKernel);
+}
+
+Status launchLamport(const P2pLaunch& p, cudaStream_t stream) {
+  return dev::launchP2p("lamport_p2p launch", p, stream, kPlainKernel);
+}
+
+Status fillLamportBuffers(char* base, const P2pRegion& region) {
+  TPCOMM_TRY(dev::launch("lamport sentinel fill", fillSentinel, LaunchShape{256}, nullptr,
+                         reinterpret_cast<uint32_t*>(base + region.offset), region.buffers * region.bufferBytes / 4));
+  TPCOMM_CUDA_TRY(cudaDeviceSynchronize());  // filled before any peer can write (setUp's contract)
+  return Status::kOk;
 }
 
 Status launchFusedLamport(const FusedP2pLaunch& f, cudaStream_t stream) {
   const size_t bytes = f.rows * f.hidden * dataTypeSize(static_cast<DataType>(f.p2p.dtype));
-  if (bytes > f.p2p.layout.lamportBytes)
+  if (bytes > f.p2p.region.slotBytes)
     return TPCOMM_ERROR(kNotSupported, "fused lamport_p2p: %zu bytes exceed the %zu-byte buffer", bytes,
-                        f.p2p.layout.lamportBytes);
+                        f.p2p.region.slotBytes);
   if (!fusedVectorizable(f))
     return TPCOMM_ERROR(kNotSupported,
                         "fused lamport_p2p: needs 16-byte aligned buffers and rows of whole 16-byte units");
-  cudaError_t e = dev::dispatchType(f.p2p.dtype, true, [&](auto t, auto) {
-    return dev::launch(fusedLamportKernel<typename decltype(t)::type>, f.p2p.blocks, kRmsNormThreads, f.p2p.pdl, stream, f);
-  });
-  return dev::toStatus(e, "fused lamport_p2p launch");
+  return dev::launchFused("fused lamport_p2p launch", f, true, stream, kFusedKernel);
 }
 
 }  // namespace tpcomm

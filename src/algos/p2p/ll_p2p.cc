@@ -4,6 +4,8 @@
 // all-gather's output). Not an all-reduce (lamport_p2p is that). Kernels, wire format and why
 // two buffers suffice: ll_p2p.cu. Buffers of any element alignment and any count (8-byte
 // aligned pieces of whole 8-byte lines take one load per line).
+#include "algos/p2p/ll_p2p.h"
+
 #include <memory>
 
 #include "algos/p2p/p2p_algorithm.h"
@@ -12,9 +14,14 @@
 
 namespace tpcomm {
 
-// ll_p2p.cu
-Status launchLl(const P2pLaunch& p, cudaStream_t stream);
-Status preloadLlKernels();
+P2pScratchRequest llScratch(int nRanks, int blocks, size_t maxBytes) {
+  P2pScratchRequest r;
+  r.key = "ll_p2p";
+  r.blocks = blocks;
+  r.slotBytes = maxBytes == 0 ? 0 : alignUp((maxBytes / nRanks + 8) / 8 * 16, 256);
+  r.buffers = 2;
+  return r;
+}
 
 namespace {
 
@@ -35,9 +42,11 @@ class LlP2p final : public P2pAlgorithm {
   }
 
   Status preload() override { return TPCOMM_CUDA_ONLY(preloadLlKernels()); }
+  std::vector<ParamId> sizedBy() const override { return {ParamId::kLlMaxBytes}; }
 
  protected:
   bool runsHalves() const override { return true; }
+  P2pScratchRequest scratch(int nRanks) const override { return llScratch(nRanks, blocks(), maxBytes()); }
   size_t maxBytes() const override { return static_cast<size_t>(paramInt(ParamId::kLlMaxBytes)); }
   int blocks() const override { return ctx_->launch.p2pBlocks; }
   Status launchPlain(const P2pLaunch& p, cudaStream_t s) override {

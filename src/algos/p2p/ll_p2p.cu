@@ -38,14 +38,13 @@
 // later kernel of the communicator does nothing.
 #include <cuda_runtime.h>
 
-#include "algos/common/launch_params.h"
+#include "algos/p2p/ll_p2p.h"
 #include "algos/p2p/p2p_common.cuh"
 
 namespace tpcomm {
 namespace {
 
 using dev::Elem;
-constexpr int kThreads = 512;
 
 __device__ __forceinline__ uint32_t llFlag(uint64_t epoch) { return 1u + static_cast<uint32_t>(epoch % 0xffffffffull); }
 
@@ -115,20 +114,18 @@ __device__ __forceinline__ void storeLine(char* dst, size_t bytes, size_t i, uin
 template <typename T, int Op, bool kAligned, bool kReduceScatter>
 __device__ __forceinline__ void llRun(const P2pLaunch& p) {
   const int me = p.rank, n = p.nRanks;
-  const P2pLayout& L = p.layout;
   dev::pdlLaunchDependents();
   dev::pdlWait();  // inputs and the epoch may come from the previous kernel
-  uint64_t deadline;
-  if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing
-  uint64_t* epochPtr = dev::epochAt(p.peers[me], L, kP2pLl, blockIdx.x);
-  const uint64_t epoch = *epochPtr + 1;
+  dev::P2pOpening o;
+  if (!dev::p2pOpen(p, &o)) return;  // poisoned: do nothing
+  const uint64_t deadline = o.deadline;
+  const uint64_t epoch = o.epoch + 1;
   const uint32_t flag = llFlag(epoch);
-  dev::signaturePublish(p, kP2pLl, epoch);
   const size_t pieceBytes = p.count * sizeof(T);
   const size_t lines = (pieceBytes + 7) / 8;
-  const size_t bufOff = L.llOffset + (epoch & 1) * L.llBufferBytes();
+  const size_t bufOff = p.region.bufferAt(epoch & 1);
   auto slot = [&](int owner, int from) {
-    return reinterpret_cast<uint4*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * L.llSlotBytes);
+    return reinterpret_cast<uint4*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * p.region.slotBytes);
   };
   const char* src = static_cast<const char*>(p.send);
   char* dst = static_cast<char*>(p.recv);
@@ -137,14 +134,14 @@ __device__ __forceinline__ void llRun(const P2pLaunch& p) {
 
   // Push: every peer's line i from this rank (piece j of the input for rank j, or the input);
   // the whole slot, zero past the piece, once per flag period (above).
-  const size_t pushLines = epoch % 0xffffffffull < 2 ? L.llSlotBytes / 16 : lines;
+  const size_t pushLines = epoch % 0xffffffffull < 2 ? p.region.slotBytes / 16 : lines;
   for (size_t i = first; i < pushLines; i += stride)
     for (int k = 1; k < n; ++k) {
       const int j = (me + k) % n;  // peers in a rotated order, so ranks do not all hit rank 0 first
       const char* piece = src + (kReduceScatter ? static_cast<size_t>(j) * pieceBytes : 0);
       llStore(slot(j, me) + i, i < lines ? loadLine<T, kAligned>(piece, pieceBytes, i) : 0, flag);
     }
-  if (!dev::signatureCheck(p, kP2pLl, epoch, deadline)) return;
+  if (!dev::signatureCheck(p, epoch, deadline)) return;
 
   bool ok = true;
   if constexpr (kReduceScatter) {
@@ -187,7 +184,7 @@ __device__ __forceinline__ void llRun(const P2pLaunch& p) {
   }
   // The epoch advances only when every thread of the block got all its lines (a timed-out block
   // leaves it, as the other P2P kernels do; the communicator is poisoned anyway).
-  if (__syncthreads_and(ok) && threadIdx.x == 0) *epochPtr = epoch;
+  if (__syncthreads_and(ok) && threadIdx.x == 0) *o.epochPtr = epoch;
 }
 
 template <typename T, int Op, bool kAligned>
@@ -207,26 +204,23 @@ bool llAligned(const P2pLaunch& p) {
          pieceBytes % 8 == 0;
 }
 
-}  // namespace
-
 // The kernel for a type, op and alignment (launchHalves / preloadHalves, p2p_common.cuh).
 constexpr auto kRsKernel = [](auto t, auto op, auto al) {
   return llReduceScatterKernel<typename decltype(t)::type, decltype(op)::value, decltype(al)::value != 0>;
 };
 constexpr auto kAgKernel = [](auto t, auto al) { return llAllGatherKernel<typename decltype(t)::type, decltype(al)::value != 0>; };
 
-Status preloadLlKernels() {
-  return dev::toStatus(dev::preloadHalves(kRsKernel, kAgKernel), "ll_p2p reduce-scatter / all-gather");
-}
+}  // namespace
+
+Status preloadLlKernels() { return dev::preloadHalves("ll_p2p reduce-scatter / all-gather", kRsKernel, kAgKernel); }
 
 Status launchLl(const P2pLaunch& p, cudaStream_t stream) {
   const size_t pieceBytes = p.count * dataTypeSize(static_cast<DataType>(p.dtype));
-  if (p.layout.llSlotBytes / 16 * 8 < pieceBytes)
+  if (p.region.slotBytes / 16 * 8 < pieceBytes)
     return TPCOMM_ERROR(kNotSupported, "ll_p2p: a %zu-byte piece exceeds its %zu-byte slot (TPCOMM_LL_MAX_BYTES)",
-                        pieceBytes, p.layout.llSlotBytes / 2);
-  const cudaError_t e = dev::launchHalves(p, llAligned(p), kThreads, stream, kRsKernel, kAgKernel);
-  return dev::toStatus(e, p.kind == static_cast<int>(CollKind::kReduceScatter) ? "ll_p2p reduce-scatter launch"
-                                                                                 : "ll_p2p all-gather launch");
+                        pieceBytes, p.region.slotBytes / 2);
+  return dev::launchHalves("ll_p2p reduce-scatter launch", "ll_p2p all-gather launch", p, llAligned(p), stream,
+                           kRsKernel, kAgKernel);
 }
 
 }  // namespace tpcomm

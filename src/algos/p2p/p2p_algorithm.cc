@@ -11,6 +11,18 @@ P2pAlgorithm::P2pAlgorithm(const AlgoContext* ctx, const char* name, const char*
 
 bool P2pAlgorithm::available() const { return !ctx_ || ctx_->p2p != nullptr; }
 
+TransportNeeds P2pAlgorithm::needs(int nRanks) const {
+  TransportNeeds n;
+  n.p2p.push_back(scratch(nRanks));
+  return n;
+}
+
+// Looked up once: the transport and its regions live as long as the algorithm.
+const P2pRegion* P2pAlgorithm::region() const {
+  if (!region_ && ctx_ && ctx_->p2p) region_ = ctx_->p2p->region(scratch(ctx_->nRanks).key);
+  return region_;
+}
+
 bool P2pAlgorithm::supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const {
   const char* why = nullptr;
   if (!topo.allPairsP2p())
@@ -39,6 +51,7 @@ size_t P2pAlgorithm::cachedMaxBytes() const {
 
 Status P2pAlgorithm::checkSize(const CollArgs& a) const {
   if (!ctx_ || !ctx_->p2p) return TPCOMM_ERROR(kInternal, "%s: no cuda_p2p transport", name());
+  if (!region()) return TPCOMM_ERROR(kInternal, "%s: the cuda_p2p transport holds no region for it", name());
   const size_t cap = cachedMaxBytes();
   if (cap != 0 && a.bytes() > cap)
     return TPCOMM_ERROR(kNotSupported, "%s: %zu bytes exceed its %zu-byte scratch", name(), a.bytes(), cap);
@@ -67,21 +80,16 @@ P2pLaunch P2pAlgorithm::launchParams(const CollArgs& a, int blocks) const {
     const CudaP2pTransport& t = *ctx_->p2p;
     P2pLaunch& b = launchBase_;
     b = P2pLaunch{};
-    b.rank = t.rank();
-    b.nRanks = t.nRanks();
     for (int r = 0; r < t.nRanks(); ++r) b.peers[r] = t.base(r);
     b.layout = t.layout();
+    b.region = *region();
     b.errorWord = ctx_->asyncError.deviceWord;
     b.timeoutNs = ctx_->timeoutNs();
     b.pdl = ctx_->launch.pdl;
     launchBaseReady_ = true;
   }
   P2pLaunch p = launchBase_;
-  p.send = a.send;
-  p.recv = a.recv;
-  p.count = a.count;
-  p.dtype = static_cast<int>(a.dtype);
-  p.op = static_cast<int>(a.op);
+  static_cast<CallParams&>(p) = callParams(a, ctx_->p2p->rank(), ctx_->p2p->nRanks());
   p.blocks = blocks;
   p.signature = ctx_->launch.checkCalls ? callSignature(a, false, compression()) : 0;
   p.kind = static_cast<int>(a.kind);
@@ -119,6 +127,12 @@ Status P2pAlgorithm::runFusedNorm(const CollArgs& a, const NormArgs& norm) {
   f.rows = norm.rows;
   f.hidden = norm.hidden;
   return launchFused(f, a.stream);
+}
+
+bool fusedVectorizable(const FusedP2pLaunch& f) {
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const size_t unit = 16 / dataTypeSize(static_cast<DataType>(f.p2p.dtype));
+  return f.hidden % unit == 0 && aligned(f.p2p.send) && aligned(f.p2p.recv) && aligned(f.residual) && aligned(f.weight);
 }
 
 }  // namespace tpcomm

@@ -1,13 +1,19 @@
 // Pieces shared by the P2P kernels: the per-block flag barrier over peer-mapped memory, the
-// per-block epoch counters, and range splitting in whole 16-byte packs.
+// per-block epoch counters and call signatures (all in the launching algorithm's channel of the
+// cuda_p2p buffer: P2pLaunch::region), range splitting in whole 16-byte packs, and the preload
+// and launch of the plain, fused and reduce-scatter / all-gather kernels.
 #pragma once
 
 #include "algos/common/device_common.cuh"
 #include "algos/common/launch.cuh"
-#include "algos/common/launch_params.h"
+#include "algos/p2p/p2p_launch.h"
 
 namespace tpcomm {
 namespace dev {
+
+// The P2P part of a kernel's parameters (a fused kernel's are the plain ones plus the norm's).
+__device__ __forceinline__ const P2pLaunch& p2pOf(const P2pLaunch& p) { return p; }
+__device__ __forceinline__ const P2pLaunch& p2pOf(const FusedP2pLaunch& f) { return f.p2p; }
 
 // [begin, end) of part `p` of `count` elements cut into `parts`, starts on whole packs of `epp`.
 __device__ __forceinline__ void splitRange(size_t count, int parts, int p, int epp, size_t* begin, size_t* end) {
@@ -26,17 +32,29 @@ __device__ __forceinline__ size_t twoshotChunkElems(size_t count, size_t maxChun
   return ((count + chunks - 1) / chunks + unit - 1) / unit * unit;
 }
 
-// Offset of epoch e's parity buffer (inbox slots, then the gather area) in a rank's buffer.
-__device__ __forceinline__ size_t twoshotBufferOffset(const P2pLayout& l, uint64_t epoch) {
-  return l.twoshotOffset + (epoch & 1) * l.twoshotBufferBytes();
+// Two-shot's part b of slice j (of n) of a chunk of `len` elements, chunk-relative [s + lo, s + hi),
+// whole `unit`s. Every chunk uses the split of a full chunk of `per` elements, clipped to its
+// length: a shorter last chunk must not hand block b bytes that another block owns in the full
+// chunk of the same parity before it (the barriers order only blocks of equal index).
+__device__ __forceinline__ void twoshotPart(size_t per, size_t len, int n, int j, size_t unit, size_t* s, size_t* lo,
+                                            size_t* hi) {
+  size_t e;
+  splitRange(per, n, j, static_cast<int>(unit), s, &e);
+  splitRange(e - *s, gridDim.x, blockIdx.x, static_cast<int>(unit), lo, hi);
+  const size_t room = len > *s ? len - *s : 0;  // elements of slice j present in this chunk
+  *lo = *lo < room ? *lo : room;
+  *hi = *hi < room ? *hi : room;
 }
 
-__device__ __forceinline__ uint64_t* flagAt(char* base, const P2pLayout& l, int algo, int from, int block) {
-  return reinterpret_cast<uint64_t*>(base + l.flagsOffset) + l.flagIndex(algo, from, block);
+// The launching algorithm's flag from rank `from`, block `block`, in the buffer at base.
+__device__ __forceinline__ uint64_t* flagAt(const P2pLaunch& p, char* base, int from, int block) {
+  return reinterpret_cast<uint64_t*>(base + p.layout.flagsOffset) + p.layout.flagIndex(p.region.channel, from, block);
 }
 
-__device__ __forceinline__ uint64_t* epochAt(char* base, const P2pLayout& l, int algo, int block) {
-  return reinterpret_cast<uint64_t*>(base + l.epochsOffset) + static_cast<size_t>(algo) * l.maxBlocks + block;
+// This rank's epoch counter of the launching algorithm's block `block`.
+__device__ __forceinline__ uint64_t* epochAt(const P2pLaunch& p, int block) {
+  return reinterpret_cast<uint64_t*>(p.peers[p.rank] + p.layout.epochsOffset) +
+         p.layout.epochIndex(p.region.channel, block);
 }
 
 // The poison word (P2pLayout::poisonOffset in every rank's buffer). A kernel whose bounded wait
@@ -79,6 +97,16 @@ __device__ __forceinline__ bool p2pBegin(const P2pLaunch& p, uint64_t* deadline)
   return poison == 0;
 }
 
+// The opening of an epoch-counted P2P kernel after pdlWait() (p2pBegin's poison check and
+// deadline), with this block's epoch counter and the call signature published under the call's
+// first epoch, *epoch + 1. false: poisoned, do nothing.
+struct P2pOpening {
+  uint64_t deadline;
+  uint64_t* epochPtr;
+  uint64_t epoch;  // the block's epoch before this call
+};
+__device__ __forceinline__ bool p2pOpen(const P2pLaunch& p, P2pOpening* o);
+
 // Spins until *flag >= target; false once the communicator is poisoned or, past the deadline,
 // after poisoning it (naming `peer`). One thread per flag.
 __device__ __forceinline__ bool p2pWaitFlag(const P2pLaunch& p, const uint64_t* flag, uint64_t target,
@@ -102,34 +130,41 @@ __device__ __forceinline__ bool p2pWaitFlag(const P2pLaunch& p, const uint64_t* 
 // block then waits (bounded) for every peer's word of the same epoch and compares. A peer is at
 // most one call ahead (it cannot finish a call without this rank), so three slots never mix two
 // calls. A mismatch poisons the communicator with kInvalidArgument naming the peer, and the
-// block leaves before touching data.
-__device__ __forceinline__ uint64_t* signatureAt(char* base, const P2pLayout& l, int algo, int from, int block,
-                                                 uint64_t e) {
-  return reinterpret_cast<uint64_t*>(base + l.signaturesOffset) + l.signatureIndex(algo, from, block, e % 3);
+// block leaves before touching data. The slots are the launching algorithm's (its channel).
+__device__ __forceinline__ uint64_t* signatureAt(const P2pLaunch& p, char* base, int from, int block, uint64_t e) {
+  return reinterpret_cast<uint64_t*>(base + p.layout.signaturesOffset) +
+         p.layout.signatureIndex(p.region.channel, from, block, e % 3);
 }
 
 __device__ __forceinline__ uint64_t signatureWord(const P2pLaunch& p, uint64_t e) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(e)) << 32) | p.signature;
 }
 
-__device__ __forceinline__ void signaturePublish(const P2pLaunch& p, int algo, uint64_t e) {
+__device__ __forceinline__ void signaturePublish(const P2pLaunch& p, uint64_t e) {
   if (!p.signature || threadIdx.x != 0) return;
   for (int r = 0; r < p.nRanks; ++r)
     if (r != p.rank)
-      *reinterpret_cast<volatile uint64_t*>(signatureAt(p.peers[r], p.layout, algo, p.rank, blockIdx.x, e)) =
-          signatureWord(p, e);
+      *reinterpret_cast<volatile uint64_t*>(signatureAt(p, p.peers[r], p.rank, blockIdx.x, e)) = signatureWord(p, e);
   __threadfence_system();
 }
 
+__device__ __forceinline__ bool p2pOpen(const P2pLaunch& p, P2pOpening* o) {
+  if (!p2pBegin(p, &o->deadline)) return false;
+  o->epochPtr = epochAt(p, blockIdx.x);
+  o->epoch = *o->epochPtr;
+  signaturePublish(p, o->epoch + 1);
+  return true;
+}
+
 // Whole block: false (reported) on a mismatch, a timeout or poison.
-__device__ __forceinline__ bool signatureCheck(const P2pLaunch& p, int algo, uint64_t e, uint64_t deadlineNs) {
+__device__ __forceinline__ bool signatureCheck(const P2pLaunch& p, uint64_t e, uint64_t deadlineNs) {
   if (!p.signature) return true;
   __shared__ int bad;
   if (threadIdx.x == 0) bad = 0;
   __syncthreads();
   const int r = threadIdx.x;
   if (r < p.nRanks && r != p.rank) {
-    const uint64_t* slot = signatureAt(p.peers[p.rank], p.layout, algo, r, blockIdx.x, e);
+    const uint64_t* slot = signatureAt(p, p.peers[p.rank], r, blockIdx.x, e);
     const uint64_t want = signatureWord(p, e);
     uint64_t got = loadAcquireSys(slot);
     for (uint32_t spin = 0; (got >> 32) != (want >> 32); ++spin) {
@@ -156,17 +191,18 @@ __device__ __forceinline__ bool signatureCheck(const P2pLaunch& p, int algo, uin
 }
 
 // Block-level barrier with every peer's block of the same index: make this block's earlier
-// writes (pushes into peers) visible, release `value` into each peer's flag[algo][me][block],
-// then acquire flag[algo][r][block] >= value for every peer r. Returns false (for the whole
-// block) on timeout or poison. One thread per peer signals and waits, so the round trips overlap.
-__device__ __forceinline__ bool peerBarrier(const P2pLaunch& p, int algo, uint64_t value, uint64_t deadline) {
+// writes (pushes into peers) visible, release `value` into each peer's flag[channel][me][block],
+// then acquire flag[channel][r][block] >= value for every peer r (the launching algorithm's
+// channel). Returns false (for the whole block) on timeout or poison. One thread per peer signals
+// and waits, so the round trips overlap.
+__device__ __forceinline__ bool peerBarrier(const P2pLaunch& p, uint64_t value, uint64_t deadline) {
   __shared__ int failed;
   if (threadIdx.x == 0) failed = 0;
   blockReleaseFence();
   const int r = threadIdx.x;
-  if (r < p.nRanks && r != p.rank) storeReleaseSys(flagAt(p.peers[r], p.layout, algo, p.rank, blockIdx.x), value);
+  if (r < p.nRanks && r != p.rank) storeReleaseSys(flagAt(p, p.peers[r], p.rank, blockIdx.x), value);
   if (r < p.nRanks && r != p.rank) {
-    if (!p2pWaitFlag(p, flagAt(p.peers[p.rank], p.layout, algo, r, blockIdx.x), value, deadline, r)) failed = 1;
+    if (!p2pWaitFlag(p, flagAt(p, p.peers[p.rank], r, blockIdx.x), value, deadline, r)) failed = 1;
   }
   __syncthreads();
   return failed == 0;
@@ -266,30 +302,29 @@ __device__ __forceinline__ void storeVolatilePack(Pack* dst, const Pack& v) {
                : "memory");
 }
 
-// One call's view of the Lamport triple buffer (the protocol is in lamport_p2p_kernel.cu),
-// shared by lamport_p2p and fused_lamport_p2p, which interleave on the same epochs and buffers.
-// Call e writes buffer e%3 and clears (e+2)%3; `used` records the bytes each buffer last
-// carried (three words after the epoch table, reserved by P2pLayout). Construct after pdlWait():
-// the epoch and the used words may come from the previous kernel.
+// One call's view of the Lamport triple buffer (the protocol is in lamport_p2p.cu), shared by
+// lamport_p2p and fused_lamport_p2p, which interleave on the same epochs and buffers. Call e
+// writes buffer e%3 and clears (e+2)%3; `used` records the bytes each buffer last carried (the
+// region's three local words: lamportScratch). Construct after pdlWait(): the epoch and the used
+// words may come from the previous kernel.
 struct LamportRound {
-  const P2pLayout& L;
+  const P2pRegion& R;
   uint64_t* epochPtr;
   uint64_t* used;
   uint64_t epoch;
   int buf, clearBuf;
 
   __device__ __forceinline__ explicit LamportRound(const P2pLaunch& p)
-      : L(p.layout),
-        epochPtr(epochAt(p.peers[p.rank], L, kP2pLamport, blockIdx.x)),
-        used(epochAt(p.peers[p.rank], L, kP2pLamport, 0) + L.maxBlocks * kP2pAlgoCount),
+      : R(p.region),
+        epochPtr(epochAt(p, blockIdx.x)),
+        used(reinterpret_cast<uint64_t*>(p.peers[p.rank] + R.wordsOffset)),
         epoch(*epochPtr + 1),
         buf(static_cast<int>(epoch % 3)),
         clearBuf(static_cast<int>((epoch + 2) % 3)) {}
 
   // Rank `from`'s slot of buffer b in the scratch at base.
   __device__ __forceinline__ Pack* slot(char* base, int b, int from) const {
-    return reinterpret_cast<Pack*>(base + L.lamportOffset + b * L.lamportBufferBytes() +
-                                   static_cast<size_t>(from) * L.lamportBytes);
+    return reinterpret_cast<Pack*>(base + R.bufferAt(b) + static_cast<size_t>(from) * R.slotBytes);
   }
 
   // Step 3: this block's share of every peer slot of clearBuf, (e+2)%3 = the buffer the
@@ -316,25 +351,56 @@ struct LamportRound {
   }
 };
 
+// The grid of a P2P kernel: p.blocks blocks of kThreads, PDL as the communicator says.
+inline LaunchShape p2pShape(const P2pLaunch& p) {
+  return LaunchShape{static_cast<unsigned>(p.blocks), static_cast<unsigned>(kThreads), p.pdl != 0};
+}
+
+// Preload and launch of the plain kernels: kernelOf(TypeTag, IntTag<Op>, IntTag<Vec>) names the
+// instantiation for a dtype, op and alignment (16-byte vectors when both buffers allow).
+template <typename KernelOf>
+Status preloadP2p(const char* what, KernelOf kernelOf) {
+  return toStatus(forEachKernelVariant([&](auto t, auto op, auto v) { return preload(kernelOf(t, op, v)); }), what);
+}
+template <typename KernelOf>
+Status launchP2p(const char* what, const P2pLaunch& p, cudaStream_t stream, KernelOf kernelOf) {
+  return dispatchKernel(p.dtype, p.op, p2pVectorizable(p.send, p.recv), [&](auto t, auto op, auto v) {
+    return launch(what, kernelOf(t, op, v), p2pShape(p), stream, p);
+  });
+}
+
+// Preload and launch of the fused kernels (all-reduce sum + residual + norm, the plain kernel's
+// grid): kernelOf(TypeTag, IntTag<Vec>) names the instantiation.
+template <typename KernelOf>
+Status preloadFused(const char* what, KernelOf kernelOf) {
+  return toStatus(forEachTypeVariant([&](auto t, auto v) { return preload(kernelOf(t, v)); }), what);
+}
+template <typename KernelOf>
+Status launchFused(const char* what, const FusedP2pLaunch& f, bool vec, cudaStream_t stream, KernelOf kernelOf) {
+  return dispatchType(f.p2p.dtype, vec,
+                      [&](auto t, auto v) { return launch(what, kernelOf(t, v), p2pShape(f.p2p), stream, f); });
+}
+
 // The reduce-scatter / all-gather launch and preload that twoshot_p2p and ll_p2p share (by
 // p.kind): rsKernel(TypeTag, IntTag<Op>, IntTag<flag>) and agKernel(TypeTag, IntTag<flag>) name
 // the kernel for a type, op and the algorithm's one compile-time flag (its alignment variant).
+// rsWhat / agWhat name the launch in errors.
 template <typename RsKernelOf, typename AgKernelOf>
-cudaError_t launchHalves(const P2pLaunch& p, bool flag, int threads, cudaStream_t stream, RsKernelOf rsKernel,
-                         AgKernelOf agKernel) {
+Status launchHalves(const char* rsWhat, const char* agWhat, const P2pLaunch& p, bool flag, cudaStream_t stream,
+                    RsKernelOf rsKernel, AgKernelOf agKernel) {
   if (p.kind == static_cast<int>(CollKind::kReduceScatter))
     return dispatchKernel(p.dtype, p.op, flag, [&](auto t, auto op, auto v) {
-      return launch(rsKernel(t, op, v), p.blocks, threads, p.pdl != 0, stream, p);
+      return launch(rsWhat, rsKernel(t, op, v), p2pShape(p), stream, p);
     });
   return dispatchType(p.dtype, flag,
-                      [&](auto t, auto v) { return launch(agKernel(t, v), p.blocks, threads, p.pdl != 0, stream, p); });
+                      [&](auto t, auto v) { return launch(agWhat, agKernel(t, v), p2pShape(p), stream, p); });
 }
 
 template <typename RsKernelOf, typename AgKernelOf>
-cudaError_t preloadHalves(RsKernelOf rsKernel, AgKernelOf agKernel) {
+Status preloadHalves(const char* what, RsKernelOf rsKernel, AgKernelOf agKernel) {
   cudaError_t e = forEachKernelVariant([&](auto t, auto op, auto v) { return preload(rsKernel(t, op, v)); });
   if (e == cudaSuccess) e = forEachTypeVariant([&](auto t, auto v) { return preload(agKernel(t, v)); });
-  return e;
+  return toStatus(e, what);
 }
 
 }  // namespace dev

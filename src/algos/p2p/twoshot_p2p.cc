@@ -4,21 +4,45 @@
 // chunks of TPCOMM_TWOSHOT_CHUNK_BYTES. Fused twin: fused_twoshot_p2p. It also runs the two
 // halves as collectives of their own, reduce-scatter and all-gather (twoshot_p2p_halves.cu), on
 // the same scratch and epochs.
+#include "algos/p2p/twoshot_p2p.h"
+
 #include <memory>
 
 #include "algos/p2p/p2p_algorithm.h"
 #include "common/error.h"
+#include "common/params.h"
 
 namespace tpcomm {
 
-// twoshot_p2p.cu
-Status launchTwoshot(const P2pLaunch& p, cudaStream_t stream);
-Status launchFusedTwoshot(const FusedP2pLaunch& f, cudaStream_t stream);
-Status preloadTwoshotKernels();
-Status preloadFusedTwoshotKernels();
-// twoshot_p2p_halves.cu
-Status launchTwoshotHalves(const P2pLaunch& p, cudaStream_t stream);
-Status preloadTwoshotHalvesKernels();
+P2pScratchRequest twoshotScratch(int nRanks, int blocks, size_t chunkBytes) {
+  P2pScratchRequest r;
+  r.key = "twoshot_p2p";
+  r.blocks = blocks;
+  r.sharedBytes = alignUp(chunkBytes, 4096);
+  r.slotBytes = alignUp(r.sharedBytes / nRanks + 16, 256);
+  r.buffers = 2;
+  return r;
+}
+
+bool fusedTwoshotGeometry(const P2pRegion& region, int nRanks, size_t rows, size_t rowBytes, size_t* rowsPerChunk,
+                          size_t* rowsPerRank) {
+  const size_t n = static_cast<size_t>(nRanks);
+  if (rowBytes == 0 || n == 0) return false;
+  // Gather area: normalised row + updated residual row for every row of the chunk.
+  size_t perChunk = region.sharedBytes / (2 * rowBytes);
+  // Inbox slice: the rows one rank owns.
+  const size_t perRankCap = region.slotBytes / rowBytes;
+  if (perChunk == 0 || perRankCap == 0) return false;
+  if (perChunk > rows) perChunk = rows;
+  size_t perRank = (perChunk + n - 1) / n;
+  if (perRank > perRankCap) {
+    perRank = perRankCap;
+    perChunk = perRank * n;
+  }
+  *rowsPerChunk = perChunk;
+  *rowsPerRank = perRank;
+  return true;
+}
 
 namespace {
 
@@ -27,12 +51,15 @@ class TwoshotP2p final : public P2pAlgorithm {
   explicit TwoshotP2p(const AlgoContext* ctx) : P2pAlgorithm(ctx, "twoshot_p2p", "fused_twoshot_p2p") {}
   Status preload() override {
     TPCOMM_TRY(TPCOMM_CUDA_ONLY(preloadTwoshotKernels()));
-    TPCOMM_TRY(TPCOMM_CUDA_ONLY(preloadTwoshotHalvesKernels()));
-    return TPCOMM_CUDA_ONLY(preloadFusedTwoshotKernels());
+    return TPCOMM_CUDA_ONLY(preloadTwoshotHalvesKernels());
   }
+  std::vector<ParamId> sizedBy() const override { return {ParamId::kTwoshotChunkBytes}; }
 
  protected:
   bool runsHalves() const override { return true; }
+  P2pScratchRequest scratch(int nRanks) const override {
+    return twoshotScratch(nRanks, blocks(), static_cast<size_t>(paramInt(ParamId::kTwoshotChunkBytes)));
+  }
   size_t maxBytes() const override { return 0; }  // loops over chunks
   int blocks() const override { return ctx_->launch.twoshotBlocks; }
   Status launchPlain(const P2pLaunch& p, cudaStream_t s) override {
@@ -41,7 +68,7 @@ class TwoshotP2p final : public P2pAlgorithm {
   }
   Status launchFused(FusedP2pLaunch& f, cudaStream_t s) override {
     const size_t rowBytes = f.hidden * dataTypeSize(static_cast<DataType>(f.p2p.dtype));
-    if (!fusedTwoshotGeometry(f.p2p.layout, f.rows, rowBytes, &f.rowsPerChunk, &f.rowsPerRank))
+    if (!fusedTwoshotGeometry(f.p2p.region, f.p2p.nRanks, f.rows, rowBytes, &f.rowsPerChunk, &f.rowsPerRank))
       return TPCOMM_ERROR(kNotSupported, "fused twoshot_p2p: a %zu-byte row does not fit the two-shot chunk",
                           rowBytes);
     return TPCOMM_CUDA_ONLY(launchFusedTwoshot(f, s));

@@ -1,7 +1,7 @@
 // twoshot_p2p.cu: all-reduce as reduce-scatter then all-gather over peer-mapped buffers,
 // both phases by push (NCCL's RSxST_AGxST shape; TensorRT-LLM's two-shot / MultiShot without
-// multicast). The message is processed in chunks of twoshotChunk bytes; each chunk is cut into n
-// slices (slice j is owned by rank j) and each slice into one part per block.
+// multicast). The message is processed in chunks of the gather area's bytes (TPCOMM_TWOSHOT_CHUNK_BYTES); each chunk is
+// cut into n slices (slice j is owned by rank j) and each slice into one part per block.
 //   Phase 1 (reduce-scatter): block b pushes part b of slice j of its input into rank j's inbox
 //     (slot = own rank), for every j != me. Barrier (flag value 2e).
 //   Reduce: block b reduces part b of its own slice from its input and the n-1 inbox slots, rank
@@ -45,56 +45,44 @@
 #include <cuda_runtime.h>
 
 #include "algos/fused/fused_rmsnorm_common.cuh"
-#include "algos/common/launch_params.h"
+#include "algos/p2p/p2p_common.cuh"
+#include "algos/p2p/twoshot_p2p.h"
 
 namespace tpcomm {
 namespace {
 
 using dev::Pack;
 using dev::PackOf;
-constexpr int kThreads = 512;
 
 template <typename T, int Op, bool kVec>
 __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
   constexpr int kEpp = PackOf<T>::kElems;
-  const int me = p.rank, n = p.nRanks, b = blockIdx.x, nb = gridDim.x;
-  const P2pLayout& L = p.layout;
+  const int me = p.rank, n = p.nRanks;
   dev::pdlLaunchDependents();
   dev::pdlWait();  // inputs and the epoch may come from the previous kernel
-  uint64_t deadline;
-  if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing (p2p_common.cuh)
-  uint64_t* epochPtr = dev::epochAt(p.peers[me], L, kP2pTwoshot, b);
-  uint64_t epoch = *epochPtr;
+  dev::P2pOpening o;
+  if (!dev::p2pOpen(p, &o)) return;  // poisoned: do nothing (p2p_common.cuh)
+  const uint64_t deadline = o.deadline;
+  uint64_t epoch = o.epoch;
   const uint64_t callEpoch = epoch + 1;  // the first chunk's: names this call
-  dev::signaturePublish(p, kP2pTwoshot, callEpoch);
   const T* src = static_cast<const T*>(p.send);
   T* dst = static_cast<T*>(p.recv);
   // Equal chunks of `per` elements (whole packs, at most the scratch's chunk), the last one
   // possibly shorter.
-  const size_t per = dev::twoshotChunkElems(p.count, L.twoshotChunk / sizeof(T), kEpp);
+  const size_t per = dev::twoshotChunkElems(p.count, p.region.sharedBytes / sizeof(T), kEpp);
 
   for (size_t c0 = 0; c0 < p.count; c0 += per) {
     ++epoch;
     const size_t len = p.count - c0 < per ? p.count - c0 : per;
-    const size_t bufOff = dev::twoshotBufferOffset(L, epoch);
+    const size_t bufOff = p.region.bufferAt(epoch & 1);
     auto inbox = [&](int owner, int from) {
-      return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * L.twoshotSliceCap);
+      return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * p.region.slotBytes);
     };
     auto gather = [&](int owner) {
-      return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(n) * L.twoshotSliceCap);
+      return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(n) * p.region.slotBytes);
     };
-    // Part b of slice j, chunk-relative: [s + lo, s + hi).
-    // Every chunk uses the split of a full chunk, clipped to its length: a shorter last chunk
-    // must not hand block b bytes that another block owns in the full chunk of the same parity
-    // before it (the barriers order only blocks of equal index).
-    auto part = [&](int j, size_t* s, size_t* lo, size_t* hi) {
-      size_t e;
-      dev::splitRange(per, n, j, kEpp, s, &e);
-      dev::splitRange(e - *s, nb, b, kEpp, lo, hi);
-      const size_t room = len > *s ? len - *s : 0;  // elements of slice j present in this chunk
-      *lo = *lo < room ? *lo : room;
-      *hi = *hi < room ? *hi : room;
-    };
+    // Part b of slice j, chunk-relative: [s + lo, s + hi) (the full chunk's split, clipped).
+    auto part = [&](int j, size_t* s, size_t* lo, size_t* hi) { dev::twoshotPart(per, len, n, j, kEpp, s, lo, hi); };
 
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;
@@ -106,8 +94,8 @@ __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
           lo, hi, [&](size_t i) { return *reinterpret_cast<const Pack*>(in + i); },
           [&](size_t i, const Pack& v) { *reinterpret_cast<Pack*>(out + i) = v; }, [&](size_t i) { out[i] = in[i]; });
     }
-    if (!dev::peerBarrier(p, kP2pTwoshot, 2 * epoch, deadline)) return;
-    if (epoch == callEpoch && !dev::signatureCheck(p, kP2pTwoshot, callEpoch, deadline)) return;
+    if (!dev::peerBarrier(p, 2 * epoch, deadline)) return;
+    if (epoch == callEpoch && !dev::signatureCheck(p, callEpoch, deadline)) return;
 
     {
       size_t s, lo, hi;
@@ -129,7 +117,7 @@ __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
               if (r != me) gather(r)[s + i] = v;
           });
     }
-    if (!dev::peerBarrier(p, kP2pTwoshot, 2 * epoch + 1, deadline)) return;
+    if (!dev::peerBarrier(p, 2 * epoch + 1, deadline)) return;
 
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;
@@ -144,41 +132,25 @@ __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
     }
   }
   __syncthreads();
-  if (threadIdx.x == 0) *epochPtr = epoch;
+  if (threadIdx.x == 0) *o.epochPtr = epoch;
 }
 
 }  // namespace
 
-Status preloadTwoshotKernels() {
-  cudaError_t e = dev::forEachKernelVariant([](auto t, auto op, auto vec) {
-    return dev::preload(twoshotKernel<typename decltype(t)::type, decltype(op)::value, decltype(vec)::value != 0>);
-  });
-  return dev::toStatus(e, "twoshot_p2p");
-}
-
-Status launchTwoshot(const P2pLaunch& p, cudaStream_t stream) {
-  cudaError_t e = dev::dispatchKernel(p.dtype, p.op, p2pVectorizable(p.send, p.recv), [&](auto t, auto op, auto vec) {
-    return dev::launch(twoshotKernel<typename decltype(t)::type, decltype(op)::value, decltype(vec)::value != 0>, p.blocks, kThreads, p.pdl, stream, p);
-  });
-  return dev::toStatus(e, "twoshot_p2p launch");
-}
-
 namespace {
 
 template <typename T, bool kVec>
-__global__ void __launch_bounds__(kRmsNormThreads) fusedTwoshotKernel(FusedP2pLaunch f) {
+__global__ void __launch_bounds__(kThreads) fusedTwoshotKernel(FusedP2pLaunch f) {
   constexpr int kUnit = dev::NormShape<T>::kUnit;
   const P2pLaunch& p = f.p2p;
   const int me = p.rank, n = p.nRanks, b = blockIdx.x, nb = gridDim.x;
-  const P2pLayout& L = p.layout;
   dev::pdlLaunchDependents();
   dev::pdlWait();  // inputs, residual and the epoch may come from the previous kernel
-  uint64_t deadline;
-  if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing (p2p_common.cuh)
-  uint64_t* epochPtr = dev::epochAt(p.peers[me], L, kP2pTwoshot, b);
-  uint64_t epoch = *epochPtr;
+  dev::P2pOpening o;
+  if (!dev::p2pOpen(p, &o)) return;  // poisoned: do nothing (p2p_common.cuh)
+  const uint64_t deadline = o.deadline;
+  uint64_t epoch = o.epoch;
   const uint64_t callEpoch = epoch + 1;  // the first chunk's: names this call
-  dev::signaturePublish(p, kP2pTwoshot, callEpoch);
   const T* src = static_cast<const T*>(p.send);
   T* dst = static_cast<T*>(p.recv);
   T* residual = static_cast<T*>(f.residual);
@@ -188,12 +160,12 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedTwoshotKernel(FusedP2pLa
   for (size_t c0 = 0; c0 < f.rows; c0 += f.rowsPerChunk) {
     ++epoch;
     const size_t len = f.rows - c0 < f.rowsPerChunk ? f.rows - c0 : f.rowsPerChunk;
-    const size_t bufOff = dev::twoshotBufferOffset(L, epoch);
+    const size_t bufOff = p.region.bufferAt(epoch & 1);
     auto inbox = [&](int owner, int from) {
-      return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * L.twoshotSliceCap);
+      return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * p.region.slotBytes);
     };
     auto gather = [&](int owner) {
-      return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(n) * L.twoshotSliceCap);
+      return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(n) * p.region.slotBytes);
     };
     // Rows of rank j's share in this chunk.
     auto shareRows = [&](int j) -> size_t {
@@ -206,8 +178,8 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedTwoshotKernel(FusedP2pLa
       for (size_t k = b; k < shareRows(j); k += nb)
         dev::copyRow<T, kVec, false>(inbox(j, me) + k * H, src + (c0 + j * share + k) * H, H);
     }
-    if (!dev::peerBarrier(p, kP2pTwoshot, 2 * epoch, deadline)) return;
-    if (epoch == callEpoch && !dev::signatureCheck(p, kP2pTwoshot, callEpoch, deadline)) return;
+    if (!dev::peerBarrier(p, 2 * epoch, deadline)) return;
+    if (epoch == callEpoch && !dev::signatureCheck(p, callEpoch, deadline)) return;
 
     for (size_t k = b; k < shareRows(me); k += nb) {
       const size_t q = me * share + k, row = c0 + q;
@@ -222,7 +194,7 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedTwoshotKernel(FusedP2pLa
           [&](size_t u, int cnt, const T(&v)[kUnit]) { push((2 * q + 1) * H, u, cnt, v); },
           [&](size_t u, int cnt, const T(&v)[kUnit]) { push(2 * q * H, u, cnt, v); });
     }
-    if (!dev::peerBarrier(p, kP2pTwoshot, 2 * epoch + 1, deadline)) return;
+    if (!dev::peerBarrier(p, 2 * epoch + 1, deadline)) return;
 
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;
@@ -234,27 +206,33 @@ __global__ void __launch_bounds__(kRmsNormThreads) fusedTwoshotKernel(FusedP2pLa
     }
   }
   __syncthreads();
-  if (threadIdx.x == 0) *epochPtr = epoch;
+  if (threadIdx.x == 0) *o.epochPtr = epoch;
 }
+
+constexpr auto kPlainKernel = [](auto t, auto op, auto v) {
+  return twoshotKernel<typename decltype(t)::type, decltype(op)::value, decltype(v)::value != 0>;
+};
+constexpr auto kFusedKernel = [](auto t, auto v) {
+  return fusedTwoshotKernel<typename decltype(t)::type, decltype(v)::value != 0>;
+};
 
 }  // namespace
 
-Status preloadFusedTwoshotKernels() {
-  return dev::toStatus(dev::forEachTypeVariant([](auto t, auto v) {
-                          return dev::preload(fusedTwoshotKernel<typename decltype(t)::type, decltype(v)::value != 0>);
-                        }),
-                        "fused twoshot_p2p");
+Status preloadTwoshotKernels() {
+  TPCOMM_TRY(dev::preloadP2p("twoshot_p2p", kPlainKernel));
+  return dev::preloadFused("fused twoshot_p2p", kFusedKernel);
+}
+
+Status launchTwoshot(const P2pLaunch& p, cudaStream_t stream) {
+  return dev::launchP2p("twoshot_p2p launch", p, stream, kPlainKernel);
 }
 
 Status launchFusedTwoshot(const FusedP2pLaunch& f, cudaStream_t stream) {
   const size_t rowBytes = f.hidden * dataTypeSize(static_cast<DataType>(f.p2p.dtype));
-  if (f.rowsPerChunk == 0 || f.rowsPerRank == 0 || f.rowsPerRank * rowBytes > f.p2p.layout.twoshotSliceCap ||
-      2 * f.rowsPerChunk * rowBytes > f.p2p.layout.twoshotChunk || f.rowsPerChunk > f.rowsPerRank * f.p2p.nRanks)
+  if (f.rowsPerChunk == 0 || f.rowsPerRank == 0 || f.rowsPerRank * rowBytes > f.p2p.region.slotBytes ||
+      2 * f.rowsPerChunk * rowBytes > f.p2p.region.sharedBytes || f.rowsPerChunk > f.rowsPerRank * f.p2p.nRanks)
     return TPCOMM_ERROR(kNotSupported, "fused twoshot_p2p: %zu-byte rows do not fit the two-shot chunk", rowBytes);
-  cudaError_t e = dev::dispatchType(f.p2p.dtype, fusedVectorizable(f), [&](auto t, auto v) {
-    return dev::launch(fusedTwoshotKernel<typename decltype(t)::type, decltype(v)::value != 0>, f.p2p.blocks, kRmsNormThreads, f.p2p.pdl, stream, f);
-  });
-  return dev::toStatus(e, "fused twoshot_p2p launch");
+  return dev::launchFused("fused twoshot_p2p launch", f, fusedVectorizable(f), stream, kFusedKernel);
 }
 
 }  // namespace tpcomm

@@ -5,17 +5,17 @@
 // 2(n-1)/n x the message at (64 + 4) / 64 bytes per element instead of 2 or 4. Not in the
 // deterministic mode's list: an element's result depends on the other elements of its block.
 // No fused norm kernel: allReduceResidualRmsNorm runs this all-reduce, then the norm kernel.
+#include "algos/p2p/twoshot_p2p_compressed.h"
+
 #include <memory>
 
-#include "algos/p2p/p2p_algorithm.h"
 #include "algos/compressed/quantize.h"
+#include "algos/p2p/p2p_algorithm.h"
+#include "algos/p2p/twoshot_p2p.h"
 #include "common/error.h"
+#include "common/params.h"
 
 namespace tpcomm {
-
-// twoshot_p2p_compressed.cu
-Status launchTwoshotCompressed(const P2pLaunch& p, QuantFormat format, cudaStream_t stream);
-Status preloadTwoshotCompressedKernels();
 
 namespace {
 
@@ -33,10 +33,15 @@ class TwoshotP2pCompressed final : public P2pAlgorithm {
   bool deterministic() const override { return false; }  // block-dependent (docs/determinism.md)
   Compression compression() const override { return wire_; }
   Status preload() override { return TPCOMM_CUDA_ONLY(preloadTwoshotCompressedKernels()); }
+  std::vector<ParamId> sizedBy() const override { return {ParamId::kTwoshotChunkBytes}; }
   // No fused kernel: the call path runs run() and then the norm kernel.
   Status runFusedNorm(const CollArgs&, const NormArgs&) override { return Status::kNotSupported; }
 
  protected:
+  // twoshot_p2p's region (one key): plain, fused and compressed calls share its epochs and buffers.
+  P2pScratchRequest scratch(int nRanks) const override {
+    return twoshotScratch(nRanks, blocks(), static_cast<size_t>(paramInt(ParamId::kTwoshotChunkBytes)));
+  }
   size_t maxBytes() const override { return 0; }  // loops over chunks
   int blocks() const override { return ctx_->launch.twoshotBlocks; }
   Status launchPlain(const P2pLaunch& p, cudaStream_t s) override {

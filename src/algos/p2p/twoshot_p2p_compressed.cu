@@ -21,7 +21,7 @@
 // Publication, freedom, timeouts: exactly twoshot_p2p's. The barriers are p2p_common.cuh's
 // peerBarrier (block release fence, __threadfence_system, then st.release.sys of the flag; the
 // waiter's ld.acquire.sys), on twoshot_p2p's flags, per-block epochs and parity-buffered inbox and
-// gather areas (kP2pTwoshot, the same grid TPCOMM_TWOSHOT_BLOCKS), so plain, fused and compressed
+// gather areas (its region and channel: one key, the same grid TPCOMM_TWOSHOT_BLOCKS), so plain, fused and compressed
 // two-shot calls interleave freely: each call is one kernel, and within it a peer's block b
 // rewrites parity e%2 only after the first barrier of chunk e+1 with this rank's block b, which
 // has then finished chunk e-1. Which bytes block b reads and writes is a fixed function of (slice,
@@ -35,16 +35,16 @@
 // gather area maxChunk code bytes, then the chunk's scales. Both fit twoshot_p2p's areas because
 // maxChunk keeps (B + 4) / B bytes per element within the chunk less n x 256 bytes.
 // Alignment: code addresses are 16-byte aligned, so whole blocks move as 16-byte loads and
-// stores: the peer buffers are allocations (256-byte aligned), twoshotOffset is a multiple of
-// 4096, and the buffer size, twoshotSliceCap and so every inbox and gather area start are
-// multiples of 256 (P2pLayout::make); a block's codes sit at a multiple of B = 64 in its area
+// stores: the peer buffers are allocations (256-byte aligned), its region starts at a multiple of
+// 4096, and the buffer size, the slot size and so every inbox and gather area start are
+// multiples of 256 (twoshotScratch, planP2pBuffer); a block's codes sit at a multiple of B = 64 in its area
 // (slices and parts are whole blocks). quantize_warp.cuh checks, and falls back to bytes otherwise.
 #include <cuda_runtime.h>
 
-#include "algos/common/launch_params.h"
-#include "algos/p2p/p2p_common.cuh"
 #include "algos/compressed/quantize.h"
 #include "algos/compressed/quantize_warp.cuh"
+#include "algos/p2p/p2p_common.cuh"
+#include "algos/p2p/twoshot_p2p_compressed.h"
 
 namespace tpcomm {
 namespace {
@@ -56,58 +56,47 @@ using dev::storeBlock;
 using dev::Wire;
 using dev::wireAt;
 
-constexpr int kThreads = 512;
-constexpr int kWarps = kThreads / 32;
 constexpr int kB = kQuantBlockElems;
 
 // Elements per chunk: whole blocks, n whole-block slices, codes and scales within twoshot_p2p's
 // areas (0: the chunk is too small for n ranks).
-__host__ __device__ size_t twoshotCompressedChunkElems(const P2pLayout& L, int n) {
+__host__ __device__ size_t twoshotCompressedChunkElems(const P2pRegion& R, int n) {
   const size_t unit = static_cast<size_t>(n) * kB, reserve = static_cast<size_t>(n) * 256;
-  if (L.twoshotChunk <= reserve) return 0;
-  return (L.twoshotChunk - reserve) / (kB + sizeof(float)) * kB / unit * unit;
+  if (R.sharedBytes <= reserve) return 0;
+  return (R.sharedBytes - reserve) / (kB + sizeof(float)) * kB / unit * unit;
 }
 
 template <typename T, int F>
 __global__ void __launch_bounds__(kThreads) twoshotCompressedKernel(P2pLaunch p) {
-  const int me = p.rank, n = p.nRanks, b = blockIdx.x, nb = gridDim.x, warp = threadIdx.x / 32;
-  const P2pLayout& L = p.layout;
+  const int me = p.rank, n = p.nRanks, warp = threadIdx.x / 32;
   dev::pdlLaunchDependents();
   dev::pdlWait();  // inputs and the epoch may come from the previous kernel
-  uint64_t deadline;
-  if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing (p2p_common.cuh)
-  uint64_t* epochPtr = dev::epochAt(p.peers[me], L, kP2pTwoshot, b);
-  uint64_t epoch = *epochPtr;
+  dev::P2pOpening o;
+  if (!dev::p2pOpen(p, &o)) return;  // poisoned: do nothing (p2p_common.cuh)
+  const uint64_t deadline = o.deadline;
+  uint64_t epoch = o.epoch;
   const uint64_t callEpoch = epoch + 1;
-  dev::signaturePublish(p, kP2pTwoshot, callEpoch);
   const T* src = static_cast<const T*>(p.send);
   T* dst = static_cast<T*>(p.recv);
-  const size_t maxChunk = twoshotCompressedChunkElems(L, n);  // > 0: checked at launch
+  const size_t maxChunk = twoshotCompressedChunkElems(p.region, n);  // > 0: checked at launch
   const size_t sliceCap = maxChunk / n;
   const size_t per = dev::twoshotChunkElems(p.count, maxChunk, kB);
 
   for (size_t c0 = 0; c0 < p.count; c0 += per) {
     ++epoch;
     const size_t len = p.count - c0 < per ? p.count - c0 : per;
-    const size_t bufOff = dev::twoshotBufferOffset(L, epoch);
+    const size_t bufOff = p.region.bufferAt(epoch & 1);
     auto inbox = [&](int owner, int from) {
-      return wireAt(p.peers[owner] + bufOff + static_cast<size_t>(from) * L.twoshotSliceCap, sliceCap);
+      return wireAt(p.peers[owner] + bufOff + static_cast<size_t>(from) * p.region.slotBytes, sliceCap);
     };
     auto gather = [&](int owner) {
-      return wireAt(p.peers[owner] + bufOff + static_cast<size_t>(n) * L.twoshotSliceCap, maxChunk);
+      return wireAt(p.peers[owner] + bufOff + static_cast<size_t>(n) * p.region.slotBytes, maxChunk);
     };
     // Part b of slice j, slice-relative [lo, hi) from slice start s, clipped to this chunk.
-    auto part = [&](int j, size_t* s, size_t* lo, size_t* hi) {
-      size_t e;
-      dev::splitRange(per, n, j, kB, s, &e);
-      dev::splitRange(e - *s, nb, b, kB, lo, hi);
-      const size_t room = len > *s ? len - *s : 0;
-      *lo = *lo < room ? *lo : room;
-      *hi = *hi < room ? *hi : room;
-    };
+    auto part = [&](int j, size_t* s, size_t* lo, size_t* hi) { dev::twoshotPart(per, len, n, j, kB, s, lo, hi); };
     // Calls fn(k, m) for each quantization block [k, k + m) of [lo, hi) this lane's group handles
     // (m = 0: none this step).
-    auto forBlocks = [&](size_t lo, size_t hi, auto fn) { dev::forWarpBlocks(lo, hi, warp, kWarps, fn); };
+    auto forBlocks = [&](size_t lo, size_t hi, auto fn) { dev::forWarpBlocks(lo, hi, warp, kWarpsPerBlock, fn); };
 
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;
@@ -120,8 +109,8 @@ __global__ void __launch_bounds__(kThreads) twoshotCompressedKernel(P2pLaunch p)
         dev::storeCodes(dev::quantizeGroup<F>(x), m, to, k, k / kB);
       });
     }
-    if (!dev::peerBarrier(p, kP2pTwoshot, 2 * epoch, deadline)) return;
-    if (epoch == callEpoch && !dev::signatureCheck(p, kP2pTwoshot, callEpoch, deadline)) return;
+    if (!dev::peerBarrier(p, 2 * epoch, deadline)) return;
+    if (epoch == callEpoch && !dev::signatureCheck(p, callEpoch, deadline)) return;
 
     {
       size_t s, lo, hi;
@@ -139,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) twoshotCompressedKernel(P2pLaunch p)
         storeBlock(dst + c0 + s + k, m, back);
       });
     }
-    if (!dev::peerBarrier(p, kP2pTwoshot, 2 * epoch + 1, deadline)) return;
+    if (!dev::peerBarrier(p, 2 * epoch + 1, deadline)) return;
 
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;
@@ -154,31 +143,27 @@ __global__ void __launch_bounds__(kThreads) twoshotCompressedKernel(P2pLaunch p)
     }
   }
   __syncthreads();
-  if (threadIdx.x == 0) *epochPtr = epoch;
+  if (threadIdx.x == 0) *o.epochPtr = epoch;
 }
+
+constexpr auto kKernel = [](auto t, auto f) {
+  return twoshotCompressedKernel<typename decltype(t)::type, decltype(f)::value>;
+};
 
 }  // namespace
 
 Status preloadTwoshotCompressedKernels() {
-  for (int dt = 0; dt < 3; ++dt)
-    for (int fmt = 0; fmt < 2; ++fmt) {
-      cudaError_t e = dev::dispatchCompressed(dt, fmt, [](auto t, auto f) {
-        return dev::preload(twoshotCompressedKernel<typename decltype(t)::type, decltype(f)::value>);
-      });
-      if (e != cudaSuccess) return dev::toStatus(e, "twoshot_p2p compressed");
-    }
-  return Status::kOk;
+  return dev::toStatus(dev::forEachCompressedVariant([](auto t, auto f) { return dev::preload(kKernel(t, f)); }),
+                       "twoshot_p2p compressed");
 }
 
 Status launchTwoshotCompressed(const P2pLaunch& p, QuantFormat format, cudaStream_t stream) {
-  if (twoshotCompressedChunkElems(p.layout, p.nRanks) == 0)
+  if (twoshotCompressedChunkElems(p.region, p.nRanks) == 0)
     return TPCOMM_ERROR(kNotSupported, "twoshot_p2p compressed: a %zu-byte chunk is too small for %d ranks",
-                        p.layout.twoshotChunk, p.nRanks);
-  cudaError_t e = dev::dispatchCompressed(p.dtype, static_cast<int>(format), [&](auto t, auto f) {
-    return dev::launch(twoshotCompressedKernel<typename decltype(t)::type, decltype(f)::value>, p.blocks, kThreads,
-                       p.pdl, stream, p);
+                        p.region.sharedBytes, p.nRanks);
+  return dev::dispatchCompressed(p.dtype, static_cast<int>(format), [&](auto t, auto f) {
+    return dev::launch("twoshot_p2p compressed launch", kKernel(t, f), dev::p2pShape(p), stream, p);
   });
-  return dev::toStatus(e, "twoshot_p2p compressed launch");
 }
 
 }  // namespace tpcomm

@@ -6,7 +6,7 @@
 // device function (halvesRun) is the body of both kernels.
 //
 // The per-rank piece is processed in chunks of `per` elements (at most one inbox slot,
-// twoshotSliceCap bytes; every chunk is split over blocks as a full chunk is, clipped to its
+// the region's slotBytes; every chunk is split over blocks as a full chunk is, clipped to its
 // length), one epoch e per chunk, inbox parity e%2:
 //   reduce-scatter: block b pushes part b of piece j of its input into rank j's inbox slot
 //     `me`, for every j != me. Barrier (flag value 2e+1). Block b then reduces part b of its own
@@ -28,21 +28,20 @@
 // Each rank sends (n-1)/n of the reduce-scatter's input, and (n-1) x its all-gather input.
 #include <cuda_runtime.h>
 
-#include "algos/common/launch_params.h"
 #include "algos/p2p/p2p_common.cuh"
+#include "algos/p2p/twoshot_p2p.h"
 
 namespace tpcomm {
 namespace {
 
 using dev::Pack;
 using dev::PackOf;
-constexpr int kThreads = 512;
 
 // The chunking both kernels share: `per` elements per chunk, whole packs, at most one slot.
 template <typename T>
 __device__ __forceinline__ size_t halvesChunk(const P2pLaunch& p) {
   constexpr int kEpp = PackOf<T>::kElems;
-  const size_t maxChunk = p.layout.twoshotSliceCap / sizeof(T) / kEpp * kEpp;
+  const size_t maxChunk = p.region.slotBytes / sizeof(T) / kEpp * kEpp;
   const size_t chunks = (p.count + maxChunk - 1) / maxChunk;
   return ((p.count + chunks - 1) / chunks + kEpp - 1) / kEpp * kEpp;
 }
@@ -79,31 +78,29 @@ __device__ __forceinline__ void copyPart(T* out, const T* in, size_t lo, size_t 
 template <typename T, int Op, bool kVec, bool kReduceScatter>
 __device__ __forceinline__ void halvesRun(const P2pLaunch& p) {
   const int me = p.rank, n = p.nRanks;
-  const P2pLayout& L = p.layout;
   dev::pdlLaunchDependents();
   dev::pdlWait();  // inputs and the epoch may come from the previous kernel
-  uint64_t deadline;
-  if (!dev::p2pBegin(p, &deadline)) return;  // poisoned: do nothing
-  uint64_t* epochPtr = dev::epochAt(p.peers[me], L, kP2pTwoshot, blockIdx.x);
-  uint64_t epoch = *epochPtr;
+  dev::P2pOpening o;
+  if (!dev::p2pOpen(p, &o)) return;  // poisoned: do nothing
+  const uint64_t deadline = o.deadline;
+  uint64_t epoch = o.epoch;
   const uint64_t callEpoch = epoch + 1;
-  dev::signaturePublish(p, kP2pTwoshot, callEpoch);
   const T* src = static_cast<const T*>(p.send);
   T* dst = static_cast<T*>(p.recv);
   const size_t per = halvesChunk<T>(p);
   for (size_t c0 = 0; c0 < p.count; c0 += per) {
     ++epoch;
     const size_t len = p.count - c0 < per ? p.count - c0 : per;
-    const size_t bufOff = L.twoshotOffset + (epoch & 1) * L.twoshotBufferBytes();
+    const size_t bufOff = p.region.bufferAt(epoch & 1);
     auto inbox = [&](int owner, int from) {
-      return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * L.twoshotSliceCap);
+      return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * p.region.slotBytes);
     };
     size_t lo, hi;
     blockPart<T>(per, len, &lo, &hi);
     for (int j = 0; j < n; ++j)
       if (j != me) copyPart<T, kVec>(inbox(j, me), src + (kReduceScatter ? j * p.count : 0) + c0, lo, hi, false);
-    if (!dev::peerBarrier(p, kP2pTwoshot, 2 * epoch + 1, deadline)) return;
-    if (epoch == callEpoch && !dev::signatureCheck(p, kP2pTwoshot, callEpoch, deadline)) return;
+    if (!dev::peerBarrier(p, 2 * epoch + 1, deadline)) return;
+    if (epoch == callEpoch && !dev::signatureCheck(p, callEpoch, deadline)) return;
     if constexpr (kReduceScatter) {  // own piece from the input and the n-1 inbox slots
       const T* own = src + static_cast<size_t>(me) * p.count + c0;
       T* out = dst + c0;
@@ -123,7 +120,7 @@ __device__ __forceinline__ void halvesRun(const P2pLaunch& p) {
     }
   }
   __syncthreads();
-  if (threadIdx.x == 0) *epochPtr = epoch;
+  if (threadIdx.x == 0) *o.epochPtr = epoch;
 }
 
 template <typename T, int Op, bool kVec>
@@ -142,24 +139,23 @@ bool halvesVectorizable(const P2pLaunch& p) {
   return p2pVectorizable(p.send, p.recv) && pieceBytes % 16 == 0;
 }
 
-}  // namespace
-
 // The kernel for a type, op and alignment (launchHalves / preloadHalves, p2p_common.cuh).
 constexpr auto kRsKernel = [](auto t, auto op, auto v) {
   return reduceScatterKernel<typename decltype(t)::type, decltype(op)::value, decltype(v)::value != 0>;
 };
 constexpr auto kAgKernel = [](auto t, auto v) { return allGatherKernel<typename decltype(t)::type, decltype(v)::value != 0>; };
 
+}  // namespace
+
 Status preloadTwoshotHalvesKernels() {
-  return dev::toStatus(dev::preloadHalves(kRsKernel, kAgKernel), "twoshot_p2p reduce-scatter / all-gather");
+  return dev::preloadHalves("twoshot_p2p reduce-scatter / all-gather", kRsKernel, kAgKernel);
 }
 
 Status launchTwoshotHalves(const P2pLaunch& p, cudaStream_t stream) {
-  if (p.layout.twoshotSliceCap < 16)
-    return TPCOMM_ERROR(kNotSupported, "twoshot_p2p: inbox slot of %zu bytes", p.layout.twoshotSliceCap);
-  const cudaError_t e = dev::launchHalves(p, halvesVectorizable(p), kThreads, stream, kRsKernel, kAgKernel);
-  return dev::toStatus(e, p.kind == static_cast<int>(CollKind::kReduceScatter) ? "twoshot_p2p reduce-scatter launch"
-                                                                                 : "twoshot_p2p all-gather launch");
+  if (p.region.slotBytes < 16)
+    return TPCOMM_ERROR(kNotSupported, "twoshot_p2p: inbox slot of %zu bytes", p.region.slotBytes);
+  return dev::launchHalves("twoshot_p2p reduce-scatter launch", "twoshot_p2p all-gather launch", p,
+                           halvesVectorizable(p), stream, kRsKernel, kAgKernel);
 }
 
 }  // namespace tpcomm

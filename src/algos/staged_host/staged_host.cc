@@ -17,8 +17,7 @@
 // staged_host+fp8 / staged_host+int8 (Config::compression): the same class with a wire format,
 // all-reduce sums: host ranks run staged_host_compressed.cc's schedule, GPU ranks
 // staged_host_compressed.cu's kernel (same slots, flags and sequence numbers as the plain kernel).
-#include "algos/common/algorithm.h"
-#include "algos/common/launch_params.h"
+#include "algos/staged_host/staged_host.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -27,8 +26,9 @@
 #include <string>
 #include <vector>
 
-#include "algos/host/host_reduce.h"
+#include "algos/common/algorithm.h"
 #include "algos/compressed/quantize.h"
+#include "algos/host/host_reduce.h"
 #include "algos/staged_host/staged_host_ce.h"
 #include "algos/staged_host/staged_pieces.h"
 #include "common/error.h"
@@ -36,14 +36,6 @@
 #include "transports/host_staged.h"
 
 namespace tpcomm {
-
-// staged_host.cu, staged_host_compressed.cu
-Status launchStagedDevice(const StagedDeviceLaunch& p, cudaStream_t stream);
-Status preloadStagedDevice();
-Status launchStagedCompressed(const StagedDeviceLaunch& p, cudaStream_t stream);
-Status preloadStagedCompressedKernels();
-// staged_host_compressed.cc
-Status stagedHostCompressedAllReduce(HostStagedTransport& t, const CollArgs& a, QuantFormat f);
 
 namespace {
 constexpr size_t kVecBytes = 16;
@@ -121,6 +113,7 @@ class StagedHost final : public Algorithm {
     return wire_ == Compression::kFp8 ? "staged_host+fp8" : wire_ == Compression::kInt8 ? "staged_host+int8" : "staged_host";
   }
   bool supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const override;
+  const char* transport() const override { return "host_staged"; }
   bool available() const override { return !ctx_ || ctx_->hostStaged != nullptr; }
   // Uncompressed: fp32 in rank order, per element. Compressed: an element depends on its block.
   bool deterministic() const override { return wire_ == Compression::kNone; }
@@ -329,13 +322,7 @@ Status StagedHost::runDevice(const CollArgs& a) {
   HostStagedTransport& t = *ctx_->hostStaged;
   const auto& g = t.geometry();
   StagedDeviceLaunch p{};
-  p.send = a.send;
-  p.recv = a.recv;
-  p.count = a.count;
-  p.dtype = static_cast<int>(a.dtype);
-  p.op = static_cast<int>(a.op);
-  p.rank = t.rank();
-  p.nRanks = t.nRanks();
+  static_cast<CallParams&>(p) = callParams(a, t.rank(), t.nRanks());
   p.slots = t.slot(0, 0);
   p.nSlots = g.slots;
   p.chunkBytes = g.chunkBytes;

@@ -19,9 +19,9 @@
 #include <cuda_runtime.h>
 
 #include "algos/common/device_common.cuh"
-#include "algos/host/host_reduce.h"
 #include "algos/common/launch.cuh"
-#include "algos/common/launch_params.h"
+#include "algos/host/host_reduce.h"
+#include "algos/staged_host/staged_host.h"
 #include "algos/staged_host/staged_pieces.h"
 
 namespace tpcomm {
@@ -29,8 +29,6 @@ namespace {
 
 using dev::Pack;
 using dev::PackOf;
-
-constexpr int kThreads = 512;
 
 template <typename T, int Op, bool kVec>
 __global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLaunch p) {
@@ -117,24 +115,24 @@ __global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLa
   }
 }
 
+constexpr auto kKernel = [](auto t, auto op, auto v) {
+  return stagedAllReduceKernel<typename decltype(t)::type, decltype(op)::value, decltype(v)::value != 0>;
+};
+
 }  // namespace
 
 Status preloadStagedDevice() {
-  return dev::toStatus(dev::forEachKernelVariant([](auto t, auto op, auto vec) {
-                         return dev::preload(
-                             stagedAllReduceKernel<typename decltype(t)::type, decltype(op)::value, decltype(vec)::value != 0>);
-                       }),
-                       "loading the staged_host kernels");
+  return dev::toStatus(
+      dev::forEachKernelVariant([](auto t, auto op, auto v) { return dev::preload(kKernel(t, op, v)); }),
+      "loading the staged_host kernels");
 }
 
 Status launchStagedDevice(const StagedDeviceLaunch& p, cudaStream_t stream) {
   const bool vec = (reinterpret_cast<uintptr_t>(p.send) % dev::kPackBytes) == 0 &&
                    (reinterpret_cast<uintptr_t>(p.recv) % dev::kPackBytes) == 0;
-  const cudaError_t e = dev::dispatchKernel(p.dtype, p.op, vec, [&](auto t, auto op, auto v) {
-    return dev::launch(stagedAllReduceKernel<typename decltype(t)::type, decltype(op)::value, decltype(v)::value != 0>,
-                       2 * p.blocks, kThreads, false, stream, p);
+  return dev::dispatchKernel(p.dtype, p.op, vec, [&](auto t, auto op, auto v) {
+    return dev::launch("staged_host kernel launch", kKernel(t, op, v), stagedShape(p), stream, p);
   });
-  return dev::toStatus(e, "staged_host kernel launch");
 }
 
 }  // namespace tpcomm

@@ -44,12 +44,12 @@
 
 #include "algos/common/device_common.cuh"
 #include "algos/common/launch.cuh"
-#include "algos/common/launch_params.h"
 #include "algos/compressed/quantize.h"
 #include "algos/compressed/quantize_warp.cuh"
+#include "algos/staged_host/staged_host.h"
+#include "algos/staged_host/staged_host_ce.h"
 #include "algos/staged_host/staged_pieces.h"
 #include "common/error.h"
-#include "algos/staged_host/staged_host_ce.h"
 #include "transports/host_staged.h"
 
 namespace tpcomm {
@@ -61,8 +61,6 @@ using dev::Pack;
 using dev::PackOf;
 using dev::Wire;
 
-constexpr int kThreads = 512;
-constexpr int kWarps = kThreads / 32;
 constexpr int kB = kQuantBlockElems;
 
 // Optionally releases release[me][slot][*] = value (after this rank's earlier work on the stream,
@@ -129,14 +127,16 @@ __global__ void __launch_bounds__(kThreads)
 __device__ __forceinline__ Wire denseWire(const char* base, size_t len) {
   return dev::wireAt(const_cast<char*>(base), stagedDenseCodeBytes(len));
 }
-__device__ __forceinline__ int gridWarp() { return static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / 32; }
+__device__ __forceinline__ int gridWarp() {
+  return static_cast<int>(blockIdx.x) * kWarpsPerBlock + static_cast<int>(threadIdx.x) / 32;
+}
 
 // The chunk's codes into twin slot `slot`, dense (the SM publisher's arithmetic).
 template <typename T, int F>
 __global__ void __launch_bounds__(kThreads) ceQuantizeKernel(StagedDeviceLaunch p, size_t c0, size_t len, int slot) {
   const T* src = static_cast<const T*>(p.send) + c0;
   const Wire to = denseWire(p.twin + static_cast<size_t>(slot) * p.chunkBytes, len);
-  dev::forWarpBlocks(0, len, gridWarp(), gridDim.x * kWarps, [&](size_t k, int m) {
+  dev::forWarpBlocks(0, len, gridWarp(), gridDim.x * kWarpsPerBlock, [&](size_t k, int m) {
     float x[kPerLane];
     dev::loadBlock(src + k, m, x);
     dev::storeCodes(dev::quantizeGroup<F>(x), m, to, k, k / kB);
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kThreads)
   T* dst = static_cast<T*>(p.recv) + c0;
   const Wire own = denseWire(p.twin + static_cast<size_t>(slot) * p.chunkBytes, len);
   auto wireOf = [&](int r) { return denseWire(inbox + r * p.chunkBytes, len); };
-  dev::forWarpBlocks(0, len, gridWarp(), gridDim.x * kWarps, [&](size_t k, int m) {
+  dev::forWarpBlocks(0, len, gridWarp(), gridDim.x * kWarpsPerBlock, [&](size_t k, int m) {
     float acc[kPerLane];
     const size_t s = k / kB;
     dev::sumCodes<F>([&] { return dev::loadCodes<false>(own, k, s, m); }, m, p.nRanks, p.rank,
@@ -163,51 +163,57 @@ __global__ void __launch_bounds__(kThreads)
   });
 }
 
-// Blocks for the compressed kernels: one per kWarps x kWarpElems elements, at most one per SM
+// Blocks for the compressed kernels: one per kWarpsPerBlock x kWarpElems elements, at most one per SM
 // (at least 2 x p.blocks). They are arithmetic-bound (two decodes, a quantize and a decode per
 // element in the sum): on 32 of an H200's 132 SMs a 4 MiB chunk of codes would take an estimated
 // ~80 us (quantize_gpu_bench's whole-GPU rate, scaled), about its copy time on a 55 GB/s link,
 // and then the kernels, not the link, would set the pace. Not measured apart. sms: the device's,
 // read at create (CopyEngineResources::sms).
-int compressedGrid(const StagedDeviceLaunch& p, size_t len, int sms) {
-  const size_t per = static_cast<size_t>(kWarps) * dev::kWarpElems, want = (len + per - 1) / per;
+LaunchShape compressedShape(const StagedDeviceLaunch& p, size_t len, int sms) {
   const size_t cap = std::max<size_t>(2 * static_cast<size_t>(p.blocks), static_cast<size_t>(sms));
-  return static_cast<int>(want < 1 ? 1 : want > cap ? cap : want);
+  return LaunchShape{gridFor(len, static_cast<size_t>(kWarpsPerBlock) * dev::kWarpElems, cap)};
 }
+
+constexpr auto kReduceKernel = [](auto t, auto op, auto v) {
+  return ceReduceKernel<typename decltype(t)::type, decltype(op)::value, decltype(v)::value != 0>;
+};
+constexpr auto kQuantizeKernel = [](auto t, auto fm) {
+  return ceQuantizeKernel<typename decltype(t)::type, decltype(fm)::value>;
+};
+constexpr auto kSumKernel = [](auto t, auto fm) {
+  return ceSumKernel<typename decltype(t)::type, decltype(fm)::value>;
+};
 
 Status launchCeFlags(const StagedDeviceLaunch& p, uint64_t* release, uint64_t value, const uint64_t* wait,
                      uint64_t target, int slot, cudaStream_t stream) {
-  const int threads = p.nRanks * p.blocks < 1024 ? p.nRanks * p.blocks : 1024;
-  return dev::toStatus(dev::launch(ceFlagsKernel, 1, threads, false, stream, p, release, value, wait, target, slot),
-                       "staged_host copy-engine flags kernel");
+  const unsigned threads = static_cast<unsigned>(p.nRanks * p.blocks < 1024 ? p.nRanks * p.blocks : 1024);
+  return dev::launch("staged_host copy-engine flags kernel", ceFlagsKernel, LaunchShape{1, threads}, stream, p, release,
+                     value, wait, target, slot);
 }
 
 Status launchCeReduce(const StagedDeviceLaunch& p, const char* inbox, size_t c0, size_t len, cudaStream_t stream) {
   const size_t es = dataTypeSize(static_cast<DataType>(p.dtype));
   const bool vec = (reinterpret_cast<uintptr_t>(p.send) + c0 * es) % dev::kPackBytes == 0 &&
                    (reinterpret_cast<uintptr_t>(p.recv) + c0 * es) % dev::kPackBytes == 0;
-  const cudaError_t e = dev::dispatchKernel(p.dtype, p.op, vec, [&](auto t, auto op, auto v) {
-    return dev::launch(ceReduceKernel<typename decltype(t)::type, decltype(op)::value, decltype(v)::value != 0>,
-                       2 * p.blocks, kThreads, false, stream, p, inbox, c0, len);
+  return dev::dispatchKernel(p.dtype, p.op, vec, [&](auto t, auto op, auto v) {
+    return dev::launch("staged_host copy-engine reduce kernel", kReduceKernel(t, op, v), stagedShape(p), stream, p,
+                       inbox, c0, len);
   });
-  return dev::toStatus(e, "staged_host copy-engine reduce kernel");
 }
 
 Status launchCeQuantize(const StagedDeviceLaunch& p, size_t c0, size_t len, int slot, int sms, cudaStream_t stream) {
-  const cudaError_t e = dev::dispatchCompressed(p.dtype, p.format, [&](auto t, auto fm) {
-    return dev::launch(ceQuantizeKernel<typename decltype(t)::type, decltype(fm)::value>, compressedGrid(p, len, sms),
-                       kThreads, false, stream, p, c0, len, slot);
+  return dev::dispatchCompressed(p.dtype, p.format, [&](auto t, auto fm) {
+    return dev::launch("staged_host copy-engine quantize kernel", kQuantizeKernel(t, fm), compressedShape(p, len, sms),
+                       stream, p, c0, len, slot);
   });
-  return dev::toStatus(e, "staged_host copy-engine quantize kernel");
 }
 
 Status launchCeSum(const StagedDeviceLaunch& p, const char* inbox, size_t c0, size_t len, int slot, int sms,
                    cudaStream_t stream) {
-  const cudaError_t e = dev::dispatchCompressed(p.dtype, p.format, [&](auto t, auto fm) {
-    return dev::launch(ceSumKernel<typename decltype(t)::type, decltype(fm)::value>, compressedGrid(p, len, sms), kThreads,
-                       false, stream, p, inbox, c0, len, slot);
+  return dev::dispatchCompressed(p.dtype, p.format, [&](auto t, auto fm) {
+    return dev::launch("staged_host copy-engine sum kernel", kSumKernel(t, fm), compressedShape(p, len, sms), stream, p,
+                       inbox, c0, len, slot);
   });
-  return dev::toStatus(e, "staged_host copy-engine sum kernel");
 }
 
 }  // namespace
@@ -297,15 +303,12 @@ Status runStagedCopyEngines(HostStagedTransport& t, const StagedDeviceLaunch& p,
 Status preloadStagedCe() {
   cudaError_t e = dev::preload(ceFlagsKernel);
   if (e == cudaSuccess)
-    e = dev::forEachKernelVariant([](auto t, auto op, auto vec) {
-      return dev::preload(ceReduceKernel<typename decltype(t)::type, decltype(op)::value, decltype(vec)::value != 0>);
+    e = dev::forEachKernelVariant([](auto t, auto op, auto v) { return dev::preload(kReduceKernel(t, op, v)); });
+  if (e == cudaSuccess)
+    e = dev::forEachCompressedVariant([](auto t, auto fm) {
+      const cudaError_t r = dev::preload(kQuantizeKernel(t, fm));
+      return r != cudaSuccess ? r : dev::preload(kSumKernel(t, fm));
     });
-  for (int dt = 0; dt < 3 && e == cudaSuccess; ++dt)
-    for (int fmt = 0; fmt < 2 && e == cudaSuccess; ++fmt)
-      e = dev::dispatchCompressed(dt, fmt, [](auto t, auto fm) {
-        cudaError_t r = dev::preload(ceQuantizeKernel<typename decltype(t)::type, decltype(fm)::value>);
-        return r != cudaSuccess ? r : dev::preload(ceSumKernel<typename decltype(t)::type, decltype(fm)::value>);
-      });
   return dev::toStatus(e, "loading the staged_host copy-engine kernels");
 }
 

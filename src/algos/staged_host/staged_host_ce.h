@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "algos/common/launch_params.h"
+#include "algos/staged_host/staged_host.h"
 #include "tpcomm/status.h"
 
 typedef struct CUstream_st* cudaStream_t;

@@ -20,9 +20,10 @@
 #include <vector>
 
 #include "algos/common/coll_args.h"
-#include "algos/host/host_reduce.h"
 #include "algos/compressed/quantize.h"
 #include "algos/compressed/quantize_host.h"
+#include "algos/host/host_reduce.h"
+#include "algos/staged_host/staged_host.h"
 #include "common/error.h"
 #include "transports/host_staged.h"
 

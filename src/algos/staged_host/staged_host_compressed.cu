@@ -48,9 +48,9 @@
 
 #include "algos/common/device_common.cuh"
 #include "algos/common/launch.cuh"
-#include "algos/common/launch_params.h"
 #include "algos/compressed/quantize.h"
 #include "algos/compressed/quantize_warp.cuh"
+#include "algos/staged_host/staged_host.h"
 #include "algos/staged_host/staged_pieces.h"
 #include "common/error.h"
 
@@ -61,8 +61,6 @@ using dev::Codes;
 using dev::kPerLane;
 using dev::Wire;
 
-constexpr int kThreads = 512;
-constexpr int kWarps = kThreads / 32;
 constexpr int kB = kQuantBlockElems;
 
 template <typename T, int F>
@@ -94,7 +92,7 @@ __global__ void __launch_bounds__(kThreads) stagedCompressedKernel(StagedDeviceL
     auto twinWire = [&] { return dev::wireAt(p.twin + static_cast<size_t>(slot) * p.chunkBytes + pieceOff, perBlock); };
     // Calls fn(k, m) for each quantization block [k, k + m) of [lo, hi) this lane's group handles
     // (m = 0: none this step).
-    auto forBlocks = [&](auto fn) { dev::forWarpBlocks(lo, hi, warp, kWarps, fn); };
+    auto forBlocks = [&](auto fn) { dev::forWarpBlocks(lo, hi, warp, kWarpsPerBlock, fn); };
     const size_t flagIdx = static_cast<size_t>(slot) * p.blocks + b;
 
     if (publisher) {
@@ -134,26 +132,22 @@ __global__ void __launch_bounds__(kThreads) stagedCompressedKernel(StagedDeviceL
   }
 }
 
+constexpr auto kKernel = [](auto t, auto fm) {
+  return stagedCompressedKernel<typename decltype(t)::type, decltype(fm)::value>;
+};
+
 }  // namespace
 
 Status preloadStagedCompressedKernels() {
-  for (int dt = 0; dt < 3; ++dt)
-    for (int fmt = 0; fmt < 2; ++fmt) {
-      const cudaError_t e = dev::dispatchCompressed(dt, fmt, [](auto t, auto fm) {
-        return dev::preload(stagedCompressedKernel<typename decltype(t)::type, decltype(fm)::value>);
-      });
-      if (e != cudaSuccess) return dev::toStatus(e, "loading the staged_host compressed kernels");
-    }
-  return Status::kOk;
+  return dev::toStatus(dev::forEachCompressedVariant([](auto t, auto fm) { return dev::preload(kKernel(t, fm)); }),
+                       "loading the staged_host compressed kernels");
 }
 
 Status launchStagedCompressed(const StagedDeviceLaunch& p, cudaStream_t stream) {
   if (p.quantBlocks == 0) return TPCOMM_ERROR(kInternal, "staged_host compressed: no quantization block fits a piece");
-  const cudaError_t e = dev::dispatchCompressed(p.dtype, p.format, [&](auto t, auto fm) {
-    return dev::launch(stagedCompressedKernel<typename decltype(t)::type, decltype(fm)::value>, 2 * p.blocks, kThreads,
-                       false, stream, p);
+  return dev::dispatchCompressed(p.dtype, p.format, [&](auto t, auto fm) {
+    return dev::launch("staged_host compressed kernel launch", kKernel(t, fm), stagedShape(p), stream, p);
   });
-  return dev::toStatus(e, "staged_host compressed kernel launch");
 }
 
 }  // namespace tpcomm

@@ -1,0 +1,18 @@
+// ll_p2p: what its class (ll_p2p.cc) and its kernels (ll_p2p.cu) share.
+#pragma once
+
+#include "algos/p2p/p2p_launch.h"
+#include "transports/cuda_p2p.h"
+
+namespace tpcomm {
+
+/// Its region for nRanks ranks: two buffers (epoch parity) of one slot per sending rank, a slot
+/// holding the largest piece (at most ceil(maxBytes / nRanks) bytes) as 16-byte lines of 8 payload
+/// bytes. maxBytes 0: empty slots (ll_p2p is off).
+P2pScratchRequest llScratch(int nRanks, int blocks, size_t maxBytes);
+
+/// Enqueue the reduce-scatter or all-gather kernel, by p.kind (ll_p2p.cu).
+Status launchLl(const P2pLaunch& p, cudaStream_t stream);
+Status preloadLlKernels();
+
+}  // namespace tpcomm
