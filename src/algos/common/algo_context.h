@@ -43,6 +43,9 @@ struct AlgoContext {
 
   /// The bound on a kernel's wait for a peer, in the units of %globaltimer.
   uint64_t timeoutNs() const { return static_cast<uint64_t>(timeoutMs) * 1000000ull; }
+  /// Whether the transport of that name came up ("host_staged", "cuda_p2p", "nccl", "multicast";
+  /// "" names none and is always there).
+  bool hasTransport(const char* name) const;
 
   AlgoContext();
   ~AlgoContext();  // out of line: the transports are complete types there

@@ -97,4 +97,22 @@ class Algorithm {
   virtual bool launchesOnly() const { return false; }
 };
 
+/// What every algorithm class starts with: the context it runs with (nullptr: a selection-only
+/// instance), its name and its transport, and availability from that transport.
+class AlgorithmBase : public Algorithm {
+ public:
+  AlgorithmBase(const AlgoContext* ctx, const char* name, const char* transport)
+      : ctx_(ctx), name_(name), transport_(transport) {}
+  const char* name() const override { return name_; }
+  const char* transport() const override { return transport_; }
+  bool available() const override { return !ctx_ || ctx_->hasTransport(transport_); }
+
+ protected:
+  const AlgoContext* ctx_;
+
+ private:
+  const char* name_;
+  const char* transport_;
+};
+
 }  // namespace tpcomm

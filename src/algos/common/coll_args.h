@@ -3,21 +3,15 @@
 
 #include <cstddef>
 
+#include "common/enum_names.h"
 #include "tpcomm/types.h"
 
 namespace tpcomm {
 
 enum class CollKind : int { kAllReduce = 0, kReduceScatter, kAllGather };
 inline const char* collKindName(CollKind k) {
-  switch (k) {
-    case CollKind::kAllReduce:
-      return "allReduce";
-    case CollKind::kReduceScatter:
-      return "reduceScatter";
-    case CollKind::kAllGather:
-      return "allGather";
-  }
-  return "invalid";
+  static const char* const kNames[] = {"allReduce", "reduceScatter", "allGather"};
+  return enumName(k, kNames, "invalid");
 }
 
 /// A validated collective call. `count` is the per-rank piece in elements: allReduce's count,

@@ -276,5 +276,11 @@ cudaError_t forEachCompressedVariant(F f) {
   return e;
 }
 
+// Loads kernelOf(TypeTag, IntTag<format>) for every dtype and format, as a Status naming `what`.
+template <typename KernelOf>
+Status preloadCompressed(const char* what, KernelOf kernelOf) {
+  return toStatus(forEachCompressedVariant([&](auto t, auto f) { return preload(kernelOf(t, f)); }), what);
+}
+
 }  // namespace dev
 }  // namespace tpcomm

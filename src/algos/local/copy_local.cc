@@ -17,12 +17,9 @@ namespace tpcomm {
 
 namespace {
 
-class CopyLocal final : public Algorithm {
+class CopyLocal final : public AlgorithmBase {
  public:
-  explicit CopyLocal(const AlgoContext* ctx) : ctx_(ctx) {}
-  const char* name() const override { return "copy_local"; }
-  const char* transport() const override { return ""; }  // none: a copy on the rank itself
-  bool available() const override { return true; }
+  explicit CopyLocal(const AlgoContext* ctx) : AlgorithmBase(ctx, "copy_local", "") {}  // no transport: a copy
   bool deterministic() const override { return true; }  // one rank: the input itself
 
   bool supports(const Topology& topo, const AlgoQuery&, std::string* whyNot) const override {
@@ -46,9 +43,6 @@ class CopyLocal final : public Algorithm {
     return builtWithoutCuda("copy_local", __FILE__, __LINE__);
 #endif
   }
-
- private:
-  const AlgoContext* ctx_;
 };
 
 }  // namespace

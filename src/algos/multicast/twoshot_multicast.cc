@@ -37,12 +37,9 @@ int multicastBlocks(size_t count, size_t elemBytes, int nRanks, const MulticastL
 
 namespace {
 
-class TwoshotMulticast final : public Algorithm {
+class TwoshotMulticast final : public AlgorithmBase {
  public:
-  explicit TwoshotMulticast(const AlgoContext* ctx) : ctx_(ctx) {}
-  const char* name() const override { return "twoshot_multicast"; }
-  const char* transport() const override { return "multicast"; }
-  bool available() const override { return !ctx_ || ctx_->multicast != nullptr; }
+  explicit TwoshotMulticast(const AlgoContext* ctx) : AlgorithmBase(ctx, "twoshot_multicast", "multicast") {}
   // One chunk of a message in the multicast allocation, and a barrier counter per block.
   TransportNeeds needs(int) const override {
     TransportNeeds n;
@@ -54,9 +51,6 @@ class TwoshotMulticast final : public Algorithm {
   bool supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const override;
   Status preload() override { return TPCOMM_CUDA_ONLY(preloadTwoshotMulticast()); }
   Status run(const CollArgs& args) override;
-
- private:
-  const AlgoContext* ctx_;
 };
 
 }  // namespace

@@ -123,20 +123,23 @@ __global__ void __launch_bounds__(kThreads) twoshotMulticastKernel(MulticastLaun
     // chunk's split, clipped, so a shorter last chunk stays inside what b owned before).
     const size_t fullPacks = chunkElems / kEpp;
     auto part = [&](int j, size_t* lo, size_t* hi) { chunkPart(fullPacks, packs, n, j, nb, b, lo, hi); };
-
-    for (int j = 0; j < n; ++j) {
-      size_t lo, hi;
-      part(j, &lo, &hi);
-      for (size_t k = lo + threadIdx.x; k < hi; k += blockDim.x) {
-        const size_t e0 = k * kEpp;
-        if (vec && e0 + kEpp <= len) {
-          *reinterpret_cast<Pack*>(buf + e0) = *reinterpret_cast<const Pack*>(src + c0 + e0);
-        } else {
-#pragma unroll
-          for (int i = 0; i < kEpp; ++i) buf[e0 + i] = e0 + i < len ? src[c0 + e0 + i] : zero;
-        }
+    // fn(e0) for the first element of each pack block b handles, in every slice (copy in, out).
+    auto forEveryPart = [&](auto fn) {
+      for (int j = 0; j < n; ++j) {
+        size_t lo, hi;
+        part(j, &lo, &hi);
+        for (size_t k = lo + threadIdx.x; k < hi; k += blockDim.x) fn(k * kEpp);
       }
-    }
+    };
+
+    forEveryPart([&](size_t e0) {
+      if (vec && e0 + kEpp <= len) {
+        *reinterpret_cast<Pack*>(buf + e0) = *reinterpret_cast<const Pack*>(src + c0 + e0);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kEpp; ++i) buf[e0 + i] = e0 + i < len ? src[c0 + e0 + i] : zero;
+      }
+    });
     if (!multicastBarrier(counterMc, counterUc, (round + 1) * n, deadline, p.errorWord)) return;
     ++round;
 
@@ -151,18 +154,13 @@ __global__ void __launch_bounds__(kThreads) twoshotMulticastKernel(MulticastLaun
     if (!multicastBarrier(counterMc, counterUc, (round + 1) * n, deadline, p.errorWord)) return;
     ++round;
 
-    for (int j = 0; j < n; ++j) {
-      size_t lo, hi;
-      part(j, &lo, &hi);
-      for (size_t k = lo + threadIdx.x; k < hi; k += blockDim.x) {
-        const size_t e0 = k * kEpp;
-        if (vec && e0 + kEpp <= len) {
-          *reinterpret_cast<Pack*>(dst + c0 + e0) = __ldcg(reinterpret_cast<const Pack*>(buf + e0));
-        } else {
-          for (int i = 0; i < kEpp && e0 + i < len; ++i) dst[c0 + e0 + i] = dev::loadUncached(buf + e0 + i);
-        }
+    forEveryPart([&](size_t e0) {
+      if (vec && e0 + kEpp <= len) {
+        *reinterpret_cast<Pack*>(dst + c0 + e0) = __ldcg(reinterpret_cast<const Pack*>(buf + e0));
+      } else {
+        for (int i = 0; i < kEpp && e0 + i < len; ++i) dst[c0 + e0 + i] = dev::loadUncached(buf + e0 + i);
       }
-    }
+    });
     __syncthreads();  // the next chunk's copy-in rewrites what other threads just read
   }
   if (threadIdx.x == 0) *roundPtr = round;

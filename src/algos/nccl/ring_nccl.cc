@@ -11,12 +11,9 @@ namespace tpcomm {
 
 namespace {
 
-class RingNccl final : public Algorithm {
+class RingNccl final : public AlgorithmBase {
  public:
-  explicit RingNccl(const AlgoContext* ctx) : ctx_(ctx) {}
-  const char* name() const override { return "ring_nccl"; }
-  const char* transport() const override { return "nccl"; }
-  bool available() const override { return !ctx_ || ctx_->nccl != nullptr; }
+  explicit RingNccl(const AlgoContext* ctx) : AlgorithmBase(ctx, "ring_nccl", "nccl") {}
   // Inside groupStart/groupEnd NCCL queues the call until the outermost ncclGroupEnd.
   bool deferredInGroup() const override { return true; }
 
@@ -39,9 +36,6 @@ class RingNccl final : public Algorithm {
     }
     return TPCOMM_ERROR(kInternal, "ring_nccl: unknown collective");
   }
-
- private:
-  const AlgoContext* ctx_;
 };
 
 }  // namespace

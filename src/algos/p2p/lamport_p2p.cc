@@ -32,7 +32,8 @@ size_t paddedBytes(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
 class LamportP2p final : public P2pAlgorithm {
  public:
-  explicit LamportP2p(const AlgoContext* ctx) : P2pAlgorithm(ctx, "lamport_p2p", "fused_lamport_p2p") {}
+  explicit LamportP2p(const AlgoContext* ctx)
+      : P2pAlgorithm(ctx, "lamport_p2p", "fused_lamport_p2p", TPCOMM_P2P_KERNELS(kLamportKernels)) {}
 
   bool supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const override {
     if (!P2pAlgorithm::supports(topo, q, whyNot)) return false;
@@ -43,7 +44,6 @@ class LamportP2p final : public P2pAlgorithm {
     return true;
   }
 
-  Status preload() override { return TPCOMM_CUDA_ONLY(preloadLamportKernels()); }
   std::vector<ParamId> sizedBy() const override { return {ParamId::kLamportMaxBytes}; }
 
   // Every word of the three receive buffers starts as the sentinel (a word that is not has
@@ -67,11 +67,8 @@ class LamportP2p final : public P2pAlgorithm {
   }
 
  protected:
-  P2pScratchRequest scratch(int) const override { return lamportScratch(blocks(), maxBytes()); }
+  P2pScratchRequest scratch(int) const override { return lamportScratch(ctx_->launch.p2pBlocks, maxBytes()); }
   size_t maxBytes() const override { return static_cast<size_t>(paramInt(ParamId::kLamportMaxBytes)); }
-  int blocks() const override { return ctx_->launch.p2pBlocks; }
-  Status launchPlain(const P2pLaunch& p, cudaStream_t s) override { return TPCOMM_CUDA_ONLY(launchLamport(p, s)); }
-  Status launchFused(FusedP2pLaunch& f, cudaStream_t s) override { return TPCOMM_CUDA_ONLY(launchFusedLamport(f, s)); }
 };
 
 }  // namespace

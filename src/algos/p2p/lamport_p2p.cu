@@ -224,26 +224,12 @@ constexpr auto kPlainKernel = [](auto t, auto op, auto v) {
 };
 constexpr auto kFusedKernel = [](auto t, auto) { return fusedLamportKernel<typename decltype(t)::type>; };
 
-}  // namespace
-
-Status preloadLamportKernels() {
-  TPCOMM_TRY(dev::preloadP2p("lamport_p2p", kPlainKernel));
+Status preload() {
   TPCOMM_TRY(dev::toStatus(dev::preload(fillSentinel), "lamport_p2p"));
-  return dev::preloadFused("fused lamport_p2p", kFusedKernel);
+  return dev::preloadP2pAndFused("lamport_p2p", kPlainKernel, kFusedKernel);
 }
 
-Status launchLamport(const P2pLaunch& p, cudaStream_t stream) {
-  return dev::launchP2p("lamport_p2p launch", p, stream, kPlainKernel);
-}
-
-Status fillLamportBuffers(char* base, const P2pRegion& region) {
-  TPCOMM_TRY(dev::launch("lamport sentinel fill", fillSentinel, LaunchShape{256}, nullptr,
-                         reinterpret_cast<uint32_t*>(base + region.offset), region.buffers * region.bufferBytes / 4));
-  TPCOMM_CUDA_TRY(cudaDeviceSynchronize());  // filled before any peer can write (setUp's contract)
-  return Status::kOk;
-}
-
-Status launchFusedLamport(const FusedP2pLaunch& f, cudaStream_t stream) {
+Status launchFused(const FusedP2pLaunch& f, cudaStream_t stream) {
   const size_t bytes = f.rows * f.hidden * dataTypeSize(static_cast<DataType>(f.p2p.dtype));
   if (bytes > f.p2p.region.slotBytes)
     return TPCOMM_ERROR(kNotSupported, "fused lamport_p2p: %zu bytes exceed the %zu-byte buffer", bytes,
@@ -252,6 +238,20 @@ Status launchFusedLamport(const FusedP2pLaunch& f, cudaStream_t stream) {
     return TPCOMM_ERROR(kNotSupported,
                         "fused lamport_p2p: needs 16-byte aligned buffers and rows of whole 16-byte units");
   return dev::launchFused("fused lamport_p2p launch", f, true, stream, kFusedKernel);
+}
+
+}  // namespace
+
+const P2pKernels kLamportKernels = {
+    preload,
+    [](const P2pLaunch& p, cudaStream_t s) { return dev::launchP2p("lamport_p2p launch", p, s, kPlainKernel); },
+    launchFused};
+
+Status fillLamportBuffers(char* base, const P2pRegion& region) {
+  TPCOMM_TRY(dev::launch("lamport sentinel fill", fillSentinel, LaunchShape{256}, nullptr,
+                         reinterpret_cast<uint32_t*>(base + region.offset), region.buffers * region.bufferBytes / 4));
+  TPCOMM_CUDA_TRY(cudaDeviceSynchronize());  // filled before any peer can write (setUp's contract)
+  return Status::kOk;
 }
 
 }  // namespace tpcomm

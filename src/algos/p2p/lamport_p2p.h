@@ -2,7 +2,6 @@
 #pragma once
 
 #include "algos/p2p/p2p_launch.h"
-#include "transports/cuda_p2p.h"
 
 namespace tpcomm {
 
@@ -11,11 +10,8 @@ namespace tpcomm {
 /// bytes each buffer last carried.
 P2pScratchRequest lamportScratch(int blocks, size_t maxBytes);
 
-/// Enqueue the plain / fused kernel (lamport_p2p.cu).
-Status launchLamport(const P2pLaunch& p, cudaStream_t stream);
-Status launchFusedLamport(const FusedP2pLaunch& f, cudaStream_t stream);
-/// Loads every kernel this file's launchers may launch, and the sentinel fill.
-Status preloadLamportKernels();
+/// Its kernels, plain and fused (lamport_p2p.cu); their preload loads the sentinel fill too.
+extern const P2pKernels kLamportKernels;
 /// Every word of the region's buffers at `base` (this rank's) set to the sentinel, synchronously.
 Status fillLamportBuffers(char* base, const P2pRegion& region);
 

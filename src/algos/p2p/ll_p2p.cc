@@ -27,7 +27,7 @@ namespace {
 
 class LlP2p final : public P2pAlgorithm {
  public:
-  explicit LlP2p(const AlgoContext* ctx) : P2pAlgorithm(ctx, "ll_p2p", "ll_p2p") {}
+  explicit LlP2p(const AlgoContext* ctx) : P2pAlgorithm(ctx, "ll_p2p", "ll_p2p", TPCOMM_P2P_KERNELS(kLlKernels)) {}
 
   bool supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const override {
     if (q.kind == CollKind::kAllReduce) {
@@ -41,22 +41,12 @@ class LlP2p final : public P2pAlgorithm {
     return P2pAlgorithm::supports(topo, q, whyNot);
   }
 
-  Status preload() override { return TPCOMM_CUDA_ONLY(preloadLlKernels()); }
   std::vector<ParamId> sizedBy() const override { return {ParamId::kLlMaxBytes}; }
 
  protected:
   bool runsHalves() const override { return true; }
-  P2pScratchRequest scratch(int nRanks) const override { return llScratch(nRanks, blocks(), maxBytes()); }
+  P2pScratchRequest scratch(int nRanks) const override { return llScratch(nRanks, ctx_->launch.p2pBlocks, maxBytes()); }
   size_t maxBytes() const override { return static_cast<size_t>(paramInt(ParamId::kLlMaxBytes)); }
-  int blocks() const override { return ctx_->launch.p2pBlocks; }
-  Status launchPlain(const P2pLaunch& p, cudaStream_t s) override {
-    if (p.kind == static_cast<int>(CollKind::kAllReduce))
-      return TPCOMM_ERROR(kNotSupported, "ll_p2p: reduce-scatter and all-gather only");
-    return TPCOMM_CUDA_ONLY(launchLl(p, s));
-  }
-  Status launchFused(FusedP2pLaunch&, cudaStream_t) override {
-    return TPCOMM_ERROR(kNotSupported, "ll_p2p: no fused all-reduce + norm (reduce-scatter and all-gather only)");
-  }
 };
 
 }  // namespace

@@ -114,8 +114,6 @@ __device__ __forceinline__ void storeLine(char* dst, size_t bytes, size_t i, uin
 template <typename T, int Op, bool kAligned, bool kReduceScatter>
 __device__ __forceinline__ void llRun(const P2pLaunch& p) {
   const int me = p.rank, n = p.nRanks;
-  dev::pdlLaunchDependents();
-  dev::pdlWait();  // inputs and the epoch may come from the previous kernel
   dev::P2pOpening o;
   if (!dev::p2pOpen(p, &o)) return;  // poisoned: do nothing
   const uint64_t deadline = o.deadline;
@@ -124,9 +122,7 @@ __device__ __forceinline__ void llRun(const P2pLaunch& p) {
   const size_t pieceBytes = p.count * sizeof(T);
   const size_t lines = (pieceBytes + 7) / 8;
   const size_t bufOff = p.region.bufferAt(epoch & 1);
-  auto slot = [&](int owner, int from) {
-    return reinterpret_cast<uint4*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * p.region.slotBytes);
-  };
+  auto slot = [&](int owner, int from) { return dev::slotAt<uint4>(p, bufOff, owner, from); };
   const char* src = static_cast<const char*>(p.send);
   char* dst = static_cast<char*>(p.recv);
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -187,15 +183,12 @@ __device__ __forceinline__ void llRun(const P2pLaunch& p) {
   if (__syncthreads_and(ok) && threadIdx.x == 0) *o.epochPtr = epoch;
 }
 
-template <typename T, int Op, bool kAligned>
-__global__ void __launch_bounds__(kThreads) llReduceScatterKernel(P2pLaunch p) {
-  llRun<T, Op, kAligned, true>(p);
-}
-
-template <typename T, bool kAligned>
-__global__ void __launch_bounds__(kThreads) llAllGatherKernel(P2pLaunch p) {
-  llRun<T, 0, kAligned, false>(p);
-}
+struct LlHalves {  // the kernels of launchHalves / preloadHalves (p2p_common.cuh)
+  template <typename T, int Op, bool kAligned, bool kReduceScatter>
+  __device__ __forceinline__ static void run(const P2pLaunch& p) {
+    llRun<T, Op, kAligned, kReduceScatter>(p);
+  }
+};
 
 // 8-byte lines straight from and to memory: both bases 8-byte aligned and every piece whole lines.
 bool llAligned(const P2pLaunch& p) {
@@ -204,23 +197,20 @@ bool llAligned(const P2pLaunch& p) {
          pieceBytes % 8 == 0;
 }
 
-// The kernel for a type, op and alignment (launchHalves / preloadHalves, p2p_common.cuh).
-constexpr auto kRsKernel = [](auto t, auto op, auto al) {
-  return llReduceScatterKernel<typename decltype(t)::type, decltype(op)::value, decltype(al)::value != 0>;
-};
-constexpr auto kAgKernel = [](auto t, auto al) { return llAllGatherKernel<typename decltype(t)::type, decltype(al)::value != 0>; };
-
-}  // namespace
-
-Status preloadLlKernels() { return dev::preloadHalves("ll_p2p reduce-scatter / all-gather", kRsKernel, kAgKernel); }
-
-Status launchLl(const P2pLaunch& p, cudaStream_t stream) {
+Status launch(const P2pLaunch& p, cudaStream_t stream) {
+  if (p.kind == static_cast<int>(CollKind::kAllReduce))
+    return TPCOMM_ERROR(kNotSupported, "ll_p2p: reduce-scatter and all-gather only");
   const size_t pieceBytes = p.count * dataTypeSize(static_cast<DataType>(p.dtype));
   if (p.region.slotBytes / 16 * 8 < pieceBytes)
     return TPCOMM_ERROR(kNotSupported, "ll_p2p: a %zu-byte piece exceeds its %zu-byte slot (TPCOMM_LL_MAX_BYTES)",
                         pieceBytes, p.region.slotBytes / 2);
-  return dev::launchHalves("ll_p2p reduce-scatter launch", "ll_p2p all-gather launch", p, llAligned(p), stream,
-                           kRsKernel, kAgKernel);
+  return dev::launchHalves<LlHalves>("ll_p2p reduce-scatter launch", "ll_p2p all-gather launch", p, llAligned(p),
+                                     stream);
 }
+
+}  // namespace
+
+const P2pKernels kLlKernels = {[] { return dev::preloadHalves<LlHalves>("ll_p2p reduce-scatter / all-gather"); },
+                               launch, nullptr};
 
 }  // namespace tpcomm

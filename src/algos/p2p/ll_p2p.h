@@ -2,7 +2,6 @@
 #pragma once
 
 #include "algos/p2p/p2p_launch.h"
-#include "transports/cuda_p2p.h"
 
 namespace tpcomm {
 
@@ -11,8 +10,7 @@ namespace tpcomm {
 /// bytes. maxBytes 0: empty slots (ll_p2p is off).
 P2pScratchRequest llScratch(int nRanks, int blocks, size_t maxBytes);
 
-/// Enqueue the reduce-scatter or all-gather kernel, by p.kind (ll_p2p.cu).
-Status launchLl(const P2pLaunch& p, cudaStream_t stream);
-Status preloadLlKernels();
+/// Its reduce-scatter and all-gather kernels, by P2pLaunch::kind (ll_p2p.cu); no fused kernel.
+extern const P2pKernels kLlKernels;
 
 }  // namespace tpcomm

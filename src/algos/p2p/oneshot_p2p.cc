@@ -24,16 +24,13 @@ namespace {
 
 class OneshotP2p final : public P2pAlgorithm {
  public:
-  explicit OneshotP2p(const AlgoContext* ctx) : P2pAlgorithm(ctx, "oneshot_p2p", "fused_oneshot_p2p") {}
-  Status preload() override { return TPCOMM_CUDA_ONLY(preloadOneshotKernels()); }
+  explicit OneshotP2p(const AlgoContext* ctx)
+      : P2pAlgorithm(ctx, "oneshot_p2p", "fused_oneshot_p2p", TPCOMM_P2P_KERNELS(kOneshotKernels)) {}
   std::vector<ParamId> sizedBy() const override { return {ParamId::kOneshotMaxBytes}; }
 
  protected:
-  P2pScratchRequest scratch(int) const override { return oneshotScratch(blocks(), maxBytes()); }
+  P2pScratchRequest scratch(int) const override { return oneshotScratch(ctx_->launch.p2pBlocks, maxBytes()); }
   size_t maxBytes() const override { return static_cast<size_t>(paramInt(ParamId::kOneshotMaxBytes)); }
-  int blocks() const override { return ctx_->launch.p2pBlocks; }
-  Status launchPlain(const P2pLaunch& p, cudaStream_t s) override { return TPCOMM_CUDA_ONLY(launchOneshot(p, s)); }
-  Status launchFused(FusedP2pLaunch& f, cudaStream_t s) override { return TPCOMM_CUDA_ONLY(launchFusedOneshot(f, s)); }
 };
 
 }  // namespace

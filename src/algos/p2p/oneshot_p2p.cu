@@ -53,9 +53,7 @@ __global__ void __launch_bounds__(kThreads) oneshotKernel(Launch l) {
   const uint64_t epoch = *epochPtr + 1;
   dev::signaturePublish(p, epoch);
   const size_t bufOff = p.region.bufferAt(epoch & 1);
-  auto inbox = [&](int owner, int from) {
-    return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * p.region.slotBytes);
-  };
+  auto inbox = [&](int owner, int from) { return dev::slotAt<T>(p, bufOff, owner, from); };
   const T* src = static_cast<const T*>(p.send);
   T* dst = static_cast<T*>(p.recv);
   // The block's elements: its part of the message, or (fused) of its rows, whole packs then
@@ -113,23 +111,19 @@ constexpr auto kFusedKernel = [](auto t, auto v) {
   return oneshotKernel<typename decltype(t)::type, 0, decltype(v)::value != 0, FusedP2pLaunch>;
 };
 
-}  // namespace
-
-Status preloadOneshotKernels() {
-  TPCOMM_TRY(dev::preloadP2p("oneshot_p2p", kPlainKernel));
-  return dev::preloadFused("fused oneshot_p2p", kFusedKernel);
-}
-
-Status launchOneshot(const P2pLaunch& p, cudaStream_t stream) {
-  return dev::launchP2p("oneshot_p2p launch", p, stream, kPlainKernel);
-}
-
-Status launchFusedOneshot(const FusedP2pLaunch& f, cudaStream_t stream) {
+Status launchFused(const FusedP2pLaunch& f, cudaStream_t stream) {
   const size_t bytes = f.rows * f.hidden * dataTypeSize(static_cast<DataType>(f.p2p.dtype));
   if (bytes > f.p2p.region.slotBytes)
     return TPCOMM_ERROR(kNotSupported, "fused oneshot_p2p: %zu bytes exceed the %zu-byte inbox", bytes,
                         f.p2p.region.slotBytes);
   return dev::launchFused("fused oneshot_p2p launch", f, fusedVectorizable(f), stream, kFusedKernel);
 }
+
+}  // namespace
+
+const P2pKernels kOneshotKernels = {
+    [] { return dev::preloadP2pAndFused("oneshot_p2p", kPlainKernel, kFusedKernel); },
+    [](const P2pLaunch& p, cudaStream_t s) { return dev::launchP2p("oneshot_p2p launch", p, s, kPlainKernel); },
+    launchFused};
 
 }  // namespace tpcomm

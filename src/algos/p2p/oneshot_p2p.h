@@ -2,7 +2,6 @@
 #pragma once
 
 #include "algos/p2p/p2p_launch.h"
-#include "transports/cuda_p2p.h"
 
 namespace tpcomm {
 
@@ -10,10 +9,7 @@ namespace tpcomm {
 /// largest message (maxBytes, rounded up to 256 bytes).
 P2pScratchRequest oneshotScratch(int blocks, size_t maxBytes);
 
-/// Enqueue the plain / fused kernel (oneshot_p2p.cu).
-Status launchOneshot(const P2pLaunch& p, cudaStream_t stream);
-Status launchFusedOneshot(const FusedP2pLaunch& f, cudaStream_t stream);
-/// Loads every kernel launchOneshot and launchFusedOneshot may launch.
-Status preloadOneshotKernels();
+/// Its kernels, plain and fused (oneshot_p2p.cu).
+extern const P2pKernels kOneshotKernels;
 
 }  // namespace tpcomm

@@ -6,15 +6,21 @@
 
 namespace tpcomm {
 
-P2pAlgorithm::P2pAlgorithm(const AlgoContext* ctx, const char* name, const char* fusedName)
-    : ctx_(ctx), name_(name), fusedName_(fusedName) {}
+P2pAlgorithm::P2pAlgorithm(const AlgoContext* ctx, const char* name, const char* fusedName, const P2pKernels* kernels)
+    : AlgorithmBase(ctx, name, "cuda_p2p"), fusedName_(fusedName), kernels_(kernels) {}
 
-bool P2pAlgorithm::available() const { return !ctx_ || ctx_->p2p != nullptr; }
+Status P2pAlgorithm::preload() { return kernels_ ? kernels_->preload() : builtWithoutCuda(name(), __FILE__, __LINE__); }
 
 TransportNeeds P2pAlgorithm::needs(int nRanks) const {
   TransportNeeds n;
   n.p2p.push_back(scratch(nRanks));
   return n;
+}
+
+// Read once: the grid is fixed from create (LaunchSettings), and run() needs it per call.
+int P2pAlgorithm::blocks() const {
+  if (blocks_ == 0) blocks_ = scratch(ctx_->nRanks).blocks;
+  return blocks_;
 }
 
 // Looked up once: the transport and its regions live as long as the algorithm.
@@ -98,7 +104,8 @@ P2pLaunch P2pAlgorithm::launchParams(const CollArgs& a, int blocks) const {
 
 Status P2pAlgorithm::run(const CollArgs& a) {
   TPCOMM_TRY(checkSize(a));
-  return launchPlain(launchParams(a, blocks()), a.stream);
+  if (!kernels_) return builtWithoutCuda(name(), __FILE__, __LINE__);
+  return kernels_->launch(launchParams(a, blocks()), a.stream);
 }
 
 // The fused kernels give whole rows to blocks, so with many rows per block the row work queues
@@ -107,6 +114,7 @@ Status P2pAlgorithm::run(const CollArgs& a) {
 // x rows (0: always; measurements in docs/fused_rmsnorm.md). The rule depends on the call's
 // shape only, so every rank takes the same path.
 Status P2pAlgorithm::runFusedNorm(const CollArgs& a, const NormArgs& norm) {
+  if (!kernels_ || !kernels_->launchFused) return Status::kNotSupported;  // the all-reduce, then the norm kernel
   TPCOMM_TRY(checkSize(a));
   const int grid = blocks();
   const LaunchSettings& s = ctx_->launch;
@@ -126,7 +134,7 @@ Status P2pAlgorithm::runFusedNorm(const CollArgs& a, const NormArgs& norm) {
   f.eps = norm.eps;
   f.rows = norm.rows;
   f.hidden = norm.hidden;
-  return launchFused(f, a.stream);
+  return kernels_->launchFused(f, a.stream);
 }
 
 bool fusedVectorizable(const FusedP2pLaunch& f) {

@@ -51,6 +51,13 @@ __device__ __forceinline__ uint64_t* flagAt(const P2pLaunch& p, char* base, int 
   return reinterpret_cast<uint64_t*>(base + p.layout.flagsOffset) + p.layout.flagIndex(p.region.channel, from, block);
 }
 
+// Slot `from` (a sending rank; n: the shared bytes after the slots) of the launching algorithm's
+// buffer at `buffer` (P2pRegion::bufferAt) in rank owner's memory.
+template <typename T>
+__device__ __forceinline__ T* slotAt(const P2pLaunch& p, size_t buffer, int owner, int from) {
+  return reinterpret_cast<T*>(p.peers[owner] + buffer + static_cast<size_t>(from) * p.region.slotBytes);
+}
+
 // This rank's epoch counter of the launching algorithm's block `block`.
 __device__ __forceinline__ uint64_t* epochAt(const P2pLaunch& p, int block) {
   return reinterpret_cast<uint64_t*>(p.peers[p.rank] + p.layout.epochsOffset) +
@@ -97,9 +104,10 @@ __device__ __forceinline__ bool p2pBegin(const P2pLaunch& p, uint64_t* deadline)
   return poison == 0;
 }
 
-// The opening of an epoch-counted P2P kernel after pdlWait() (p2pBegin's poison check and
-// deadline), with this block's epoch counter and the call signature published under the call's
-// first epoch, *epoch + 1. false: poisoned, do nothing.
+// The opening of an epoch-counted P2P kernel: the PDL handshake (inputs and the epoch may come
+// from the previous kernel), p2pBegin's poison check and deadline, this block's epoch counter, and
+// the call signature published under the call's first epoch, *epoch + 1. false: poisoned, do
+// nothing.
 struct P2pOpening {
   uint64_t deadline;
   uint64_t* epochPtr;
@@ -149,6 +157,8 @@ __device__ __forceinline__ void signaturePublish(const P2pLaunch& p, uint64_t e)
 }
 
 __device__ __forceinline__ bool p2pOpen(const P2pLaunch& p, P2pOpening* o) {
+  pdlLaunchDependents();
+  pdlWait();
   if (!p2pBegin(p, &o->deadline)) return false;
   o->epochPtr = epochAt(p, blockIdx.x);
   o->epoch = *o->epochPtr;
@@ -188,6 +198,12 @@ __device__ __forceinline__ bool signatureCheck(const P2pLaunch& p, uint64_t e, u
   }
   __syncthreads();
   return bad == 0;
+}
+
+// A chunked kernel (one epoch per chunk) checks the call's signature once, after its first
+// chunk's barrier: true for every other chunk.
+__device__ __forceinline__ bool firstChunkSignatureCheck(const P2pLaunch& p, const P2pOpening& o, uint64_t epoch) {
+  return epoch != o.epoch + 1 || signatureCheck(p, o.epoch + 1, o.deadline);
 }
 
 // Block-level barrier with every peer's block of the same index: make this block's earlier
@@ -381,25 +397,52 @@ Status launchFused(const char* what, const FusedP2pLaunch& f, bool vec, cudaStre
                       [&](auto t, auto v) { return launch(what, kernelOf(t, v), p2pShape(f.p2p), stream, f); });
 }
 
-// The reduce-scatter / all-gather launch and preload that twoshot_p2p and ll_p2p share (by
-// p.kind): rsKernel(TypeTag, IntTag<Op>, IntTag<flag>) and agKernel(TypeTag, IntTag<flag>) name
-// the kernel for a type, op and the algorithm's one compile-time flag (its alignment variant).
-// rsWhat / agWhat name the launch in errors.
-template <typename RsKernelOf, typename AgKernelOf>
-Status launchHalves(const char* rsWhat, const char* agWhat, const P2pLaunch& p, bool flag, cudaStream_t stream,
-                    RsKernelOf rsKernel, AgKernelOf agKernel) {
-  if (p.kind == static_cast<int>(CollKind::kReduceScatter))
-    return dispatchKernel(p.dtype, p.op, flag, [&](auto t, auto op, auto v) {
-      return launch(rsWhat, rsKernel(t, op, v), p2pShape(p), stream, p);
-    });
-  return dispatchType(p.dtype, flag,
-                      [&](auto t, auto v) { return launch(agWhat, agKernel(t, v), p2pShape(p), stream, p); });
+// Both of an algorithm's plain and fused kernels (Algorithm::preload).
+template <typename PlainOf, typename FusedOf>
+Status preloadP2pAndFused(const char* what, PlainOf plainOf, FusedOf fusedOf) {
+  TPCOMM_TRY(preloadP2p(what, plainOf));
+  return preloadFused(what, fusedOf);
 }
 
-template <typename RsKernelOf, typename AgKernelOf>
-Status preloadHalves(const char* what, RsKernelOf rsKernel, AgKernelOf agKernel) {
-  cudaError_t e = forEachKernelVariant([&](auto t, auto op, auto v) { return preload(rsKernel(t, op, v)); });
-  if (e == cudaSuccess) e = forEachTypeVariant([&](auto t, auto v) { return preload(agKernel(t, v)); });
+// The reduce-scatter and all-gather kernels of twoshot_p2p and ll_p2p, one body each:
+// Halves::run<T, Op, kFlag, kReduceScatter>(p), kFlag the algorithm's one compile-time variant
+// (its alignment). A compile-time flag, not a callback: the generated code is that of the two
+// kernels written out (twoshot_p2p_halves.cu).
+template <typename Halves, typename T, int Op, bool kFlag>
+__global__ void __launch_bounds__(kThreads) halvesReduceScatterKernel(P2pLaunch p) {
+  Halves::template run<T, Op, kFlag, true>(p);
+}
+template <typename Halves, typename T, bool kFlag>
+__global__ void __launch_bounds__(kThreads) halvesAllGatherKernel(P2pLaunch p) {
+  Halves::template run<T, 0, kFlag, false>(p);
+}
+
+// Launches the one of p.kind (reduce-scatter or all-gather); rsWhat / agWhat name it in errors.
+template <typename Halves>
+Status launchHalves(const char* rsWhat, const char* agWhat, const P2pLaunch& p, bool flag, cudaStream_t stream) {
+  if (p.kind == static_cast<int>(CollKind::kReduceScatter))
+    return dispatchKernel(p.dtype, p.op, flag, [&](auto t, auto op, auto v) {
+      return launch(
+          rsWhat,
+          halvesReduceScatterKernel<Halves, typename decltype(t)::type, decltype(op)::value, decltype(v)::value != 0>,
+          p2pShape(p), stream, p);
+    });
+  return dispatchType(p.dtype, flag, [&](auto t, auto v) {
+    return launch(agWhat, halvesAllGatherKernel<Halves, typename decltype(t)::type, decltype(v)::value != 0>,
+                  p2pShape(p), stream, p);
+  });
+}
+
+template <typename Halves>
+Status preloadHalves(const char* what) {
+  cudaError_t e = forEachKernelVariant([](auto t, auto op, auto v) {
+    return preload(
+        halvesReduceScatterKernel<Halves, typename decltype(t)::type, decltype(op)::value, decltype(v)::value != 0>);
+  });
+  if (e == cudaSuccess)
+    e = forEachTypeVariant([](auto t, auto v) {
+      return preload(halvesAllGatherKernel<Halves, typename decltype(t)::type, decltype(v)::value != 0>);
+    });
   return toStatus(e, what);
 }
 

@@ -43,4 +43,20 @@ struct FusedP2pLaunch {
 /// Whether the fused kernels may use 16-byte vectors: every buffer aligned, rows whole units.
 bool fusedVectorizable(const FusedP2pLaunch& f);
 
+/// A P2P algorithm's kernels as its class calls them (P2pAlgorithm): the algorithm's header
+/// declares its set, its .cu defines it. launchFused nullptr: no fused kernel.
+struct P2pKernels {
+  Status (*preload)();  ///< loads every kernel the launchers may launch (Algorithm::preload)
+  Status (*launch)(const P2pLaunch& p, cudaStream_t stream);
+  Status (*launchFused)(const FusedP2pLaunch& f, cudaStream_t stream);
+};
+
+/// An algorithm's kernel set as its class holds it: the .cu's in a build with CUDA, none
+/// without (no kernel is built, and create refuses GPU ranks before any launch).
+#ifdef TPCOMM_HAVE_CUDA
+#define TPCOMM_P2P_KERNELS(kernels) (&(kernels))
+#else
+#define TPCOMM_P2P_KERNELS(kernels) nullptr
+#endif
+
 }  // namespace tpcomm

@@ -44,35 +44,19 @@ bool fusedTwoshotGeometry(const P2pRegion& region, int nRanks, size_t rows, size
   return true;
 }
 
+P2pScratchRequest TwoshotP2pBase::scratch(int nRanks) const {
+  return twoshotScratch(nRanks, ctx_->launch.twoshotBlocks, static_cast<size_t>(paramInt(ParamId::kTwoshotChunkBytes)));
+}
+
 namespace {
 
-class TwoshotP2p final : public P2pAlgorithm {
+class TwoshotP2p final : public TwoshotP2pBase {
  public:
-  explicit TwoshotP2p(const AlgoContext* ctx) : P2pAlgorithm(ctx, "twoshot_p2p", "fused_twoshot_p2p") {}
-  Status preload() override {
-    TPCOMM_TRY(TPCOMM_CUDA_ONLY(preloadTwoshotKernels()));
-    return TPCOMM_CUDA_ONLY(preloadTwoshotHalvesKernels());
-  }
-  std::vector<ParamId> sizedBy() const override { return {ParamId::kTwoshotChunkBytes}; }
+  explicit TwoshotP2p(const AlgoContext* ctx)
+      : TwoshotP2pBase(ctx, "twoshot_p2p", "fused_twoshot_p2p", TPCOMM_P2P_KERNELS(kTwoshotKernels)) {}
 
  protected:
   bool runsHalves() const override { return true; }
-  P2pScratchRequest scratch(int nRanks) const override {
-    return twoshotScratch(nRanks, blocks(), static_cast<size_t>(paramInt(ParamId::kTwoshotChunkBytes)));
-  }
-  size_t maxBytes() const override { return 0; }  // loops over chunks
-  int blocks() const override { return ctx_->launch.twoshotBlocks; }
-  Status launchPlain(const P2pLaunch& p, cudaStream_t s) override {
-    if (p.kind != static_cast<int>(CollKind::kAllReduce)) return TPCOMM_CUDA_ONLY(launchTwoshotHalves(p, s));
-    return TPCOMM_CUDA_ONLY(launchTwoshot(p, s));
-  }
-  Status launchFused(FusedP2pLaunch& f, cudaStream_t s) override {
-    const size_t rowBytes = f.hidden * dataTypeSize(static_cast<DataType>(f.p2p.dtype));
-    if (!fusedTwoshotGeometry(f.p2p.region, f.p2p.nRanks, f.rows, rowBytes, &f.rowsPerChunk, &f.rowsPerRank))
-      return TPCOMM_ERROR(kNotSupported, "fused twoshot_p2p: a %zu-byte row does not fit the two-shot chunk",
-                          rowBytes);
-    return TPCOMM_CUDA_ONLY(launchFusedTwoshot(f, s));
-  }
 };
 
 }  // namespace

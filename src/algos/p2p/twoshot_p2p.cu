@@ -58,13 +58,9 @@ template <typename T, int Op, bool kVec>
 __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
   constexpr int kEpp = PackOf<T>::kElems;
   const int me = p.rank, n = p.nRanks;
-  dev::pdlLaunchDependents();
-  dev::pdlWait();  // inputs and the epoch may come from the previous kernel
   dev::P2pOpening o;
   if (!dev::p2pOpen(p, &o)) return;  // poisoned: do nothing (p2p_common.cuh)
-  const uint64_t deadline = o.deadline;
-  uint64_t epoch = o.epoch;
-  const uint64_t callEpoch = epoch + 1;  // the first chunk's: names this call
+  uint64_t epoch = o.epoch;          // + 1 per chunk; the first chunk's names this call
   const T* src = static_cast<const T*>(p.send);
   T* dst = static_cast<T*>(p.recv);
   // Equal chunks of `per` elements (whole packs, at most the scratch's chunk), the last one
@@ -75,12 +71,8 @@ __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
     ++epoch;
     const size_t len = p.count - c0 < per ? p.count - c0 : per;
     const size_t bufOff = p.region.bufferAt(epoch & 1);
-    auto inbox = [&](int owner, int from) {
-      return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * p.region.slotBytes);
-    };
-    auto gather = [&](int owner) {
-      return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(n) * p.region.slotBytes);
-    };
+    auto inbox = [&](int owner, int from) { return dev::slotAt<T>(p, bufOff, owner, from); };
+    auto gather = [&](int owner) { return dev::slotAt<T>(p, bufOff, owner, n); };
     // Part b of slice j, chunk-relative: [s + lo, s + hi) (the full chunk's split, clipped).
     auto part = [&](int j, size_t* s, size_t* lo, size_t* hi) { dev::twoshotPart(per, len, n, j, kEpp, s, lo, hi); };
 
@@ -94,8 +86,8 @@ __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
           lo, hi, [&](size_t i) { return *reinterpret_cast<const Pack*>(in + i); },
           [&](size_t i, const Pack& v) { *reinterpret_cast<Pack*>(out + i) = v; }, [&](size_t i) { out[i] = in[i]; });
     }
-    if (!dev::peerBarrier(p, 2 * epoch, deadline)) return;
-    if (epoch == callEpoch && !dev::signatureCheck(p, callEpoch, deadline)) return;
+    if (!dev::peerBarrier(p, 2 * epoch, o.deadline)) return;
+    if (!dev::firstChunkSignatureCheck(p, o, epoch)) return;
 
     {
       size_t s, lo, hi;
@@ -117,7 +109,7 @@ __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
               if (r != me) gather(r)[s + i] = v;
           });
     }
-    if (!dev::peerBarrier(p, 2 * epoch + 1, deadline)) return;
+    if (!dev::peerBarrier(p, 2 * epoch + 1, o.deadline)) return;
 
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;
@@ -144,13 +136,9 @@ __global__ void __launch_bounds__(kThreads) fusedTwoshotKernel(FusedP2pLaunch f)
   constexpr int kUnit = dev::NormShape<T>::kUnit;
   const P2pLaunch& p = f.p2p;
   const int me = p.rank, n = p.nRanks, b = blockIdx.x, nb = gridDim.x;
-  dev::pdlLaunchDependents();
-  dev::pdlWait();  // inputs, residual and the epoch may come from the previous kernel
   dev::P2pOpening o;
   if (!dev::p2pOpen(p, &o)) return;  // poisoned: do nothing (p2p_common.cuh)
-  const uint64_t deadline = o.deadline;
-  uint64_t epoch = o.epoch;
-  const uint64_t callEpoch = epoch + 1;  // the first chunk's: names this call
+  uint64_t epoch = o.epoch;          // + 1 per chunk; the first chunk's names this call
   const T* src = static_cast<const T*>(p.send);
   T* dst = static_cast<T*>(p.recv);
   T* residual = static_cast<T*>(f.residual);
@@ -161,12 +149,8 @@ __global__ void __launch_bounds__(kThreads) fusedTwoshotKernel(FusedP2pLaunch f)
     ++epoch;
     const size_t len = f.rows - c0 < f.rowsPerChunk ? f.rows - c0 : f.rowsPerChunk;
     const size_t bufOff = p.region.bufferAt(epoch & 1);
-    auto inbox = [&](int owner, int from) {
-      return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * p.region.slotBytes);
-    };
-    auto gather = [&](int owner) {
-      return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(n) * p.region.slotBytes);
-    };
+    auto inbox = [&](int owner, int from) { return dev::slotAt<T>(p, bufOff, owner, from); };
+    auto gather = [&](int owner) { return dev::slotAt<T>(p, bufOff, owner, n); };
     // Rows of rank j's share in this chunk.
     auto shareRows = [&](int j) -> size_t {
       const size_t first = static_cast<size_t>(j) * share;
@@ -178,8 +162,8 @@ __global__ void __launch_bounds__(kThreads) fusedTwoshotKernel(FusedP2pLaunch f)
       for (size_t k = b; k < shareRows(j); k += nb)
         dev::copyRow<T, kVec, false>(inbox(j, me) + k * H, src + (c0 + j * share + k) * H, H);
     }
-    if (!dev::peerBarrier(p, 2 * epoch, deadline)) return;
-    if (epoch == callEpoch && !dev::signatureCheck(p, callEpoch, deadline)) return;
+    if (!dev::peerBarrier(p, 2 * epoch, o.deadline)) return;
+    if (!dev::firstChunkSignatureCheck(p, o, epoch)) return;
 
     for (size_t k = b; k < shareRows(me); k += nb) {
       const size_t q = me * share + k, row = c0 + q;
@@ -194,7 +178,7 @@ __global__ void __launch_bounds__(kThreads) fusedTwoshotKernel(FusedP2pLaunch f)
           [&](size_t u, int cnt, const T(&v)[kUnit]) { push((2 * q + 1) * H, u, cnt, v); },
           [&](size_t u, int cnt, const T(&v)[kUnit]) { push(2 * q * H, u, cnt, v); });
     }
-    if (!dev::peerBarrier(p, 2 * epoch + 1, deadline)) return;
+    if (!dev::peerBarrier(p, 2 * epoch + 1, o.deadline)) return;
 
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;
@@ -216,23 +200,31 @@ constexpr auto kFusedKernel = [](auto t, auto v) {
   return fusedTwoshotKernel<typename decltype(t)::type, decltype(v)::value != 0>;
 };
 
-}  // namespace
-
-Status preloadTwoshotKernels() {
-  TPCOMM_TRY(dev::preloadP2p("twoshot_p2p", kPlainKernel));
-  return dev::preloadFused("fused twoshot_p2p", kFusedKernel);
+Status preload() {
+  TPCOMM_TRY(dev::preloadP2pAndFused("twoshot_p2p", kPlainKernel, kFusedKernel));
+  return preloadTwoshotHalvesKernels();
 }
 
-Status launchTwoshot(const P2pLaunch& p, cudaStream_t stream) {
+// The all-reduce, or the halves (twoshot_p2p_halves.cu) on the same region.
+Status launch(const P2pLaunch& p, cudaStream_t stream) {
+  if (p.kind != static_cast<int>(CollKind::kAllReduce)) return launchTwoshotHalves(p, stream);
   return dev::launchP2p("twoshot_p2p launch", p, stream, kPlainKernel);
 }
 
-Status launchFusedTwoshot(const FusedP2pLaunch& f, cudaStream_t stream) {
+// Rows per chunk and per rank first (fusedTwoshotGeometry): a row larger than a share declines.
+Status launchFused(const FusedP2pLaunch& call, cudaStream_t stream) {
+  FusedP2pLaunch f = call;
   const size_t rowBytes = f.hidden * dataTypeSize(static_cast<DataType>(f.p2p.dtype));
+  if (!fusedTwoshotGeometry(f.p2p.region, f.p2p.nRanks, f.rows, rowBytes, &f.rowsPerChunk, &f.rowsPerRank))
+    return TPCOMM_ERROR(kNotSupported, "fused twoshot_p2p: a %zu-byte row does not fit the two-shot chunk", rowBytes);
   if (f.rowsPerChunk == 0 || f.rowsPerRank == 0 || f.rowsPerRank * rowBytes > f.p2p.region.slotBytes ||
       2 * f.rowsPerChunk * rowBytes > f.p2p.region.sharedBytes || f.rowsPerChunk > f.rowsPerRank * f.p2p.nRanks)
     return TPCOMM_ERROR(kNotSupported, "fused twoshot_p2p: %zu-byte rows do not fit the two-shot chunk", rowBytes);
   return dev::launchFused("fused twoshot_p2p launch", f, fusedVectorizable(f), stream, kFusedKernel);
 }
+
+}  // namespace
+
+const P2pKernels kTwoshotKernels = {preload, launch, launchFused};
 
 }  // namespace tpcomm

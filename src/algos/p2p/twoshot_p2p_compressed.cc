@@ -10,19 +10,20 @@
 #include <memory>
 
 #include "algos/compressed/quantize.h"
-#include "algos/p2p/p2p_algorithm.h"
 #include "algos/p2p/twoshot_p2p.h"
 #include "common/error.h"
-#include "common/params.h"
 
 namespace tpcomm {
 
 namespace {
 
-class TwoshotP2pCompressed final : public P2pAlgorithm {
+class TwoshotP2pCompressed final : public TwoshotP2pBase {
  public:
   TwoshotP2pCompressed(const AlgoContext* ctx, Compression wire)
-      : P2pAlgorithm(ctx, nameOf(wire), nameOf(wire)), wire_(wire) {}
+      : TwoshotP2pBase(ctx, nameOf(wire), nameOf(wire),
+                       wire == Compression::kInt8 ? TPCOMM_P2P_KERNELS(kTwoshotInt8Kernels)
+                                                  : TPCOMM_P2P_KERNELS(kTwoshotFp8Kernels)),
+        wire_(wire) {}
   bool supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const override {
     if (q.op != ReduceOp::kSum) {
       if (whyNot) *whyNot = "compressed: sums only (a quantized max is not the max)";
@@ -32,22 +33,6 @@ class TwoshotP2pCompressed final : public P2pAlgorithm {
   }
   bool deterministic() const override { return false; }  // block-dependent (docs/determinism.md)
   Compression compression() const override { return wire_; }
-  Status preload() override { return TPCOMM_CUDA_ONLY(preloadTwoshotCompressedKernels()); }
-  std::vector<ParamId> sizedBy() const override { return {ParamId::kTwoshotChunkBytes}; }
-  // No fused kernel: the call path runs run() and then the norm kernel.
-  Status runFusedNorm(const CollArgs&, const NormArgs&) override { return Status::kNotSupported; }
-
- protected:
-  // twoshot_p2p's region (one key): plain, fused and compressed calls share its epochs and buffers.
-  P2pScratchRequest scratch(int nRanks) const override {
-    return twoshotScratch(nRanks, blocks(), static_cast<size_t>(paramInt(ParamId::kTwoshotChunkBytes)));
-  }
-  size_t maxBytes() const override { return 0; }  // loops over chunks
-  int blocks() const override { return ctx_->launch.twoshotBlocks; }
-  Status launchPlain(const P2pLaunch& p, cudaStream_t s) override {
-    return TPCOMM_CUDA_ONLY(launchTwoshotCompressed(p, quantFormatOf(wire_), s));
-  }
-  Status launchFused(FusedP2pLaunch&, cudaStream_t) override { return Status::kNotSupported; }
 
  private:
   static const char* nameOf(Compression wire) {

@@ -69,13 +69,9 @@ __host__ __device__ size_t twoshotCompressedChunkElems(const P2pRegion& R, int n
 template <typename T, int F>
 __global__ void __launch_bounds__(kThreads) twoshotCompressedKernel(P2pLaunch p) {
   const int me = p.rank, n = p.nRanks, warp = threadIdx.x / 32;
-  dev::pdlLaunchDependents();
-  dev::pdlWait();  // inputs and the epoch may come from the previous kernel
   dev::P2pOpening o;
   if (!dev::p2pOpen(p, &o)) return;  // poisoned: do nothing (p2p_common.cuh)
-  const uint64_t deadline = o.deadline;
-  uint64_t epoch = o.epoch;
-  const uint64_t callEpoch = epoch + 1;
+  uint64_t epoch = o.epoch;          // + 1 per chunk; the first chunk's names this call
   const T* src = static_cast<const T*>(p.send);
   T* dst = static_cast<T*>(p.recv);
   const size_t maxChunk = twoshotCompressedChunkElems(p.region, n);  // > 0: checked at launch
@@ -109,8 +105,8 @@ __global__ void __launch_bounds__(kThreads) twoshotCompressedKernel(P2pLaunch p)
         dev::storeCodes(dev::quantizeGroup<F>(x), m, to, k, k / kB);
       });
     }
-    if (!dev::peerBarrier(p, 2 * epoch, deadline)) return;
-    if (epoch == callEpoch && !dev::signatureCheck(p, callEpoch, deadline)) return;
+    if (!dev::peerBarrier(p, 2 * epoch, o.deadline)) return;
+    if (!dev::firstChunkSignatureCheck(p, o, epoch)) return;
 
     {
       size_t s, lo, hi;
@@ -128,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) twoshotCompressedKernel(P2pLaunch p)
         storeBlock(dst + c0 + s + k, m, back);
       });
     }
-    if (!dev::peerBarrier(p, 2 * epoch + 1, deadline)) return;
+    if (!dev::peerBarrier(p, 2 * epoch + 1, o.deadline)) return;
 
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;
@@ -150,14 +146,7 @@ constexpr auto kKernel = [](auto t, auto f) {
   return twoshotCompressedKernel<typename decltype(t)::type, decltype(f)::value>;
 };
 
-}  // namespace
-
-Status preloadTwoshotCompressedKernels() {
-  return dev::toStatus(dev::forEachCompressedVariant([](auto t, auto f) { return dev::preload(kKernel(t, f)); }),
-                       "twoshot_p2p compressed");
-}
-
-Status launchTwoshotCompressed(const P2pLaunch& p, QuantFormat format, cudaStream_t stream) {
+Status launch(const P2pLaunch& p, QuantFormat format, cudaStream_t stream) {
   if (twoshotCompressedChunkElems(p.region, p.nRanks) == 0)
     return TPCOMM_ERROR(kNotSupported, "twoshot_p2p compressed: a %zu-byte chunk is too small for %d ranks",
                         p.region.sharedBytes, p.nRanks);
@@ -165,5 +154,14 @@ Status launchTwoshotCompressed(const P2pLaunch& p, QuantFormat format, cudaStrea
     return dev::launch("twoshot_p2p compressed launch", kKernel(t, f), dev::p2pShape(p), stream, p);
   });
 }
+
+Status preload() { return dev::preloadCompressed("twoshot_p2p compressed", kKernel); }
+
+}  // namespace
+
+const P2pKernels kTwoshotFp8Kernels = {
+    preload, [](const P2pLaunch& p, cudaStream_t s) { return launch(p, QuantFormat::kFp8E4m3, s); }, nullptr};
+const P2pKernels kTwoshotInt8Kernels = {
+    preload, [](const P2pLaunch& p, cudaStream_t s) { return launch(p, QuantFormat::kInt8, s); }, nullptr};
 
 }  // namespace tpcomm

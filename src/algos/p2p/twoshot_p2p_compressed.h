@@ -7,7 +7,7 @@
 
 namespace tpcomm {
 
-Status launchTwoshotCompressed(const P2pLaunch& p, QuantFormat format, cudaStream_t stream);
-Status preloadTwoshotCompressedKernels();
+/// Its kernels for one wire format (twoshot_p2p_compressed.cu); no fused kernel.
+extern const P2pKernels kTwoshotFp8Kernels, kTwoshotInt8Kernels;
 
 }  // namespace tpcomm

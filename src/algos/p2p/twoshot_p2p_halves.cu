@@ -78,13 +78,9 @@ __device__ __forceinline__ void copyPart(T* out, const T* in, size_t lo, size_t 
 template <typename T, int Op, bool kVec, bool kReduceScatter>
 __device__ __forceinline__ void halvesRun(const P2pLaunch& p) {
   const int me = p.rank, n = p.nRanks;
-  dev::pdlLaunchDependents();
-  dev::pdlWait();  // inputs and the epoch may come from the previous kernel
   dev::P2pOpening o;
   if (!dev::p2pOpen(p, &o)) return;  // poisoned: do nothing
-  const uint64_t deadline = o.deadline;
-  uint64_t epoch = o.epoch;
-  const uint64_t callEpoch = epoch + 1;
+  uint64_t epoch = o.epoch;          // + 1 per chunk; the first chunk's names this call
   const T* src = static_cast<const T*>(p.send);
   T* dst = static_cast<T*>(p.recv);
   const size_t per = halvesChunk<T>(p);
@@ -92,15 +88,13 @@ __device__ __forceinline__ void halvesRun(const P2pLaunch& p) {
     ++epoch;
     const size_t len = p.count - c0 < per ? p.count - c0 : per;
     const size_t bufOff = p.region.bufferAt(epoch & 1);
-    auto inbox = [&](int owner, int from) {
-      return reinterpret_cast<T*>(p.peers[owner] + bufOff + static_cast<size_t>(from) * p.region.slotBytes);
-    };
+    auto inbox = [&](int owner, int from) { return dev::slotAt<T>(p, bufOff, owner, from); };
     size_t lo, hi;
     blockPart<T>(per, len, &lo, &hi);
     for (int j = 0; j < n; ++j)
       if (j != me) copyPart<T, kVec>(inbox(j, me), src + (kReduceScatter ? j * p.count : 0) + c0, lo, hi, false);
-    if (!dev::peerBarrier(p, 2 * epoch + 1, deadline)) return;
-    if (epoch == callEpoch && !dev::signatureCheck(p, callEpoch, deadline)) return;
+    if (!dev::peerBarrier(p, 2 * epoch + 1, o.deadline)) return;
+    if (!dev::firstChunkSignatureCheck(p, o, epoch)) return;
     if constexpr (kReduceScatter) {  // own piece from the input and the n-1 inbox slots
       const T* own = src + static_cast<size_t>(me) * p.count + c0;
       T* out = dst + c0;
@@ -123,15 +117,12 @@ __device__ __forceinline__ void halvesRun(const P2pLaunch& p) {
   if (threadIdx.x == 0) *o.epochPtr = epoch;
 }
 
-template <typename T, int Op, bool kVec>
-__global__ void __launch_bounds__(kThreads) reduceScatterKernel(P2pLaunch p) {
-  halvesRun<T, Op, kVec, true>(p);
-}
-
-template <typename T, bool kVec>
-__global__ void __launch_bounds__(kThreads) allGatherKernel(P2pLaunch p) {
-  halvesRun<T, 0, kVec, false>(p);
-}
+struct TwoshotHalves {  // the kernels of launchHalves / preloadHalves (p2p_common.cuh)
+  template <typename T, int Op, bool kVec, bool kReduceScatter>
+  __device__ __forceinline__ static void run(const P2pLaunch& p) {
+    halvesRun<T, Op, kVec, kReduceScatter>(p);
+  }
+};
 
 // 16-byte vectors need every piece aligned: the bases and the piece length in bytes.
 bool halvesVectorizable(const P2pLaunch& p) {
@@ -139,23 +130,17 @@ bool halvesVectorizable(const P2pLaunch& p) {
   return p2pVectorizable(p.send, p.recv) && pieceBytes % 16 == 0;
 }
 
-// The kernel for a type, op and alignment (launchHalves / preloadHalves, p2p_common.cuh).
-constexpr auto kRsKernel = [](auto t, auto op, auto v) {
-  return reduceScatterKernel<typename decltype(t)::type, decltype(op)::value, decltype(v)::value != 0>;
-};
-constexpr auto kAgKernel = [](auto t, auto v) { return allGatherKernel<typename decltype(t)::type, decltype(v)::value != 0>; };
-
 }  // namespace
 
 Status preloadTwoshotHalvesKernels() {
-  return dev::preloadHalves("twoshot_p2p reduce-scatter / all-gather", kRsKernel, kAgKernel);
+  return dev::preloadHalves<TwoshotHalves>("twoshot_p2p reduce-scatter / all-gather");
 }
 
 Status launchTwoshotHalves(const P2pLaunch& p, cudaStream_t stream) {
   if (p.region.slotBytes < 16)
     return TPCOMM_ERROR(kNotSupported, "twoshot_p2p: inbox slot of %zu bytes", p.region.slotBytes);
-  return dev::launchHalves("twoshot_p2p reduce-scatter launch", "twoshot_p2p all-gather launch", p,
-                           halvesVectorizable(p), stream, kRsKernel, kAgKernel);
+  return dev::launchHalves<TwoshotHalves>("twoshot_p2p reduce-scatter launch", "twoshot_p2p all-gather launch", p,
+                                          halvesVectorizable(p), stream);
 }
 
 }  // namespace tpcomm

@@ -106,15 +106,16 @@ Status allReduceProcesses(HostStagedTransport& t, const CollArgs& a) {
   if (streaming) hostStreamFence();
   return Status::kOk;
 }
-class StagedHost final : public Algorithm {
+class StagedHost final : public AlgorithmBase {
  public:
-  StagedHost(const AlgoContext* ctx, Compression wire) : ctx_(ctx), wire_(wire) {}
-  const char* name() const override {
-    return wire_ == Compression::kFp8 ? "staged_host+fp8" : wire_ == Compression::kInt8 ? "staged_host+int8" : "staged_host";
-  }
+  StagedHost(const AlgoContext* ctx, Compression wire)
+      : AlgorithmBase(ctx,
+                      wire == Compression::kFp8    ? "staged_host+fp8"
+                      : wire == Compression::kInt8 ? "staged_host+int8"
+                                                   : "staged_host",
+                      "host_staged"),
+        wire_(wire) {}
   bool supports(const Topology& topo, const AlgoQuery& q, std::string* whyNot) const override;
-  const char* transport() const override { return "host_staged"; }
-  bool available() const override { return !ctx_ || ctx_->hostStaged != nullptr; }
   // Uncompressed: fp32 in rank order, per element. Compressed: an element depends on its block.
   bool deterministic() const override { return wire_ == Compression::kNone; }
   Compression compression() const override { return wire_; }
@@ -131,7 +132,6 @@ class StagedHost final : public Algorithm {
   Status runHostProcesses(const CollArgs& a);
   Status runDevice(const CollArgs& a);
   HostStagedTransport::CallWords signature(const CollArgs& a) const;
-  const AlgoContext* ctx_;
   Compression wire_;
   uint64_t calls_ = 0;  // this rank's host calls so far (pairs by barrier order, so a check of the pairing)
 };

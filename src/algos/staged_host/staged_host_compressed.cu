@@ -139,8 +139,7 @@ constexpr auto kKernel = [](auto t, auto fm) {
 }  // namespace
 
 Status preloadStagedCompressedKernels() {
-  return dev::toStatus(dev::forEachCompressedVariant([](auto t, auto fm) { return dev::preload(kKernel(t, fm)); }),
-                       "loading the staged_host compressed kernels");
+  return dev::preloadCompressed("loading the staged_host compressed kernels", kKernel);
 }
 
 Status launchStagedCompressed(const StagedDeviceLaunch& p, cudaStream_t stream) {

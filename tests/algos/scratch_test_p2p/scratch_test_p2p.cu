@@ -15,15 +15,11 @@ namespace {
 template <typename T, int Op>
 __global__ void __launch_bounds__(kThreads) scratchTestKernel(P2pLaunch p) {
   const int me = p.rank, n = p.nRanks;
-  dev::pdlLaunchDependents();
-  dev::pdlWait();  // inputs and the epoch may come from the previous kernel
   dev::P2pOpening o;
   if (!dev::p2pOpen(p, &o)) return;  // poisoned: do nothing
   const uint64_t epoch = o.epoch + 1;
   const size_t buffer = p.region.bufferAt(epoch & 1);
-  auto slot = [&](int owner, int from) {
-    return reinterpret_cast<T*>(p.peers[owner] + buffer + static_cast<size_t>(from) * p.region.slotBytes);
-  };
+  auto slot = [&](int owner, int from) { return dev::slotAt<T>(p, buffer, owner, from); };
   const T* src = static_cast<const T*>(p.send);
   T* dst = static_cast<T*>(p.recv);
   size_t lo, hi;
@@ -46,10 +42,9 @@ constexpr auto kKernel = [](auto t, auto op, auto) {
 
 }  // namespace
 
-Status preloadScratchTest() { return dev::preloadP2p("scratch_test_p2p", kKernel); }
-
-Status launchScratchTest(const P2pLaunch& p, cudaStream_t stream) {
-  return dev::launchP2p("scratch_test_p2p launch", p, stream, kKernel);
-}
+const P2pKernels kScratchTestKernels = {
+    [] { return dev::preloadP2p("scratch_test_p2p", kKernel); },
+    [](const P2pLaunch& p, cudaStream_t s) { return dev::launchP2p("scratch_test_p2p launch", p, s, kKernel); },
+    nullptr};
 
 }  // namespace tpcomm

@@ -20,8 +20,7 @@ constexpr size_t kScratchTestBytes = size_t{64} << 10;
 /// Its factory (the registration line's argument).
 std::unique_ptr<Algorithm> makeScratchTestP2p(const AlgoContext* ctx);
 
-/// Its kernel (scratch_test_p2p.cu).
-Status launchScratchTest(const P2pLaunch& p, cudaStream_t stream);
-Status preloadScratchTest();
+/// Its kernels (scratch_test_p2p.cu): the all-reduce, no fused one.
+extern const P2pKernels kScratchTestKernels;
 
 }  // namespace tpcomm
