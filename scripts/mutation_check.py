@@ -9,7 +9,7 @@ runs the same tests unmutated, expecting them to pass.
     python3 scripts/mutation_check.py BUILD_DIR [--cpu] [--only NAME,...] [--log FILE] [--check]
 
 GPU mutants (the default): run on a GPU machine after a full build of BUILD_DIR
-(scripts/gpu_check.sh's); each rebuilds tpcomm_gpu_tests and runs a gtest filter of it.
+(scripts/gpu.sh tests makes one); each rebuilds tpcomm_gpu_tests and runs a gtest filter of it.
 Multicast stays off (NCCL_NVLS_ENABLE=0 ... are exported here too).
 
 CPU mutants (--cpu): run anywhere the CPU tests run (CI's machine; mpirun for the MPI ones),
