@@ -440,7 +440,7 @@ cmd_python_e2e() {
     local name=$1 secs=$2; shift 2
     PYTHONPATH="$SITE" PYTHONUNBUFFERED=1 step "torch_qwen_tp_$name" "$secs" python3 -m torch.distributed.run \
       --nproc_per_node="$n" "$root/bench/baselines/torch_qwen_tp.py" --preset qwen3-32b \
-      --results "$L/torch_qwen_tp_$name.results.txt" "$@"
+      --results "$OUTDIR/torch_qwen_tp_$name.txt" "$@"
     grep -a "^phase\|^decode\|^prefill\|^# greedy\|^# tpcomm's\|skipped\|failed\|Error" "$L/torch_qwen_tp_$name.txt" | head -40
   }
   e2e graph "${E2E_GRAPH_S:-240}" --modes eager,graph
