@@ -82,7 +82,9 @@ step() {
   timeout -k 5 "$t" "$@" >> "$f" 2>&1
   local rc=$?
   echo "# rc=$rc after $(el)" >> "$f"
-  echo "$name rc=$rc $(el) | $(grep -aE 'tests ran|PASSED|FAILED  \]|ok  |FAIL|Passed|Failed|equal for|tokens per second|Avg bus' "$f" | tail -3 | tr '\n' ' ' | cut -c1-300)"
+  echo "$name rc=$rc $(el) | $(grep -avE '^(\$|#) ' "$f" |
+    grep -aE 'tests ran|PASSED|FAILED  \]|ok  |FAIL|Passed|Failed|equal for|tokens per second|Avg bus' | tail -3 |
+    tr '\n' ' ' | cut -c1-300)"
   return $rc
 }
 
