@@ -35,7 +35,7 @@ std::unique_ptr<AlgoContext> contextFor(int nRanks) {
   return c;
 }
 
-// The plan create would make for the registry as it is now.
+// The plan create would make for the registry's list.
 P2pPlan planOfRegistry(const AlgoContext& c) {
   P2pPlan plan;
   EXPECT_EQ(planP2pBuffer(c.nRanks, allNeeds(makeAlgorithms(&c), c.nRanks).p2p, &plan), Status::kOk)
@@ -116,7 +116,7 @@ TEST(P2pScratch, TestAlgorithmRegisteredFromTheTestTreeGetsItsOwnRegion) {
     EXPECT_EQ(mine->buffers, 2);
     EXPECT_EQ(mine->channel, static_cast<int>(before.regions.size()));
     EXPECT_GE(plan.layout.totalBytes, before.layout.totalBytes + 2 * 4 * kScratchTestBytes);
-    // Every other algorithm's region is as it was (only where it starts may move).
+    // Every other algorithm's region keeps its channel and sizes (only where it starts may move).
     for (size_t i = 0; i < before.keys.size(); ++i) {
       const P2pRegion* r = plan.find(before.keys[i]);
       ASSERT_NE(r, nullptr) << before.keys[i];
