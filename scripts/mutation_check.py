@@ -9,7 +9,7 @@ runs the same tests unmutated, expecting them to pass.
     python3 scripts/mutation_check.py BUILD_DIR [--cpu] [--only NAME,...] [--log FILE] [--check]
 
 GPU mutants (the default): run on a GPU machine after a full build of BUILD_DIR
-(scripts/gpu_check.sh's); each rebuilds tpcomm_gpu_tests and runs a gtest filter of it.
+(scripts/gpu.sh tests makes one); each rebuilds tpcomm_gpu_tests and runs a gtest filter of it.
 Multicast stays off (NCCL_NVLS_ENABLE=0 ... are exported here too).
 
 CPU mutants (--cpu): run anywhere the CPU tests run (CI's machine; mpirun for the MPI ones),
@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # name, item (the defect's number in docs/reliability.md's list), file, text of the fix, the defect put back, tests that must fail[, a
 # command the test binary runs under (e.g. compute-sanitizer)].
 MUTANTS = [
-    ("poison_ignored", 13, "src/algos/p2p_common.cuh",
+    ("poison_ignored", 13, "src/algos/p2p/p2p_common.cuh",
      "  *deadline = globalTimerNs() + p.timeoutNs;\n  return poison == 0;",
      "  *deadline = globalTimerNs() + p.timeoutNs;\n  return true;",
      "P2p/GpuFault.LateRankThenCallsAndReplaysNeverWrong/*"),
@@ -41,7 +41,7 @@ MUTANTS = [
      "  if (!impl.haveLastStream || a.stream == impl.lastStream) {",
      "  if (true) {",
      "P2p/GpuFault.TwoStreamsAreOrdered/*"),
-    ("pdl_wait_counted", 16, "src/algos/oneshot_p2p.cu",
+    ("pdl_wait_counted", 16, "src/algos/p2p/oneshot_p2p.cu",
      "  dev::pdlWait();  // inputs and the epoch may come from the previous kernel\n"
      "  uint64_t deadline;\n  if (!dev::p2pBegin(p, &deadline)) return;",
      "  uint64_t deadline;\n  const uint64_t startedNs = dev::globalTimerNs();\n  dev::pdlWait();\n"
@@ -49,11 +49,11 @@ MUTANTS = [
      "P2p/GpuFault.PdlWaitIsNotCountedAgainstTheTimeout/1"),
     # Lamport's own -0.0 unscrubbed alone is covered by the zero rule of every reduction (the
     # mutant survives on its own); item 17's defect needs both gone.
-    ("lamport_own_zero_unscrubbed", 17, "src/algos/lamport_p2p.cu",
+    ("lamport_own_zero_unscrubbed", 17, "src/algos/p2p/lamport_p2p.cu",
      "        in[r] = dev::lamportScrub<T>(loadUserPack<T, kVec>(p.send, i, p.count));\n        continue;",
      "        in[r] = loadUserPack<T, kVec>(p.send, i, p.count);\n        continue;",
      "All/SignedZeros.*"),
-    ("zero_rule_removed", 17, "src/algos/device_common.cuh",
+    ("zero_rule_removed", 17, "src/algos/common/device_common.cuh",
      "    for (int i = 0; i < kElems; ++i) f[i] = __fadd_rn(f[i], 0.0f);\n  }",
      "    for (int i = 0; i < kElems; ++i) f[i] = f[i];\n  }",
      "All/SignedZeros.*"),
@@ -66,12 +66,12 @@ MUTANTS = [
     # finish's barrier. Survives (one H200, under synccheck; a 7th field: the wrapper): no test
     # can fail on it (sm_80 on), docs/reliability.md says why (item 18). Kept to show the fix
     # text is in place.
-    ("lamport_thread_leaves_alone", 18, "src/algos/lamport_p2p.cu",
+    ("lamport_thread_leaves_alone", 18, "src/algos/p2p/lamport_p2p.cu",
      "  if (__syncthreads_or(!ok)) return;",
      "  if (!ok) return;",
      "AllReduceTimeout.MissingPeerReportsTimeout",
      ["compute-sanitizer", "--tool", "synccheck", "--error-exitcode", "9"]),
-    ("gpu_signature_unchecked", 7, "src/algos/p2p_common.cuh",
+    ("gpu_signature_unchecked", 7, "src/algos/p2p/p2p_common.cuh",
      "  if (!p.signature) return true;\n  __shared__ int bad;",
      "  return true;\n  __shared__ int bad;",
      "P2p/GpuFault.MismatchedCallsAreCaughtOnTheGpu/*"),
@@ -161,7 +161,7 @@ CPU_MUTANTS = [
                 ("ctest", "^tpcomm_mpi_collectives_np2$")]),
     # 7: host call signatures exchanged but never compared.
     dict(name="host_signature_unchecked", item=7,
-         edits=[("src/algos/staged_host.cc", "  std::string diff;\n  for (int r = 1; r < n; ++r)",
+         edits=[("src/algos/staged_host/staged_host.cc", "  std::string diff;\n  for (int r = 1; r < n; ++r)",
                  "  std::string diff;\n  if (false)\n  for (int r = 1; r < n; ++r)")],
          targets=["tpcomm_unit_host_comm"],
          tests=[("gtest", "tests/unit/tpcomm_unit_host_comm", "CallSignature.*")]),

@@ -82,7 +82,7 @@ if [ "$PART" = all ] || [ "$PART" = bench32 ]; then
 fi
 if [ "$PART" = field ]; then
   # The field report's regime on one GPU (TP=1: no all-reduce, so no tpcomm / NCCL / staged_host
-  # columns; the TP=2 table is scripts/gpu_bench.sh PART=qwen): qwen3-32b shape, MTP off against
+  # columns; the TP=2 table is PART=qwen scripts/gpu.sh bench): qwen3-32b shape, MTP off against
   # fixed 5-token drafts at llama.cpp's accepted/drafted 0.485, A B B A.
   F="$Q --model-preset qwen3-32b --prompt-tokens 512 --n-predict 256 --ctx-size 1024"
   M="--spec-type draft-mtp --spec-draft-n-min 5 --spec-draft-n-max 5 --sim-draft-acceptance 0.485"

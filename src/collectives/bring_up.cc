@@ -9,7 +9,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#include "algos/fused_rmsnorm.h"
+#include "algos/fused/fused_rmsnorm.h"
 #include "collectives/registry.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -77,15 +77,12 @@ Status bringUpHostStaged(Bootstrap& bs, AlgoContext* c, TransportReport* report)
   return keepIfAll(bs, s, &t, &c->hostStaged, &report->hostStaged);
 }
 
-Status bringUpP2p(Bootstrap& bs, AlgoContext* c, TransportReport* report) {
-  CudaP2pTransport::Sizes sizes;
-  sizes.maxBlocks = std::max(c->launch.p2pBlocks, c->launch.twoshotBlocks);
-  sizes.lamportBytes = static_cast<size_t>(paramInt(ParamId::kLamportMaxBytes));
-  sizes.oneshotBytes = static_cast<size_t>(paramInt(ParamId::kOneshotMaxBytes));
-  sizes.twoshotChunk = static_cast<size_t>(paramInt(ParamId::kTwoshotChunkBytes));
-  sizes.llBytes = static_cast<size_t>(paramInt(ParamId::kLlMaxBytes));
+// The regions every algorithm asked for (Algorithm::needs()): the transport allocates and maps
+// them without knowing whose they are.
+Status bringUpP2p(Bootstrap& bs, AlgoContext* c, const TransportNeeds& needs, TransportReport* report) {
   std::unique_ptr<CudaP2pTransport> t;
-  Status s = CudaP2pTransport::create(envOf(bs, *c), sizes, &t);
+  Status s = needs.p2p.empty() ? TPCOMM_ERROR(kNotSupported, "no algorithm asks for it")
+                               : CudaP2pTransport::create(envOf(bs, *c), needs.p2p, &t);
   return keepIfAll(bs, s, &t, &c->p2p, &report->p2p);
 }
 
@@ -136,7 +133,7 @@ Status bringUpNccl(Bootstrap& bs, const Config& config, AlgoContext* c, Transpor
 // NVSwitch multicast (SAFETY, docs/multicast.md): the gate is agreed first, so no rank reaches a
 // multicast driver call unless every rank's gate (device attribute, > 2 ranks on one NVSwitch,
 // neither NCCL_NVLS_ENABLE=0 nor TPCOMM_MULTICAST=0) is open.
-Status bringUpMulticast(Bootstrap& bs, AlgoContext* c, TransportReport* report) {
+Status bringUpMulticast(Bootstrap& bs, AlgoContext* c, const TransportNeeds& needs, TransportReport* report) {
   std::string why;
   bool gate = c->topo.multicastUsable(&why), gateAll;
   TPCOMM_TRY(agree(bs, gate, &gateAll));
@@ -144,15 +141,26 @@ Status bringUpMulticast(Bootstrap& bs, AlgoContext* c, TransportReport* report) 
     report->multicast = gate ? "gate closed on another rank" : why;
     return Status::kOk;
   }
-  MulticastTransport::Sizes sizes;
-  sizes.maxBlocks = c->launch.twoshotBlocks;
-  sizes.dataBytes = static_cast<size_t>(paramInt(ParamId::kTwoshotChunkBytes));
   std::unique_ptr<MulticastTransport> t;
-  Status s = MulticastTransport::create(envOf(bs, *c), sizes, &t);
+  Status s = needs.multicast.dataBytes == 0 ? TPCOMM_ERROR(kNotSupported, "no algorithm asks for it")
+                                            : MulticastTransport::create(envOf(bs, *c), needs.multicast, &t);
   return keepIfAll(bs, s, &t, &c->multicast, &report->multicast);
 }
 
 }  // namespace
+
+// What every algorithm asks of the transports, together: every P2P region request (the
+// transport merges those under one key) and the largest multicast allocation.
+TransportNeeds allNeeds(const std::vector<std::unique_ptr<Algorithm>>& algos, int nRanks) {
+  TransportNeeds all;
+  for (const auto& a : algos) {
+    TransportNeeds n = a->needs(nRanks);
+    all.p2p.insert(all.p2p.end(), n.p2p.begin(), n.p2p.end());
+    all.multicast.maxBlocks = std::max(all.multicast.maxBlocks, n.multicast.maxBlocks);
+    all.multicast.dataBytes = std::max(all.multicast.dataBytes, n.multicast.dataBytes);
+  }
+  return all;
+}
 
 Status checkCreateArgs(Bootstrap& bs, int device, const Config& config) {
   if (device < -1)
@@ -239,32 +247,36 @@ Status agreeOnSettings(Bootstrap& bs, const Config& config, AlgoOverride* ovr) {
   ovr->deterministicOnly = config.deterministic || paramInt(ParamId::kDeterministic) != 0;
   TPCOMM_TRY(agreeOnCompression(bs, config, ovr));
 
-  static const ParamId kShared[] = {ParamId::kP2pBlocks,         ParamId::kTwoshotBlocks,   ParamId::kFusedBlocksPerRow,
-                                    ParamId::kLamportMaxBytes,   ParamId::kOneshotMaxBytes, ParamId::kTwoshotChunkBytes,
-                                    ParamId::kLlMaxBytes,  // sizes the last scratch area: peers address it
-                                    ParamId::kStagedChunkBytes,  ParamId::kStagedSlots,     ParamId::kStagedBlocks,
-                                    ParamId::kStagedCopyEngines, ParamId::kCheckCalls,      ParamId::kTune,
-                                    ParamId::kStagedCeSplit};  // chunk boundaries: every rank's must match
-  constexpr size_t kN = sizeof(kShared) / sizeof(kShared[0]);
-  struct Shared {
-    int64_t v[kN];
-    uint64_t algoHash;  // FNV-1a of the selection override text
-  } mine{};
-  for (size_t i = 0; i < kN; ++i)
-    mine.v[i] = kShared[i] == ParamId::kStagedChunkBytes ? stagedChunkBytesInForce() : paramInt(kShared[i]);
-  mine.algoHash = 1469598103934665603ull;
-  for (unsigned char ch : algoText) mine.algoHash = (mine.algoHash ^ ch) * 1099511628211ull;
-  mine.algoHash = (mine.algoHash ^ (ovr->deterministicOnly ? 1 : 0)) * 1099511628211ull;  // same mode everywhere
-  std::vector<Shared> all(static_cast<size_t>(bs.size()));
-  TPCOMM_TRY(bs.allGather(&mine, all.data(), sizeof(Shared)));
+  // The grids, the host staging geometry and the choices ranks must make alike; then every
+  // parameter an algorithm's scratch is sized by (Algorithm::sizedBy(): peers address it).
+  std::vector<ParamId> shared = {ParamId::kP2pBlocks,         ParamId::kTwoshotBlocks, ParamId::kFusedBlocksPerRow,
+                                 ParamId::kStagedChunkBytes,  ParamId::kStagedSlots,   ParamId::kStagedBlocks,
+                                 ParamId::kStagedCopyEngines, ParamId::kCheckCalls,    ParamId::kTune,
+                                 ParamId::kStagedCeSplit};  // chunk boundaries: every rank's must match
+  for (const auto& a : makeAlgorithms(nullptr))
+    for (ParamId id : a->sizedBy())
+      if (std::find(shared.begin(), shared.end(), id) == shared.end()) shared.push_back(id);
+  // Every rank has the same registry, so the same list: one row of values (and the hash of the
+  // selection override) per rank.
+  const size_t n = shared.size();
+  std::vector<int64_t> mine(n + 1);
+  for (size_t i = 0; i < n; ++i)
+    mine[i] = shared[i] == ParamId::kStagedChunkBytes ? stagedChunkBytesInForce() : paramInt(shared[i]);
+  uint64_t algoHash = 1469598103934665603ull;  // FNV-1a of the selection override text
+  for (unsigned char ch : algoText) algoHash = (algoHash ^ ch) * 1099511628211ull;
+  algoHash = (algoHash ^ (ovr->deterministicOnly ? 1 : 0)) * 1099511628211ull;  // same mode everywhere
+  mine[n] = static_cast<int64_t>(algoHash);
+  std::vector<int64_t> all(mine.size() * static_cast<size_t>(bs.size()));
+  TPCOMM_TRY(bs.allGather(mine.data(), all.data(), mine.size() * sizeof(int64_t)));
+  auto at = [&](int r, size_t i) { return all[static_cast<size_t>(r) * mine.size() + i]; };
   for (int r = 1; r < bs.size(); ++r) {
-    for (size_t i = 0; i < kN; ++i)
-      if (all[r].v[i] != all[0].v[i])
+    for (size_t i = 0; i < n; ++i)
+      if (at(r, i) != at(0, i))
         return TPCOMM_INVALID(
             "create: TPCOMM_%s is %lld on rank %d but %lld on rank 0: it must be the same on every rank",
-            params()[static_cast<size_t>(kShared[i])].name, static_cast<long long>(all[r].v[i]), r,
-            static_cast<long long>(all[0].v[i]));
-    if (all[r].algoHash != all[0].algoHash)
+            params()[static_cast<size_t>(shared[i])].name, static_cast<long long>(at(r, i)), r,
+            static_cast<long long>(at(0, i)));
+    if (at(r, n) != at(0, n))
       return TPCOMM_INVALID(
           "create: TPCOMM_ALGO / Config::algo or the deterministic mode on rank %d differs from rank 0's: it must be "
           "the same on every rank",
@@ -351,12 +363,14 @@ Status checkResidency(Bootstrap& bs, const AlgoContext& c) {
   return Status::kOk;
 }
 
-Status bringUpTransports(Bootstrap& bs, const Config& config, AlgoContext* c, TransportReport* report) {
+Status bringUpTransports(Bootstrap& bs, const Config& config, const std::vector<std::unique_ptr<Algorithm>>& algos,
+                         AlgoContext* c, TransportReport* report) {
   TPCOMM_TRY(bringUpHostStaged(bs, c, report));
   if (c->device >= 0) {
-    TPCOMM_TRY(bringUpP2p(bs, c, report));
+    const TransportNeeds needs = allNeeds(algos, c->nRanks);
+    TPCOMM_TRY(bringUpP2p(bs, c, needs, report));
     TPCOMM_TRY(bringUpNccl(bs, config, c, report));
-    TPCOMM_TRY(bringUpMulticast(bs, c, report));
+    TPCOMM_TRY(bringUpMulticast(bs, c, needs, report));
   } else {
     report->p2p = report->nccl = report->multicast = "host ranks";
   }
@@ -371,10 +385,7 @@ void warnUnrunnableOverrides(const AlgoOverride& ovr, const std::vector<std::uni
     for (const std::string& name : rule.names)
       for (const auto& a : algos) {
         if (name != a->name() || a->available()) continue;
-        const std::string& why = name == "ring_nccl"           ? report.nccl
-                                 : name == "staged_host"       ? report.hostStaged
-                                 : name == "twoshot_multicast" ? report.multicast
-                                                               : report.p2p;
+        const std::string& why = report.whyNot(a->transport());
         TPCOMM_WARN(kInit,
                     "TPCOMM_ALGO / Config::algo forces %s, which this communicator cannot run (%s): calls it covers "
                     "fall back to the next algorithm by cost (lastAlgorithm() names it)",

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "algos/algorithm.h"
+#include "algos/common/algorithm.h"
 #include "collectives/algo_override.h"
 #include "tpcomm/communicator.h"
 
@@ -18,6 +18,15 @@ namespace tpcomm {
 /// Why each transport is not usable ("" when it is), for the INFO table and tpcomm-doctor.
 struct TransportReport {
   std::string hostStaged, p2p, nccl, multicast;
+  /// By the name an algorithm gives its transport (Algorithm::transport()); "" for any other.
+  const std::string& whyNot(const std::string& transport) const {
+    static const std::string kNone;
+    return transport == "host_staged" ? hostStaged
+           : transport == "cuda_p2p"  ? p2p
+           : transport == "nccl"      ? nccl
+           : transport == "multicast" ? multicast
+                                      : kNone;
+  }
 };
 
 /// Argument checks that need no peer: device index, bootstrap rank/size, config values.
@@ -37,10 +46,14 @@ Status preloadAlgorithms(Bootstrap& bs, const AlgoContext& ctx, const std::vecto
 /// (SMs x blocks per SM of the most demanding kernel, recorded at preload). Agreed: a rank whose
 /// GPU is too small fails create on every rank, naming the parameter to lower.
 Status checkResidency(Bootstrap& bs, const AlgoContext& ctx);
-/// Brings up every transport kind this rank can have; one rank's failure drops that transport
-/// everywhere (its reason recorded in `report`). Only a caller's error (an engine's ncclComm that
-/// does not fit) fails create.
-Status bringUpTransports(Bootstrap& bs, const Config& config, AlgoContext* ctx, TransportReport* report);
+/// Brings up every transport kind this rank can have, sized by what `algos` ask of them
+/// (Algorithm::needs()); one rank's failure drops that transport everywhere (its reason recorded
+/// in `report`). Only a caller's error (an engine's ncclComm that does not fit) fails create.
+Status bringUpTransports(Bootstrap& bs, const Config& config, const std::vector<std::unique_ptr<Algorithm>>& algos,
+                         AlgoContext* ctx, TransportReport* report);
+/// What `algos` ask of the transports for nRanks ranks, together (tests: the cuda_p2p layout of
+/// a registry).
+TransportNeeds allNeeds(const std::vector<std::unique_ptr<Algorithm>>& algos, int nRanks);
 /// Warns (once, at create) about TPCOMM_ALGO / Config::algo names that this communicator cannot
 /// run (their transport is down, e.g. ring_nccl on host ranks): the call then falls back to the
 /// next candidate by cost, and the user must be told, not find out from lastAlgorithm().

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "algos/fused_rmsnorm.h"
+#include "algos/fused/fused_rmsnorm.h"
 #include "common/error.h"
 
 namespace tpcomm {

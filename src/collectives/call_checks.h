@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-#include "algos/coll_args.h"
+#include "algos/common/coll_args.h"
 #include "tpcomm/status.h"
 #include "tpcomm/types.h"
 

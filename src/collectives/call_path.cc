@@ -8,7 +8,7 @@
 // instead of run (selected afresh, not from the cache).
 #include <vector>
 
-#include "algos/fused_rmsnorm.h"
+#include "algos/fused/fused_rmsnorm.h"
 #include "collectives/call_checks.h"
 #include "collectives/communicator_impl.h"
 #include "common/log.h"

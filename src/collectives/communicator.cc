@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "algos/fused_rmsnorm.h"
+#include "algos/fused/fused_rmsnorm.h"
 #include "collectives/call_checks.h"
 #include "collectives/communicator_impl.h"
 #include "collectives/registry.h"
@@ -85,7 +85,7 @@ Status Communicator::create(Bootstrap& bootstrap, int device, const Config& conf
   impl->algoList = rawList(impl->algos);
   TPCOMM_TRY(preloadAlgorithms(bootstrap, *impl->ctx, impl->algos));
   TPCOMM_TRY(checkResidency(bootstrap, *impl->ctx));
-  TPCOMM_TRY(bringUpTransports(bootstrap, config, impl->ctx.get(), &impl->transports));
+  TPCOMM_TRY(bringUpTransports(bootstrap, config, impl->algos, impl->ctx.get(), &impl->transports));
   TPCOMM_TRY(setUpAlgorithms(bootstrap, impl->algos));
   warnUnrunnableOverrides(impl->override, impl->algos, impl->transports, impl->ctx->rank);
   if (impl->ctx->rank == 0 && logEnabled(LogLevel::kInfo, kInit)) {

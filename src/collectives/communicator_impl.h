@@ -11,7 +11,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#include "algos/algorithm.h"
+#include "algos/common/algorithm.h"
 #include "collectives/algo_override.h"
 #include "collectives/bring_up.h"
 #include "collectives/selector.h"

@@ -6,7 +6,7 @@
 // measuredPcieGBps).
 #include "collectives/cost_model.h"
 
-#include "algos/quantize.h"
+#include "algos/compressed/quantize.h"
 
 #include <algorithm>
 #include <cstddef>

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "algos/coll_args.h"
+#include "algos/common/coll_args.h"
 #include "topology/topology.h"
 
 namespace tpcomm {

@@ -1,8 +1,11 @@
 #include "collectives/registry.h"
 
+#include <algorithm>
+#include <mutex>
+
 namespace tpcomm {
 
-// One factory per algorithm, each defined in its own file under src/algos/.
+// One factory per algorithm, each defined in its own file under src/algos/<family>/.
 std::unique_ptr<Algorithm> makeLamportP2p(const AlgoContext* ctx);       // lamport_p2p.cc
 std::unique_ptr<Algorithm> makeLlP2p(const AlgoContext* ctx);            // ll_p2p.cc
 std::unique_ptr<Algorithm> makeOneshotP2p(const AlgoContext* ctx);       // oneshot_p2p.cc
@@ -14,6 +17,14 @@ std::unique_ptr<Algorithm> makeCopyLocal(const AlgoContext* ctx);        // copy
 // Compressed all-reduce (offered only when Config::compression names the format).
 std::unique_ptr<Algorithm> makeTwoshotP2pCompressed(const AlgoContext* ctx, Compression wire);  // twoshot_p2p_compressed.cc
 std::unique_ptr<Algorithm> makeStagedHostCompressed(const AlgoContext* ctx, Compression wire);  // staged_host.cc
+
+namespace {
+std::mutex gTestMutex;
+std::vector<AlgorithmFactory>& testFactories() {
+  static std::vector<AlgorithmFactory> factories;
+  return factories;
+}
+}  // namespace
 
 std::vector<std::unique_ptr<Algorithm>> makeAlgorithms(const AlgoContext* ctx) {
   std::vector<std::unique_ptr<Algorithm>> list;
@@ -30,7 +41,20 @@ std::vector<std::unique_ptr<Algorithm>> makeAlgorithms(const AlgoContext* ctx) {
     list.push_back(makeTwoshotP2pCompressed(ctx, wire));
     list.push_back(makeStagedHostCompressed(ctx, wire));
   }
+  std::lock_guard<std::mutex> lock(gTestMutex);
+  for (AlgorithmFactory f : testFactories()) list.push_back(f(ctx));
   return list;
+}
+
+ScopedTestAlgorithm::ScopedTestAlgorithm(AlgorithmFactory factory) : factory_(factory) {
+  std::lock_guard<std::mutex> lock(gTestMutex);
+  testFactories().push_back(factory);
+}
+
+ScopedTestAlgorithm::~ScopedTestAlgorithm() {
+  std::lock_guard<std::mutex> lock(gTestMutex);
+  auto& f = testFactories();
+  f.erase(std::find(f.begin(), f.end(), factory_));
 }
 
 std::unique_ptr<Algorithm> makeAlgorithm(const std::string& name, const AlgoContext* ctx) {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "algos/algorithm.h"
+#include "algos/common/algorithm.h"
 #include "collectives/algo_override.h"
 #include "collectives/tuning_file.h"
 

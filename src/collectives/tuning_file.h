@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "algos/coll_args.h"
+#include "algos/common/coll_args.h"
 #include "topology/topology.h"
 #include "tpcomm/status.h"
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/enum_names.h"
 #include "tpcomm/types.h"
 
 namespace tpcomm {
@@ -39,25 +40,9 @@ void clearError() { tLastError[0] = '\0'; }
 const char* lastErrorMessage() { return tLastError; }
 
 const char* statusName(Status s) {
-  switch (s) {
-    case Status::kOk:
-      return "kOk";
-    case Status::kInvalidArgument:
-      return "kInvalidArgument";
-    case Status::kNotSupported:
-      return "kNotSupported";
-    case Status::kCudaError:
-      return "kCudaError";
-    case Status::kSystemError:
-      return "kSystemError";
-    case Status::kTimeout:
-      return "kTimeout";
-    case Status::kRemoteError:
-      return "kRemoteError";
-    case Status::kInternal:
-      return "kInternal";
-  }
-  return "kUnknownStatus";
+  static const char* const kNames[] = {"kOk",          "kInvalidArgument", "kNotSupported", "kCudaError",
+                                       "kSystemError", "kTimeout",         "kRemoteError",  "kInternal"};
+  return enumName(s, kNames, "kUnknownStatus");  // in Status's order (include/tpcomm/status.h)
 }
 
 }  // namespace tpcomm

@@ -7,3 +7,12 @@
 #else
 #define TPCOMM_HD
 #endif
+
+#include <cstddef>
+
+namespace tpcomm {
+
+/// v rounded up to a multiple of a (a > 0).
+TPCOMM_HD constexpr size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace tpcomm

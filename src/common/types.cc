@@ -3,54 +3,29 @@
 
 #include <cstring>
 
+#include "common/enum_names.h"
+
 namespace tpcomm {
 
 size_t dataTypeSize(DataType t) {
-  switch (t) {
-    case DataType::kF32:
-      return 4;
-    case DataType::kF16:
-      return 2;
-    case DataType::kBF16:
-      return 2;
-  }
-  return 0;
+  const int i = static_cast<int>(t);
+  return i == 0 ? 4 : i == 1 || i == 2 ? 2 : 0;  // f32; f16, bf16; outside the enum
 }
 
+// Names in each enum's value order (include/tpcomm/types.h).
 const char* dataTypeName(DataType t) {
-  switch (t) {
-    case DataType::kF32:
-      return "f32";
-    case DataType::kF16:
-      return "f16";
-    case DataType::kBF16:
-      return "bf16";
-  }
-  return "invalid";
+  static const char* const kNames[] = {"f32", "f16", "bf16"};
+  return enumName(t, kNames, "invalid");
 }
 
 const char* reduceOpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kMax:
-      return "max";
-    case ReduceOp::kMin:
-      return "min";
-  }
-  return "invalid";
+  static const char* const kNames[] = {"sum", "max", "min"};
+  return enumName(op, kNames, "invalid");
 }
 
 const char* compressionName(Compression c) {
-  switch (c) {
-    case Compression::kNone:
-      return "none";
-    case Compression::kFp8:
-      return "fp8";
-    case Compression::kInt8:
-      return "int8";
-  }
-  return "invalid";
+  static const char* const kNames[] = {"none", "fp8", "int8"};
+  return enumName(c, kNames, "invalid");
 }
 
 bool parseCompression(const char* text, Compression* out) {

@@ -5,43 +5,40 @@
 #include "shim/routing.h"
 
 #include <cstdio>
-
+#include <utility>
 
 namespace tpcomm {
 namespace shim {
 
+namespace {
+// NCCL's value -> tpcomm's, for the types and ops tpcomm reduces; anything else is NCCL's alone
+// (ncclProd, ncclAvg, ncclRedOpCreatePreMulSum's custom ops, integer types...).
+template <typename From, typename To, size_t N>
+bool mapValue(const std::pair<From, To> (&table)[N], From v, To* out) {
+  for (const auto& e : table)
+    if (e.first == v) {
+      *out = e.second;
+      return true;
+    }
+  return false;
+}
+}  // namespace
+
 bool tpcommDataType(ncclDataType_t t, DataType* out) {
-  switch (t) {
-    case ncclFloat32:
-      *out = DataType::kF32;
-      return true;
-    case ncclFloat16:
-      *out = DataType::kF16;
-      return true;
+  static const std::pair<ncclDataType_t, DataType> kTypes[] = {
+    {ncclFloat32, DataType::kF32},
+    {ncclFloat16, DataType::kF16},
 #if defined(NCCL_MAJOR) && (NCCL_MAJOR > 2 || NCCL_MINOR >= 10)
-    case ncclBfloat16:
-      *out = DataType::kBF16;
-      return true;
+    {ncclBfloat16, DataType::kBF16},
 #endif
-    default:
-      return false;
-  }
+  };
+  return mapValue(kTypes, t, out);
 }
 
 bool tpcommReduceOp(ncclRedOp_t op, ReduceOp* out) {
-  switch (op) {
-    case ncclSum:
-      *out = ReduceOp::kSum;
-      return true;
-    case ncclMax:
-      *out = ReduceOp::kMax;
-      return true;
-    case ncclMin:
-      *out = ReduceOp::kMin;
-      return true;
-    default:
-      return false;  // ncclProd, ncclAvg, ncclRedOpCreatePreMulSum's custom ops
-  }
+  static const std::pair<ncclRedOp_t, ReduceOp> kOps[] = {
+      {ncclSum, ReduceOp::kSum}, {ncclMax, ReduceOp::kMax}, {ncclMin, ReduceOp::kMin}};
+  return mapValue(kOps, op, out);
 }
 
 size_t ncclTypeSize(ncclDataType_t t) {

@@ -90,22 +90,29 @@ inline std::string getString(const nlohmann::json& obj, const char* key, const s
   return v->get<std::string>();
 }
 
-/// The array at key (an empty one when missing).
-inline const nlohmann::json& getArray(const nlohmann::json& obj, const char* key) {
-  static const nlohmann::json kEmpty = nlohmann::json::array();
+/// The array (array true) or object at key; an empty one when missing.
+inline const nlohmann::json& getContainer(const nlohmann::json& obj, const char* key, bool array) {
+  static const nlohmann::json kEmptyArray = nlohmann::json::array(), kEmptyObject = nlohmann::json::object();
   const nlohmann::json* v = find(obj, key);
-  if (!v) return kEmpty;
-  if (!v->is_array()) wrongType(key, "an array");
+  if (!v) return array ? kEmptyArray : kEmptyObject;
+  if (array ? !v->is_array() : !v->is_object()) wrongType(key, array ? "an array" : "an object");
   return *v;
 }
-
-/// The object at key (an empty one when missing).
+inline const nlohmann::json& getArray(const nlohmann::json& obj, const char* key) {
+  return getContainer(obj, key, true);
+}
 inline const nlohmann::json& getObject(const nlohmann::json& obj, const char* key) {
-  static const nlohmann::json kEmpty = nlohmann::json::object();
-  const nlohmann::json* v = find(obj, key);
-  if (!v) return kEmpty;
-  if (!v->is_object()) wrongType(key, "an object");
-  return *v;
+  return getContainer(obj, key, false);
+}
+
+/// The measured link fields both JSON forms carry (the machine probe's pairs, the topology's
+/// links): pci_path, ce_gbs, sm_gbs, rtt_us (0: not measured).
+template <typename Link>
+void getLinkMeasures(const nlohmann::json& obj, Link* link) {
+  link->pciPath = getString(obj, "pci_path");
+  link->ceGBs = getDouble(obj, "ce_gbs", 0.0);
+  link->smGBs = getDouble(obj, "sm_gbs", 0.0);
+  link->rttUs = getDouble(obj, "rtt_us", 0.0);
 }
 
 inline std::vector<std::string> getStrings(const nlohmann::json& obj, const char* key) {

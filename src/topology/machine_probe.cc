@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "topology/json_fields.h"
 
@@ -11,25 +12,13 @@ namespace tpcomm {
 using nlohmann::json;
 using namespace jsonfields;  // NOLINT: the strict field readers
 
-const char* p2pCheckName(P2pCheck c) {
-  switch (c) {
-    case P2pCheck::kNotRun: return "not_run";
-    case P2pCheck::kOk: return "ok";
-    case P2pCheck::kCorrupt: return "corrupt";
-    case P2pCheck::kHang: return "hang";
-    case P2pCheck::kCudaError: return "cuda_error";
-  }
-  return "not_run";
-}
+namespace {
+const char* const kP2pCheckNames[] = {"not_run", "ok", "corrupt", "hang", "cuda_error"};  // P2pCheck's order
+}  // namespace
 
-bool parseP2pCheck(const std::string& s, P2pCheck* out) {
-  for (P2pCheck c : {P2pCheck::kNotRun, P2pCheck::kOk, P2pCheck::kCorrupt, P2pCheck::kHang, P2pCheck::kCudaError})
-    if (s == p2pCheckName(c)) {
-      *out = c;
-      return true;
-    }
-  return false;
-}
+const char* p2pCheckName(P2pCheck c) { return enumName(c, kP2pCheckNames, "not_run"); }
+
+bool parseP2pCheck(const std::string& s, P2pCheck* out) { return enumFromName(s.c_str(), kP2pCheckNames, out); }
 
 int MachineProbe::findGpu(const std::string& busId) const {
   std::string b = normalizeBusId(busId);
@@ -186,14 +175,11 @@ Status MachineProbe::fromJson(const std::string& text, MachineProbe* out) {
         f.atomics = getBool(p, "atomics", false);
         f.nvlinks = getI32(p, "nvlinks", 0);
         f.viaSwitch = getBool(p, "via_switch", false);
-        f.pciPath = getString(p, "pci_path");
+        getLinkMeasures(p, &f);
         if (!parseP2pCheck(getString(p, "kernel_check", "not_run"), &f.kernelCheck) ||
             !parseP2pCheck(getString(p, "copy_check", "not_run"), &f.copyCheck))
           return TPCOMM_INVALID("machine probe JSON: unknown P2P check result");
         f.checkDetail = getString(p, "check_detail");
-        f.ceGBs = getDouble(p, "ce_gbs", 0.0);
-        f.smGBs = getDouble(p, "sm_gbs", 0.0);
-        f.rttUs = getDouble(p, "rtt_us", 0.0);
         r.push_back(f);
       }
       m.pairs.push_back(r);

@@ -1,38 +1,24 @@
 #include "topology/topology.h"
 
-#include <cstdlib>
-#include <cerrno>
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "common/enum_names.h"
 #include "common/error.h"
 #include "common/params.h"
 #include "topology/json_fields.h"
 
 namespace tpcomm {
 
-const char* linkKindName(LinkKind k) {
-  switch (k) {
-    case LinkKind::kNone: return "none";
-    case LinkKind::kPcie: return "pcie";
-    case LinkKind::kPcieP2p: return "pcie_p2p";
-    case LinkKind::kNvlink: return "nvlink";
-    case LinkKind::kNvswitch: return "nvswitch";
-    case LinkKind::kSelf: return "self";
-  }
-  return "invalid";
-}
+namespace {
+const char* const kLinkKindNames[] = {"none", "pcie", "pcie_p2p", "nvlink", "nvswitch", "self"};  // LinkKind's order
+}  // namespace
 
-bool parseLinkKind(const std::string& s, LinkKind* out) {
-  for (LinkKind k : {LinkKind::kNone, LinkKind::kPcie, LinkKind::kPcieP2p, LinkKind::kNvlink,
-                     LinkKind::kNvswitch, LinkKind::kSelf}) {
-    if (s == linkKindName(k)) {
-      *out = k;
-      return true;
-    }
-  }
-  return false;
-}
+const char* linkKindName(LinkKind k) { return enumName(k, kLinkKindNames, "invalid"); }
+
+bool parseLinkKind(const std::string& s, LinkKind* out) { return enumFromName(s.c_str(), kLinkKindNames, out); }
 
 bool Topology::allHost() const {
   for (const RankDevice& r : ranks)
@@ -221,10 +207,7 @@ Status Topology::fromJson(const std::string& text, Topology* out) {
         p.why = getString(l, "why");
         p.canAccessPeer = getBool(l, "can_access_peer", p.p2pVerified);
         p.perfRank = getI32(l, "perf_rank", -1);
-        p.pciPath = getString(l, "pci_path");
-        p.ceGBs = getDouble(l, "ce_gbs", 0.0);
-        p.smGBs = getDouble(l, "sm_gbs", 0.0);
-        p.rttUs = getDouble(l, "rtt_us", 0.0);
+        getLinkMeasures(l, &p);
         links.push_back(p);
       }
       t.links.push_back(links);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #ifdef TPCOMM_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -12,47 +13,69 @@
 
 namespace tpcomm {
 
-namespace {
-size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
-}  // namespace
+const P2pRegion* P2pPlan::find(const std::string& key) const {
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (keys[i] == key) return &regions[i];
+  return nullptr;
+}
 
-P2pLayout P2pLayout::make(int nRanks, int maxBlocks, size_t lamportBytes, size_t oneshotBytes, size_t twoshotChunk,
-                          size_t llBytes) {
-  P2pLayout l;
+Status planP2pBuffer(int nRanks, const std::vector<P2pScratchRequest>& asks, P2pPlan* out) {
+  P2pPlan plan;
+  std::vector<const P2pScratchRequest*> distinct;
+  int maxBlocks = 0;
+  for (const P2pScratchRequest& a : asks) {
+    if (a.blocks < 1 || a.blocks > 1024)
+      return TPCOMM_INVALID("cuda_p2p: '%s' asks for %d blocks: 1..1024 (TPCOMM_P2P_BLOCKS / TPCOMM_TWOSHOT_BLOCKS)",
+                            a.key.c_str(), a.blocks);
+    if (a.buffers < 1) return TPCOMM_INVALID("cuda_p2p: '%s' asks for %d buffers", a.key.c_str(), a.buffers);
+    auto same =
+        std::find_if(distinct.begin(), distinct.end(), [&](const P2pScratchRequest* d) { return d->key == a.key; });
+    if (same == distinct.end()) {
+      distinct.push_back(&a);
+    } else if (!(**same == a)) {
+      return TPCOMM_INVALID("cuda_p2p: two requests for the region '%s' differ", a.key.c_str());
+    }
+    maxBlocks = std::max(maxBlocks, a.blocks);
+  }
+  P2pLayout& l = plan.layout;
   l.nRanks = nRanks;
   l.maxBlocks = maxBlocks;
-  l.lamportBytes = alignUp(lamportBytes, 256);
-  l.oneshotBytes = alignUp(oneshotBytes, 256);
-  l.twoshotChunk = alignUp(twoshotChunk, 4096);
-  // One rank's slice of a chunk, rounded up to whole 16-byte packs plus one spare pack.
-  l.twoshotSliceCap = alignUp(l.twoshotChunk / nRanks + 16, 256);
-  // ll_p2p: a piece is at most ceil(llBytes / n) bytes, 8 per 16-byte line.
-  l.llBytes = llBytes;
-  l.llSlotBytes = llBytes == 0 ? 0 : alignUp((llBytes / nRanks + 8) / 8 * 16, 256);
+  l.channels = static_cast<int>(distinct.size());
+  const size_t slots = static_cast<size_t>(l.channels) * nRanks * maxBlocks;  // per table row kind
   size_t off = 0;
   l.flagsOffset = off;
-  off = alignUp(off + sizeof(uint64_t) * kP2pAlgoCount * nRanks * maxBlocks, 4096);
+  off = alignUp(off + sizeof(uint64_t) * slots, 4096);
   l.epochsOffset = off;
-  // + 3 words: bytes used per Lamport buffer; then the poison word.
-  l.poisonOffset = off + sizeof(uint64_t) * (kP2pAlgoCount * maxBlocks + 3);
+  size_t words = static_cast<size_t>(l.channels) * maxBlocks;  // epochs, then the local words
+  for (const P2pScratchRequest* a : distinct) {
+    P2pRegion r;
+    r.channel = static_cast<int>(plan.keys.size());
+    r.buffers = a->buffers;
+    r.slotBytes = a->slotBytes;
+    r.sharedBytes = a->sharedBytes;
+    r.bufferBytes = a->slotBytes * nRanks + a->sharedBytes;
+    r.wordsOffset = l.epochsOffset + sizeof(uint64_t) * words;
+    words += a->localWords;
+    plan.keys.push_back(a->key);
+    plan.regions.push_back(r);
+  }
+  l.poisonOffset = l.epochsOffset + sizeof(uint64_t) * words;
   off = alignUp(l.poisonOffset + sizeof(uint64_t), 4096);
   l.signaturesOffset = off;
-  off = alignUp(off + sizeof(uint64_t) * kP2pAlgoCount * nRanks * maxBlocks * 3, 4096);
-  l.lamportOffset = off;
-  off = alignUp(off + 3 * l.lamportBufferBytes(), 4096);
-  l.oneshotOffset = off;
-  off = alignUp(off + 2 * l.oneshotBufferBytes(), 4096);
-  l.twoshotOffset = off;
-  off = alignUp(off + 2 * l.twoshotBufferBytes(), 4096);
-  l.llOffset = off;
-  off = alignUp(off + 2 * l.llBufferBytes(), 4096);
+  off = alignUp(off + sizeof(uint64_t) * slots * 3, 4096);
+  for (P2pRegion& r : plan.regions) {
+    r.offset = off;
+    off = alignUp(off + r.buffers * r.bufferBytes, 4096);
+  }
   l.totalBytes = off;
-  return l;
+  *out = std::move(plan);
+  return Status::kOk;
 }
 
 #ifdef TPCOMM_HAVE_CUDA
 
-Status CudaP2pTransport::create(const TransportEnv& ctx, const Sizes& sizes, std::unique_ptr<CudaP2pTransport>* out) {
+Status CudaP2pTransport::create(const TransportEnv& ctx, const std::vector<P2pScratchRequest>& asks,
+                                std::unique_ptr<CudaP2pTransport>* out) {
   const Topology& topo = ctx.topo;
   if (ctx.device < 0) return TPCOMM_ERROR(kNotSupported, "cuda_p2p: host ranks");
   if (!topo.allPairsP2p()) {
@@ -67,12 +90,8 @@ Status CudaP2pTransport::create(const TransportEnv& ctx, const Sizes& sizes, std
     return TPCOMM_ERROR(kNotSupported, "cuda_p2p: %d ranks exceed %d", ctx.nRanks, kMaxP2pRanks);
   if (ctx.nRanks < 2) return TPCOMM_ERROR(kNotSupported, "cuda_p2p: one rank needs no peers");
 
-  if (sizes.maxBlocks < 1 || sizes.maxBlocks > 1024)
-    return TPCOMM_INVALID("cuda_p2p: %d blocks: TPCOMM_P2P_BLOCKS / TPCOMM_TWOSHOT_BLOCKS must be 1..1024",
-                          sizes.maxBlocks);
   std::unique_ptr<CudaP2pTransport> t(new CudaP2pTransport());
-  t->layout_ = P2pLayout::make(ctx.nRanks, sizes.maxBlocks, sizes.lamportBytes, sizes.oneshotBytes, sizes.twoshotChunk,
-                                 sizes.llBytes);
+  TPCOMM_TRY(planP2pBuffer(ctx.nRanks, asks, &t->plan_));
   t->rank_ = ctx.rank;
   t->nRanks_ = ctx.nRanks;
   t->device_ = ctx.device;
@@ -81,8 +100,8 @@ Status CudaP2pTransport::create(const TransportEnv& ctx, const Sizes& sizes, std
 
   // Allocate and zero before anyone maps (flags, epochs, scratch). The synchronize makes the
   // memset complete before the handles go out.
-  TPCOMM_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&t->local_), t->layout_.totalBytes));
-  TPCOMM_CUDA_TRY(cudaMemset(t->local_, 0, t->layout_.totalBytes));
+  TPCOMM_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&t->local_), t->plan_.layout.totalBytes));
+  TPCOMM_CUDA_TRY(cudaMemset(t->local_, 0, t->plan_.layout.totalBytes));
   TPCOMM_CUDA_TRY(cudaDeviceSynchronize());
   t->peers_[ctx.rank] = t->local_;
 
@@ -121,7 +140,7 @@ Status CudaP2pTransport::create(const TransportEnv& ctx, const Sizes& sizes, std
     }
   }
   TPCOMM_INFO(kInit, "cuda_p2p: rank %d mapped %d peers via %s, %zu bytes per rank", ctx.rank, ctx.nRanks - 1,
-              t->ipc_ ? "CUDA IPC" : "peer access", t->layout_.totalBytes);
+              t->ipc_ ? "CUDA IPC" : "peer access", t->plan_.layout.totalBytes);
   *out = std::move(t);
   return Status::kOk;
 }
@@ -140,7 +159,8 @@ CudaP2pTransport::~CudaP2pTransport() {
 
 #else
 
-Status CudaP2pTransport::create(const TransportEnv&, const Sizes&, std::unique_ptr<CudaP2pTransport>*) {
+Status CudaP2pTransport::create(const TransportEnv&, const std::vector<P2pScratchRequest>&,
+                                std::unique_ptr<CudaP2pTransport>*) {
   return TPCOMM_ERROR(kNotSupported, "cuda_p2p: tpcomm was built without CUDA");
 }
 CudaP2pTransport::~CudaP2pTransport() = default;

@@ -15,15 +15,10 @@ namespace tpcomm {
 #ifdef TPCOMM_HAVE_NCCL
 namespace {
 
+// DataType and ReduceOp in their order (include/tpcomm/types.h); the last for any other value.
 ncclDataType_t toNccl(DataType t) {
-  switch (t) {
-    case DataType::kF32:
-      return ncclFloat32;
-    case DataType::kF16:
-      return ncclFloat16;
-    default:
-      return ncclBfloat16;
-  }
+  static const ncclDataType_t kTypes[] = {ncclFloat32, ncclFloat16, ncclBfloat16};
+  return kTypes[static_cast<int>(t) >= 0 && static_cast<int>(t) < 3 ? static_cast<int>(t) : 2];
 }
 
 Status check(ncclResult_t r, const char* what) {
@@ -32,14 +27,8 @@ Status check(ncclResult_t r, const char* what) {
 }
 
 ncclRedOp_t toNccl(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return ncclSum;
-    case ReduceOp::kMax:
-      return ncclMax;
-    default:
-      return ncclMin;
-  }
+  static const ncclRedOp_t kOps[] = {ncclSum, ncclMax, ncclMin};
+  return kOps[static_cast<int>(op) >= 0 && static_cast<int>(op) < 3 ? static_cast<int>(op) : 2];
 }
 
 class NcclTransportImpl : public NcclTransport {

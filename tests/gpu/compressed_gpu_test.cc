@@ -20,7 +20,7 @@
 #include <tuple>
 #include <utility>
 
-#include "algos/staged_host_ce.h"
+#include "algos/staged_host/staged_host_ce.h"
 #include "gpu_allreduce_util.h"
 #include "unit/compressed_check.h"
 #include "unit/test_util.h"

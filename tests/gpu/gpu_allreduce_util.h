@@ -16,7 +16,7 @@
 #include <tuple>
 #include <vector>
 
-#include "algos/host_reduce.h"
+#include "algos/host/host_reduce.h"
 #include "tpcomm/tpcomm.h"
 
 namespace tpcomm_test {

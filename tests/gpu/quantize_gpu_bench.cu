@@ -1,11 +1,11 @@
 // quantize_gpu_bench: the GPU quantize and read-back passes of the compressed all-reduce alone
-// (algos/quantize_warp.cuh: 4 lanes per 64-element block, 8 blocks per warp, as
+// (algos/compressed/quantize_warp.cuh: 4 lanes per 64-element block, 8 blocks per warp, as
 // twoshot_p2p_compressed.cu and staged_host_compressed.cu run them), on one GPU, device memory to
 // device memory. Prints GB/s
 // of message (count x element size / time; median of --reps launches timed with CUDA events) for
 // quantize (message -> codes + scales) and dequantize (codes + scales -> message), fp8 and int8 x
 // f32, f16, bf16, and checks that the GPU's codes, scales and read-back message are bitwise the
-// host quantizers' (algos/quantize_host.h, themselves bitwise quantize.h's): a mismatch exits 1.
+// host quantizers' (algos/compressed/quantize_host.h, themselves bitwise quantize.h's): a mismatch exits 1.
 // Inputs: normal(0,1) with an outlier x100 every 97 elements (allreduce_perf --compression's),
 // and that data's own read-back (quantized and read back once on the host: on the format's grid,
 // with exact zeros inside blocks, as an in-place compressed all-reduce meets its previous
@@ -23,16 +23,15 @@
 #include <random>
 #include <vector>
 
-#include "algos/host_reduce.h"
-#include "algos/quantize.h"
-#include "algos/quantize_host.h"
+#include "algos/host/host_reduce.h"
+#include "algos/compressed/quantize.h"
+#include "algos/compressed/quantize_host.h"
 #include "unit/count_reps_args.h"
-#include "algos/quantize_warp.cuh"
+#include "algos/compressed/quantize_warp.cuh"
 
 namespace {
 
 using namespace tpcomm;
-constexpr int kThreads = 512;
 constexpr int kB = kQuantBlockElems;
 
 #define CHECK_CUDA(call)                                                                          \

@@ -1,4 +1,4 @@
-// The E4M3 encoder on the GPU against its definition on the host (algos/quantize.h). On sm_89+
+// The E4M3 encoder on the GPU against its definition on the host (algos/compressed/quantize.h). On sm_89+
 // the device path is the hardware conversion (cvt.rn.satfinite.e4m3x2.f32) with the sign of a
 // zero result cleared; the host path is the software rounding the CPU tests pin down. Every float
 // bit pattern whose magnitude is in [2^-12, 2^11) (both signs: all E4M3 normals, subnormals,
@@ -13,7 +13,7 @@
 #include <cstring>
 #include <vector>
 
-#include "algos/quantize.h"
+#include "algos/compressed/quantize.h"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "algos/staged_host_ce.h"
+#include "algos/staged_host/staged_host_ce.h"
 #include "gpu_allreduce_util.h"
 #include "unit/test_util.h"
 

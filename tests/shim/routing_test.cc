@@ -34,6 +34,7 @@ class Unavailable : public Algorithm {
  public:
   explicit Unavailable(Algorithm* a) : a_(a) {}
   const char* name() const override { return a_->name(); }
+  const char* transport() const override { return a_->transport(); }
   bool supports(const Topology& t, const AlgoQuery& q, std::string* w) const override { return a_->supports(t, q, w); }
   Status run(const CollArgs&) override { return Status::kInternal; }
   bool available() const override { return false; }

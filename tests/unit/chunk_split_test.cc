@@ -1,9 +1,9 @@
-// twoshot_multicast's chunk geometry (src/algos/chunk_split.h), on the CPU
+// twoshot_multicast's chunk geometry (src/algos/multicast/chunk_split.h), on the CPU
 // since multicast never runs on our machines: for every chunk length up to a full chunk, the
 // parts of all (slice, block) pairs cover the chunk's packs exactly once, and block b's part of a
 // shorter chunk lies inside its part of a full chunk (so a short last chunk never has a block
 // write packs that another block still reads from the chunk before).
-#include "algos/chunk_split.h"
+#include "algos/multicast/chunk_split.h"
 
 #include <gtest/gtest.h>
 

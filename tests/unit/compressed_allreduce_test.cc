@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "algos/host_reduce.h"
-#include "algos/quantize.h"
+#include "algos/host/host_reduce.h"
+#include "algos/compressed/quantize.h"
 #include "compressed_check.h"
 #include "test_util.h"
 

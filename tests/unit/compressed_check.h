@@ -8,14 +8,14 @@
 #include <cstdint>
 #include <vector>
 
-#include "algos/host_reduce.h"
-#include "algos/quantize.h"
+#include "algos/host/host_reduce.h"
+#include "algos/compressed/quantize.h"
 
 namespace tpcomm {
 namespace test {
 
 // quantize.h's scalar functions over a buffer, element by element (the definition the fast host
-// quantizers of algos/quantize_host.h must equal bit for bit): codes[0..count) and one scale per
+// quantizers of algos/compressed/quantize_host.h must equal bit for bit): codes[0..count) and one scale per
 // started block of the elements of x (dtype dt); and read back into out (dtype dt).
 inline void scalarQuantize(QuantFormat f, const void* x, DataType dt, size_t count, uint8_t* codes, float* scales) {
   float v[kQuantBlockElems];

@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "algos/host_reduce.h"
+#include "algos/host/host_reduce.h"
 #include "unit/test_util.h"
 
 namespace tpcomm {

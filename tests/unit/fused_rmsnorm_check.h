@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "algos/fused_rmsnorm.h"
-#include "algos/host_reduce.h"
+#include "algos/fused/fused_rmsnorm.h"
+#include "algos/host/host_reduce.h"
 
 namespace tpcomm {
 namespace fused_test {

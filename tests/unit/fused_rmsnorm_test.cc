@@ -1,5 +1,5 @@
 // Communicator::allReduceResidualRmsNorm on host ranks (threads of this process) and the host
-// arithmetic it shares bit-for-bit with the GPU kernels (algos/fused_rmsnorm.h).
+// arithmetic it shares bit-for-bit with the GPU kernels (algos/fused/fused_rmsnorm.h).
 //
 // Stated tolerance, against an fp64 reference computed from the same dtype inputs (no rounding
 // anywhere), per element i of a row, u = unit roundoff of the dtype (2^-24 f32, 2^-11 f16,
@@ -11,6 +11,8 @@
 // (at most 32 fmaf per thread + 9 tree levels) plus sqrt and divisions, u the final rounding;
 // the factor 2 is margin. Every output is poisoned first, ranks must agree bitwise, and the
 // checker is itself shown to reject a result off by a few ulps of the norm.
+#include "algos/fused/fused_rmsnorm.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,8 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "algos/fused_rmsnorm.h"
-#include "algos/launch_params.h"
+#include "algos/p2p/twoshot_p2p.h"
 #include "transports/cuda_p2p.h"
 #include "unit/fused_rmsnorm_check.h"
 #include "unit/test_util.h"
@@ -175,46 +176,28 @@ TEST(FusedRmsNormHostCheck, RejectsBadArguments) {
 TEST(FusedRmsNormHostCheck, TwoshotGeometryFitsTheScratch) {
   for (int n : {2, 3, 4, 8}) {
     for (size_t chunk : {size_t(64) << 10, size_t(32) << 20}) {
-      const P2pLayout L = P2pLayout::make(n, 128, 1 << 20, 2 << 20, chunk);
+      P2pPlan plan;
+      ASSERT_EQ(planP2pBuffer(n, {twoshotScratch(n, 128, chunk)}, &plan), Status::kOk);
+      const P2pRegion& L = plan.regions[0];
       for (size_t rowBytes : {size_t(256), size_t(2000), size_t(10240), size_t(65536)}) {
         for (size_t rows : {size_t(1), size_t(7), size_t(512), size_t(100000)}) {
           SCOPED_TRACE("n " + std::to_string(n) + " chunk " + std::to_string(chunk) + " rowBytes " +
                        std::to_string(rowBytes) + " rows " + std::to_string(rows));
           size_t perChunk = 0, perRank = 0;
-          if (!fusedTwoshotGeometry(L, rows, rowBytes, &perChunk, &perRank)) {
-            EXPECT_TRUE(2 * rowBytes > L.twoshotChunk || rowBytes > L.twoshotSliceCap);
+          if (!fusedTwoshotGeometry(L, n, rows, rowBytes, &perChunk, &perRank)) {
+            EXPECT_TRUE(2 * rowBytes > L.sharedBytes || rowBytes > L.slotBytes);
             continue;
           }
           EXPECT_GE(perChunk, 1u);
           EXPECT_LE(perChunk, rows);
-          EXPECT_LE(perRank * rowBytes, L.twoshotSliceCap);
-          EXPECT_LE(2 * perChunk * rowBytes, L.twoshotChunk);
+          EXPECT_LE(perRank * rowBytes, L.slotBytes);
+          EXPECT_LE(2 * perChunk * rowBytes, L.sharedBytes);
           EXPECT_LE(perChunk, perRank * n);
           EXPECT_GE(perRank, 1u);
         }
       }
     }
   }
-}
-
-// ll_p2p's area (cuda_p2p.h): each of its two buffers holds every rank's slot, and a slot holds
-// the largest piece (at most ceil(TPCOMM_LL_MAX_BYTES / n) bytes) as 16-byte lines of 8 payload
-// bytes, after every other area and inside the allocation.
-TEST(P2pLayoutLl, SlotsHoldTheLargestPieceInsideTheBuffer) {
-  for (int n : {2, 3, 4, 7, 8, 16})
-    for (size_t ll : {size_t{16}, size_t{1000}, size_t{524288}, size_t{524288} + 7, size_t{3} << 20}) {
-      SCOPED_TRACE("n=" + std::to_string(n) + " llBytes=" + std::to_string(ll));
-      const P2pLayout L = P2pLayout::make(n, 128, 1 << 20, 2 << 20, 32 << 20, ll);
-      const size_t piece = (ll + n - 1) / n, lines = (piece + 7) / 8;
-      EXPECT_GE(L.llSlotBytes, lines * 16);
-      EXPECT_EQ(L.llSlotBytes % 16, 0u);
-      EXPECT_GE(L.llOffset, L.twoshotOffset + 2 * L.twoshotBufferBytes());
-      EXPECT_EQ(L.llOffset % 16, 0u);
-      EXPECT_LE(L.llOffset + 2 * L.llBufferBytes(), L.totalBytes);
-    }
-  const P2pLayout off = P2pLayout::make(2, 128, 1 << 20, 2 << 20, 32 << 20, 0);
-  EXPECT_EQ(off.llSlotBytes, 0u);
-  EXPECT_EQ(off.llOffset, off.totalBytes);
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "algos/coll_args.h"
+#include "algos/common/coll_args.h"
 #include "unit/test_util.h"
 
 namespace tpcomm {

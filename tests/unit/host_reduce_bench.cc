@@ -1,4 +1,4 @@
-// host_reduce_bench: ns per element of tpcomm's host reduction (algos/host_reduce.h) for f32,
+// host_reduce_bench: ns per element of tpcomm's host reduction (algos/host/host_reduce.h) for f32,
 // f16 and bf16, single thread, out of place: dst = op over n sources (default 4 ranks, 16M
 // elements, sum). It measures the conversion + fp32 accumulate + rounding cost that host ranks
 // (staged_host) pay per element; memory traffic is (n + 1) x count x element size per call.
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "algos/host_reduce.h"
+#include "algos/host/host_reduce.h"
 #include "tpcomm/types.h"
 
 namespace {

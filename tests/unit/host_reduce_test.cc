@@ -1,10 +1,10 @@
-// Host reductions and 16-bit conversions (algos/host_reduce.h). Conversions are checked against
+// Host reductions and 16-bit conversions (algos/host/host_reduce.h). Conversions are checked against
 // known bit patterns (round-to-nearest-even, subnormals, inf, NaN, signed zero); reductions are
 // bit-exact on integer-valued inputs for f32/f16/bf16 x sum/max/min, out of place and in place.
 // The vectorizable branch-free conversions are compared bitwise with the earlier branchy ones
 // (namespace reference below): every 16-bit input, rounding boundaries, random and (by hand) all
 // 2^32 f32 inputs, and whole 16-bit reductions.
-#include "algos/host_reduce.h"
+#include "algos/host/host_reduce.h"
 
 #include <gtest/gtest.h>
 

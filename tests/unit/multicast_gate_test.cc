@@ -28,7 +28,7 @@
 #define TPCOMM_TEST_HAVE_CUDA_H 1
 #endif
 
-#include "algos/launch_params.h"
+#include "algos/multicast/twoshot_multicast.h"
 #include "collectives/algo_override.h"
 #include "collectives/registry.h"
 #include "collectives/selector.h"

@@ -1,4 +1,4 @@
-// partition() (algos/host_reduce.h): how a message is cut into per-rank slices. Every slice
+// partition() (algos/host/host_reduce.h): how a message is cut into per-rank slices. Every slice
 // starts on a 16-byte vector boundary, slices are contiguous and cover [0, count) exactly once,
 // earlier slices take the remainder, and small counts leave later slices empty.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "algos/host_reduce.h"
+#include "algos/host/host_reduce.h"
 
 namespace tpcomm {
 namespace {

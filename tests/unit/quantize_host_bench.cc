@@ -1,4 +1,4 @@
-// quantize_host_bench: single-thread speed of the host quantizers (algos/quantize_host.h) against
+// quantize_host_bench: single-thread speed of the host quantizers (algos/compressed/quantize_host.h) against
 // the scalar per-element path they replace (quantize.h's quantizeBlock / quantDecode through
 // loadAsFloat / storeFromFloat), for fp8 and int8 over f32, f16 and bf16. Prints GB/s of message
 // (count x element size / time, the median of --reps calls) for quantize (message -> codes +
@@ -15,9 +15,9 @@
 #include <random>
 #include <vector>
 
-#include "algos/host_reduce.h"
-#include "algos/quantize.h"
-#include "algos/quantize_host.h"
+#include "algos/host/host_reduce.h"
+#include "algos/compressed/quantize.h"
+#include "algos/compressed/quantize_host.h"
 #include "unit/count_reps_args.h"
 #include "unit/compressed_check.h"
 

@@ -1,10 +1,10 @@
-// The fast host quantizers (src/algos/quantize_host.h) against quantize.h's scalar functions, the
+// The fast host quantizers (src/algos/compressed/quantize_host.h) against quantize.h's scalar functions, the
 // definition: every code, scale and read-back value bitwise equal. Inputs: every bf16 and every
 // f16 value (in order, shuffled, and beside anchors that set the block's scale), every code under
 // a table of scales (NaN, zeros, float denormals, huge), floats around every E4M3 rounding tie,
 // random f32 bit patterns, zero / NaN / Inf / denormal blocks, saturation, short tail blocks and
 // the n-rank sum of the compressed all-reduce.
-#include "algos/quantize_host.h"
+#include "algos/compressed/quantize_host.h"
 
 #include <gtest/gtest.h>
 
@@ -16,8 +16,8 @@
 #include <random>
 #include <vector>
 
-#include "algos/host_reduce.h"
-#include "algos/quantize.h"
+#include "algos/host/host_reduce.h"
+#include "algos/compressed/quantize.h"
 #include "unit/compressed_check.h"
 
 namespace tpcomm {

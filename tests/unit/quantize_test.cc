@@ -1,9 +1,9 @@
-// The block quantizers of compressed all-reduce (src/algos/quantize.h) against scalar
+// The block quantizers of compressed all-reduce (src/algos/compressed/quantize.h) against scalar
 // references written differently: fp8 by exhaustive search for the nearest of E4M3's 254 finite
 // values (ties to the even code), int8 in double with an explicit tie rule. Then the block rules
 // (zero, NaN and Inf blocks, -0, float denormals, saturation) and the per-element error bounds
 // docs/compression.md states, on normal data and on data with outliers.
-#include "algos/quantize.h"
+#include "algos/compressed/quantize.h"
 
 #include <gtest/gtest.h>
 

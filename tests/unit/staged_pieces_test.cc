@@ -1,16 +1,16 @@
-// staged_host's slot layouts (src/algos/staged_pieces.h), on the CPU: the copy-engine mode's
+// staged_host's slot layouts (src/algos/staged_host/staged_pieces.h), on the CPU: the copy-engine mode's
 // dense compressed chunk fits its slot for every length up to stagedDenseElems, starts its
 // scales 16-byte aligned, and holds whole quantization blocks (so the blocks start at the same
 // multiples of kQuantBlockElems from the buffer's start as the SM kernel's piece layout: the
 // same bits); the SM kernel's pieces cover the slot exactly once; the copy-engine mode's split
 // (stagedCeChunkElems) keeps chunks aligned, inside the slot and at least `split` where it can.
-#include "algos/staged_pieces.h"
+#include "algos/staged_host/staged_pieces.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
-#include "algos/quantize.h"
+#include "algos/compressed/quantize.h"
 
 namespace tpcomm {
 namespace {

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "algos/host_reduce.h"
+#include "algos/host/host_reduce.h"
 #include "common/params.h"
 #include "tpcomm/tpcomm.h"
 

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "algos/coll_args.h"
+#include "algos/common/coll_args.h"
 #include "unit/test_util.h"
 
 namespace tpcomm {
