@@ -27,9 +27,10 @@
 #include <string>
 #include <vector>
 
-#include "algos/host_reduce.h"
-#include "algos/launch_params.h"
-#include "algos/quantize_host.h"
+#include "algos/common/launch_params.h"
+#include "algos/compressed/quantize_host.h"
+#include "algos/host/host_reduce.h"
+#include "algos/p2p/p2p_launch.h"
 #include "collectives/call_checks.h"
 #include "collectives/communicator_impl.h"
 #include "collectives/registry.h"
@@ -54,11 +55,14 @@ class StubLaunch final : public Algorithm {
     base_.nRanks = 2;
     static char peerBuffers[2][64];
     for (int r = 0; r < 2; ++r) base_.peers[r] = peerBuffers[r];
-    base_.layout = P2pLayout::make(2, 128, 2u << 20, 2u << 20, 32u << 20, 512u << 10);
+    base_.layout.nRanks = 2;  // a plan's worth of fields; the stub never addresses the buffer
+    base_.layout.maxBlocks = 128;
+    base_.layout.channels = 4;
     base_.timeoutNs = 10000ull * 1000000ull;
   }
   const char* name() const override { return real_->name(); }
   const char* fusedName() const override { return real_->fusedName(); }
+  const char* transport() const override { return real_->transport(); }
   bool supports(const Topology& t, const AlgoQuery& q, std::string* why) const override {
     return real_->supports(t, q, why);
   }
