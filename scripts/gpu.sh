@@ -29,6 +29,11 @@
 #                (a source folder; built into $BUILD-before) and of this tree, A B B A in four
 #                processes, two ranks sharing GPU 0, bf16, 8 B..32 MB (8 B, 8 KB, 2 MB, 32 MB among
 #                the rows), eager and CUDA graphs, auto and each P2P algorithm forced.
+#   ranks        every multi-rank path on ONE GPU in one call (scripts/gpu.d/ranks.sh): the GPU
+#                tests at 2, 3, 4 and 8 ranks sharing the GPU (TPCOMM_TEST_RANKS, quick sizes), the
+#                MPI tests at 2 and 4 processes, the decoder at TP=2 (20 runs) and TP=4; a table of
+#                passed / failed / skipped / not reached per rank count and algorithm. RANKS,
+#                STEPS, BUDGET narrow it.
 #   python       the Python package on GPUs (torch, no pip install): libtpcomm built as the wheel
 #                builds it, laid out in /tmp/tpcomm-py-site, tests/python/torch_gpu_check.py under
 #                torchrun on min(GPUs, 2) ranks (ARGS go to it); on failure a crash report.
@@ -44,6 +49,7 @@ MPI="mpirun -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_M
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SUB=${1:-}
 case "$SUB" in
+  ranks) shift; exec bash "$root/scripts/gpu.d/ranks.sh" "$@" ;;
   tests | shared | bench | compression | ab | python | python-e2e) shift ;;
   *) sed -n '2,/^# SAFETY/p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

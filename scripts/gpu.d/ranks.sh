@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/gpu_ranks.sh [OUTDIR]: every multi-rank path on ONE GPU, in one device call (~8 min on
+# scripts/gpu.d/ranks.sh [OUTDIR] (run as `scripts/gpu.sh ranks [OUTDIR]`): every multi-rank path on ONE GPU, in one device call (~8 min on
 # 1x H200 after a ~2 min build): the GPU test binary at 2, 3, 4 and 8 ranks sharing the GPU
 # (TPCOMM_TEST_RANKS; TPCOMM_TEST_SIZES=quick keeps the size tables' kinds of edges), the MPI
 # test binary at 2 and 4 processes sharing it (CUDA IPC), and the decoder at TP=2 and TP=4 on the
@@ -11,7 +11,7 @@
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUTDIR=${1:-${OUT:-$root/gpu-logs}}
 B=${BUILD:-/tmp/tpcomm-gpu-build}
 L=$OUTDIR/ranks
@@ -21,8 +21,8 @@ T0=$(date +%s)
 el() { echo "$(($(date +%s) - T0))s"; }
 header() { echo "# commit $REV"; echo "# date $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "# command: $*"; }
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
-if [ "$gpus" -lt 1 ]; then echo "gpu_ranks.sh: no GPU visible (nvidia-smi -L lists none)"; exit 2; fi
-{ header "scripts/gpu_ranks.sh"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } > "$L/env.txt"
+if [ "$gpus" -lt 1 ]; then echo "scripts/gpu.sh ranks: no GPU visible (nvidia-smi -L lists none)"; exit 2; fi
+{ header "scripts/gpu.sh ranks"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } > "$L/env.txt"
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   header "cmake -S . -B $B -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DTPCOMM_BUILD_TESTS=ON && ninja" > "$L/build.log"
@@ -87,7 +87,7 @@ fi
 
 # The table: per run and algorithm, gtest's passed / failed / skipped / not reached (test names
 # mapped to their parameters through the --gtest_list_tests files), then the decoder lines.
-python3 "$root/scripts/gtest_table.py" "$L" | tee "$L/summary.txt"
+python3 "$root/scripts/gpu.d/gtest_table.py" "$L" | tee "$L/summary.txt"
 rm -f "$L"/tp*_*.ids
 cp "$L/summary.txt" "$OUTDIR/ranks_summary.txt"
 tar czf "$OUTDIR/ranks.tgz" -C "$OUTDIR" ranks && rm -rf "$L"

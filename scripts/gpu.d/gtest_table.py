@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gtest_table.py DIR: a table of gtest results per run and algorithm, for scripts/gpu_ranks.sh.
+"""gtest_table.py DIR: a table of gtest results per run and algorithm, for `scripts/gpu.sh ranks`.
 
 For every DIR/<run>.list (the output of --gtest_list_tests, which names each parameterised
 test's parameters) and DIR/<run>.txt (the run's output, possibly cut short by a timeout), counts
