@@ -2,7 +2,7 @@
 // piece by piece, on a machine without a GPU (issue 39 item 9). For small messages in eager mode
 // this host cost is a large part of the call's time, so it is measured here and kept small.
 //
-// Cases (bench/results/micro_cpu.md has the table and what each excludes):
+// Cases (bench/results/ci-vm-2core.md#host-cost-of-one-call-benchmicro has the table and what each excludes):
 //   ArgChecks        what Communicator::allReduce checks before any peer is involved: the
 //                    entry (clearError, use after destroy, the asynchronous error word),
 //                    validateCall, checkOverlap, collArgs.
