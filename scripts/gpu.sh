@@ -19,8 +19,8 @@
 #                STAGED_SWEEP=1, STAGED_PROBE=1. SKIP_BUILD=1 reuses $BUILD.
 #   bench        the tables of bench/results/<machine>.md on 2 GPUs, each with -A nccl in the same
 #                process: PART=all (allreduce, halves, qwen), allreduce, halves, qwen, tune (measured
-#                selection), compression (issue 18's two-GPU tables).
-#   compression  issue 18's compressed all-reduce on ONE GPU (two ranks sharing it) in under 4
+#                selection), compression (the compressed all-reduce's two-GPU tables).
+#   compression  the compressed all-reduce on ONE GPU (two ranks sharing it) in under 4
 #                minutes with the build of only its targets: quantize_gpu_bench, staged_host and
 #                twoshot_p2p against +fp8 / +int8 A B B A, then the compressed GPU tests with what is
 #                left (SKIP_TESTS=1: none). PREBUILT=1: $BUILD holds the binaries already (built
@@ -38,7 +38,7 @@
 #                builds it, laid out in /tmp/tpcomm-py-site, tests/python/torch_gpu_check.py under
 #                torchrun on min(GPUs, 2) ranks (ARGS go to it); on failure a crash report.
 #                PY_BUILD_ONLY=1: stop after the layout.
-#   python-e2e   issue 15's end-to-end benchmark (bench/baselines/torch_qwen_tp.py, qwen3-32b) in
+#   python-e2e   the PyTorch end-to-end benchmark (bench/baselines/torch_qwen_tp.py, qwen3-32b) in
 #                CUDA graphs and eager (E2E_GRAPH_S), then torch.compile (E2E_TOTAL_S in all).
 # SAFETY: NVSwitch multicast stays off (docs/multicast.md). The four switches below are exported
 # for every command, mpirun forwards them with -x, and nothing here unsets them.
@@ -132,7 +132,7 @@ cmd_tests() {
   [ "$ngpu" -ge 2 ] && step probe_1gpu 60 env CUDA_VISIBLE_DEVICES=0 bash "$root/tools/gpu_probe_check.sh" "$B" 1
   # The decode step's weight products: cuBLAS vs qwen_tp's gemvBf16, GB/s per layer shape.
   step gemv_bench 90 env CUDA_VISIBLE_DEVICES=0 "$B/examples/qwen_tp/gemv_bench" --preset qwen3-32b --tp 2
-  # Single-GPU overheads (issue 3's calibration): one rank on GPU 0, so the time is the per-call
+  # Single-GPU overheads (the cost model's calibration): one rank on GPU 0, so the time is the per-call
   # fixed cost (host path, launch, kernel) with no peer; NCCL's one-rank call beside it.
   local one="$B/bench/allreduce_perf -g 1 -d bf16 -c 1 -b 8 -e 1M -f 4 -A auto -A nccl"
   step one_gpu_eager 40 env CUDA_VISIBLE_DEVICES=0 $one
@@ -171,12 +171,12 @@ cmd_shared() {
     step halves 60 "$B/bench/${h}_perf" -g 2 -d bf16 -b 8 -e 64M -f 4 -G 20 -A auto
     step halves 60 "$B/bench/${h}_perf" -g 2 -d bf16 -b 8 -e 64M -f 4 -A auto
   done
-  # Issue 20's small-message reduce-scatter / all-gather (ll_p2p): tests, then A B B A in graphs.
+  # Small-message reduce-scatter / all-gather (ll_p2p): tests, then A B B A in graphs.
   step ll 300 "$B/tests/gpu/tpcomm_gpu_tests" --gtest_filter='*HalvesP2p*:*HalvesSkew*'
   for h in reduce_scatter all_gather; do
     step ll 60 "$B/bench/${h}_perf" -g 2 -d bf16 -b 8 -e 1M -f 8 -G 20 -A ll_p2p -A twoshot_p2p -A twoshot_p2p -A ll_p2p
   done
-  # Issue 20's --tune on GPU ranks sharing the GPU, then allreduce_perf --vs-best on the measured
+  # --tune on GPU ranks sharing the GPU, then allreduce_perf --vs-best on the measured
   # table (its own cache folder).
   step tune 240 bash "$root/tools/tune_gpu_test.sh" "$B/tools/tpcomm-doctor" "$B/bench/allreduce_perf" 4M
   # staged_host's copy-engine mode (docs/host_staged.md): its GPU tests, then allreduce_perf in
@@ -194,7 +194,7 @@ cmd_shared() {
       done
     done
   fi
-  # staged_host and its int8 form over TPCOMM_STAGED_BLOCKS, the CUDA blocks per role (issue 18).
+  # staged_host and its int8 form over TPCOMM_STAGED_BLOCKS, the CUDA blocks per role.
   if [ "${STAGED_SWEEP:-0}" = 1 ]; then
     local nb
     for nb in 16 32 64 128; do
@@ -253,7 +253,7 @@ cmd_bench() {
   finish
 }
 
-# Issue 20's measured selection: auto vs the best single algorithm with the model only,
+# Measured selection: auto vs the best single algorithm with the model only,
 # tpcomm-doctor --tune into a fresh cache, the same table again with the measured selection.
 bench_tune() {
   export XDG_CACHE_HOME=$L/cache  # a fresh cache: the tuning file written now, and only it
@@ -267,7 +267,7 @@ bench_tune() {
   grep -a "tuning file:" "$L/tune_measured.txt" | head -2
 }
 
-# Issue 18 on two GPUs (~6 min): twoshot_p2p against its +fp8 / +int8 forms and NCCL, 1-256 MB,
+# The compressed all-reduce on two GPUs (~6 min): twoshot_p2p against its +fp8 / +int8 forms and NCCL, 1-256 MB,
 # order alternated; staged_host with the SM kernel (TPCOMM_STAGED_COPY_ENGINES=0) and the copy
 # engines (=1), plain and +int8 / +fp8, modes A B B A across processes.
 bench_compression() {
@@ -299,7 +299,7 @@ bench_qwen() {
   echo "matrix flags: $X"
   for ar in auto nccl staged_host; do
     step "qwen_${ar}_off" 60 $Q $X --allreduce $ar
-    # The field report's regime (issue 17): accepted/drafted 0.485 with fixed 5-token drafts.
+    # The field report's regime: accepted/drafted 0.485 with fixed 5-token drafts.
     step "qwen_${ar}_field" 60 $Q $X --allreduce $ar --spec-type draft-mtp --spec-draft-n-min 5 --spec-draft-n-max 5 \
       --sim-draft-acceptance 0.485 --no-profile
   done

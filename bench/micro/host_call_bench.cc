@@ -1,5 +1,5 @@
 // host_call_bench.cc: Google Benchmark cases for what one eager all-reduce costs on the host,
-// piece by piece, on a machine without a GPU (issue 39 item 9). For small messages in eager mode
+// piece by piece, on a machine without a GPU. For small messages in eager mode
 // this host cost is a large part of the call's time, so it is measured here and kept small.
 //
 // Cases (bench/results/ci-vm-2core.md#host-cost-of-one-call-benchmicro has the table and what each excludes):

@@ -1,5 +1,5 @@
 #!/bin/bash
-# decode_ab.sh: issue 37's decode kernels on one H200, in one device call. Builds qwen_tp and
+# decode_ab.sh: the decode kernels (docs/decode_kernels.md) on one H200, in one device call. Builds qwen_tp and
 # qwen_gpu_test, runs the decode GPU tests (tensor-core attention, fused GEMVs, every decode path
 # against the CPU reference, speculative == greedy), then times qwen_tp's decode with the old
 # kernels against the new ones in one binary (QWEN_DECODE=old|attn|gemv|fused), in A B C D D C B A
@@ -98,7 +98,7 @@ run torch8_32000 90 python3 -u "$TB" $S8 --prompt 32000 --ctx 32768 --gen 64
 run torch32_512 90 python3 -u "$TB" $S32 --prompt 512 --ctx 1024 --gen 32
 run torch8_compile_512 150 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64 --compile
 ncu_step old 512
-# Speculation (issue 17's regime on the 8b shape): decode tok/s with 3 drafts, fused and old.
+# Speculation (the field report's regime on the 8b shape): decode tok/s with 3 drafts, fused and old.
 for m in fused old; do
   run "q8_512_mtp_$m" 60 env QWEN_DECODE=$m $Q --model-preset qwen3-8b --prompt-tokens 512 --n-predict 128 \
     --spec-type draft-mtp --spec-draft-n-max 3 --sim-draft-acceptance 0.6

@@ -70,7 +70,7 @@ def main():
     if os.environ.get("TPCOMM_PIP_CHECK_CUDA") != "1":
         env["TPCOMM_WITH_CUDA"] = "OFF"
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", "2")
-    # numpy comes with the package (a dependency): the smoke test below imports it (issue 39 item 3).
+    # numpy comes with the package (a dependency): the smoke test below imports it.
     run([vpy, "-m", "pip", "install", "-q", "--disable-pip-version-check", src], 1500, env=env)
     env = dict(os.environ, VENV=venv)
     run([vpy, "-c", SMOKE], 300, env=env, cwd=a.work)  # cwd outside the source tree

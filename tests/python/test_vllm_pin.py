@@ -1,4 +1,4 @@
-"""Pins the engine interface tpcomm.torch.vllm implements (issue 39 item 10): vLLM's
+"""Pins the engine interface tpcomm.torch.vllm implements: vLLM's
 CustomAllreduce and the calls vLLM makes on it, and SGLang's, checked against the engine that is
 installed. Without vLLM (or SGLang) those tests skip and say so; the plugin's switch is checked
 everywhere (it needs neither torch nor vLLM).

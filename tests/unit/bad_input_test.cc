@@ -170,7 +170,7 @@ TEST(BadInput, OneRankWithABadOverrideFailsEveryRank) {
   EXPECT_NE(messages[1].find("abc"), std::string::npos) << messages[1];
 }
 
-// Issue 39 item 7: the message carries no status name, so a caller printing both (the README's
+// The message carries no status name, so a caller printing both (the README's
 // "allReduce: %s: %s", statusName(s), lastErrorMessage()) shows the status once.
 TEST(BadInput, MessageCarriesTheStatusOnce) {
   test::runHostRanks(1, Config{}, [&](int, Communicator& comm) {
@@ -189,10 +189,10 @@ TEST(BadInput, MessageCarriesTheStatusOnce) {
   for (const std::string& m : messages) EXPECT_EQ(m.find("kInvalidArgument"), std::string::npos) << m;
 }
 
-// One rule for every TPCOMM_ variable (common/params.h, issue 39 item 5): a value tpcomm cannot
+// One rule for every TPCOMM_ variable (common/params.h): a value tpcomm cannot
 // use fails create on every rank, naming the variable, the value and what is accepted. Before,
 // TPCOMM_STAGED_CHUNK_BYTES=5000 passed create and then every call failed with kNotSupported
-// (issue 34 item 2), and numbers out of range were replaced by the default with a warning.
+// (a chunk size that is not a multiple of 4096), and numbers out of range were replaced by the default with a warning.
 TEST(BadInput, RejectedEnvironmentValueFailsCreateOnEveryRank) {
   for (const test::RejectedValue& row : test::rejectedValues()) {
     SCOPED_TRACE(std::string(row.env) + "=" + row.value);
@@ -200,7 +200,7 @@ TEST(BadInput, RejectedEnvironmentValueFailsCreateOnEveryRank) {
     test::expectCreateOnThreads(2, Status::kInvalidArgument,
                                 {std::string(row.env) + "='" + row.value + "'", row.accepted});
   }
-  // Set but empty: the default (issue 34 item 10), so create succeeds.
+  // Set but empty: the default, so create succeeds.
   for (const char* env : {"TPCOMM_COMPRESSION", "TPCOMM_STAGED_CHUNK_BYTES", "TPCOMM_TIMEOUT_MS", "TPCOMM_ALGO"}) {
     SCOPED_TRACE(std::string(env) + "=''");
     test::ScopedEnv empty(env, "");

@@ -184,7 +184,7 @@ inline const std::vector<RejectedValue>& rejectedValues() {
       {"TPCOMM_NCCL", "yes", "0 or 1"},
       {"TPCOMM_MULTICAST", "off", "0 or 1"},
       {"TPCOMM_DETERMINISTIC", "yes", "0 or 1"},
-      {"TPCOMM_STAGED_CHUNK_BYTES", "5000", "a multiple of 4096"},  // issue 34 item 2
+      {"TPCOMM_STAGED_CHUNK_BYTES", "5000", "a multiple of 4096"},  // staged_host's slots are whole pages
       {"TPCOMM_STAGED_CHUNK_BYTES", "1G", "[4096, 67108864]"},      // create took 35 s
       {"TPCOMM_DEBUG", "garbage", "NONE, WARN, INFO or TRACE"},
       {"TPCOMM_DEBUG_SUBSYS", "INIT,BOGUS", "INIT, TOPO, TUNE, COLL, BOOT, ALL"},

@@ -70,7 +70,7 @@ const DoctorCase kCases[] = {
       "no CUDA-capable device is detected", "what works without a GPU: host ranks", "staged_host",
       "status: OK (no GPUs; host path only)", "NVML: NVML not available"},
      {"devices:", "problem"}},
-    // Issue 39 item 6: no driver at all reads as such, not as "driver version is insufficient".
+    // No driver at all reads as such, not as "driver version is insufficient".
     {"no_driver.json",
      0,
      LinkKind::kSelf,
@@ -115,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DoctorFixture, ::testing::ValuesIn(kCases),
                            return n.substr(0, n.find('.'));
                          });
 
-// Issue 39 item 4: a rejected value is not shown as in force; the default is, with the rejected
+// A rejected value is not shown as in force; the default is, with the rejected
 // value and why beside it, and the report counts it as a problem (exit 2).
 TEST(Doctor, RejectedValueIsShownBesideTheValueInForce) {
   ::setenv("TPCOMM_STAGED_CHUNK_BYTES", "5000", 1);

@@ -1,5 +1,5 @@
 #!/bin/bash
-# draft_session.sh: issue 38 in one device call on one H200 (about 8.5 minutes):
+# draft_session.sh: the trained draft, measured, in one device call on one H200 (about 8.5 minutes):
 #   1. train_tiny_qwen.py on the carried corpus (make_corpus.py's folder, CORPUS) for exactly STEPS
 #      steps from SEED (cut at MINUTES, with a warning, if the GPU is slower than planned), on the
 #      GPU in the background, while qwen_tp builds (sm_90) in the foreground;
