@@ -58,7 +58,8 @@ typedef struct {
 
 /** Communicator settings that can grow without breaking the ABI (as ncclConfig_t): start from
  * TPCOMM_CONFIG_INITIALIZER so size, magic and version are set; the library reads only the
- * fields that a caller's `size` covers, and defaults the rest. */
+ * fields that a caller's `size` covers whole, and defaults the rest (a size that ends inside a
+ * field leaves that field at its default). */
 typedef struct {
   size_t size;          /**< sizeof(tpcommConfig_t) of the caller's header */
   unsigned int magic;   /**< TPCOMM_CONFIG_MAGIC */
