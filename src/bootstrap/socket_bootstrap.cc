@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -383,6 +384,8 @@ class SocketBootstrap : public Bootstrap {
 
   Status allGather(const void* mine, void* all, size_t bytes) override {
     if ((!mine || !all) && bytes) return TPCOMM_INVALID("socket bootstrap allGather: null buffer");
+    if (bytes > SIZE_MAX / static_cast<size_t>(size_))
+      return TPCOMM_INVALID("socket bootstrap allGather: bytesPerRank %zu x %d ranks overflows a size_t", bytes, size_);
     if (abandoned_.load()) return TPCOMM_ERROR(kRemoteError, "socket bootstrap rank %d: abandoned (aborted)", rank_);
     if (!broken_.empty())
       return TPCOMM_ERROR(kRemoteError, "socket bootstrap rank %d: an earlier exchange failed: %s", rank_,

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -155,6 +156,8 @@ class ThreadBootstrap : public Bootstrap {
   int size() const override { return group_->size(); }
   Status allGather(const void* mine, void* all, size_t bytesPerRank) override {
     if ((!mine || !all) && bytesPerRank) return TPCOMM_INVALID("allGather: null buffer");
+    if (bytesPerRank > SIZE_MAX / static_cast<size_t>(size()))
+      return TPCOMM_INVALID("allGather: bytesPerRank %zu x %d ranks overflows a size_t", bytesPerRank, size());
     return group_->exchange(rank_, mine, all, bytesPerRank);
   }
   Status barrier() override { return group_->exchange(rank_, nullptr, nullptr, 0); }

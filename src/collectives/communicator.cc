@@ -2,7 +2,6 @@
 // runCollective (call_path.cc); create runs the steps of bring_up.h. The explain calls (the
 // selection reported instead of run) are in call_path.cc, beside the lookup they mirror.
 #include "tpcomm/communicator.h"
-#include "tpcomm/rmsnorm.h"
 
 #include <cmath>
 #include <string>
@@ -14,6 +13,7 @@
 #include "collectives/registry.h"
 #include "common/log.h"
 #include "common/params.h"
+#include "tpcomm/rmsnorm.h"
 #include "transports/cuda_p2p.h"
 #include "transports/host_staged.h"
 #include "transports/multicast.h"
@@ -108,7 +108,8 @@ Status Communicator::createGroup(const std::vector<int>& devices, const Config& 
     for (size_t j = 0; j < i; ++j)
       if (devices[j] == devices[i] && paramInt(ParamId::kAllowSharedDevice) == 0)
         return TPCOMM_INVALID(
-            "createGroup: device %d appears twice: one GPU per rank (TPCOMM_ALLOW_SHARED_DEVICE=1 lets tests share one)",
+            "createGroup: device %d appears twice: one GPU per rank (TPCOMM_ALLOW_SHARED_DEVICE=1 lets tests share "
+            "one)",
             devices[i]);
   }
   const int n = static_cast<int>(devices.size());
@@ -183,7 +184,7 @@ Status Communicator::reduceScatter(const void* send, void* recv, size_t recvCoun
   TPCOMM_TRY(validateCall("reduceScatter", send, recv, recvCount, dtype, op, impl_->ctx->nRanks, true));
   const size_t piece = recvCount * dataTypeSize(dtype);
   TPCOMM_TRY(checkOverlap("reduceScatter", send, piece * impl_->ctx->nRanks, recv, piece,
-                          recv == static_cast<const char*>(send) + piece * impl_->ctx->rank));
+                          isAtOffset(recv, send, piece * impl_->ctx->rank)));
   CollArgs a = collArgs(CollKind::kReduceScatter, send, recv, recvCount, dtype, op, stream);
   return runCollective(*impl_, a, nullptr, "reduceScatter");
 }
@@ -194,7 +195,7 @@ Status Communicator::allGather(const void* send, void* recv, size_t sendCount, D
   TPCOMM_TRY(validateCall("allGather", send, recv, sendCount, dtype, ReduceOp::kSum, impl_->ctx->nRanks, true));
   const size_t piece = sendCount * dataTypeSize(dtype);
   TPCOMM_TRY(checkOverlap("allGather", send, piece, recv, piece * impl_->ctx->nRanks,
-                          send == static_cast<char*>(recv) + piece * impl_->ctx->rank));
+                          isAtOffset(send, recv, piece * impl_->ctx->rank)));
   CollArgs a = collArgs(CollKind::kAllGather, send, recv, sendCount, dtype, ReduceOp::kSum, stream);
   return runCollective(*impl_, a, nullptr, "allGather");
 }
@@ -248,8 +249,9 @@ Status Communicator::checkError() {
                     impl_->ctx->rank, peer);
   if (s == Status::kRemoteError && peer < 0)
     return setError(s, __FILE__, __LINE__, "rank %d: the communicator was aborted; destroy it", impl_->ctx->rank);
-  return setError(s, __FILE__, __LINE__, "rank %d: an earlier collective failed (peer %d); the communicator is unusable",
-                  impl_->ctx->rank, peer);
+  return setError(s, __FILE__, __LINE__,
+                  "rank %d: an earlier collective failed (peer %d); the communicator is unusable", impl_->ctx->rank,
+                  peer);
 }
 
 Status Communicator::destroy() {

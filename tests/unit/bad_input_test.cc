@@ -40,6 +40,8 @@ TEST(BadInput, BadCallsAreRejectedAndTheCommunicatorStaysUsable) {
     // Largest count whose all-reduce byte size fits, and one whose per-rank total does not.
     const size_t overflowAll = SIZE_MAX / 4 + 1;
     const size_t overflowPerRank = SIZE_MAX / 4 / n + 1;
+    // 16 bytes below the top of the address space: a few elements fit, 64 do not.
+    float* nearTop = reinterpret_cast<float*>(UINTPTR_MAX - 15);
     cudaStream_t bogusStream = reinterpret_cast<cudaStream_t>(uintptr_t{0x10});
     const BadCall calls[] = {
         {"allReduce null send", "send",
@@ -51,6 +53,22 @@ TEST(BadInput, BadCallsAreRejectedAndTheCommunicatorStaysUsable) {
          [&](Communicator& c) { return c.reduceScatter(recv, recv + 1, 4, f32, sum, nullptr); }},
         {"allGather send inside recv but not at this rank's piece", "overlap",
          [&](Communicator& c) { return c.allGather(recv + 1, recv, 4, f32, nullptr); }},
+        // Buffers whose end lies past the top of the address space (issue 34 item 4): the
+        // overlap check computed pointer + bytes, wrapped, called them apart and the call crashed.
+        {"allReduce send past the top of the address space", "send",
+         [&](Communicator& c) { return c.allReduce(nearTop, recv, 64, f32, sum, nullptr); }},
+        {"allReduce recv past the top of the address space", "recv",
+         [&](Communicator& c) { return c.allReduce(send, nearTop, 64, f32, sum, nullptr); }},
+        {"allReduce both past the top of the address space", "address space",
+         [&](Communicator& c) { return c.allReduce(nearTop, nearTop + 1, 8, f32, sum, nullptr); }},
+        {"reduceScatter send (count x ranks) past the top", "send",
+         [&](Communicator& c) { return c.reduceScatter(nearTop - 4, recv, 4, f32, sum, nullptr); }},
+        {"allGather recv (count x ranks) past the top", "recv",
+         [&](Communicator& c) { return c.allGather(send, nearTop - 4, 4, f32, nullptr); }},
+        {"allReduceResidualRmsNorm out past the top of the address space", "out [",
+         [&](Communicator& c) {
+           return c.allReduceResidualRmsNorm(send, recv, a.data(), 1e-6f, nearTop, 2, 8, f32, nullptr);
+         }},
         {"allReduce null recv", "recv",
          [&](Communicator& c) { return c.allReduce(send, nullptr, 4, f32, sum, nullptr); }},
         {"allReduce zero count", "count",
@@ -211,6 +229,10 @@ TEST(BadInput, BootstrapArguments) {
   expectInvalid(makeThreadBootstrap(group, 2, &bs), "rank 2", "makeThreadBootstrap with rank 2 of 2");
   expectInvalid(makeThreadBootstrap(group, -1, &bs), "rank -1", "makeThreadBootstrap with rank -1");
   expectInvalid(makeThreadBootstrap(group, 0, nullptr), "out", "makeThreadBootstrap with out null");
+  // bytesPerRank x ranks must fit a size_t (the table is that long); refused before any wait.
+  ASSERT_EQ(makeThreadBootstrap(group, 0, &bs), Status::kOk);
+  char one = 0;
+  expectInvalid(bs->allGather(&one, &one, SIZE_MAX / 2 + 1), "overflows", "allGather whose table overflows");
 }
 
 // A forced algorithm host ranks cannot run (issue 21, item 12): the calls fall back, and create
@@ -239,6 +261,11 @@ TEST(BadInput, ResidualRmsNormArguments) {
                 "eps", "residualRmsNorm negative eps");
   expectInvalid(residualRmsNorm(x.data(), x.data(), w.data(), 1e-6f, out.data(), 2, 4, DataType::kF32, nullptr),
                 "residualInOut", "residualRmsNorm residual aliasing x");
+  float* nearTop = reinterpret_cast<float*>(UINTPTR_MAX - 15);
+  expectInvalid(residualRmsNorm(nearTop, res.data(), w.data(), 1e-6f, out.data(), 2, 4, DataType::kF32, nullptr), "x [",
+                "residualRmsNorm x past the top of the address space");
+  expectInvalid(residualRmsNorm(x.data(), res.data(), w.data(), 1e-6f, nearTop, 2, 4, DataType::kF32, nullptr), "out [",
+                "residualRmsNorm out past the top of the address space");
 }
 
 TEST(BadInput, NamesOfEnums) {
