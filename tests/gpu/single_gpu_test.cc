@@ -1,6 +1,7 @@
 // GPU tests that need one GPU only, so that a 1-GPU machine checks something: one-rank
 // communicators (createGroup({0})) on ring_nccl, staged_host, copy_local and auto. Over one rank every
-// collective is the identity, so each output must equal its input bit for bit: out of place the
+// collective is the identity (but for the zero rule: a reduction reads -0.0 as +0.0, OneRankZeros;
+// the inputs elsewhere have no -0.0), so each output must equal its input bit for bit: out of place the
 // output is poisoned first, so the call must write it; in place the identity leaves the buffer
 // as it was, so those cases only check that nothing is corrupted. Eager and under CUDA-graph
 // replay; the fused residual + RMSNorm call must give the host path's bits. A forced algorithm
@@ -62,7 +63,8 @@ std::vector<uint8_t> download(const void* d, size_t bytes) {
   return h;
 }
 
-class OneRankAllReduce : public testing::TestWithParam<std::tuple<const char*, DataType, ReduceOp, size_t, bool, bool>> {};
+class OneRankAllReduce
+    : public testing::TestWithParam<std::tuple<const char*, DataType, ReduceOp, size_t, bool, bool>> {};
 
 TEST_P(OneRankAllReduce, OutputIsTheInputBitForBit) {
   const auto [algo, dt, op, count, inPlace, graph] = GetParam();
@@ -115,8 +117,8 @@ TEST_P(OneRankAllReduce, OutputIsTheInputBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(All, OneRankAllReduce,
                          testing::Combine(testing::Values("ring_nccl", "staged_host", "copy_local", "auto"),
-                                          testing::ValuesIn(kTypes), testing::ValuesIn(kOps), testing::ValuesIn(kCounts),
-                                          testing::Bool(), testing::Bool()));
+                                          testing::ValuesIn(kTypes), testing::ValuesIn(kOps),
+                                          testing::ValuesIn(kCounts), testing::Bool(), testing::Bool()));
 
 // reduceScatter and allGather over one rank: the identity too, a copy (copy_local). staged_host on
 // GPU ranks is all-reduce only, so with it forced they fall back to copy_local as well.
@@ -143,6 +145,58 @@ TEST(OneRank, ReduceScatterAndAllGatherAreTheIdentity) {
     }
   }
 }
+
+// The zero rule over one rank (issue 34 item 5; docs/determinism.md): a -0.0 input reads as
+// +0.0, in place and out of place, eager and replayed, as on every other size. Expected: the
+// host's one-source reduction (x + 0 in fp32, rounded once). ring_nccl makes no such promise.
+class OneRankZeros : public testing::TestWithParam<std::tuple<const char*, DataType, ReduceOp, bool, bool>> {};
+
+TEST_P(OneRankZeros, NegativeZeroComesOutPositive) {
+  const auto [algo, dt, op, inPlace, graph] = GetParam();
+  OneRank* o = oneRank(algo);
+  ASSERT_NE(o, nullptr);
+  CUDA_OK(cudaSetDevice(0));
+  const size_t count = 4099, es = tpcomm::dataTypeSize(dt), bytes = count * es;
+  const std::vector<uint8_t> in = makeHost(dt, count, [](size_t i) {
+    return i % 3 == 0 ? -0.0f : i % 3 == 1 ? 0.0f : -2.0f;
+  });
+  std::vector<uint8_t> want(bytes);
+  const void* src = in.data();
+  tpcomm::hostReduce(want.data(), &src, 1, count, dt, op);
+  DevBuf send(bytes), recvBuf(bytes);
+  ASSERT_TRUE(send.p && recvBuf.p);
+  void* recv = inPlace ? send.p : recvBuf.p;
+  auto prepare = [&] {
+    CUDA_OK(cudaMemcpyAsync(send.p, in.data(), bytes, cudaMemcpyHostToDevice, o->stream));
+    if (!inPlace) CUDA_OK(cudaMemsetAsync(recvBuf.p, 0xff, bytes, o->stream));
+  };
+  prepare();
+  if (!graph) {
+    ASSERT_EQ(o->comm->allReduce(send.p, recv, count, dt, op, o->stream), Status::kOk) << tpcomm::lastErrorMessage();
+  } else {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CUDA_OK(cudaStreamBeginCapture(o->stream, cudaStreamCaptureModeRelaxed));
+    Status s = o->comm->allReduce(send.p, recv, count, dt, op, o->stream);
+    CUDA_OK(cudaStreamEndCapture(o->stream, &g));
+    ASSERT_EQ(s, Status::kOk) << tpcomm::lastErrorMessage();
+    CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+    prepare();
+    CUDA_OK(cudaGraphLaunch(ge, o->stream));
+    CUDA_OK(cudaStreamSynchronize(o->stream));
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+  }
+  CUDA_OK(cudaStreamSynchronize(o->stream));
+  const long long bad = firstMismatch(download(recv, bytes), want, es);
+  EXPECT_EQ(bad, -1) << o->comm->lastAlgorithm() << ": element " << bad << " (input "
+                     << tpcomm::loadAsFloat(in.data(), bad < 0 ? 0 : bad, dt) << ")";
+}
+
+INSTANTIATE_TEST_SUITE_P(All, OneRankZeros,
+                         testing::Combine(testing::Values("staged_host", "copy_local", "auto"),
+                                          testing::ValuesIn(kTypes), testing::ValuesIn(kOps), testing::Bool(),
+                                          testing::Bool()));
 
 class OneRankFused : public testing::TestWithParam<std::tuple<const char*, DataType, size_t, size_t>> {};
 
@@ -181,8 +235,9 @@ TEST_P(OneRankFused, MatchesTheHostPath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, OneRankFused,
-                         testing::Combine(testing::Values("ring_nccl", "staged_host", "copy_local", "auto"), testing::ValuesIn(kTypes),
-                                          testing::Values<size_t>(1, 7, 64), testing::Values<size_t>(128, 5120)));
+                         testing::Combine(testing::Values("ring_nccl", "staged_host", "copy_local", "auto"),
+                                          testing::ValuesIn(kTypes), testing::Values<size_t>(1, 7, 64),
+                                          testing::Values<size_t>(128, 5120)));
 
 }  // namespace
 }  // namespace tpcomm_test
