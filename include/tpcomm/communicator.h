@@ -54,8 +54,11 @@ struct AlgorithmChoice {
 
 /// One rank of a group. Collectives are stream-ordered for GPU communicators (they enqueue work
 /// on `stream` and return) and synchronous for host communicators (device == -1, stream must be
-/// null). Methods are not thread-safe for one object; distinct communicators may be used from
-/// distinct threads.
+/// null). One communicator takes one caller at a time, like an NCCL communicator: a collective or
+/// destroy() entered while another thread is inside a call on the same object is refused with
+/// kInvalidArgument (checked with one atomic exchange per call), and abort() from another thread
+/// waits (bounded by the timeout) for that call to return before it frees anything. Distinct
+/// communicators may be used from distinct threads.
 class Communicator {
  public:
   /// Creates this process's rank of a communicator. Collective over `bootstrap`: every rank

@@ -139,7 +139,8 @@ tpcommResult_t tpcommCommDevice(tpcommComm_t comm, int* device);
 tpcommResult_t tpcommCommGetAsyncError(tpcommComm_t comm, tpcommResult_t* asyncError);
 
 /** Tears the communicator down and frees it (collective: waits, bounded, for the peers so none
- * still reads this rank's buffers). comm must not be used afterwards. NULL: no-op. */
+ * still reads this rank's buffers). comm must not be used afterwards. NULL: no-op. While another
+ * thread is inside a call on comm it is refused (tpcommInvalidArgument) and comm stays valid. */
 tpcommResult_t tpcommCommDestroy(tpcommComm_t comm);
 
 /** Frees the communicator without waiting for any peer (local, not collective): for a job whose

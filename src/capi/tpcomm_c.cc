@@ -108,7 +108,8 @@ tpcommResult_t queryInt(tpcommComm_t comm, int* out, const char* where, const ch
   return tpcommSuccess;
 }
 
-// Destroy (collective) or abort (local), then free the handle. NULL: no-op.
+// Destroy (collective) or abort (local), then free the handle (kept when destroy is refused
+// because another thread is inside a call on it). NULL: no-op.
 tpcommResult_t tearDown(tpcommComm_t comm, bool abort, const char* where) {
   std::unique_ptr<tpcommComm> owned(comm);
   TPCOMM_C_GUARD(where, {
@@ -119,8 +120,17 @@ tpcommResult_t tearDown(tpcommComm_t comm, bool abort, const char* where) {
       // Communicator::abort() stops this rank's kernels and frees what is local without a peer.
       if (owned) tpcomm::abandonSocketBootstrap(owned->bootstrap.get());
       if (owned && owned->comm) r = fromCpp(owned->comm->abort());
+      if (r == tpcommTimeout) {  // another thread's call on it never returned: it may still use the handle
+        owned.release();
+        return r;
+      }
     } else if (owned && owned->comm) {
       r = fromCpp(owned->comm->destroy());
+      // Refused while another thread is inside a call on it: that call still uses the handle.
+      if (r == tpcommInvalidArgument) {
+        owned.release();
+        return r;
+      }
     }
     if (owned) {
       owned->comm.reset();

@@ -3,6 +3,7 @@
 // selection reported instead of run) are in call_path.cc, beside the lookup they mirror.
 #include "tpcomm/communicator.h"
 
+#include <chrono>
 #include <cmath>
 #include <string>
 #include <thread>
@@ -23,13 +24,46 @@ namespace tpcomm {
 
 namespace {
 
-// Opening of every collective entry point: clears the thread's error, rejects use after
-// destroy(), reports an earlier asynchronous failure.
-Status enter(Communicator& self, const Communicator::Impl* impl, const char* what) {
-  clearError();
-  if (!impl || impl->destroyed) return TPCOMM_INVALID("%s: the communicator was destroyed", what);
-  return self.checkError();
-}
+// Opening of every collective entry point: clears the thread's error, takes the communicator for
+// this thread (one atomic exchange; a second caller at once is refused: two threads in one call
+// shared its state and crashed), rejects use after destroy(), reports an earlier asynchronous
+// failure. The destructor gives the communicator back.
+class CallScope {
+ public:
+  CallScope(Communicator& self, Communicator::Impl* impl, const char* what) {
+    clearError();
+    if (!impl) {
+      status_ = TPCOMM_INVALID("%s: the communicator was destroyed", what);
+      return;
+    }
+    if (impl->inCall.exchange(true, std::memory_order_acquire)) {
+      status_ = busy(what);
+      return;
+    }
+    held_ = impl;
+    if (impl->destroyed) {
+      status_ = TPCOMM_INVALID("%s: the communicator was destroyed", what);
+      return;
+    }
+    status_ = self.checkError();
+  }
+  ~CallScope() {
+    if (held_) held_->inCall.store(false, std::memory_order_release);
+  }
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+  Status status() const { return status_; }
+  static Status busy(const char* what) {
+    return TPCOMM_INVALID(
+        "%s: another thread is inside a call on this communicator: a communicator takes one caller at a time (like "
+        "an NCCL communicator); serialize the calls or give each thread its own communicator",
+        what);
+  }
+
+ private:
+  Communicator::Impl* held_ = nullptr;
+  Status status_ = Status::kOk;
+};
 
 }  // namespace
 
@@ -159,13 +193,15 @@ Status runAllReduce(Communicator::Impl& impl, const void* send, void* recv, size
 
 Status Communicator::allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                cudaStream_t stream) {
-  TPCOMM_TRY(enter(*this, impl_.get(), "allReduce"));
+  CallScope scope(*this, impl_.get(), "allReduce");
+  TPCOMM_TRY(scope.status());
   return runAllReduce(*impl_, send, recv, count, dtype, op, stream, -1);
 }
 
 Status Communicator::allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                cudaStream_t stream, Compression compression) {
-  TPCOMM_TRY(enter(*this, impl_.get(), "allReduce"));
+  CallScope scope(*this, impl_.get(), "allReduce");
+  TPCOMM_TRY(scope.status());
   if (compression != Compression::kNone && compression != Compression::kFp8 && compression != Compression::kInt8)
     return TPCOMM_INVALID("allReduce: compression %d: expected Compression::kNone, kFp8 or kInt8",
                           static_cast<int>(compression));
@@ -179,7 +215,8 @@ Status Communicator::allReduce(const void* send, void* recv, size_t count, DataT
 
 Status Communicator::reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op,
                                    cudaStream_t stream) {
-  TPCOMM_TRY(enter(*this, impl_.get(), "reduceScatter"));
+  CallScope scope(*this, impl_.get(), "reduceScatter");
+  TPCOMM_TRY(scope.status());
   DeviceGuard guard(impl_->ctx->device);
   TPCOMM_TRY(validateCall("reduceScatter", send, recv, recvCount, dtype, op, impl_->ctx->nRanks, true));
   const size_t piece = recvCount * dataTypeSize(dtype);
@@ -190,7 +227,8 @@ Status Communicator::reduceScatter(const void* send, void* recv, size_t recvCoun
 }
 
 Status Communicator::allGather(const void* send, void* recv, size_t sendCount, DataType dtype, cudaStream_t stream) {
-  TPCOMM_TRY(enter(*this, impl_.get(), "allGather"));
+  CallScope scope(*this, impl_.get(), "allGather");
+  TPCOMM_TRY(scope.status());
   DeviceGuard guard(impl_->ctx->device);
   TPCOMM_TRY(validateCall("allGather", send, recv, sendCount, dtype, ReduceOp::kSum, impl_->ctx->nRanks, true));
   const size_t piece = sendCount * dataTypeSize(dtype);
@@ -204,7 +242,8 @@ Status Communicator::allReduceResidualRmsNorm(const void* in, void* residualInOu
                                               void* out, size_t rows, size_t hidden, DataType dtype,
                                               cudaStream_t stream) {
   static const char* const kWhat = "allReduceResidualRmsNorm";
-  TPCOMM_TRY(enter(*this, impl_.get(), kWhat));
+  CallScope scope(*this, impl_.get(), kWhat);
+  TPCOMM_TRY(scope.status());
   DeviceGuard guard(impl_->ctx->device);
   TPCOMM_TRY(validateNorm(kWhat, "in", in, residualInOut, weight, eps, out, rows, hidden, dtype));
   CollArgs a = collArgs(CollKind::kAllReduce, in, out, rows * hidden, dtype, ReduceOp::kSum, stream);
@@ -257,6 +296,7 @@ Status Communicator::checkError() {
 Status Communicator::destroy() {
   clearError();
   if (!impl_ || impl_->destroyed) return TPCOMM_INVALID("destroy: the communicator was already destroyed");
+  if (impl_->inCall.exchange(true, std::memory_order_acquire)) return CallScope::busy("destroy");
   AlgoContext& c = *impl_->ctx;
   Status result = Status::kOk;
   {
@@ -279,6 +319,7 @@ Status Communicator::destroy() {
     if (c.nRanks > 1 && impl_->bootstrap && !impl_->ownedBootstrap) result = impl_->bootstrap->barrier();
     releaseLocal(*impl_);
   }
+  impl_->inCall.store(false, std::memory_order_release);
   return result;
 }
 
@@ -308,7 +349,19 @@ Status Communicator::abort() {
     cudaGetLastError();
   }
 #endif
+  // Another thread may be inside a call (a host rank waiting for a peer): every wait of that call
+  // is bounded by the timeout, so it returns, and only then is what it uses freed.
+  const auto giveUp = std::chrono::steady_clock::now() + std::chrono::milliseconds(c.timeoutMs + 2000);
+  while (impl_->inCall.exchange(true, std::memory_order_acquire)) {
+    if (std::chrono::steady_clock::now() > giveUp)
+      return TPCOMM_ERROR(kTimeout,
+                          "abort: another thread's call on this communicator did not return within %d ms; nothing was "
+                          "freed (destroy the communicator once that call has returned)",
+                          c.timeoutMs + 2000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   releaseLocal(*impl_);
+  impl_->inCall.store(false, std::memory_order_release);
   return Status::kOk;
 }
 

@@ -2,6 +2,7 @@
 // call_path.cc (selection and the candidate loop), init_table.cc. Not installed.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -29,9 +30,12 @@ struct Communicator::Impl {
   std::vector<Algorithm*> algoList;
   AlgoOverride override;
   TransportReport transports;
-  TuningState tuning;  // the measured table the selector uses (null: the cost model only)
+  TuningState tuning;                  // the measured table the selector uses (null: the cost model only)
   const char* lastAlgorithm = "none";  // an algorithm's name() (static storage)
   bool destroyed = false;
+  // Set while a thread is inside an entry point (communicator.cc, CallScope): a communicator takes
+  // one caller at a time, like an NCCL communicator, and a second one is refused, not let in.
+  std::atomic<bool> inCall{false};
   bool compressionFallbackSaid = false;  // the INFO line "compression on, this call ran uncompressed", once
   // The stream of the previous GPU call and the event that orders a call on another stream after
   // it (call_path.cc, followPreviousStream).
