@@ -16,7 +16,9 @@ struct Config {
   /// Algorithm selection override, same syntax as TPCOMM_ALGO (e.g. "0-64K:oneshot_p2p,
   /// 64K-inf:ring_nccl" or "^ring_nccl"). Empty: use TPCOMM_ALGO.
   std::string algo;
-  /// Bound on every wait for a peer, in milliseconds. 0: use TPCOMM_TIMEOUT_MS.
+  /// Bound on every wait for a peer, in milliseconds: the collectives' waits, and the bootstrap's
+  /// exchanges during create and destroy unless setupTimeoutMs is set. An explicit value here
+  /// wins over the environment everywhere. 0: use TPCOMM_TIMEOUT_MS.
   int timeoutMs = 0;
   /// Create an NCCL communicator under tpcomm for the ring_nccl path (GPU communicators only,
   /// when built with NCCL). The environment's TPCOMM_NCCL=0 also turns it off.
@@ -38,6 +40,11 @@ struct Config {
   /// the uncompressed all-reduce (a stated error bound). kNone: TPCOMM_COMPRESSION decides
   /// (default none). Must be the same on every rank; ignored in the deterministic mode.
   Compression compression = Compression::kNone;
+  /// Bound on the bootstrap's exchanges during create and destroy, in milliseconds, when it should
+  /// differ from timeoutMs: set-up includes slow local steps a peer waits through (the topology
+  /// probe, CUDA context creation), so a short timeoutMs for the collectives may want a longer
+  /// one here. 0: timeoutMs (or, when that is 0 too, TPCOMM_TIMEOUT_MS).
+  int setupTimeoutMs = 0;
 };
 
 /// Which collective a call is (Communicator::explainCollective).

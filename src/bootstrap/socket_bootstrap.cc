@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "bootstrap/bootstrap_timeout.h"
 #include "common/error.h"
 #include "common/params.h"
 
@@ -371,8 +372,9 @@ void copyText(char* dst, size_t n, const char* src) { std::snprintf(dst, n, "%s"
 
 class SocketBootstrap : public Bootstrap {
  public:
-  SocketBootstrap(const DecodedId& id, int rank, int size, int timeoutMs)
-      : id_(id), rank_(rank), size_(size), timeoutMs_(timeoutMs), fds_(size, -1) {}
+  // explicitMs: makeSocketBootstrap's timeoutMs (0: none; TPCOMM_TIMEOUT_MS then).
+  SocketBootstrap(const DecodedId& id, int rank, int size, int explicitMs)
+      : id_(id), rank_(rank), size_(size), explicitMs_(explicitMs), fds_(size, -1) {}
   ~SocketBootstrap() override {
     for (int& fd : fds_)
       if (fd >= 0) ::close(fd);
@@ -412,7 +414,10 @@ class SocketBootstrap : public Bootstrap {
   }
 
  private:
-  Deadline deadline(int extraMs = 0) const { return Deadline(static_cast<int64_t>(timeoutMs_) + extraMs); }
+  // The bound in force (bootstrap_timeout.h): a communicator's Config::timeoutMs during its create
+  // and destroy, else this bootstrap's explicit one, else TPCOMM_TIMEOUT_MS.
+  int timeoutMs() const { return bootstrapTimeoutMs(explicitMs_); }
+  Deadline deadline(int extraMs = 0) const { return Deadline(static_cast<int64_t>(timeoutMs()) + extraMs); }
 
   // --- rendezvous ---------------------------------------------------------------------------
   Status rootRendezvous() {
@@ -476,8 +481,11 @@ class SocketBootstrap : public Bootstrap {
         if (fds_[r] < 0) missing.push_back(r);
       std::string note;
       for (const std::string& r : refusals) note += "; refused: " + r;
-      result = TPCOMM_ERROR(kTimeout, "socket bootstrap: %s of %d did not arrive within %d ms (rendezvous at %s)%s",
-                            rankList(missing).c_str(), size_, timeoutMs_, id_.where, note.c_str());
+      result = TPCOMM_ERROR(kTimeout,
+                            "socket bootstrap rendezvous at %s: %s never arrived within %d ms (%s; %d of %d "
+                            "arrived)%s",
+                            id_.where, rankList(missing).c_str(), timeoutMs(), bootstrapTimeoutSource(explicitMs_),
+                            arrived, size_, note.c_str());
     }
     std::string text = lastErrorMessage();
     for (int r = 1; r < size_; ++r) {
@@ -517,7 +525,7 @@ class SocketBootstrap : public Bootstrap {
     v.status = static_cast<int32_t>(s);
     if (withSecret) std::memcpy(v.secret, id_.secret, kSecretBytes);
     copyText(v.text, sizeof(v.text), text);
-    Deadline dl(std::min(timeoutMs_, 2000));
+    Deadline dl(std::min(timeoutMs(), 2000));
     return sendAll(fd, &v, sizeof(v), dl, "verdict", -1) == Status::kOk;
   }
 
@@ -539,8 +547,10 @@ class SocketBootstrap : public Bootstrap {
     if (s == Status::kOk) s = recvAll(fd, &v, sizeof(v), deadline(kClientGraceMs), "rank 0's verdict", 0);
     if (s == Status::kTimeout)
       s = TPCOMM_ERROR(kTimeout,
-                       "socket bootstrap rank %d: rank 0 (%s) gave no verdict within %d ms: some rank did not arrive",
-                       rank_, id_.where, timeoutMs_ + kClientGraceMs);
+                       "socket bootstrap rendezvous: rank 0 (the root, at %s) gave no verdict within %d ms (%s + %d "
+                       "ms grace; rank %d waited): it exited or hung after accepting this rank",
+                       id_.where, timeoutMs() + kClientGraceMs, bootstrapTimeoutSource(explicitMs_), kClientGraceMs,
+                       rank_);
     if (s == Status::kOk && v.magic != kWireMagic)
       s = TPCOMM_ERROR(kRemoteError, "socket bootstrap rank %d: %s is not a tpcomm rank 0", rank_, id_.where);
     if (s == Status::kOk && v.status != 0) {
@@ -578,8 +588,9 @@ class SocketBootstrap : public Bootstrap {
         std::vector<int> missing;
         for (int r = 1; r < size_; ++r)
           if (!peers[r].done) missing.push_back(r);
-        s = TPCOMM_ERROR(kTimeout, "socket bootstrap exchange %u: %s of %d did not arrive within %d ms", seq_,
-                         rankList(missing).c_str(), size_, timeoutMs_);
+        s = TPCOMM_ERROR(kTimeout, "socket bootstrap exchange %u: %s never arrived within %d ms (%s; %d of %d arrived)",
+                         seq_, rankList(missing).c_str(), timeoutMs(), bootstrapTimeoutSource(explicitMs_),
+                         size_ - static_cast<int>(missing.size()), size_);
         break;
       }
       std::vector<pollfd> pfds;
@@ -652,10 +663,12 @@ class SocketBootstrap : public Bootstrap {
     TPCOMM_TRY(sendAll(fd, mine, bytes, dl, "exchange data", 0));
     ReplyHeader rh{};
     Status s = recvAll(fd, &rh, sizeof(rh), deadline(kClientGraceMs), "rank 0's reply", 0);
-    if (s == Status::kTimeout)
-      return TPCOMM_ERROR(
-          kTimeout, "socket bootstrap rank %d, exchange %u: no reply from rank 0 within %d ms (a rank did not arrive)",
-          rank_, seq_, timeoutMs_ + kClientGraceMs);
+    if (s == Status::kTimeout)  // rank 0 answers by its own deadline, naming any rank missing: it is the one
+      return TPCOMM_ERROR(kTimeout,
+                          "socket bootstrap exchange %u: rank 0 (the root, at %s) never answered within %d ms (%s + "
+                          "%d ms grace; rank %d waited): it exited, hung, or never made this exchange",
+                          seq_, id_.where, timeoutMs() + kClientGraceMs, bootstrapTimeoutSource(explicitMs_),
+                          kClientGraceMs, rank_);
     TPCOMM_TRY(s);
     if (rh.magic != kWireMagic)
       return TPCOMM_ERROR(kInternal, "socket bootstrap rank %d: malformed reply from rank 0", rank_);
@@ -672,7 +685,7 @@ class SocketBootstrap : public Bootstrap {
   }
 
   DecodedId id_;
-  int rank_, size_, timeoutMs_;
+  int rank_, size_, explicitMs_;
   std::vector<int> fds_;  // rank 0: one per peer rank; rank r > 0: fds_[0] is rank 0
   uint32_t seq_ = 0;
   std::string broken_;  // set by the first failure: later exchanges fail at once
@@ -718,8 +731,7 @@ Status makeSocketBootstrap(const SocketUniqueId& id, int rank, int size, int tim
     return TPCOMM_INVALID(
         "makeSocketBootstrap: id is not a tpcomm socket unique id (bad magic or version: corrupted or not made by "
         "makeSocketUniqueId)");
-  int t = timeoutMs > 0 ? timeoutMs : static_cast<int>(paramInt(ParamId::kTimeoutMs));
-  auto bs = std::make_unique<SocketBootstrap>(d, rank, size, t);
+  auto bs = std::make_unique<SocketBootstrap>(d, rank, size, timeoutMs);
   if (size > 1) TPCOMM_TRY(bs->connectAll());
   TPCOMM_INFO(kBoot, "socket bootstrap: rank %d of %d connected through %s", rank, size, d.where);
   *out = std::move(bs);

@@ -93,8 +93,7 @@ Status bringUpP2p(Bootstrap& bs, AlgoContext* c, TransportReport* report) {
 bool ranksShareAGpu(const Topology& t) {
   for (int a = 0; a < t.nRanks(); ++a)
     for (int b = a + 1; b < t.nRanks(); ++b)
-      if (t.ranks[a].hostId == t.ranks[b].hostId && t.ranks[a].busId == t.ranks[b].busId &&
-          t.ranks[a].cudaDevice >= 0)
+      if (t.ranks[a].hostId == t.ranks[b].hostId && t.ranks[a].busId == t.ranks[b].busId && t.ranks[a].cudaDevice >= 0)
         return true;
   return false;
 }
@@ -114,7 +113,8 @@ Status bringUpNccl(Bootstrap& bs, const Config& config, AlgoContext* c, Transpor
   TPCOMM_TRY(agree(bs, s == Status::kOk, &all));
   // A communicator the engine handed in that does not fit is the caller's error, not a
   // transport that merely did not come up.
-  if (config.ncclComm && !all) return s != Status::kOk ? s : TPCOMM_INVALID("config.ncclComm: rejected on another rank");
+  if (config.ncclComm && !all)
+    return s != Status::kOk ? s : TPCOMM_INVALID("config.ncclComm: rejected on another rank");
   if (all)
     c->nccl = std::move(t);
   else
@@ -150,6 +150,9 @@ Status checkCreateArgs(Bootstrap& bs, int device, const Config& config) {
     return TPCOMM_INVALID("create: bootstrap rank %d / size %d out of range", bs.rank(), bs.size());
   if (config.timeoutMs < 0)
     return TPCOMM_INVALID("create: config.timeoutMs %d: expected >= 0 (0: TPCOMM_TIMEOUT_MS)", config.timeoutMs);
+  if (config.setupTimeoutMs < 0)
+    return TPCOMM_INVALID("create: config.setupTimeoutMs %d: expected >= 0 (0: config.timeoutMs)",
+                          config.setupTimeoutMs);
   if (config.compression != Compression::kNone && config.compression != Compression::kFp8 &&
       config.compression != Compression::kInt8)
     return TPCOMM_INVALID("create: config.compression %d: expected kNone, kFp8 or kInt8",
@@ -217,10 +220,10 @@ Status agreeOnSettings(Bootstrap& bs, const Config& config, AlgoOverride* ovr) {
   ovr->deterministicOnly = config.deterministic || paramInt(ParamId::kDeterministic) != 0;
   TPCOMM_TRY(agreeOnCompression(bs, config, ovr));
 
-  static const ParamId kShared[] = {ParamId::kP2pBlocks,        ParamId::kTwoshotBlocks,   ParamId::kFusedBlocksPerRow,
-                                    ParamId::kLamportMaxBytes,  ParamId::kOneshotMaxBytes, ParamId::kTwoshotChunkBytes,
+  static const ParamId kShared[] = {ParamId::kP2pBlocks,         ParamId::kTwoshotBlocks,   ParamId::kFusedBlocksPerRow,
+                                    ParamId::kLamportMaxBytes,   ParamId::kOneshotMaxBytes, ParamId::kTwoshotChunkBytes,
                                     ParamId::kLlMaxBytes,  // sizes the last scratch area: peers address it
-                                    ParamId::kStagedChunkBytes, ParamId::kStagedSlots,     ParamId::kStagedBlocks,
+                                    ParamId::kStagedChunkBytes,  ParamId::kStagedSlots,     ParamId::kStagedBlocks,
                                     ParamId::kStagedCopyEngines, ParamId::kCheckCalls,      ParamId::kTune,
                                     ParamId::kStagedCeSplit};  // chunk boundaries: every rank's must match
   constexpr size_t kN = sizeof(kShared) / sizeof(kShared[0]);
@@ -344,10 +347,10 @@ void warnUnrunnableOverrides(const AlgoOverride& ovr, const std::vector<std::uni
     for (const std::string& name : rule.names)
       for (const auto& a : algos) {
         if (name != a->name() || a->available()) continue;
-        const std::string& why = name == "ring_nccl"                               ? report.nccl
-                                 : name == "staged_host"                           ? report.hostStaged
-                                 : name == "twoshot_multicast"                     ? report.multicast
-                                                                                   : report.p2p;
+        const std::string& why = name == "ring_nccl"           ? report.nccl
+                                 : name == "staged_host"       ? report.hostStaged
+                                 : name == "twoshot_multicast" ? report.multicast
+                                                               : report.p2p;
         TPCOMM_WARN(kInit,
                     "TPCOMM_ALGO / Config::algo forces %s, which this communicator cannot run (%s): calls it covers "
                     "fall back to the next algorithm by cost (lastAlgorithm() names it)",

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "algos/fused_rmsnorm.h"
+#include "bootstrap/bootstrap_timeout.h"
 #include "collectives/call_checks.h"
 #include "collectives/communicator_impl.h"
 #include "collectives/registry.h"
@@ -97,6 +98,14 @@ void releaseLocal(Communicator::Impl& impl) {
 
 }  // namespace
 
+namespace {
+// A step of create that failed on a peer (a timeout, a peer's failure) says which step it was.
+Status createStep(const char* step, Status s) {
+  if (s != Status::kTimeout && s != Status::kRemoteError) return s;
+  return prefixError(s, (std::string("create, ") + step).c_str());
+}
+}  // namespace
+
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Communicator::~Communicator() {
@@ -110,17 +119,22 @@ Status Communicator::create(Bootstrap& bootstrap, int device, const Config& conf
   out->reset();
   TPCOMM_TRY(checkCreateArgs(bootstrap, device, config));
   DeviceGuard guard(device);
+  // An explicit bound bounds the bootstrap's exchanges too (over TPCOMM_TIMEOUT_MS).
   auto impl = std::make_unique<Impl>();
   impl->bootstrap = &bootstrap;
-  TPCOMM_TRY(agreeOnSettings(bootstrap, config, &impl->override));
-  TPCOMM_TRY(initContext(bootstrap, device, config, impl->ctx.get()));
-  TPCOMM_TRY(loadTuning(bootstrap, impl->ctx->topo, &impl->tuning));
+  impl->setupTimeoutMs = config.setupTimeoutMs > 0 ? config.setupTimeoutMs : config.timeoutMs;
+  impl->setupTimeoutSource = config.setupTimeoutMs > 0 ? "Config::setupTimeoutMs" : "Config::timeoutMs";
+  ScopedBootstrapTimeout bound(impl->setupTimeoutMs, impl->setupTimeoutSource);
+  TPCOMM_TRY(createStep("agreeing on settings", agreeOnSettings(bootstrap, config, &impl->override)));
+  TPCOMM_TRY(createStep("probing the topology", initContext(bootstrap, device, config, impl->ctx.get())));
+  TPCOMM_TRY(createStep("loading the tuning table", loadTuning(bootstrap, impl->ctx->topo, &impl->tuning)));
   impl->algos = makeAlgorithms(impl->ctx.get());
   impl->algoList = rawList(impl->algos);
-  TPCOMM_TRY(preloadAlgorithms(bootstrap, *impl->ctx, impl->algos));
-  TPCOMM_TRY(checkResidency(bootstrap, *impl->ctx));
-  TPCOMM_TRY(bringUpTransports(bootstrap, config, impl->ctx.get(), &impl->transports));
-  TPCOMM_TRY(setUpAlgorithms(bootstrap, impl->algos));
+  TPCOMM_TRY(createStep("loading kernels", preloadAlgorithms(bootstrap, *impl->ctx, impl->algos)));
+  TPCOMM_TRY(createStep("checking residency", checkResidency(bootstrap, *impl->ctx)));
+  TPCOMM_TRY(
+      createStep("bringing up transports", bringUpTransports(bootstrap, config, impl->ctx.get(), &impl->transports)));
+  TPCOMM_TRY(createStep("setting up algorithms", setUpAlgorithms(bootstrap, impl->algos)));
   warnUnrunnableOverrides(impl->override, impl->algos, impl->transports, impl->ctx->rank);
   if (impl->ctx->rank == 0 && logEnabled(LogLevel::kInfo, kInit)) {
     std::string table = initTable(*impl);
@@ -316,7 +330,11 @@ Status Communicator::destroy() {
     }
 #endif
     // No peer may still read our buffers when we free them.
-    if (c.nRanks > 1 && impl_->bootstrap && !impl_->ownedBootstrap) result = impl_->bootstrap->barrier();
+    if (c.nRanks > 1 && impl_->bootstrap && !impl_->ownedBootstrap) {
+      ScopedBootstrapTimeout bound(impl_->setupTimeoutMs, impl_->setupTimeoutSource);
+      result = impl_->bootstrap->barrier();
+      if (result != Status::kOk) prefixError(result, "destroy, the closing barrier");
+    }
     releaseLocal(*impl_);
   }
   impl_->inCall.store(false, std::memory_order_release);

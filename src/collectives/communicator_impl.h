@@ -25,6 +25,10 @@ namespace tpcomm {
 struct Communicator::Impl {
   std::unique_ptr<Bootstrap> ownedBootstrap;  // createGroup's thread bootstraps
   Bootstrap* bootstrap = nullptr;
+  // Config::setupTimeoutMs, else Config::timeoutMs (0: none): bounds the bootstrap's exchanges in
+  // create and destroy (bootstrap/bootstrap_timeout.h); the source names it in messages.
+  int setupTimeoutMs = 0;
+  const char* setupTimeoutSource = "";
   std::unique_ptr<AlgoContext> ctx = std::make_unique<AlgoContext>();
   std::vector<std::unique_ptr<Algorithm>> algos;
   std::vector<Algorithm*> algoList;

@@ -153,6 +153,9 @@ TEST(BadInput, CreateArguments) {
   Config negativeTimeout;
   negativeTimeout.timeoutMs = -1;
   expectInvalid(Communicator::create(*bs, -1, negativeTimeout, &comm), "timeoutMs", "create with timeoutMs -1");
+  Config negativeSetup;
+  negativeSetup.setupTimeoutMs = -1;
+  expectInvalid(Communicator::create(*bs, -1, negativeSetup, &comm), "setupTimeoutMs", "create with setupTimeoutMs -1");
   Config ncclOnHost;
   int notAComm = 0;
   ncclOnHost.ncclComm = &notAComm;
