@@ -146,6 +146,22 @@ def init_worker(rank, nranks, raw_id, timeout_ms, q=None):
     return ("ok", x.tolist(), time.monotonic() - t0)
 
 
+def mismatch_worker(rank, nranks, raw_id, counts, q=None):
+    """Rank r all-reduces counts[r] elements; returns ("ok",) or ("error", class name, message), and
+    whether a matching call afterwards still works."""
+    comm = tpcomm.Communicator(nranks, tpcomm.UniqueId(raw_id), rank, timeout_ms=20000)
+    x = np.ones(counts[rank], dtype=np.float32)
+    try:
+        comm.all_reduce(x)
+        result = ("ok",)
+    except tpcomm.TpcommError as e:
+        result = ("error", type(e).__name__, str(e))
+    y = np.full(8, rank + 1, dtype=np.float32)
+    comm.all_reduce(y)
+    comm.destroy()
+    return result + (y.tolist(),)
+
+
 def abort_worker(rank, nranks, raw_id, q=None):
     """Rank 1 aborts at once after init; rank 0 then all-reduces and must fail, bounded."""
     comm = tpcomm.Communicator(nranks, tpcomm.UniqueId(raw_id), rank, timeout_ms=2000)
