@@ -20,6 +20,7 @@ step() {  # NAME SECONDS COMMAND...: runs it under a limit, prints rc and the su
   timeout -k 5 "$t" "$@" >> "$L/$name.txt" 2>&1
   local rc=$?
   echo "$name rc=$rc $(el) | $(grep -aE 'tests ran|PASSED|FAILED  \] [0-9]|ok  |FAIL|Passed|Failed|equal for' "$L/$name.txt" | tail -4 | tr '\n' ' ' | cut -c1-300)"
+  [ "$rc" = 0 ] || failedSteps="$failedSteps $name"  # the run fails at the end: no step hidden
 }
 # One GPU runs the multi-rank cases with two ranks sharing it: ~300-400 s for the whole binary.
 # GPU_FILTER=<gtest filter> runs a subset.
@@ -41,3 +42,4 @@ step one_gpu_graph 40 env CUDA_VISIBLE_DEVICES=0 "$B/bench/allreduce_perf" -g 1 
 grep -a "^\[  FAILED  \]" "$L"/gpu_tests.txt "$L"/gpu_mpi_tests.txt "$L"/qwen_gpu.txt 2>/dev/null | sort -u | head -12
 tar czf "$OUTDIR/logs.tgz" -C "$OUTDIR" logs && rm -rf "$L"
 echo "total $(el); logs: $OUTDIR/logs.tgz"
+[ -z "${failedSteps:-}" ] || { echo "FAILED steps:$failedSteps"; exit 1; }

@@ -46,6 +46,7 @@ step() {  # NAME SECONDS COMMAND...: appends the command and its output to NAME.
   local rc=$?
   echo "# rc=$rc" >> "$L/$name.txt"
   echo "$name rc=$rc $(el) | $(grep -aE 'PASSED|FAILED  \]|tokens per second|Avg bus' "$L/$name.txt" | tail -2 | tr '\n' ' ' | cut -c1-200)"
+  [ "$rc" = 0 ] || failedSteps="$failedSteps $name"  # the run fails at the end: no step hidden
 }
 step qwen_gpu 260 "$B/examples/qwen_tp/tests/qwen_gpu_test"
 Q="$B/examples/qwen_tp/qwen_tp --model-preset qwen3-0.6b --tp 2 --prompt-tokens 300 --n-predict 32 --ubatch-size 512 --no-profile"
@@ -123,3 +124,4 @@ if [ "${STAGED_PROBE:-0}" = 1 ]; then
 fi
 tar czf "$OUTDIR/logs.tgz" -C "$OUTDIR" logs && rm -rf "$L"
 echo "total $(el); logs: $OUTDIR/logs.tgz"
+[ -z "${failedSteps:-}" ] || { echo "FAILED steps:$failedSteps"; exit 1; }
