@@ -43,7 +43,7 @@ Status makeSocketUniqueIdForAddress(const char* address, SocketUniqueId* out);
 /// Writes "address:port" of an id into `buf` (for messages); false for a malformed id.
 bool socketUniqueIdAddress(const SocketUniqueId& id, char* buf, size_t bufSize);
 
-/// Joins the rendezvous of `id` as rank `rank` of `size` ranks (collective: every rank calls it,
+/// Joins the rendezvous of `id` as rank `rank` of `size` ranks, size in 1..65536 (collective: every rank calls it,
 /// each with the same id and size). Returns once all `size` ranks have arrived, or kTimeout
 /// after `timeoutMs` (0: TPCOMM_TIMEOUT_MS) naming the ranks that did not; kInvalidArgument for
 /// a malformed id, a rank outside [0, size) or a size or rank another rank contradicts;

@@ -33,6 +33,7 @@
 namespace tpcomm {
 namespace {
 
+constexpr int kMaxSocketRanks = 1 << 16;  // a star through rank 0; more is a mistake, not a job
 constexpr int kReplySlackMs = 50;  // a rank waits this long past rank 0's deadline for its reply
 
 void copyText(char* dst, size_t n, const char* src) { std::snprintf(dst, n, "%s", src); }
@@ -270,7 +271,8 @@ Status makeSocketBootstrap(const SocketUniqueId& id, int rank, int size, int tim
   clearError();
   if (!out) return TPCOMM_INVALID("makeSocketBootstrap: out is null");
   out->reset();
-  if (size < 1) return TPCOMM_INVALID("makeSocketBootstrap: size %d: expected >= 1", size);
+  if (size < 1 || size > kMaxSocketRanks)
+    return TPCOMM_INVALID("makeSocketBootstrap: size %d: expected 1..%d", size, kMaxSocketRanks);
   if (rank < 0 || rank >= size) return TPCOMM_INVALID("makeSocketBootstrap: rank %d out of range [0, %d)", rank, size);
   if (timeoutMs < 0)
     return TPCOMM_INVALID("makeSocketBootstrap: timeoutMs %d: expected >= 0 (0: TPCOMM_TIMEOUT_MS)", timeoutMs);

@@ -214,13 +214,13 @@ const char* bootstrapTimeoutSource(int own) {
 }
 
 std::shared_ptr<ThreadGroup> ThreadGroup::create(int size) {
-  if (size <= 0) return nullptr;
+  if (size <= 0 || size > (1 << 16)) return nullptr;  // ranks are threads of this process
   return std::make_shared<ThreadGroupImpl>(size);
 }
 
 Status makeThreadBootstrap(std::shared_ptr<ThreadGroup> group, int rank, std::unique_ptr<Bootstrap>* out) {
   if (!out) return TPCOMM_INVALID("makeThreadBootstrap: out is null");
-  if (!group) return TPCOMM_INVALID("makeThreadBootstrap: group is null (ThreadGroup::create needs size >= 1)");
+  if (!group) return TPCOMM_INVALID("makeThreadBootstrap: group is null (ThreadGroup::create needs a size in 1..65536)");
   if (rank < 0 || rank >= group->size())
     return TPCOMM_INVALID("makeThreadBootstrap: rank %d out of range [0, %d)", rank, group->size());
   auto impl = std::static_pointer_cast<ThreadGroupImpl>(group);

@@ -195,7 +195,8 @@ tpcommResult_t tpcommCommInitRankConfig(tpcommComm_t* comm, int nranks, tpcommUn
   const char* where = "tpcommCommInitRank";
   if (!comm) return fail(tpcommInvalidArgument, "%s: comm is NULL", where);
   *comm = nullptr;
-  if (nranks < 1) return fail(tpcommInvalidArgument, "%s: nranks %d: expected >= 1", where, nranks);
+  if (nranks < 1 || nranks > (1 << 16))
+    return fail(tpcommInvalidArgument, "%s: nranks %d: expected 1..65536", where, nranks);
   if (rank < 0 || rank >= nranks)
     return fail(tpcommInvalidArgument, "%s: rank %d out of range [0, %d)", where, rank, nranks);
   if (device < -1)

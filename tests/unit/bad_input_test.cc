@@ -3,11 +3,13 @@
 // destroy() is caught too. To cover another bad call, add a row to the table in BadCalls.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "tpcomm/socket_bootstrap.h"
 #include "unit/test_util.h"
 
 namespace tpcomm {
@@ -232,6 +234,15 @@ TEST(BadInput, BootstrapArguments) {
   expectInvalid(makeThreadBootstrap(group, 2, &bs), "rank 2", "makeThreadBootstrap with rank 2 of 2");
   expectInvalid(makeThreadBootstrap(group, -1, &bs), "rank -1", "makeThreadBootstrap with rank -1");
   expectInvalid(makeThreadBootstrap(group, 0, nullptr), "out", "makeThreadBootstrap with out null");
+  // An absurd rank count is refused at once, not allocated (2^31 - 1 socket ranks took 19 s and
+  // 8 GB of file-descriptor table before it timed out).
+  EXPECT_EQ(ThreadGroup::create(1 << 20), nullptr);
+  SocketUniqueId id;
+  ASSERT_EQ(makeSocketUniqueIdForAddress("127.0.0.1", &id), Status::kOk);
+  const auto t0 = std::chrono::steady_clock::now();
+  expectInvalid(makeSocketBootstrap(id, 2147483646, 2147483647, 300, &bs), "size 2147483647",
+                "makeSocketBootstrap with 2^31 - 1 ranks");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
   // bytesPerRank x ranks must fit a size_t (the table is that long); refused before any wait.
   ASSERT_EQ(makeThreadBootstrap(group, 0, &bs), Status::kOk);
   char one = 0;
