@@ -171,7 +171,8 @@ TEST(TimeoutUnderLoad, EveryWaitFiresWithinTwiceTheBound) {
     std::sort(took.begin(), took.end());
     std::printf("%-48s bound %d ms, target %.0f ms: %.0f %.0f %.0f %.0f %.0f ms\n", row.what, kBoundMs, kTargetMs,
                 took[0], took[1], took[2], took[3], took[4]);
-    EXPECT_GE(took[0], 0.9 * kBoundMs) << row.what << ": no timeout, or before the bound";
+    // A waiter may hear of the timeout from rank 0, whose own bound started a little earlier.
+    EXPECT_GE(took[0], 0.5 * kBoundMs) << row.what << ": no timeout, or long before the bound";
     EXPECT_LE(took[2], kTargetMs) << row.what << ": median over the target";
     EXPECT_LE(took[4], 3.0 * kBoundMs) << row.what << ": worst over 3x the bound";
   }
