@@ -90,12 +90,17 @@ def floats(n, value=0.0):
 
 
 # --- kinds ------------------------------------------------------------------------------------
-def k_call(lib, a):
-    uid = new_id(lib)
+def one_rank(lib):
+    """A one-rank host communicator for the argument attacks (the refusals come before any peer)."""
     cfg, keep = config(timeout_ms=2000)
-    code, comm, msg = init(lib, uid, 1, 0, cfg)
+    code, comm, msg = init(lib, new_id(lib), 1, 0, cfg)
     if code != OK:
-        return WRONG, "setup: " + msg
+        raise RuntimeError("setup: " + msg)
+    return comm
+
+
+def k_call(lib, a):
+    comm = one_rank(lib)
     bufs = [floats(1 << 18) for _ in range(4)]
     addr = {"buf": ctypes.addressof(bufs[0]), "buf2": ctypes.addressof(bufs[1])}
     addr["recv+4"], addr["send+4"] = addr["buf2"] + 4, addr["buf"] + 4
@@ -120,11 +125,7 @@ def k_call(lib, a):
 
 
 def k_norm(lib, a):
-    uid = new_id(lib)
-    cfg, keep = config(timeout_ms=2000)
-    code, comm, msg = init(lib, uid, 1, 0, cfg)
-    if code != OK:
-        return WRONG, "setup: " + msg
+    comm = one_rank(lib)
     bufs = {k: floats(1 << 16) for k in ("buf", "buf2", "buf3", "buf4")}
     addr = {k: ctypes.addressof(v) for k, v in bufs.items()}
 

@@ -63,16 +63,13 @@ std::vector<uint8_t> download(const void* d, size_t bytes) {
   return h;
 }
 
-class OneRankAllReduce
-    : public testing::TestWithParam<std::tuple<const char*, DataType, ReduceOp, size_t, bool, bool>> {};
-
-TEST_P(OneRankAllReduce, OutputIsTheInputBitForBit) {
-  const auto [algo, dt, op, count, inPlace, graph] = GetParam();
-  OneRank* o = oneRank(algo);
-  ASSERT_NE(o, nullptr);
-  CUDA_OK(cudaSetDevice(0));
-  const size_t es = tpcomm::dataTypeSize(dt), bytes = count * es;
-  const std::vector<uint8_t> in = makeHost(dt, count, [&](size_t i) { return intInput(0, i, count); });
+// Uploads `in` (count elements) to a device buffer, poisons a separate output unless in place,
+// runs one all-reduce on o's stream, eagerly or as 3 replays of a captured graph (each replay
+// re-uploads and re-poisons first, so the graph must rewrite the output), and reads the output
+// back into *out. Failures are fatal gtest failures (check HasFatalFailure() after).
+void allReduceOnce(OneRank* o, const std::vector<uint8_t>& in, size_t count, DataType dt, ReduceOp op, bool inPlace,
+                   bool graph, std::vector<uint8_t>* out) {
+  const size_t bytes = count * tpcomm::dataTypeSize(dt);
   DevBuf send(bytes), recvBuf(bytes);
   ASSERT_TRUE(send.p && recvBuf.p);
   void* recv = inPlace ? send.p : recvBuf.p;
@@ -92,7 +89,7 @@ TEST_P(OneRankAllReduce, OutputIsTheInputBitForBit) {
     CUDA_OK(cudaStreamEndCapture(o->stream, &g));
     ASSERT_EQ(s, Status::kOk) << tpcomm::lastErrorMessage();
     CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
-    for (int rep = 0; rep < 3; ++rep) {  // each replay re-poisons the output: the graph must rewrite it
+    for (int rep = 0; rep < 3; ++rep) {
       prepare();
       CUDA_OK(cudaGraphLaunch(ge, o->stream));
     }
@@ -102,6 +99,22 @@ TEST_P(OneRankAllReduce, OutputIsTheInputBitForBit) {
   }
   CUDA_OK(cudaStreamSynchronize(o->stream));
   ASSERT_EQ(o->comm->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
+  *out = download(recv, bytes);
+}
+
+class OneRankAllReduce
+    : public testing::TestWithParam<std::tuple<const char*, DataType, ReduceOp, size_t, bool, bool>> {};
+
+TEST_P(OneRankAllReduce, OutputIsTheInputBitForBit) {
+  const auto [algo, dt, op, count, inPlace, graph] = GetParam();
+  OneRank* o = oneRank(algo);
+  ASSERT_NE(o, nullptr);
+  CUDA_OK(cudaSetDevice(0));
+  const size_t es = tpcomm::dataTypeSize(dt);
+  const std::vector<uint8_t> in = makeHost(dt, count, [&](size_t i) { return intInput(0, i, count); });
+  std::vector<uint8_t> out;
+  allReduceOnce(o, in, count, dt, op, inPlace, graph, &out);
+  if (HasFatalFailure()) return;
   // auto over one rank: copy_local (a copy is all a one-rank collective is); staged_host under
   // capture falls back to the next by cost, copy_local too (its sequence numbers are host-side).
   const std::string ran = o->comm->lastAlgorithm(), want = std::string(algo);
@@ -109,7 +122,6 @@ TEST_P(OneRankAllReduce, OutputIsTheInputBitForBit) {
     EXPECT_EQ(ran, "copy_local");
   else
     EXPECT_EQ(ran, want == "staged_host" && graph ? "copy_local" : want);
-  const std::vector<uint8_t> out = download(recv, bytes);
   long long bad = firstMismatch(out, in, es);
   EXPECT_EQ(bad, -1) << "element " << bad << ": got " << tpcomm::loadAsFloat(out.data(), bad, dt) << ", input "
                      << tpcomm::loadAsFloat(in.data(), bad, dt);
@@ -156,39 +168,16 @@ TEST_P(OneRankZeros, NegativeZeroComesOutPositive) {
   OneRank* o = oneRank(algo);
   ASSERT_NE(o, nullptr);
   CUDA_OK(cudaSetDevice(0));
-  const size_t count = 4099, es = tpcomm::dataTypeSize(dt), bytes = count * es;
+  const size_t count = 4099, es = tpcomm::dataTypeSize(dt);
   const std::vector<uint8_t> in = makeHost(dt, count, [](size_t i) {
     return i % 3 == 0 ? -0.0f : i % 3 == 1 ? 0.0f : -2.0f;
   });
-  std::vector<uint8_t> want(bytes);
+  std::vector<uint8_t> want(count * es), out;
   const void* src = in.data();
   tpcomm::hostReduce(want.data(), &src, 1, count, dt, op);
-  DevBuf send(bytes), recvBuf(bytes);
-  ASSERT_TRUE(send.p && recvBuf.p);
-  void* recv = inPlace ? send.p : recvBuf.p;
-  auto prepare = [&] {
-    CUDA_OK(cudaMemcpyAsync(send.p, in.data(), bytes, cudaMemcpyHostToDevice, o->stream));
-    if (!inPlace) CUDA_OK(cudaMemsetAsync(recvBuf.p, 0xff, bytes, o->stream));
-  };
-  prepare();
-  if (!graph) {
-    ASSERT_EQ(o->comm->allReduce(send.p, recv, count, dt, op, o->stream), Status::kOk) << tpcomm::lastErrorMessage();
-  } else {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CUDA_OK(cudaStreamBeginCapture(o->stream, cudaStreamCaptureModeRelaxed));
-    Status s = o->comm->allReduce(send.p, recv, count, dt, op, o->stream);
-    CUDA_OK(cudaStreamEndCapture(o->stream, &g));
-    ASSERT_EQ(s, Status::kOk) << tpcomm::lastErrorMessage();
-    CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
-    prepare();
-    CUDA_OK(cudaGraphLaunch(ge, o->stream));
-    CUDA_OK(cudaStreamSynchronize(o->stream));
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-  }
-  CUDA_OK(cudaStreamSynchronize(o->stream));
-  const long long bad = firstMismatch(download(recv, bytes), want, es);
+  allReduceOnce(o, in, count, dt, op, inPlace, graph, &out);
+  if (HasFatalFailure()) return;
+  const long long bad = firstMismatch(out, want, es);
   EXPECT_EQ(bad, -1) << o->comm->lastAlgorithm() << ": element " << bad << " (input "
                      << tpcomm::loadAsFloat(in.data(), bad < 0 ? 0 : bad, dt) << ")";
 }
