@@ -9,7 +9,7 @@
 //   never starts the collective, so nothing is left pending. A peer whose note names another
 //   collective (a barrier against an allGather, another size) is named with what it called, and
 //   both sides fail at once with kInvalidArgument instead of handing MPI mismatched collectives
-//   (Open MPI aborted the job on that).
+//   (Open MPI aborts the job on that).
 // - MPI has no way to cancel a started collective (MPI_Cancel and MPI_Request_free are
 //   erroneous on one), so a collective that every rank's note promised but that a peer gave up
 //   on stays pending. It runs on buffers the bootstrap owns, never the caller's, so a late peer

@@ -27,7 +27,7 @@ namespace {
 
 // Opening of every collective entry point: clears the thread's error, takes the communicator for
 // this thread (one atomic exchange; a second caller at once is refused: two threads in one call
-// shared its state and crashed), rejects use after destroy(), reports an earlier asynchronous
+// would share its state and crash), rejects use after destroy(), reports an earlier asynchronous
 // failure. The destructor gives the communicator back.
 class CallScope {
  public:

@@ -5,9 +5,9 @@
 // runs its create over a bootstrap that _exit()s at its k-th exchange, for every k up to the
 // number of exchanges a whole create makes, once as rank 1 and once as rank 0.
 //
-// Before the fix, rank 0 created the staged_host segment and returned from the failed exchange
-// that shares its name before unlinking it: /dev/shm/tpcomm-<pid>-* stayed until a later create
-// on the machine found the pid gone.
+// The defect it catches: rank 0 returning from the failed exchange that shares the staged_host
+// segment's name without unlinking it, so /dev/shm/tpcomm-<pid>-* stays until a later create on
+// the machine finds the pid gone.
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>

@@ -1,11 +1,11 @@
 // The socket bootstrap against hostile processes on its port (issue 34 item 7), loopback only.
 //   - A process that squats the port before rank 0 binds it: the ranks that connect to it must
 //     never send it the job's secret, and must refuse its answers (it cannot prove it knows the
-//     secret). Before the fix a rank's first message carried the secret in clear.
+//     secret). The defect: a rank whose first message carries the secret in clear.
 //   - A flood of connections that send nothing, against a rank 0 with few file descriptors: the
-//     real ranks must still get in, and rank 0 must wait in poll, not spin. Before the fix rank 0
-//     accepted until its descriptors ran out, then spun at 100% CPU on accept's EMFILE with the
-//     real ranks locked out until the timeout.
+//     real ranks must still get in, and rank 0 must wait in poll, not spin. The defect: a rank 0
+//     that accepts until its descriptors run out, then spins at 100% CPU on accept's EMFILE with
+//     the real ranks locked out until the timeout.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>

@@ -7,7 +7,7 @@
 //      destroys its bootstraps and calls MPI_Finalize: before the fix MPI_Comm_free ran with the
 //      MPI_Ibarrier pending and Open MPI crashed or hung in MPI_Finalize.
 //   3. Rank 0 alone calls makeMpiBootstrap on a communicator the others never duplicate: bounded
-//      by TPCOMM_TIMEOUT_MS (MPI_Comm_dup blocked without bound), the missing ranks named.
+//      by TPCOMM_TIMEOUT_MS (MPI_Comm_dup would block without bound), the missing ranks named.
 //   4. Rank 0 in an allGather, the others in a barrier: each side names the other and its call.
 // Exit status 0 only if every check passed on this rank (mpiexec reports the worst).
 #include <mpi.h>
@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
 
   // 4. Every rank arrives, but rank 0 in an allGather and the others in a barrier of the same
   //    number: each side fails at once (kInvalidArgument) naming the other and what it called,
-  //    before MPI sees mismatched collectives (Open MPI aborted the job on it).
+  //    before MPI sees mismatched collectives (Open MPI aborts the job on them).
   std::unique_ptr<Bootstrap> bs4;
   check(makeMpiBootstrap(MPI_COMM_WORLD, &bs4) == Status::kOk,
         std::string("makeMpiBootstrap 4: ") + lastErrorMessage());

@@ -56,7 +56,7 @@ TEST(BadInput, BadCallsAreRejectedAndTheCommunicatorStaysUsable) {
         {"allGather send inside recv but not at this rank's piece", "overlap",
          [&](Communicator& c) { return c.allGather(recv + 1, recv, 4, f32, nullptr); }},
         // Buffers whose end lies past the top of the address space (issue 34 item 4): the
-        // overlap check computed pointer + bytes, wrapped, called them apart and the call crashed.
+        // overlap check must not compute pointer + bytes: it wraps, calls them apart, and the call crashes.
         {"allReduce send past the top of the address space", "send",
          [&](Communicator& c) { return c.allReduce(nearTop, recv, 64, f32, sum, nullptr); }},
         {"allReduce recv past the top of the address space", "recv",
@@ -234,8 +234,8 @@ TEST(BadInput, BootstrapArguments) {
   expectInvalid(makeThreadBootstrap(group, 2, &bs), "rank 2", "makeThreadBootstrap with rank 2 of 2");
   expectInvalid(makeThreadBootstrap(group, -1, &bs), "rank -1", "makeThreadBootstrap with rank -1");
   expectInvalid(makeThreadBootstrap(group, 0, nullptr), "out", "makeThreadBootstrap with out null");
-  // An absurd rank count is refused at once, not allocated (2^31 - 1 socket ranks took 19 s and
-  // 8 GB of file-descriptor table before it timed out).
+  // An absurd rank count is refused at once, not allocated (2^31 - 1 socket ranks would take 19 s and
+  // 8 GB of file-descriptor table before timing out).
   EXPECT_EQ(ThreadGroup::create(1 << 20), nullptr);
   SocketUniqueId id;
   ASSERT_EQ(makeSocketUniqueIdForAddress("127.0.0.1", &id), Status::kOk);

@@ -1,5 +1,5 @@
 // A communicator takes one caller at a time (issue 34 item 8), like an NCCL communicator. Two
-// threads calling rank 0's communicator at once used to share the call's state and crash
+// threads calling rank 0's communicator at once would share the call's state and crash
 // (SIGSEGV); the second caller must instead get kInvalidArgument at once, saying why, and the
 // first call must complete normally. Host ranks as threads; rank 1 joins only once one of rank
 // 0's two callers has been refused, so the two calls overlap whatever the scheduling.
@@ -132,7 +132,7 @@ TEST(ConcurrentDestroy, DestroyDuringACallIsRefused) {
 
 // abort() from another thread while a call waits for a missing peer: it stops the call's
 // kernels (none on host ranks), then waits for the call to return (bounded by the timeout) before
-// it frees what the call uses. Before, it freed the transports under the waiting call.
+// it frees what the call uses (freeing the transports under the waiting call crashes it).
 TEST(ConcurrentAbort, AbortWaitsForTheCallInFlight) {
   auto group = ThreadGroup::create(2);
   std::unique_ptr<Bootstrap> bs[2];

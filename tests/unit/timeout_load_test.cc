@@ -2,8 +2,8 @@
 // 40 ms bound must fire within max(2 x 40 ms, 40 ms + 20 ms) = 80 ms: the waits check the clock
 // often and never sleep long. Each row is one kind of wait for a missing peer, measured 5 times;
 // the median must meet the target and the worst may not exceed 3x the bound (the machine is
-// shared: one run can lose its CPU to other jobs). Before, a socket bootstrap rank whose root
-// never came to an exchange waited the bound plus a fixed 1 s grace. Own executable, run serial:
+// shared: one run can lose its CPU to other jobs). The defect it catches: a socket bootstrap rank
+// whose root never comes to an exchange waiting the bound plus a fixed 1 s grace. Own executable, run serial:
 // it loads every core. Prints every measurement.
 #include <gtest/gtest.h>
 
