@@ -151,6 +151,8 @@ tpcomm extras:
   --vs-best                  with -A auto and forced algorithms (-A auto -A lamport_p2p -A twoshot_p2p
                              ...): per size, auto's time beside the fastest forced algorithm's (counted
                              only where that algorithm ran the size) and the ratio auto / best
+  --vs-best-max <p>          --vs-best, and the run fails (exit 1) unless auto is within p% of the
+                             best at every size some forced algorithm ran (and at least one did)
   --host                     host ranks (device -1) even where GPUs exist
   --require-gpus <n>         exit with status 77 (ctest: Skipped) when fewer than n GPUs are visible
   --compression <fp8|int8>   compressed all-reduce (Config::compression): random normal inputs
@@ -250,6 +252,10 @@ bool parseArgs(int argc, char** argv, Args* a, std::string* error) {
     } else if (f == "--require-gpus") {
       if (!value() || !parseInt(v, 0, &a->requireGpus)) return error->empty() ? bad("expected an integer >= 0") : false;
     } else if (f == "--vs-best") {
+      a->vsBest = true;
+    } else if (f == "--vs-best-max") {
+      if (!value() || !parseInt(v, 0, &a->vsBestMaxPct) || a->vsBestMaxPct > 1000)
+        return error->empty() ? bad("expected a percentage 0..1000") : false;
       a->vsBest = true;
     } else if (f == "--compression") {
       if (!value()) return false;

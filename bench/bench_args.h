@@ -49,6 +49,7 @@ struct Args {
   bool hostRanks = false;          // --host: host-memory ranks even where GPUs exist
   int requireGpus = 0;             // --require-gpus N: exit 77 (ctest's skip) with fewer GPUs
   bool vsBest = false;             // --vs-best: auto's time beside the best forced algorithm's (bench_vs_best.h)
+  int vsBestMaxPct = -1;           // --vs-best-max P: fail unless auto is within P% at every compared size
   tpcomm::Compression compression = tpcomm::Compression::kNone;  // --compression fp8|int8
   bool fusedRmsnorm = false;       // --fused-rmsnorm: all-reduce + residual + RMSNorm (bench_fused.cc)
   int fusedHidden = 5120;          // --hidden N: row length of --fused-rmsnorm

@@ -391,9 +391,17 @@ int runController(const RunInfo& info, tpcomm::Bootstrap* bootstrap, int firstRa
   if (main) {
     printSideBySide(tables);
     if (args.vsBest) {
-      // The target: auto within 3% of the best single algorithm (after tpcomm-doctor --tune).
+      // The target: auto within 3% of the best single algorithm (after tpcomm-doctor --tune);
+      // --vs-best-max P makes a miss (or nothing to compare) fail the run.
       const std::vector<VsBestRow> vs = compareWithBest(tables);
-      printVsBest(vs, 0.03);
+      const double tolerance = args.vsBestMaxPct >= 0 ? args.vsBestMaxPct / 100.0 : 0.03;
+      const VsBestSummary sum = printVsBest(vs, tolerance);
+      if (args.vsBestMaxPct >= 0) {
+        const bool met = sum.compared > 0 && sum.within == sum.compared;
+        std::printf("# --vs-best-max %d%%: %s (%d of %d sizes within)\n", args.vsBestMaxPct, met ? "met" : "MISSED",
+                    sum.within, sum.compared);
+        if (!met) status = 1;
+      }
       json["vs_best"] = nlohmann::json::array();
       for (const VsBestRow& r : vs)
         json["vs_best"].push_back({{"size", r.bytes}, {"type", r.type}, {"redop", r.redop}, {"auto_us", r.autoUs},

@@ -36,12 +36,14 @@ std::vector<VsBestRow> compareWithBest(const std::vector<Table>& tables) {
   return out;
 }
 
-void printVsBest(const std::vector<VsBestRow>& rows, double tolerance) {
-  if (rows.empty()) return;
+VsBestSummary printVsBest(const std::vector<VsBestRow>& rows, double tolerance) {
+  VsBestSummary sum;
+  if (rows.empty()) return sum;
   std::printf("# auto vs the best single forced algorithm, out-of-place time (us); ratio = auto / best\n");
   std::printf("#  %10s %8s %5s  %10s %-16s  %10s %-16s  %7s\n", "size", "type", "redop", "auto", "(ran)", "best",
               "(algorithm)", "ratio");
-  int within = 0, compared = 0;
+  int& within = sum.within;
+  int& compared = sum.compared;
   const VsBestRow* worst = nullptr;
   for (const VsBestRow& r : rows) {
     if (r.bestUs > 0) {
@@ -49,17 +51,21 @@ void printVsBest(const std::vector<VsBestRow>& rows, double tolerance) {
                   r.autoUs, r.autoAlgo.c_str(), r.bestUs, r.bestAlgo.c_str(), r.ratio);
       ++compared;
       within += r.ratio <= 1.0 + tolerance;
+      sum.sameAlgo += r.autoAlgo == r.bestAlgo;
       if (!worst || r.ratio > worst->ratio) worst = &r;
     } else {
       std::printf("#  %10zu %8s %5s  %10.2f %-16s  %10s %-16s  %7s\n", r.bytes, r.type.c_str(), r.redop.c_str(),
                   r.autoUs, r.autoAlgo.c_str(), "-", "(none ran it)", "-");
     }
   }
-  if (worst)
-    std::printf("# auto within %.0f%% of the best single algorithm at %d of %d sizes (worst %.3f at %zu B %s)\n#\n",
+  if (worst) {
+    std::printf("# auto within %.0f%% of the best single algorithm at %d of %d sizes (worst %.3f at %zu B %s)\n",
                 tolerance * 100, within, compared, worst->ratio, worst->bytes, worst->type.c_str());
-  else
+    std::printf("# auto ran the fastest forced algorithm itself at %d of %d sizes\n#\n", sum.sameAlgo, compared);
+  } else {
     std::printf("# auto vs best: no forced algorithm ran any size\n#\n");
+  }
+  return sum;
 }
 
 }  // namespace tpcomm_bench

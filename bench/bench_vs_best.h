@@ -26,8 +26,15 @@ struct VsBestRow {
 /// The rows, in the auto table's order; empty without an "auto" table.
 std::vector<VsBestRow> compareWithBest(const std::vector<Table>& tables);
 
+/// What printVsBest counted.
+struct VsBestSummary {
+  int compared = 0;  ///< rows some forced algorithm ran
+  int within = 0;    ///< of those, rows with auto / best <= 1 + tolerance
+  int sameAlgo = 0;  ///< of those, rows where auto ran the fastest forced algorithm itself
+};
+
 /// Prints them as '#' lines (nccl-tests parsers skip them), then the count of rows within
-/// `tolerance` (0.03: 3%) and the worst ratio.
-void printVsBest(const std::vector<VsBestRow>& rows, double tolerance);
+/// `tolerance` (0.03: 3%), the worst ratio, and how often auto ran the fastest algorithm.
+VsBestSummary printVsBest(const std::vector<VsBestRow>& rows, double tolerance);
 
 }  // namespace tpcomm_bench

@@ -20,7 +20,11 @@ mkdir -p bench/results
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
   nvcc --version | tail -1 || true
   echo "## tests"
-  ctest --test-dir "$BUILD/examples/qwen_tp" --output-on-failure 2>&1 || true
+  # A failure does not stop the measurements below, but it fails the run (exit status of the
+  # tests, once the log is complete): a red test is never hidden behind a finished log.
+  testsRc=0
+  ctest --test-dir "$BUILD/examples/qwen_tp" --output-on-failure 2>&1 || testsRc=$?
+  [ "$testsRc" = 0 ] || echo "## tests FAILED (ctest exit $testsRc); the measurements below still ran"
   BIN="$BUILD/examples/qwen_tp/qwen_tp"
   COMMON="--model-preset qwen3-32b --tp 2 --prompt-tokens 512 --n-predict 256 --ctx-size 1024"
   for ar in auto nccl staged_host; do
@@ -51,4 +55,5 @@ mkdir -p bench/results
     --spec-type draft-mtp --spec-draft-n-max 5 --sim-token-acceptance 0.485 --no-profile
   echo "## TP=1 reference"
   "$BIN" --model-preset qwen3-32b --tp 1 --prompt-tokens 512 --n-predict 64 --ctx-size 1024
+  exit "$testsRc"
 } 2>&1 | tee "$OUT"

@@ -28,7 +28,7 @@ class Bootstrap {
 /// every thread's makeThreadBootstrap().
 class ThreadGroup {
  public:
-  /// A rendezvous for `size` thread ranks.
+  /// A rendezvous for `size` thread ranks (1..65536; null otherwise).
   static std::shared_ptr<ThreadGroup> create(int size);
   virtual ~ThreadGroup() = default;
   /// Number of ranks in the group.

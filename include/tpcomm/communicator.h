@@ -16,7 +16,9 @@ struct Config {
   /// Algorithm selection override, same syntax as TPCOMM_ALGO (e.g. "0-64K:oneshot_p2p,
   /// 64K-inf:ring_nccl" or "^ring_nccl"). Empty: use TPCOMM_ALGO.
   std::string algo;
-  /// Bound on every wait for a peer, in milliseconds. 0: use TPCOMM_TIMEOUT_MS.
+  /// Bound on every wait for a peer, in milliseconds: the collectives' waits, and the bootstrap's
+  /// exchanges during create and destroy unless setupTimeoutMs is set. An explicit value here
+  /// wins over the environment everywhere. 0: use TPCOMM_TIMEOUT_MS.
   int timeoutMs = 0;
   /// Create an NCCL communicator under tpcomm for the ring_nccl path (GPU communicators only,
   /// when built with NCCL). The environment's TPCOMM_NCCL=0 also turns it off.
@@ -38,6 +40,11 @@ struct Config {
   /// the uncompressed all-reduce (a stated error bound). kNone: TPCOMM_COMPRESSION decides
   /// (default none). Must be the same on every rank; ignored in the deterministic mode.
   Compression compression = Compression::kNone;
+  /// Bound on the bootstrap's exchanges during create and destroy, in milliseconds, when it should
+  /// differ from timeoutMs: set-up includes slow local steps a peer waits through (the topology
+  /// probe, CUDA context creation), so a short timeoutMs for the collectives may want a longer
+  /// one here. 0: timeoutMs (or, when that is 0 too, TPCOMM_TIMEOUT_MS).
+  int setupTimeoutMs = 0;
 };
 
 /// Which collective a call is (Communicator::explainCollective).
@@ -54,8 +61,11 @@ struct AlgorithmChoice {
 
 /// One rank of a group. Collectives are stream-ordered for GPU communicators (they enqueue work
 /// on `stream` and return) and synchronous for host communicators (device == -1, stream must be
-/// null). Methods are not thread-safe for one object; distinct communicators may be used from
-/// distinct threads.
+/// null). One communicator takes one caller at a time, like an NCCL communicator: a collective or
+/// destroy() entered while another thread is inside a call on the same object is refused with
+/// kInvalidArgument (checked with one atomic exchange per call), and abort() from another thread
+/// waits (bounded by the timeout) for that call to return before it frees anything. Distinct
+/// communicators may be used from distinct threads.
 class Communicator {
  public:
   /// Creates this process's rank of a communicator. Collective over `bootstrap`: every rank

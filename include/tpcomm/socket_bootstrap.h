@@ -7,8 +7,10 @@
 //
 // Every wait is bounded by the timeout (TPCOMM_TIMEOUT_MS by default): a rank that never
 // arrives gives kTimeout on the ranks that did, naming the missing rank(s). Every connection
-// must present the id's secret (compared in constant time) or rank 0 refuses it: a stray or
-// misrouted process cannot join. The secret keeps strangers out; it is not encryption.
+// must prove it holds the id's secret (challenge and response with HMAC-SHA256 over fresh nonces
+// from both sides; the secret itself never goes over the wire) or rank 0 refuses it, and rank 0
+// proves the same to every rank: a stray or misrouted process cannot join, and a process that
+// squats the port learns nothing. The secret keeps strangers out; it is not encryption.
 //
 // The address: TPCOMM_SOCKET_IFNAME picks the interface as NCCL_SOCKET_IFNAME does ("eth0":
 // names starting with eth0; "=eth0": exactly eth0; "^docker,lo": any but those), and
@@ -41,7 +43,7 @@ Status makeSocketUniqueIdForAddress(const char* address, SocketUniqueId* out);
 /// Writes "address:port" of an id into `buf` (for messages); false for a malformed id.
 bool socketUniqueIdAddress(const SocketUniqueId& id, char* buf, size_t bufSize);
 
-/// Joins the rendezvous of `id` as rank `rank` of `size` ranks (collective: every rank calls it,
+/// Joins the rendezvous of `id` as rank `rank` of `size` ranks, size in 1..65536 (collective: every rank calls it,
 /// each with the same id and size). Returns once all `size` ranks have arrived, or kTimeout
 /// after `timeoutMs` (0: TPCOMM_TIMEOUT_MS) naming the ranks that did not; kInvalidArgument for
 /// a malformed id, a rank outside [0, size) or a size or rank another rank contradicts;

@@ -58,7 +58,8 @@ typedef struct {
 
 /** Communicator settings that can grow without breaking the ABI (as ncclConfig_t): start from
  * TPCOMM_CONFIG_INITIALIZER so size, magic and version are set; the library reads only the
- * fields that a caller's `size` covers, and defaults the rest. */
+ * fields that a caller's `size` covers whole, and defaults the rest (a size that ends inside a
+ * field leaves that field at its default). */
 typedef struct {
   size_t size;          /**< sizeof(tpcommConfig_t) of the caller's header */
   unsigned int magic;   /**< TPCOMM_CONFIG_MAGIC */
@@ -138,7 +139,8 @@ tpcommResult_t tpcommCommDevice(tpcommComm_t comm, int* device);
 tpcommResult_t tpcommCommGetAsyncError(tpcommComm_t comm, tpcommResult_t* asyncError);
 
 /** Tears the communicator down and frees it (collective: waits, bounded, for the peers so none
- * still reads this rank's buffers). comm must not be used afterwards. NULL: no-op. */
+ * still reads this rank's buffers). comm must not be used afterwards. NULL: no-op. While another
+ * thread is inside a call on comm it is refused (tpcommInvalidArgument) and comm stays valid. */
 tpcommResult_t tpcommCommDestroy(tpcommComm_t comm);
 
 /** Frees the communicator without waiting for any peer (local, not collective): for a job whose

@@ -17,7 +17,7 @@ class UniqueIdStruct(ctypes.Structure):
 
 
 class ConfigStruct(ctypes.Structure):
-    """tpcommConfig_t; the library reads only the fields `size` covers."""
+    """tpcommConfig_t; the library reads only the fields `size` covers whole."""
 
     _fields_ = [
         ("size", ctypes.c_size_t),

@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "bootstrap/bootstrap_timeout.h"
 #include "common/error.h"
-#include "common/params.h"
 
 namespace tpcomm {
 namespace {
@@ -108,6 +108,7 @@ class NcclBootstrap : public Bootstrap {
   // Bounded wait for the enqueued exchange: a non-blocking communicator first finishes
   // enqueuing (ncclInProgress -> ncclSuccess), then the stream drains.
   Status waitIdle() {
+    const int bound = bootstrapTimeoutMs(timeoutMs_);  // timeoutMs_: the explicit value, 0 if none
     auto start = std::chrono::steady_clock::now();
     auto elapsedMs = [&] {
       return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
@@ -123,13 +124,13 @@ class NcclBootstrap : public Bootstrap {
         if (e == cudaSuccess) return Status::kOk;
         if (e != cudaErrorNotReady) return cuda(e, "cudaStreamQuery");
       }
-      if (elapsedMs() > timeoutMs_) {
+      if (elapsedMs() > bound) {
         f_.commAbort(comm_);
         aborted_ = true;
         return TPCOMM_ERROR(kTimeout,
-                            "nccl bootstrap (rank %d of %d): a peer did not join the exchange within %d ms "
-                            "(TPCOMM_TIMEOUT_MS); the bootstrap's NCCL communicator was aborted",
-                            rank_, size_, timeoutMs_);
+                            "nccl bootstrap (rank %d of %d): a peer did not join the exchange within %d ms (%s; "
+                            "NCCL cannot say which); the bootstrap's NCCL communicator was aborted",
+                            rank_, size_, bound, bootstrapTimeoutSource(timeoutMs_));
       }
       if (spins < 1000)
         std::this_thread::yield();
@@ -169,8 +170,7 @@ Status makeNcclBootstrap(ncclComm_t comm, const NcclFunctions& f, int timeoutMs,
     return TPCOMM_INVALID("makeNcclBootstrap: comm is not a ready NCCL communicator: %s", f.getErrorString(r));
   if (size < 1 || rank < 0 || rank >= size || device < 0)
     return TPCOMM_INVALID("makeNcclBootstrap: comm reports rank %d of %d on device %d", rank, size, device);
-  int bound = timeoutMs > 0 ? timeoutMs : static_cast<int>(paramInt(ParamId::kTimeoutMs));
-  out->reset(new NcclBootstrap(comm, f, rank, size, device, bound));
+  out->reset(new NcclBootstrap(comm, f, rank, size, device, timeoutMs));
   return Status::kOk;
 }
 

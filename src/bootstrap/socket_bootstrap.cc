@@ -1,377 +1,48 @@
-// Bootstrap over TCP (include/tpcomm/socket_bootstrap.h): a star through rank 0. Rendezvous:
-// rank 0 listens on the unique id's port; rank r > 0 connects (non-blocking, retried until the
-// deadline while rank 0 is not up yet) and sends a Hello (rank, size, secret); rank 0 refuses a
-// wrong secret (constant-time compare), a rank out of range or taken, a different size, and
-// once all ranks have arrived answers each with a Verdict carrying the secret back (so a rank
-// knows it reached this job's rank 0). allGather: every rank sends (seq, bytes, data) to rank
-// 0, which answers with the whole table, or with an error that every rank then returns (a size
-// mismatch, a rank that closed its connection, a timeout naming the ranks missing). Every wait
-// is a poll() bounded by the deadline; after any failure the bootstrap is broken and fails at
-// once. Sockets are non-blocking and sends use MSG_NOSIGNAL (a dead peer never raises SIGPIPE).
+// Bootstrap over TCP (include/tpcomm/socket_bootstrap.h): a star through rank 0. Rendezvous
+// (socket_rendezvous.cc): rank 0 listens on the unique id's port and challenges every
+// connection; rank r > 0 connects and proves it holds the id's secret without sending it; rank 0
+// refuses a wrong proof, a rank out of range or taken, a different size, and once all ranks have
+// arrived answers each with a verdict that proves it holds the secret too (socket_wire.h).
+// allGather: rank 0 tells every rank it has entered the exchange, every rank sends (seq, bytes,
+// data) to rank 0, which answers with the whole table, or with an error that every rank then
+// returns (a size mismatch, a rank that closed its connection, a timeout naming the ranks
+// missing). A rank waits for rank 0's arrival up to its own bound, then for the reply up to rank
+// 0's bound from then: never more than twice the bound plus a little. Every wait is a poll();
+// after any failure the bootstrap is broken and fails at once. Sockets are non-blocking and sends
+// use MSG_NOSIGNAL (a dead peer never raises SIGPIPE).
 #include "tpcomm/socket_bootstrap.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "bootstrap/bootstrap_timeout.h"
+#include "bootstrap/socket_io.h"
+#include "bootstrap/socket_wire.h"
 #include "common/error.h"
-#include "common/params.h"
+#include "common/log.h"
 
 namespace tpcomm {
 namespace {
 
-// --- the unique id --------------------------------------------------------------------------
-// Layout of SocketUniqueId::bytes: magic (4) | version (1) | family (1: 4 or 6) | port (2, network
-// order) | address (16) | IPv6 scope id (4) | unused (4) | secret (32) | zeros.
-constexpr uint32_t kIdMagic = 0x42435054u;  // "TPCB"
-constexpr uint8_t kIdVersion = 1;
-constexpr int kSecretBytes = 32;
-
-struct DecodedId {
-  sockaddr_storage addr{};
-  socklen_t addrLen = 0;
-  uint8_t secret[kSecretBytes]{};
-  char where[INET6_ADDRSTRLEN + 16]{};  // "address:port", for messages
-};
-
-bool decodeId(const SocketUniqueId& id, DecodedId* d) {
-  uint32_t magic;
-  std::memcpy(&magic, id.bytes, 4);
-  if (magic != kIdMagic || id.bytes[4] != kIdVersion) return false;
-  uint16_t port;
-  std::memcpy(&port, id.bytes + 6, 2);
-  char host[INET6_ADDRSTRLEN] = "";
-  if (id.bytes[5] == 4) {
-    auto* a = reinterpret_cast<sockaddr_in*>(&d->addr);
-    a->sin_family = AF_INET;
-    a->sin_port = port;
-    std::memcpy(&a->sin_addr, id.bytes + 8, 4);
-    d->addrLen = sizeof(sockaddr_in);
-    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
-    std::snprintf(d->where, sizeof(d->where), "%s:%u", host, ntohs(port));
-  } else if (id.bytes[5] == 6) {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&d->addr);
-    a->sin6_family = AF_INET6;
-    a->sin6_port = port;
-    std::memcpy(&a->sin6_addr, id.bytes + 8, 16);
-    std::memcpy(&a->sin6_scope_id, id.bytes + 24, 4);
-    d->addrLen = sizeof(sockaddr_in6);
-    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
-    std::snprintf(d->where, sizeof(d->where), "[%s]:%u", host, ntohs(port));
-  } else {
-    return false;
-  }
-  if (port == 0) return false;
-  std::memcpy(d->secret, id.bytes + 32, kSecretBytes);
-  return true;
-}
-
-socklen_t addrLength(const sockaddr_storage& a) {
-  return a.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-}
-
-// A port free on `addr` now: bind port 0, read the port the kernel chose, close. Rank 0 binds
-// it again (SO_REUSEADDR) when it joins; a process that takes the port in between makes rank 0
-// fail with a message saying to make a new id.
-Status makeIdFor(const sockaddr_storage& addrIn, SocketUniqueId* out) {
-  sockaddr_storage addr = addrIn;
-  int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return TPCOMM_ERROR(kSystemError, "socket unique id: socket(): %s", std::strerror(errno));
-  if (addr.ss_family == AF_INET)
-    reinterpret_cast<sockaddr_in*>(&addr)->sin_port = 0;
-  else
-    reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port = 0;
-  socklen_t len = addrLength(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    int e = errno;
-    ::close(fd);
-    return TPCOMM_ERROR(kSystemError, "socket unique id: cannot bind a port on the chosen address: %s",
-                        std::strerror(e));
-  }
-  ::close(fd);
-  std::memset(out->bytes, 0, sizeof(out->bytes));
-  std::memcpy(out->bytes, &kIdMagic, 4);
-  out->bytes[4] = kIdVersion;
-  if (addr.ss_family == AF_INET) {
-    auto* a = reinterpret_cast<sockaddr_in*>(&addr);
-    out->bytes[5] = 4;
-    std::memcpy(out->bytes + 6, &a->sin_port, 2);
-    std::memcpy(out->bytes + 8, &a->sin_addr, 4);
-  } else {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
-    out->bytes[5] = 6;
-    std::memcpy(out->bytes + 6, &a->sin6_port, 2);
-    std::memcpy(out->bytes + 8, &a->sin6_addr, 16);
-    std::memcpy(out->bytes + 24, &a->sin6_scope_id, 4);
-  }
-  size_t got = 0;
-  while (got < kSecretBytes) {
-    ssize_t n = ::getrandom(out->bytes + 32 + got, kSecretBytes - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return TPCOMM_ERROR(kSystemError, "socket unique id: getrandom: %s", std::strerror(errno));
-    got += static_cast<size_t>(n);
-  }
-  return Status::kOk;
-}
-
-Status parseNumericAddress(const char* text, sockaddr_storage* out) {
-  if (!text || !*text)
-    return TPCOMM_INVALID("socket unique id: address is null or empty (expected e.g. \"127.0.0.1\" or \"::1\")");
-  *out = sockaddr_storage{};
-  auto* a4 = reinterpret_cast<sockaddr_in*>(out);
-  auto* a6 = reinterpret_cast<sockaddr_in6*>(out);
-  if (inet_pton(AF_INET, text, &a4->sin_addr) == 1) {
-    a4->sin_family = AF_INET;
-    return Status::kOk;
-  }
-  if (inet_pton(AF_INET6, text, &a6->sin6_addr) == 1) {
-    a6->sin6_family = AF_INET6;
-    return Status::kOk;
-  }
-  return TPCOMM_INVALID("socket unique id: address '%s' is not a numeric IPv4 or IPv6 address", text);
-}
-
-// TPCOMM_SOCKET_IFNAME, as NCCL_SOCKET_IFNAME: "a,b" prefixes, "=a,b" exact names, "^a,b"
-// excluded prefixes (with "^=" excluded exact names).
-bool ifnameMatches(const std::string& spec, const char* name) {
-  std::string s = spec;
-  bool exclude = !s.empty() && s[0] == '^';
-  if (exclude) s.erase(0, 1);
-  bool exact = !s.empty() && s[0] == '=';
-  if (exact) s.erase(0, 1);
-  bool hit = false;
-  size_t pos = 0;
-  while (pos <= s.size()) {
-    size_t comma = s.find(',', pos);
-    std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    if (!item.empty() && (exact ? item == name : std::strncmp(name, item.c_str(), item.size()) == 0)) hit = true;
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return exclude ? !hit : hit;
-}
-
-Status chooseInterfaceAddress(sockaddr_storage* out) {
-  const std::string& famText = paramString(ParamId::kSocketFamily);
-  int family = AF_UNSPEC;
-  if (famText == "AF_INET")
-    family = AF_INET;
-  else if (famText == "AF_INET6")
-    family = AF_INET6;
-  else if (!famText.empty())
-    return TPCOMM_INVALID("TPCOMM_SOCKET_FAMILY='%s': expected AF_INET, AF_INET6 or empty", famText.c_str());
-  const std::string& ifname = paramString(ParamId::kSocketIfname);
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0)
-    return TPCOMM_ERROR(kSystemError, "socket unique id: getifaddrs: %s", std::strerror(errno));
-  // Pass 0: the user's spec, or (none given) any interface but loopback and docker; pass 1 (no
-  // spec only): loopback. Within a pass IPv4 comes before IPv6; IPv6 link-local is skipped.
-  const ifaddrs* pick = nullptr;
-  for (int pass = 0; pass < 2 && !pick; ++pass) {
-    if (pass == 1 && !ifname.empty()) break;
-    for (int fam : {AF_INET, AF_INET6}) {
-      if (pick || (family != AF_UNSPEC && fam != family)) continue;
-      for (const ifaddrs* i = list; i && !pick; i = i->ifa_next) {
-        if (!i->ifa_addr || i->ifa_addr->sa_family != fam || !(i->ifa_flags & IFF_UP)) continue;
-        if (fam == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr))
-          continue;
-        bool loop = (i->ifa_flags & IFF_LOOPBACK) != 0;
-        bool ok = !ifname.empty() ? ifnameMatches(ifname, i->ifa_name)
-                                  : (pass == 0 ? !loop && std::strncmp(i->ifa_name, "docker", 6) != 0 : loop);
-        if (ok) pick = i;
-      }
-    }
-  }
-  if (!pick) {
-    ::freeifaddrs(list);
-    return TPCOMM_ERROR(
-        kSystemError,
-        "socket unique id: no interface is up that matches TPCOMM_SOCKET_IFNAME='%s' TPCOMM_SOCKET_FAMILY='%s'",
-        ifname.c_str(), famText.c_str());
-  }
-  *out = sockaddr_storage{};
-  std::memcpy(out, pick->ifa_addr, pick->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
-  TPCOMM_INFO(kBoot, "socket bootstrap: interface %s", pick->ifa_name);
-  ::freeifaddrs(list);
-  return Status::kOk;
-}
-
-// --- bounded socket I/O -----------------------------------------------------------------------
-class Deadline {
- public:
-  explicit Deadline(int64_t ms) : end_(std::chrono::steady_clock::now() + std::chrono::milliseconds(ms)) {}
-  int remainingMs() const {  // an int (poll's timeout), clamped
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end_ - std::chrono::steady_clock::now()).count();
-    return left <= 0 ? 0 : left >= INT32_MAX ? INT32_MAX : static_cast<int>(left);
-  }
-
- private:
-  std::chrono::steady_clock::time_point end_;
-};
-
-std::string peerName(int peer) { return peer >= 0 ? "rank " + std::to_string(peer) : std::string("a peer"); }
-
-Status sendAll(int fd, const void* data, size_t n, const Deadline& dl, const char* what, int peer) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (k > 0) {
-      p += k;
-      n -= static_cast<size_t>(k);
-      continue;
-    }
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-      return TPCOMM_ERROR(kRemoteError, "socket bootstrap: sending the %s to %s failed: %s (did it exit?)", what,
-                          peerName(peer).c_str(), std::strerror(errno));
-    pollfd pfd{fd, POLLOUT, 0};
-    int left = dl.remainingMs();
-    if (left <= 0 || ::poll(&pfd, 1, left) == 0)
-      return TPCOMM_ERROR(kTimeout, "socket bootstrap: %s did not take the %s within the timeout",
-                          peerName(peer).c_str(), what);
-  }
-  return Status::kOk;
-}
-
-Status recvAll(int fd, void* data, size_t n, const Deadline& dl, const char* what, int peer) {
-  char* p = static_cast<char*>(data);
-  while (n > 0) {
-    ssize_t k = ::recv(fd, p, n, 0);
-    if (k > 0) {
-      p += k;
-      n -= static_cast<size_t>(k);
-      continue;
-    }
-    if (k == 0)
-      return TPCOMM_ERROR(kRemoteError,
-                          "socket bootstrap: %s closed the connection while we waited for %s (exited or aborted)",
-                          peerName(peer).c_str(), what);
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK)
-      return TPCOMM_ERROR(kRemoteError, "socket bootstrap: receiving %s from %s failed: %s", what,
-                          peerName(peer).c_str(), std::strerror(errno));
-    pollfd pfd{fd, POLLIN, 0};
-    int left = dl.remainingMs();
-    if (left <= 0 || ::poll(&pfd, 1, left) == 0)
-      return TPCOMM_ERROR(kTimeout, "socket bootstrap: no %s from %s within the timeout", what, peerName(peer).c_str());
-  }
-  return Status::kOk;
-}
-
-Status listenOn(const DecodedId& id, int* out) {
-  int fd = ::socket(id.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return TPCOMM_ERROR(kSystemError, "socket bootstrap rank 0: socket(): %s", std::strerror(errno));
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd, reinterpret_cast<const sockaddr*>(&id.addr), id.addrLen) != 0 || ::listen(fd, 128) != 0) {
-    int e = errno;
-    ::close(fd);
-    return TPCOMM_ERROR(
-        kSystemError,
-        "socket bootstrap rank 0: cannot listen on %s: %s (is another job using this unique id? make a new one)",
-        id.where, std::strerror(e));
-  }
-  *out = fd;
-  return Status::kOk;
-}
-
-// Connects to rank 0, retrying (rank 0 may not listen yet) until the deadline.
-Status connectTo(const DecodedId& id, const Deadline& dl, int rank, int* out) {
-  std::string lastWhy = "connection refused";
-  while (dl.remainingMs() > 0) {
-    int fd = ::socket(id.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return TPCOMM_ERROR(kSystemError, "socket bootstrap rank %d: socket(): %s", rank, std::strerror(errno));
-    int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&id.addr), id.addrLen);
-    int err = rc == 0 ? 0 : errno;
-    if (err == EINPROGRESS) {
-      pollfd pfd{fd, POLLOUT, 0};
-      int n = ::poll(&pfd, 1, std::min(dl.remainingMs(), 1000));
-      socklen_t len = sizeof(err);
-      if (n <= 0)
-        err = ETIMEDOUT;
-      else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-        err = errno;
-    }
-    if (err == 0) {
-      int one = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      *out = fd;
-      return Status::kOk;
-    }
-    ::close(fd);
-    lastWhy = std::strerror(err);
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50, dl.remainingMs())));
-  }
-  return TPCOMM_ERROR(
-      kTimeout,
-      "socket bootstrap rank %d: rank 0 (the root, at %s) did not arrive within the timeout, or gave up "
-      "before this rank came (last: %s)",
-      rank, id.where, lastWhy.c_str());
-}
-
-constexpr uint32_t kWireMagic = 0x54504357u;  // "TPCW"
-constexpr uint32_t kWireVersion = 1;
-constexpr int kClientGraceMs = 1000;  // a non-root rank waits this much past the timeout for rank 0's verdict
-
-struct Hello {
-  uint32_t magic, version;
-  int32_t rank, size;
-  uint8_t secret[kSecretBytes];
-};
-struct Verdict {  // rank 0 -> rank r once all ranks arrived (status 0), or a refusal / failure
-  uint32_t magic;
-  int32_t status;
-  uint8_t secret[kSecretBytes];
-  char text[256];
-};
-struct MsgHeader {  // rank r -> rank 0, then `bytes` of data
-  uint32_t magic, seq;
-  uint64_t bytes;
-};
-struct ReplyHeader {  // rank 0 -> rank r, then size * bytes of data when status is 0
-  uint32_t magic;
-  int32_t status;
-  uint32_t seq, pad;
-  uint64_t bytes;
-  char text[256];
-};
-
-bool sameSecret(const uint8_t* a, const uint8_t* b) {
-  volatile uint8_t diff = 0;
-  for (int i = 0; i < kSecretBytes; ++i) diff = diff | (a[i] ^ b[i]);
-  return diff == 0;
-}
-
-std::string rankList(const std::vector<int>& ranks) {
-  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s;
-}
+constexpr int kMaxSocketRanks = 1 << 16;  // a star through rank 0; more is a mistake, not a job
+constexpr int kReplySlackMs = 50;  // a rank waits this long past rank 0's deadline for its reply
 
 void copyText(char* dst, size_t n, const char* src) { std::snprintf(dst, n, "%s", src); }
 
 class SocketBootstrap : public Bootstrap {
  public:
-  SocketBootstrap(const DecodedId& id, int rank, int size, int timeoutMs)
-      : id_(id), rank_(rank), size_(size), timeoutMs_(timeoutMs), fds_(size, -1) {}
+  // explicitMs: makeSocketBootstrap's timeoutMs (0: none; TPCOMM_TIMEOUT_MS then).
+  SocketBootstrap(const DecodedId& id, int rank, int size, int explicitMs)
+      : id_(id), rank_(rank), size_(size), explicitMs_(explicitMs), fds_(size, -1) {}
   ~SocketBootstrap() override {
     for (int& fd : fds_)
       if (fd >= 0) ::close(fd);
@@ -383,6 +54,8 @@ class SocketBootstrap : public Bootstrap {
 
   Status allGather(const void* mine, void* all, size_t bytes) override {
     if ((!mine || !all) && bytes) return TPCOMM_INVALID("socket bootstrap allGather: null buffer");
+    if (bytes > SIZE_MAX / static_cast<size_t>(size_))
+      return TPCOMM_INVALID("socket bootstrap allGather: bytesPerRank %zu x %d ranks overflows a size_t", bytes, size_);
     if (abandoned_.load()) return TPCOMM_ERROR(kRemoteError, "socket bootstrap rank %d: abandoned (aborted)", rank_);
     if (!broken_.empty())
       return TPCOMM_ERROR(kRemoteError, "socket bootstrap rank %d: an earlier exchange failed: %s", rank_,
@@ -409,150 +82,20 @@ class SocketBootstrap : public Bootstrap {
   }
 
  private:
-  Deadline deadline(int extraMs = 0) const { return Deadline(static_cast<int64_t>(timeoutMs_) + extraMs); }
+  // The bound in force (bootstrap_timeout.h): a communicator's Config::timeoutMs during its create
+  // and destroy, else this bootstrap's explicit one, else TPCOMM_TIMEOUT_MS.
+  int timeoutMs() const { return bootstrapTimeoutMs(explicitMs_); }
+  Deadline deadline(int extraMs = 0) const { return Deadline(static_cast<int64_t>(timeoutMs()) + extraMs); }
 
-  // --- rendezvous ---------------------------------------------------------------------------
   Status rootRendezvous() {
-    Deadline dl = deadline();
-    int lfd = -1;
-    TPCOMM_TRY(listenOn(id_, &lfd));
-    struct Pending {
-      int fd;
-      Hello hello;
-      size_t got;
-    };
-    std::vector<Pending> pending;
-    std::vector<std::string> refusals;
-    int arrived = 1;
-    Status result = Status::kOk;
-    while (arrived < size_) {
-      int waitMs = dl.remainingMs();
-      if (waitMs <= 0) break;
-      std::vector<pollfd> pfds{{lfd, POLLIN, 0}};
-      for (const Pending& p : pending) pfds.push_back({p.fd, POLLIN, 0});
-      int n = ::poll(pfds.data(), pfds.size(), waitMs);
-      if (n < 0 && errno != EINTR) {
-        result = TPCOMM_ERROR(kSystemError, "socket bootstrap rank 0: poll: %s", std::strerror(errno));
-        break;
-      }
-      if (n <= 0) continue;
-      if (pfds[0].revents & POLLIN) {
-        int cfd = ::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (cfd >= 0) pending.push_back({cfd, Hello{}, 0});
-      }
-      for (size_t i = pending.size(); i-- > 0;) {
-        if (!(pfds.size() > i + 1 && pfds[i + 1].fd == pending[i].fd && pfds[i + 1].revents)) continue;
-        Pending& p = pending[i];
-        ssize_t got = ::recv(p.fd, reinterpret_cast<char*>(&p.hello) + p.got, sizeof(Hello) - p.got, 0);
-        if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-        if (got <= 0) {  // a connection that closed before its Hello: not a rank of ours
-          ::close(p.fd);
-          pending.erase(pending.begin() + i);
-          continue;
-        }
-        p.got += got;
-        if (p.got < sizeof(Hello)) continue;
-        std::string why = checkHello(p.hello);
-        if (why.empty()) {
-          fds_[p.hello.rank] = p.fd;
-          ++arrived;
-        } else {
-          TPCOMM_WARN(kBoot, "socket bootstrap rank 0: refused a connection: %s", why.c_str());
-          refusals.push_back(why);
-          sendVerdict(p.fd, Status::kRemoteError, ("rank 0 refused the connection: " + why).c_str(), false);
-          ::close(p.fd);
-        }
-        pending.erase(pending.begin() + i);
-      }
-    }
-    for (const Pending& p : pending) ::close(p.fd);
-    ::close(lfd);
-    if (result == Status::kOk && arrived < size_) {
-      std::vector<int> missing;
-      for (int r = 1; r < size_; ++r)
-        if (fds_[r] < 0) missing.push_back(r);
-      std::string note;
-      for (const std::string& r : refusals) note += "; refused: " + r;
-      result = TPCOMM_ERROR(kTimeout, "socket bootstrap: %s of %d did not arrive within %d ms (rendezvous at %s)%s",
-                            rankList(missing).c_str(), size_, timeoutMs_, id_.where, note.c_str());
-    }
-    std::string text = lastErrorMessage();
-    for (int r = 1; r < size_; ++r) {
-      if (fds_[r] < 0) continue;
-      if (!sendVerdict(fds_[r], result, result == Status::kOk ? "" : text.c_str(), result == Status::kOk) &&
-          result == Status::kOk)
-        result =
-            TPCOMM_ERROR(kRemoteError, "socket bootstrap rank 0: rank %d closed its connection during rendezvous", r);
-    }
-    if (result != Status::kOk) broken_ = lastErrorMessage();
-    return result;
+    Status st = socketRootRendezvous(id_, size_, timeoutMs(), bootstrapTimeoutSource(explicitMs_), &fds_);
+    if (st != Status::kOk) broken_ = lastErrorMessage();
+    return st;
   }
-
-  std::string checkHello(const Hello& h) const {
-    char buf[160];
-    if (h.magic != kWireMagic || h.version != kWireVersion)
-      return "not a tpcomm socket bootstrap peer (bad magic/version)";
-    if (!sameSecret(h.secret, id_.secret)) return "wrong secret (a process with another unique id)";
-    if (h.size != size_) {
-      std::snprintf(buf, sizeof(buf), "rank %d says there are %d ranks, rank 0 says %d", h.rank, h.size, size_);
-      return buf;
-    }
-    if (h.rank <= 0 || h.rank >= size_) {
-      std::snprintf(buf, sizeof(buf), "rank %d out of range [1, %d)", h.rank, size_);
-      return buf;
-    }
-    if (fds_[h.rank] >= 0) {
-      std::snprintf(buf, sizeof(buf), "rank %d arrived twice", h.rank);
-      return buf;
-    }
-    return "";
-  }
-
-  bool sendVerdict(int fd, Status s, const char* text, bool withSecret) {
-    Verdict v{};
-    v.magic = kWireMagic;
-    v.status = static_cast<int32_t>(s);
-    if (withSecret) std::memcpy(v.secret, id_.secret, kSecretBytes);
-    copyText(v.text, sizeof(v.text), text);
-    Deadline dl(std::min(timeoutMs_, 2000));
-    return sendAll(fd, &v, sizeof(v), dl, "verdict", -1) == Status::kOk;
-  }
-
   Status clientRendezvous() {
-    Deadline dl = deadline();
-    int fd = -1;
-    TPCOMM_TRY(connectTo(id_, dl, rank_, &fd));
-    fds_[0] = fd;
-    Hello h{};
-    h.magic = kWireMagic;
-    h.version = kWireVersion;
-    h.rank = rank_;
-    h.size = size_;
-    std::memcpy(h.secret, id_.secret, kSecretBytes);
-    Status s = sendAll(fd, &h, sizeof(h), dl, "hello", 0);
-    Verdict v{};
-    // Rank 0 started listening no later than we connected: its own deadline falls within ours
-    // (plus a grace), so its verdict, naming any rank that did not arrive, reaches us first.
-    if (s == Status::kOk) s = recvAll(fd, &v, sizeof(v), deadline(kClientGraceMs), "rank 0's verdict", 0);
-    if (s == Status::kTimeout)
-      s = TPCOMM_ERROR(kTimeout,
-                       "socket bootstrap rank %d: rank 0 (%s) gave no verdict within %d ms: some rank did not arrive",
-                       rank_, id_.where, timeoutMs_ + kClientGraceMs);
-    if (s == Status::kOk && v.magic != kWireMagic)
-      s = TPCOMM_ERROR(kRemoteError, "socket bootstrap rank %d: %s is not a tpcomm rank 0", rank_, id_.where);
-    if (s == Status::kOk && v.status != 0) {
-      v.text[sizeof(v.text) - 1] = '\0';
-      Status remote = static_cast<Status>(v.status);
-      if (remote != Status::kTimeout) remote = Status::kRemoteError;
-      s = setError(remote, __FILE__, __LINE__, "socket bootstrap rank %d: rank 0 at %s reports: %s", rank_, id_.where,
-                   v.text);
-    }
-    if (s == Status::kOk && !sameSecret(v.secret, id_.secret))
-      s = TPCOMM_ERROR(kRemoteError,
-                       "socket bootstrap rank %d: %s did not present the id's secret (not this job's rank 0)", rank_,
-                       id_.where);
-    if (s != Status::kOk) broken_ = lastErrorMessage();
-    return s;
+    Status st = socketClientRendezvous(id_, rank_, size_, timeoutMs(), bootstrapTimeoutSource(explicitMs_), &fds_[0]);
+    if (st != Status::kOk) broken_ = lastErrorMessage();
+    return st;
   }
 
   // --- exchanges ----------------------------------------------------------------------------
@@ -560,6 +103,12 @@ class SocketBootstrap : public Bootstrap {
     char* table = static_cast<char*>(all);
     if (bytes) std::memmove(table, mine, bytes);
     Deadline dl = deadline();
+    // Arrived: each rank's wait for the reply is now bounded by this rank's deadline.
+    const Entered in{kWireMagic, seq_};
+    for (int r = 1; r < size_; ++r)
+      if (sendAll(fds_[r], &in, sizeof(in), dl, "exchange start", r) != Status::kOk)
+        return TPCOMM_ERROR(kRemoteError,
+                            "socket bootstrap exchange %u: rank %d closed its connection (exited or aborted)", seq_, r);
     struct Peer {
       MsgHeader h;
       size_t got;  // of header, then of header + data
@@ -575,8 +124,9 @@ class SocketBootstrap : public Bootstrap {
         std::vector<int> missing;
         for (int r = 1; r < size_; ++r)
           if (!peers[r].done) missing.push_back(r);
-        s = TPCOMM_ERROR(kTimeout, "socket bootstrap exchange %u: %s of %d did not arrive within %d ms", seq_,
-                         rankList(missing).c_str(), size_, timeoutMs_);
+        s = TPCOMM_ERROR(kTimeout, "socket bootstrap exchange %u: %s never arrived within %d ms (%s; %d of %d arrived)",
+                         seq_, rankList(missing).c_str(), timeoutMs(), bootstrapTimeoutSource(explicitMs_),
+                         size_ - static_cast<int>(missing.size()), size_);
         break;
       }
       std::vector<pollfd> pfds;
@@ -647,12 +197,27 @@ class SocketBootstrap : public Bootstrap {
     int fd = fds_[0];
     TPCOMM_TRY(sendAll(fd, &h, sizeof(h), dl, "exchange header", 0));
     TPCOMM_TRY(sendAll(fd, mine, bytes, dl, "exchange data", 0));
-    ReplyHeader rh{};
-    Status s = recvAll(fd, &rh, sizeof(rh), deadline(kClientGraceMs), "rank 0's reply", 0);
+    // Rank 0's arrival, by this rank's own deadline; then its reply, by rank 0's deadline (which
+    // started no later than the arrival note was read) plus a little.
+    Entered in{};
+    Status s = recvAll(fd, &in, sizeof(in), dl, "rank 0's arrival", 0);
     if (s == Status::kTimeout)
-      return TPCOMM_ERROR(
-          kTimeout, "socket bootstrap rank %d, exchange %u: no reply from rank 0 within %d ms (a rank did not arrive)",
-          rank_, seq_, timeoutMs_ + kClientGraceMs);
+      return TPCOMM_ERROR(kTimeout,
+                          "socket bootstrap exchange %u: rank 0 (the root, at %s) never arrived within %d ms (%s; "
+                          "rank %d waited)",
+                          seq_, id_.where, timeoutMs(), bootstrapTimeoutSource(explicitMs_), rank_);
+    TPCOMM_TRY(s);
+    if (in.magic != kWireMagic || in.seq != seq_)
+      return TPCOMM_ERROR(kInternal, "socket bootstrap rank %d: rank 0 entered exchange %u, this rank is at %u", rank_,
+                          in.seq, seq_);
+    ReplyHeader rh{};
+    s = recvAll(fd, &rh, sizeof(rh), deadline(kReplySlackMs), "rank 0's reply", 0);
+    if (s == Status::kTimeout)  // rank 0 answers by its own deadline, naming any rank missing
+      return TPCOMM_ERROR(kTimeout,
+                          "socket bootstrap exchange %u: rank 0 (the root, at %s) arrived but never answered within "
+                          "%d ms (%s + %d ms; rank %d waited): it hung or exited",
+                          seq_, id_.where, timeoutMs() + kReplySlackMs, bootstrapTimeoutSource(explicitMs_),
+                          kReplySlackMs, rank_);
     TPCOMM_TRY(s);
     if (rh.magic != kWireMagic)
       return TPCOMM_ERROR(kInternal, "socket bootstrap rank %d: malformed reply from rank 0", rank_);
@@ -665,11 +230,11 @@ class SocketBootstrap : public Bootstrap {
       return TPCOMM_ERROR(kInternal,
                           "socket bootstrap rank %d: reply for exchange %u of %llu bytes, expected %u of %zu", rank_,
                           rh.seq, static_cast<unsigned long long>(rh.bytes), seq_, bytes);
-    return recvAll(fd, all, bytes * size_, dl.remainingMs() > 0 ? dl : deadline(), "exchange table", 0);
+    return recvAll(fd, all, bytes * size_, deadline(kReplySlackMs), "exchange table", 0);
   }
 
   DecodedId id_;
-  int rank_, size_, timeoutMs_;
+  int rank_, size_, explicitMs_;
   std::vector<int> fds_;  // rank 0: one per peer rank; rank r > 0: fds_[0] is rank 0
   uint32_t seq_ = 0;
   std::string broken_;  // set by the first failure: later exchanges fail at once
@@ -706,7 +271,8 @@ Status makeSocketBootstrap(const SocketUniqueId& id, int rank, int size, int tim
   clearError();
   if (!out) return TPCOMM_INVALID("makeSocketBootstrap: out is null");
   out->reset();
-  if (size < 1) return TPCOMM_INVALID("makeSocketBootstrap: size %d: expected >= 1", size);
+  if (size < 1 || size > kMaxSocketRanks)
+    return TPCOMM_INVALID("makeSocketBootstrap: size %d: expected 1..%d", size, kMaxSocketRanks);
   if (rank < 0 || rank >= size) return TPCOMM_INVALID("makeSocketBootstrap: rank %d out of range [0, %d)", rank, size);
   if (timeoutMs < 0)
     return TPCOMM_INVALID("makeSocketBootstrap: timeoutMs %d: expected >= 0 (0: TPCOMM_TIMEOUT_MS)", timeoutMs);
@@ -715,8 +281,7 @@ Status makeSocketBootstrap(const SocketUniqueId& id, int rank, int size, int tim
     return TPCOMM_INVALID(
         "makeSocketBootstrap: id is not a tpcomm socket unique id (bad magic or version: corrupted or not made by "
         "makeSocketUniqueId)");
-  int t = timeoutMs > 0 ? timeoutMs : static_cast<int>(paramInt(ParamId::kTimeoutMs));
-  auto bs = std::make_unique<SocketBootstrap>(d, rank, size, t);
+  auto bs = std::make_unique<SocketBootstrap>(d, rank, size, timeoutMs);
   if (size > 1) TPCOMM_TRY(bs->connectAll());
   TPCOMM_INFO(kBoot, "socket bootstrap: rank %d of %d connected through %s", rank, size, d.where);
   *out = std::move(bs);

@@ -12,12 +12,14 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "bootstrap/bootstrap_timeout.h"
 #include "common/error.h"
 #include "common/params.h"
 #include "tpcomm/bootstrap.h"
@@ -42,15 +44,25 @@ class ThreadGroupImpl : public ThreadGroup {
   // Two phases (deposit, then depart) so a fast rank's next exchange cannot overwrite the table
   // while a slow rank is still copying out.
   Status exchange(int rank, const void* mine, void* all, size_t bytes) {
-    const int64_t timeoutMs = paramInt(ParamId::kTimeoutMs);
+    const int64_t timeoutMs = bootstrapTimeoutMs();
+    const char* bound = bootstrapTimeoutSource();
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t k = nextSeq_[rank]++;  // this rank's exchange number, taken whatever happens
     // Wait until exchange k is the open one (exchange k-1 has drained) or k was abandoned.
     if (!cv_.wait_until(lock, deadline, [&] { return abandoned(k) || (current_ == k && departing_ == 0); })) {
-      abandon(k, "rank " + std::to_string(rank) + " timed out waiting for the previous exchange to drain");
-      return TPCOMM_ERROR(kTimeout, "thread bootstrap: rank %d waited %lld ms for exchange %llu to open", rank,
-                          static_cast<long long>(timeoutMs), static_cast<unsigned long long>(k));
+      // Named: the ranks that hold up the exchange before k (still in it, or never came to it).
+      const bool draining = departing_ > 0;
+      const std::string late = rankList(draining ? stillDeparting() : missingRanks());
+      abandon(k, "rank " + std::to_string(rank) + " timed out waiting for exchange " + std::to_string(k) +
+                     " to open; rank(s) " + late + (draining ? " had not left" : " never arrived at") + " exchange " +
+                     std::to_string(current_));
+      return TPCOMM_ERROR(kTimeout,
+                          "thread bootstrap: rank(s) %s %s exchange %llu within %lld ms (%s), so exchange %llu "
+                          "could not open (rank %d waited)",
+                          late.c_str(), draining ? "did not leave" : "never arrived at",
+                          static_cast<unsigned long long>(current_), static_cast<long long>(timeoutMs), bound,
+                          static_cast<unsigned long long>(k), rank);
     }
     if (abandoned(k)) return lateArrival(rank, k);
     if (arrived_ == 0) {
@@ -76,16 +88,17 @@ class ThreadGroupImpl : public ThreadGroup {
                         " ms; missing: rank(s) " + rankList(missing);
       abandon(k, why);
       return TPCOMM_ERROR(kTimeout,
-                          "thread bootstrap: rank %d waited %lld ms (TPCOMM_TIMEOUT_MS) in exchange %llu; "
-                          "rank(s) %s never arrived (%d of %d arrived)",
-                          rank, static_cast<long long>(timeoutMs), static_cast<unsigned long long>(k),
-                          rankList(missing).c_str(), n_ - static_cast<int>(missing.size()), n_);
+                          "thread bootstrap exchange %llu: rank(s) %s never arrived within %lld ms (%s; rank %d "
+                          "waited, %d of %d arrived)",
+                          static_cast<unsigned long long>(k), rankList(missing).c_str(),
+                          static_cast<long long>(timeoutMs), bound, rank, n_ - static_cast<int>(missing.size()), n_);
     }
     if (!isComplete(k)) {  // another rank abandoned k while this one waited in it
       return TPCOMM_ERROR(kRemoteError, "thread bootstrap: rank %d: exchange %llu was abandoned: %s", rank,
                           static_cast<unsigned long long>(k), reason(k).c_str());
     }
     if (bytes) std::memcpy(all, table_.data(), bytes * n_);
+    in_[rank] = false;  // left: what a drain timeout names is the ranks still in
     if (--departing_ == 0) {
       openNext();
       cv_.notify_all();
@@ -99,6 +112,14 @@ class ThreadGroupImpl : public ThreadGroup {
   std::string reason(uint64_t k) const {
     auto it = abandoned_.find(k);
     return it == abandoned_.end() ? std::string("(no reason recorded)") : it->second;
+  }
+
+  // The ranks of a completed exchange that have not copied out yet (in_ is cleared as they leave).
+  std::vector<int> stillDeparting() const {
+    std::vector<int> m;
+    for (int r = 0; r < n_; ++r)
+      if (in_[r]) m.push_back(r);
+    return m;
   }
 
   std::vector<int> missingRanks() const {
@@ -155,6 +176,8 @@ class ThreadBootstrap : public Bootstrap {
   int size() const override { return group_->size(); }
   Status allGather(const void* mine, void* all, size_t bytesPerRank) override {
     if ((!mine || !all) && bytesPerRank) return TPCOMM_INVALID("allGather: null buffer");
+    if (bytesPerRank > SIZE_MAX / static_cast<size_t>(size()))
+      return TPCOMM_INVALID("allGather: bytesPerRank %zu x %d ranks overflows a size_t", bytesPerRank, size());
     return group_->exchange(rank_, mine, all, bytesPerRank);
   }
   Status barrier() override { return group_->exchange(rank_, nullptr, nullptr, 0); }
@@ -164,16 +187,40 @@ class ThreadBootstrap : public Bootstrap {
   int rank_;
 };
 
+thread_local int tScopedTimeoutMs = 0;  // ScopedBootstrapTimeout's bound on this thread; 0: none
+thread_local const char* tScopedSource = "";
+
 }  // namespace
 
+ScopedBootstrapTimeout::ScopedBootstrapTimeout(int ms, const char* source)
+    : previous_(tScopedTimeoutMs), previousSource_(tScopedSource) {
+  if (ms > 0) {
+    tScopedTimeoutMs = ms;
+    tScopedSource = source;
+  }
+}
+ScopedBootstrapTimeout::~ScopedBootstrapTimeout() {
+  tScopedTimeoutMs = previous_;
+  tScopedSource = previousSource_;
+}
+
+int bootstrapTimeoutMs(int own) {
+  if (tScopedTimeoutMs > 0) return tScopedTimeoutMs;
+  return own > 0 ? own : static_cast<int>(paramInt(ParamId::kTimeoutMs));
+}
+
+const char* bootstrapTimeoutSource(int own) {
+  return tScopedTimeoutMs > 0 ? tScopedSource : own > 0 ? "timeoutMs" : "TPCOMM_TIMEOUT_MS";
+}
+
 std::shared_ptr<ThreadGroup> ThreadGroup::create(int size) {
-  if (size <= 0) return nullptr;
+  if (size <= 0 || size > (1 << 16)) return nullptr;  // ranks are threads of this process
   return std::make_shared<ThreadGroupImpl>(size);
 }
 
 Status makeThreadBootstrap(std::shared_ptr<ThreadGroup> group, int rank, std::unique_ptr<Bootstrap>* out) {
   if (!out) return TPCOMM_INVALID("makeThreadBootstrap: out is null");
-  if (!group) return TPCOMM_INVALID("makeThreadBootstrap: group is null (ThreadGroup::create needs size >= 1)");
+  if (!group) return TPCOMM_INVALID("makeThreadBootstrap: group is null (ThreadGroup::create needs a size in 1..65536)");
   if (rank < 0 || rank >= group->size())
     return TPCOMM_INVALID("makeThreadBootstrap: rank %d out of range [0, %d)", rank, group->size());
   auto impl = std::static_pointer_cast<ThreadGroupImpl>(group);

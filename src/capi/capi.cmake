@@ -3,7 +3,10 @@
 # CMakeLists.txt after the tpcomm target exists.
 target_sources(tpcomm PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/tpcomm_c.cc
-  ${PROJECT_SOURCE_DIR}/src/bootstrap/socket_bootstrap.cc)
+  ${PROJECT_SOURCE_DIR}/src/bootstrap/socket_bootstrap.cc
+  ${PROJECT_SOURCE_DIR}/src/bootstrap/socket_rendezvous.cc
+  ${PROJECT_SOURCE_DIR}/src/bootstrap/socket_io.cc
+  ${PROJECT_SOURCE_DIR}/src/bootstrap/hmac_sha256.cc)
 
 # `pip install .` (scikit-build-core sets SKBUILD): the Python package loads libtpcomm.so by
 # that name from its own folder, and a wheel cannot hold the .so.0 / .so.0.1.0 symlinks (they

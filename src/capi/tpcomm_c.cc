@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdarg>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -107,7 +108,8 @@ tpcommResult_t queryInt(tpcommComm_t comm, int* out, const char* where, const ch
   return tpcommSuccess;
 }
 
-// Destroy (collective) or abort (local), then free the handle. NULL: no-op.
+// Destroy (collective) or abort (local), then free the handle (kept when destroy is refused
+// because another thread is inside a call on it). NULL: no-op.
 tpcommResult_t tearDown(tpcommComm_t comm, bool abort, const char* where) {
   std::unique_ptr<tpcommComm> owned(comm);
   TPCOMM_C_GUARD(where, {
@@ -118,8 +120,17 @@ tpcommResult_t tearDown(tpcommComm_t comm, bool abort, const char* where) {
       // Communicator::abort() stops this rank's kernels and frees what is local without a peer.
       if (owned) tpcomm::abandonSocketBootstrap(owned->bootstrap.get());
       if (owned && owned->comm) r = fromCpp(owned->comm->abort());
+      if (r == tpcommTimeout) {  // another thread's call on it never returned: it may still use the handle
+        owned.release();
+        return r;
+      }
     } else if (owned && owned->comm) {
       r = fromCpp(owned->comm->destroy());
+      // Refused while another thread is inside a call on it: that call still uses the handle.
+      if (r == tpcommInvalidArgument) {
+        owned.release();
+        return r;
+      }
     }
     if (owned) {
       owned->comm.reset();
@@ -128,6 +139,22 @@ tpcommResult_t tearDown(tpcommComm_t comm, bool abort, const char* where) {
     if (r == tpcommSuccess) tError[0] = '\0';
     return r;  // the handle is freed either way
   })
+}
+
+// Copies the fields of the caller's config that its `size` covers whole; the others keep their
+// defaults. A size that ends inside a field (an older or hand-made struct) must not yield half a
+// pointer: the caller's bytes there are another field of its layout, or padding.
+void takeCoveredFields(const tpcommConfig_t* config, tpcommConfig_t* cfg) {
+  const size_t size = config->size;
+  const char* from = reinterpret_cast<const char*>(config);
+  auto take = [&](size_t offset, void* field, size_t bytes) {
+    if (bytes <= size && offset <= size - bytes) std::memcpy(field, from + offset, bytes);
+  };
+  take(offsetof(tpcommConfig_t, version), &cfg->version, sizeof(cfg->version));
+  take(offsetof(tpcommConfig_t, timeoutMs), &cfg->timeoutMs, sizeof(cfg->timeoutMs));
+  take(offsetof(tpcommConfig_t, useNccl), &cfg->useNccl, sizeof(cfg->useNccl));
+  take(offsetof(tpcommConfig_t, algo), &cfg->algo, sizeof(cfg->algo));
+  take(offsetof(tpcommConfig_t, compression), &cfg->compression, sizeof(cfg->compression));
 }
 
 }  // namespace
@@ -168,21 +195,25 @@ tpcommResult_t tpcommCommInitRankConfig(tpcommComm_t* comm, int nranks, tpcommUn
   const char* where = "tpcommCommInitRank";
   if (!comm) return fail(tpcommInvalidArgument, "%s: comm is NULL", where);
   *comm = nullptr;
-  if (nranks < 1) return fail(tpcommInvalidArgument, "%s: nranks %d: expected >= 1", where, nranks);
+  if (nranks < 1 || nranks > (1 << 16))
+    return fail(tpcommInvalidArgument, "%s: nranks %d: expected 1..65536", where, nranks);
   if (rank < 0 || rank >= nranks)
     return fail(tpcommInvalidArgument, "%s: rank %d out of range [0, %d)", where, rank, nranks);
   if (device < -1)
     return fail(tpcommInvalidArgument, "%s: device %d: expected a CUDA device index >= 0, or -1 for a host rank", where,
                 device);
-  // Defaults, then whatever fields the caller's config covers.
   tpcommConfig_t cfg = TPCOMM_CONFIG_INITIALIZER;
   if (config) {
+    // size first: it says whether magic and version are there to read.
+    if (config->size < offsetof(tpcommConfig_t, timeoutMs) || config->size > (1u << 16))
+      return fail(tpcommInvalidArgument,
+                  "%s: config->size %zu: expected the sizeof(tpcommConfig_t) of the caller's header (%zu here; at "
+                  "least %zu); start the config from TPCOMM_CONFIG_INITIALIZER",
+                  where, config->size, sizeof(tpcommConfig_t), offsetof(tpcommConfig_t, timeoutMs));
     if (config->magic != TPCOMM_CONFIG_MAGIC)
       return fail(tpcommInvalidArgument, "%s: config->magic 0x%x: start the config from TPCOMM_CONFIG_INITIALIZER",
                   where, config->magic);
-    if (config->size < offsetof(tpcommConfig_t, timeoutMs) || config->size > (1u << 16))
-      return fail(tpcommInvalidArgument, "%s: config->size %zu is not a tpcommConfig_t's size", where, config->size);
-    std::memcpy(&cfg, config, config->size < sizeof(cfg) ? config->size : sizeof(cfg));
+    takeCoveredFields(config, &cfg);
     if (cfg.timeoutMs < 0)
       return fail(tpcommInvalidArgument, "%s: config->timeoutMs %d: expected >= 0 (0: TPCOMM_TIMEOUT_MS)", where,
                   cfg.timeoutMs);

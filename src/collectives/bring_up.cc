@@ -169,6 +169,9 @@ Status checkCreateArgs(Bootstrap& bs, int device, const Config& config) {
     return TPCOMM_INVALID("create: bootstrap rank %d / size %d out of range", bs.rank(), bs.size());
   if (config.timeoutMs < 0)
     return TPCOMM_INVALID("create: config.timeoutMs %d: expected >= 0 (0: TPCOMM_TIMEOUT_MS)", config.timeoutMs);
+  if (config.setupTimeoutMs < 0)
+    return TPCOMM_INVALID("create: config.setupTimeoutMs %d: expected >= 0 (0: config.timeoutMs)",
+                          config.setupTimeoutMs);
   if (config.compression != Compression::kNone && config.compression != Compression::kFp8 &&
       config.compression != Compression::kInt8)
     return TPCOMM_INVALID("create: config.compression %d: expected kNone, kFp8 or kInt8",

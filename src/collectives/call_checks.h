@@ -13,6 +13,11 @@ namespace tpcomm {
 /// Null buffers, zero or overflowing counts, dtype and op outside their enums.
 Status validateCall(const char* what, const void* send, const void* recv, size_t count, DataType dtype, ReduceOp op,
                     int nRanks, bool perRank);
+/// Whether [p, p + bytes) lies below the top of the address space (no wrap-around).
+bool fitsAddressSpace(const void* p, size_t bytes);
+/// Whether p == base + offset, computed without forming a pointer that may wrap.
+bool isAtOffset(const void* p, const void* base, size_t offset);
+/// Both buffers must fit the address space (a wrapped end is refused, naming the buffer).
 /// send and recv may be the same buffer (in place, as the collective defines it) or apart; any
 /// other overlap would read what the call already wrote, silently wrong, so it is refused.
 Status checkOverlap(const char* what, const void* send, size_t sendBytes, const void* recv, size_t recvBytes,

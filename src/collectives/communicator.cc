@@ -3,11 +3,13 @@
 // selection reported instead of run) are in call_path.cc, beside the lookup they mirror.
 #include "tpcomm/communicator.h"
 
+#include <chrono>
 #include <cmath>
 #include <string>
 #include <thread>
 
 #include "algos/fused/fused_rmsnorm.h"
+#include "bootstrap/bootstrap_timeout.h"
 #include "collectives/call_checks.h"
 #include "collectives/communicator_impl.h"
 #include "collectives/registry.h"
@@ -23,13 +25,46 @@ namespace tpcomm {
 
 namespace {
 
-// Opening of every collective entry point: clears the thread's error, rejects use after
-// destroy(), reports an earlier asynchronous failure.
-Status enter(Communicator& self, const Communicator::Impl* impl, const char* what) {
-  clearError();
-  if (!impl || impl->destroyed) return TPCOMM_INVALID("%s: the communicator was destroyed", what);
-  return self.checkError();
-}
+// Opening of every collective entry point: clears the thread's error, takes the communicator for
+// this thread (one atomic exchange; a second caller at once is refused: two threads in one call
+// would share its state and crash), rejects use after destroy(), reports an earlier asynchronous
+// failure. The destructor gives the communicator back.
+class CallScope {
+ public:
+  CallScope(Communicator& self, Communicator::Impl* impl, const char* what) {
+    clearError();
+    if (!impl) {
+      status_ = TPCOMM_INVALID("%s: the communicator was destroyed", what);
+      return;
+    }
+    if (impl->inCall.exchange(true, std::memory_order_acquire)) {
+      status_ = busy(what);
+      return;
+    }
+    held_ = impl;
+    if (impl->destroyed) {
+      status_ = TPCOMM_INVALID("%s: the communicator was destroyed", what);
+      return;
+    }
+    status_ = self.checkError();
+  }
+  ~CallScope() {
+    if (held_) held_->inCall.store(false, std::memory_order_release);
+  }
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+  Status status() const { return status_; }
+  static Status busy(const char* what) {
+    return TPCOMM_INVALID(
+        "%s: another thread is inside a call on this communicator: a communicator takes one caller at a time (like "
+        "an NCCL communicator); serialize the calls or give each thread its own communicator",
+        what);
+  }
+
+ private:
+  Communicator::Impl* held_ = nullptr;
+  Status status_ = Status::kOk;
+};
 
 }  // namespace
 
@@ -63,6 +98,14 @@ void releaseLocal(Communicator::Impl& impl) {
 
 }  // namespace
 
+namespace {
+// A step of create that failed on a peer (a timeout, a peer's failure) says which step it was.
+Status createStep(const char* step, Status s) {
+  if (s != Status::kTimeout && s != Status::kRemoteError) return s;
+  return prefixError(s, (std::string("create, ") + step).c_str());
+}
+}  // namespace
+
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Communicator::~Communicator() {
@@ -76,17 +119,22 @@ Status Communicator::create(Bootstrap& bootstrap, int device, const Config& conf
   out->reset();
   TPCOMM_TRY(checkCreateArgs(bootstrap, device, config));
   DeviceGuard guard(device);
+  // An explicit bound bounds the bootstrap's exchanges too (over TPCOMM_TIMEOUT_MS).
   auto impl = std::make_unique<Impl>();
   impl->bootstrap = &bootstrap;
-  TPCOMM_TRY(agreeOnSettings(bootstrap, config, &impl->override));
-  TPCOMM_TRY(initContext(bootstrap, device, config, impl->ctx.get()));
-  TPCOMM_TRY(loadTuning(bootstrap, impl->ctx->topo, &impl->tuning));
+  impl->setupTimeoutMs = config.setupTimeoutMs > 0 ? config.setupTimeoutMs : config.timeoutMs;
+  impl->setupTimeoutSource = config.setupTimeoutMs > 0 ? "Config::setupTimeoutMs" : "Config::timeoutMs";
+  ScopedBootstrapTimeout bound(impl->setupTimeoutMs, impl->setupTimeoutSource);
+  TPCOMM_TRY(createStep("agreeing on settings", agreeOnSettings(bootstrap, config, &impl->override)));
+  TPCOMM_TRY(createStep("probing the topology", initContext(bootstrap, device, config, impl->ctx.get())));
+  TPCOMM_TRY(createStep("loading the tuning table", loadTuning(bootstrap, impl->ctx->topo, &impl->tuning)));
   impl->algos = makeAlgorithms(impl->ctx.get());
   impl->algoList = rawList(impl->algos);
-  TPCOMM_TRY(preloadAlgorithms(bootstrap, *impl->ctx, impl->algos));
-  TPCOMM_TRY(checkResidency(bootstrap, *impl->ctx));
-  TPCOMM_TRY(bringUpTransports(bootstrap, config, impl->algos, impl->ctx.get(), &impl->transports));
-  TPCOMM_TRY(setUpAlgorithms(bootstrap, impl->algos));
+  TPCOMM_TRY(createStep("loading kernels", preloadAlgorithms(bootstrap, *impl->ctx, impl->algos)));
+  TPCOMM_TRY(createStep("checking residency", checkResidency(bootstrap, *impl->ctx)));
+  TPCOMM_TRY(
+      createStep("bringing up transports", bringUpTransports(bootstrap, config, impl->algos, impl->ctx.get(), &impl->transports)));
+  TPCOMM_TRY(createStep("setting up algorithms", setUpAlgorithms(bootstrap, impl->algos)));
   warnUnrunnableOverrides(impl->override, impl->algos, impl->transports, impl->ctx->rank);
   if (impl->ctx->rank == 0 && logEnabled(LogLevel::kInfo, kInit)) {
     std::string table = initTable(*impl);
@@ -159,13 +207,15 @@ Status runAllReduce(Communicator::Impl& impl, const void* send, void* recv, size
 
 Status Communicator::allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                cudaStream_t stream) {
-  TPCOMM_TRY(enter(*this, impl_.get(), "allReduce"));
+  CallScope scope(*this, impl_.get(), "allReduce");
+  TPCOMM_TRY(scope.status());
   return runAllReduce(*impl_, send, recv, count, dtype, op, stream, -1);
 }
 
 Status Communicator::allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                cudaStream_t stream, Compression compression) {
-  TPCOMM_TRY(enter(*this, impl_.get(), "allReduce"));
+  CallScope scope(*this, impl_.get(), "allReduce");
+  TPCOMM_TRY(scope.status());
   if (compression != Compression::kNone && compression != Compression::kFp8 && compression != Compression::kInt8)
     return TPCOMM_INVALID("allReduce: compression %d: expected Compression::kNone, kFp8 or kInt8",
                           static_cast<int>(compression));
@@ -179,23 +229,25 @@ Status Communicator::allReduce(const void* send, void* recv, size_t count, DataT
 
 Status Communicator::reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOp op,
                                    cudaStream_t stream) {
-  TPCOMM_TRY(enter(*this, impl_.get(), "reduceScatter"));
+  CallScope scope(*this, impl_.get(), "reduceScatter");
+  TPCOMM_TRY(scope.status());
   DeviceGuard guard(impl_->ctx->device);
   TPCOMM_TRY(validateCall("reduceScatter", send, recv, recvCount, dtype, op, impl_->ctx->nRanks, true));
   const size_t piece = recvCount * dataTypeSize(dtype);
   TPCOMM_TRY(checkOverlap("reduceScatter", send, piece * impl_->ctx->nRanks, recv, piece,
-                          recv == static_cast<const char*>(send) + piece * impl_->ctx->rank));
+                          isAtOffset(recv, send, piece * impl_->ctx->rank)));
   CollArgs a = collArgs(CollKind::kReduceScatter, send, recv, recvCount, dtype, op, stream);
   return runCollective(*impl_, a, nullptr, "reduceScatter");
 }
 
 Status Communicator::allGather(const void* send, void* recv, size_t sendCount, DataType dtype, cudaStream_t stream) {
-  TPCOMM_TRY(enter(*this, impl_.get(), "allGather"));
+  CallScope scope(*this, impl_.get(), "allGather");
+  TPCOMM_TRY(scope.status());
   DeviceGuard guard(impl_->ctx->device);
   TPCOMM_TRY(validateCall("allGather", send, recv, sendCount, dtype, ReduceOp::kSum, impl_->ctx->nRanks, true));
   const size_t piece = sendCount * dataTypeSize(dtype);
   TPCOMM_TRY(checkOverlap("allGather", send, piece, recv, piece * impl_->ctx->nRanks,
-                          send == static_cast<char*>(recv) + piece * impl_->ctx->rank));
+                          isAtOffset(send, recv, piece * impl_->ctx->rank)));
   CollArgs a = collArgs(CollKind::kAllGather, send, recv, sendCount, dtype, ReduceOp::kSum, stream);
   return runCollective(*impl_, a, nullptr, "allGather");
 }
@@ -204,7 +256,8 @@ Status Communicator::allReduceResidualRmsNorm(const void* in, void* residualInOu
                                               void* out, size_t rows, size_t hidden, DataType dtype,
                                               cudaStream_t stream) {
   static const char* const kWhat = "allReduceResidualRmsNorm";
-  TPCOMM_TRY(enter(*this, impl_.get(), kWhat));
+  CallScope scope(*this, impl_.get(), kWhat);
+  TPCOMM_TRY(scope.status());
   DeviceGuard guard(impl_->ctx->device);
   TPCOMM_TRY(validateNorm(kWhat, "in", in, residualInOut, weight, eps, out, rows, hidden, dtype));
   CollArgs a = collArgs(CollKind::kAllReduce, in, out, rows * hidden, dtype, ReduceOp::kSum, stream);
@@ -261,6 +314,7 @@ Status Communicator::checkError() {
 Status Communicator::destroy() {
   clearError();
   if (!impl_ || impl_->destroyed) return TPCOMM_INVALID("destroy: the communicator was already destroyed");
+  if (impl_->inCall.exchange(true, std::memory_order_acquire)) return CallScope::busy("destroy");
   AlgoContext& c = *impl_->ctx;
   Status result = Status::kOk;
   {
@@ -280,9 +334,14 @@ Status Communicator::destroy() {
     }
 #endif
     // No peer may still read our buffers when we free them.
-    if (c.nRanks > 1 && impl_->bootstrap && !impl_->ownedBootstrap) result = impl_->bootstrap->barrier();
+    if (c.nRanks > 1 && impl_->bootstrap && !impl_->ownedBootstrap) {
+      ScopedBootstrapTimeout bound(impl_->setupTimeoutMs, impl_->setupTimeoutSource);
+      result = impl_->bootstrap->barrier();
+      if (result != Status::kOk) prefixError(result, "destroy, the closing barrier");
+    }
     releaseLocal(*impl_);
   }
+  impl_->inCall.store(false, std::memory_order_release);
   return result;
 }
 
@@ -317,7 +376,19 @@ Status Communicator::abort() {
     cudaGetLastError();
   }
 #endif
+  // Another thread may be inside a call (a host rank waiting for a peer): every wait of that call
+  // is bounded by the timeout, so it returns, and only then is what it uses freed.
+  const auto giveUp = std::chrono::steady_clock::now() + std::chrono::milliseconds(c.timeoutMs + 2000);
+  while (impl_->inCall.exchange(true, std::memory_order_acquire)) {
+    if (std::chrono::steady_clock::now() > giveUp)
+      return TPCOMM_ERROR(kTimeout,
+                          "abort: another thread's call on this communicator did not return within %d ms; nothing was "
+                          "freed (destroy the communicator once that call has returned)",
+                          c.timeoutMs + 2000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   releaseLocal(*impl_);
+  impl_->inCall.store(false, std::memory_order_release);
   return Status::kOk;
 }
 

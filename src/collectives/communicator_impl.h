@@ -2,6 +2,7 @@
 // call_path.cc (selection and the candidate loop), init_table.cc. Not installed.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -24,6 +25,10 @@ namespace tpcomm {
 struct Communicator::Impl {
   std::unique_ptr<Bootstrap> ownedBootstrap;  // createGroup's thread bootstraps
   Bootstrap* bootstrap = nullptr;
+  // Config::setupTimeoutMs, else Config::timeoutMs (0: none): bounds the bootstrap's exchanges in
+  // create and destroy (bootstrap/bootstrap_timeout.h); the source names it in messages.
+  int setupTimeoutMs = 0;
+  const char* setupTimeoutSource = "";
   std::unique_ptr<AlgoContext> ctx = std::make_unique<AlgoContext>();
   std::vector<std::unique_ptr<Algorithm>> algos;
   std::vector<Algorithm*> algoList;
@@ -32,6 +37,9 @@ struct Communicator::Impl {
   TuningState tuning;                  // the measured table the selector uses (null: the cost model only)
   const char* lastAlgorithm = "none";  // an algorithm's name() (static storage)
   bool destroyed = false;
+  // Set while a thread is inside an entry point (communicator.cc, CallScope): a communicator takes
+  // one caller at a time, like an NCCL communicator, and a second one is refused, not let in.
+  std::atomic<bool> inCall{false};
   bool compressionFallbackSaid = false;  // the INFO line "compression on, this call ran uncompressed", once
   // The stream of the previous GPU call (compared, never used: the caller may have destroyed it)
   // and the event recorded at the end of every eager GPU call, which orders a call on another

@@ -37,6 +37,18 @@ Status setError(Status s, const char* file, int line, const char* fmt, ...) {
 
 void clearError() { tLastError[0] = '\0'; }
 
+Status prefixError(Status s, const char* prefix) {
+  char msg[sizeof(tLastError)];
+  const char* name = statusName(s);
+  const size_t n = std::strlen(name);
+  const char* rest = std::strncmp(tLastError, name, n) == 0 && std::strncmp(tLastError + n, ": ", 2) == 0
+                         ? tLastError + n + 2
+                         : tLastError;
+  std::snprintf(msg, sizeof(msg), "%s: %s: %s", name, prefix, rest);
+  std::memcpy(tLastError, msg, sizeof(tLastError));
+  return s;
+}
+
 const char* lastErrorMessage() { return tLastError; }
 
 const char* statusName(Status s) {

@@ -12,6 +12,9 @@ namespace tpcomm {
 Status setError(Status s, const char* file, int line, const char* fmt, ...) __attribute__((format(printf, 4, 5)));
 /// Clears this thread's last error (start of each API call).
 void clearError();
+/// Puts `prefix` before this thread's last error message, after its status name ("kTimeout:
+/// create, probing the topology: ..."), without logging it again. Returns `s`.
+Status prefixError(Status s, const char* prefix);
 
 /// kCudaError for a failed CUDA runtime call `what` (error code `err`, a cudaError_t), with
 /// CUDA's own text; clears CUDA's sticky last error. Defined in cuda_error.cc (CUDA builds).
@@ -32,16 +35,16 @@ Status builtWithoutCuda(const char* what, const char* file, int line);
   } while (0)
 
 // The one CUDA check: returns kCudaError naming the call and CUDA's message when it fails.
-#define TPCOMM_CUDA_TRY(call)                                                                       \
-  do {                                                                                              \
-    const int tpcomm_e_ = static_cast<int>(call);                                                   \
-    if (tpcomm_e_ != 0) return ::tpcomm::cudaFailure(tpcomm_e_, #call, __FILE__, __LINE__);         \
+#define TPCOMM_CUDA_TRY(call)                                                               \
+  do {                                                                                      \
+    const int tpcomm_e_ = static_cast<int>(call);                                           \
+    if (tpcomm_e_ != 0) return ::tpcomm::cudaFailure(tpcomm_e_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // The same, the message led by what the caller was doing (a C string), e.g. "create: device 0".
-#define TPCOMM_CUDA_TRY_IN(call, context)                                                          \
-  do {                                                                                              \
-    const int tpcomm_e_ = static_cast<int>(call);                                                   \
+#define TPCOMM_CUDA_TRY_IN(call, context)                                                            \
+  do {                                                                                               \
+    const int tpcomm_e_ = static_cast<int>(call);                                                    \
     if (tpcomm_e_ != 0) return ::tpcomm::cudaFailure(tpcomm_e_, #call, __FILE__, __LINE__, context); \
   } while (0)
 

@@ -38,7 +38,7 @@ struct HostStagedTransport::Header {
   // left and read that peer's stale pointers).
   alignas(64) std::atomic<uint64_t> barrierState;
   std::atomic<uint32_t> arrivedRound[kMaxRanks];  // round + 1 each rank last entered (names the missing)
-  alignas(64) std::atomic<int32_t> peerAccesses;   // threads mode: ranks now in a peer-access phase
+  alignas(64) std::atomic<int32_t> peerAccesses;  // threads mode: ranks now in a peer-access phase
   alignas(64) std::atomic<int32_t> refcount;
   int32_t cudaRegistered;  // threads mode: rank 0 registered the segment with CUDA
   // GPU ranks, copy-engine mode: the first failed wait's error code, for every rank to see
@@ -51,7 +51,8 @@ struct HostStagedTransport::Header {
   CallWords words[kMaxRanks];
 };
 
-Status HostStagedTransport::create(const TransportEnv& ctx, const Geometry& g, std::unique_ptr<HostStagedTransport>* out) {
+Status HostStagedTransport::create(const TransportEnv& ctx, const Geometry& g,
+                                   std::unique_ptr<HostStagedTransport>* out) {
   const Topology& topo = ctx.topo;
   if (!topo.singleNode()) return TPCOMM_ERROR(kNotSupported, "host_staged: ranks span several nodes");
   if (ctx.nRanks > kMaxRanks)
@@ -73,7 +74,8 @@ Status HostStagedTransport::create(const TransportEnv& ctx, const Geometry& g, s
   // Every product checked: the parameters' ranges already keep them small, a
   // Geometry from elsewhere might not.
   size_t flagWords = 0, slotBytes = 0, stagingBytes = 0;
-  if (__builtin_mul_overflow(static_cast<size_t>(2 * ctx.nRanks) * g.slots, static_cast<size_t>(g.blocks), &flagWords) ||
+  if (__builtin_mul_overflow(static_cast<size_t>(2 * ctx.nRanks) * g.slots, static_cast<size_t>(g.blocks),
+                             &flagWords) ||
       __builtin_mul_overflow(g.chunkBytes, static_cast<size_t>(g.slots), &slotBytes) ||
       __builtin_mul_overflow(slotBytes, static_cast<size_t>(ctx.nRanks + 1), &stagingBytes) ||
       stagingBytes > (size_t{1} << 46))
@@ -129,7 +131,13 @@ Status HostStagedTransport::create(const TransportEnv& ctx, const Geometry& g, s
       h->refcount.store(0);
     }
   }
-  TPCOMM_TRY(ctx.bootstrap->allGather(&mine, all, sizeof(Offer)));
+  Status shared = ctx.bootstrap->allGather(&mine, all, sizeof(Offer));
+  if (shared != Status::kOk) {
+    // A peer died or timed out before every rank had the name: nobody is to open it now, and the
+    // mapping goes with t. Without this the segment stayed in /dev/shm (issue 34 item 1).
+    if (ctx.rank == 0 && mine.ok && !t->sameProcess_) shm_unlink(mine.name);
+    return shared;
+  }
   if (!all[0].ok)
     return TPCOMM_ERROR(kSystemError, "host_staged: rank 0 could not create the %zu-byte shared segment", t->bytes_);
   int ok = 1;
@@ -231,8 +239,9 @@ int HostStagedTransport::removeStaleSegments(std::string* report) {
     if (stat(path.c_str(), &st) != 0 || st.st_uid != getuid() || !S_ISREG(st.st_mode)) continue;
     if (shm_unlink((std::string("/") + e->d_name).c_str()) == 0) {
       ++removed;
-      if (report) *report += "removed " + path + " (" + std::to_string(st.st_size) + " bytes; pid " +
-                             std::to_string(pid) + " is gone)\n";
+      if (report)
+        *report += "removed " + path + " (" + std::to_string(st.st_size) + " bytes; pid " + std::to_string(pid) +
+                   " is gone)\n";
     }
   }
   closedir(d);
@@ -296,8 +305,8 @@ Status HostStagedTransport::barrier() {
     if (st & kBroken) return brokenBarrier();
     round = (st & ~kBroken) >> 32;
     const uint64_t arrived = (st & kArrivedMask) + 1;
-    const uint64_t next = arrived == static_cast<uint64_t>(nRanks_) ? ((round + 1) & 0x7fffffffull) << 32
-                                                                    : (round << 32) | arrived;
+    const uint64_t next =
+        arrived == static_cast<uint64_t>(nRanks_) ? ((round + 1) & 0x7fffffffull) << 32 : (round << 32) | arrived;
     // Before the CAS, so a waiter that expires never names a rank that has arrived.
     h->arrivedRound[rank_].store(static_cast<uint32_t>(round + 1), std::memory_order_relaxed);
     if (h->barrierState.compare_exchange_weak(st, next, std::memory_order_acq_rel, std::memory_order_acquire)) {

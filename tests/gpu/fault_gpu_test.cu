@@ -55,6 +55,7 @@ std::unique_ptr<Ranks> makeRanks(const std::string& algo, int timeoutMs, size_t 
   Config cfg;
   cfg.algo = algo == "auto" ? "" : algo;
   cfg.timeoutMs = timeoutMs;
+  cfg.setupTimeoutMs = 60000;  // create's exchanges wait through CUDA set-up and the probe
   std::vector<int> devices = rankDevices();
   devices.resize(2);
   std::unique_ptr<RankGroup> base = makeRankGroup(cfg, algo, false, devices);

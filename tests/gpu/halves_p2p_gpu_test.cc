@@ -354,6 +354,7 @@ TEST_P(HalvesP2pTimeout, MissingPeerReportsTimeout) {
     cfg.algo = GetParam();
     cfg.useNccl = false;
     cfg.timeoutMs = 500;
+    cfg.setupTimeoutMs = 60000;  // create's exchanges wait through CUDA set-up and the probe
     auto g = makeRankGroup(cfg, "timeout", true);
     ASSERT_NE(g, nullptr);
     CUDA_OK(cudaSetDevice(g->devices[0]));

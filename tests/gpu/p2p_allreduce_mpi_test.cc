@@ -207,6 +207,7 @@ TEST(MpiTimeout, SkippedCollective) {
   Config cfg;
   cfg.algo = "oneshot_p2p";
   cfg.timeoutMs = 500;
+  cfg.setupTimeoutMs = 60000;  // create's exchanges wait through CUDA set-up and the probe
   std::unique_ptr<Communicator> comm;
   ASSERT_EQ(Communicator::create(*gBootstrap, gRank % gpuCount(), cfg, &comm), Status::kOk)
       << tpcomm::lastErrorMessage();

@@ -36,6 +36,7 @@ Group* groupFor(const std::string& algo, int timeoutMs = 0) {
   Config cfg;
   cfg.algo = algo == "auto" ? "" : algo;
   cfg.timeoutMs = timeoutMs;
+  cfg.setupTimeoutMs = 60000;  // create's exchanges wait through CUDA set-up and the probe
   auto g = makeRankGroup(cfg, algo);
   if (!g) return nullptr;
   return (groups[key] = std::move(g)).get();
@@ -470,6 +471,7 @@ TEST(AllReduceTimeout, MissingPeerReportsTimeout) {
     Config cfg;
     cfg.algo = algo;
     cfg.timeoutMs = 500;
+    cfg.setupTimeoutMs = 60000;  // create's exchanges wait through CUDA set-up and the probe
     std::vector<int> devices = rankDevices();
     ASSERT_EQ(Communicator::createGroup(devices, cfg, &comms), Status::kOk) << tpcomm::lastErrorMessage();
     CUDA_OK(cudaSetDevice(devices[0]));

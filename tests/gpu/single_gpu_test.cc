@@ -1,6 +1,7 @@
 // GPU tests that need one GPU only, so that a 1-GPU machine checks something: one-rank
 // communicators (createGroup({0})) on ring_nccl, staged_host, copy_local and auto. Over one rank every
-// collective is the identity, so each output must equal its input bit for bit: out of place the
+// collective is the identity (but for the zero rule: a reduction reads -0.0 as +0.0, OneRankZeros;
+// the inputs elsewhere have no -0.0), so each output must equal its input bit for bit: out of place the
 // output is poisoned first, so the call must write it; in place the identity leaves the buffer
 // as it was, so those cases only check that nothing is corrupted. Eager and under CUDA-graph
 // replay; the fused residual + RMSNorm call must give the host path's bits. A forced algorithm
@@ -62,15 +63,13 @@ std::vector<uint8_t> download(const void* d, size_t bytes) {
   return h;
 }
 
-class OneRankAllReduce : public testing::TestWithParam<std::tuple<const char*, DataType, ReduceOp, size_t, bool, bool>> {};
-
-TEST_P(OneRankAllReduce, OutputIsTheInputBitForBit) {
-  const auto [algo, dt, op, count, inPlace, graph] = GetParam();
-  OneRank* o = oneRank(algo);
-  ASSERT_NE(o, nullptr);
-  CUDA_OK(cudaSetDevice(0));
-  const size_t es = tpcomm::dataTypeSize(dt), bytes = count * es;
-  const std::vector<uint8_t> in = makeHost(dt, count, [&](size_t i) { return intInput(0, i, count); });
+// Uploads `in` (count elements) to a device buffer, poisons a separate output unless in place,
+// runs one all-reduce on o's stream, eagerly or as 3 replays of a captured graph (each replay
+// re-uploads and re-poisons first, so the graph must rewrite the output), and reads the output
+// back into *out. Failures are fatal gtest failures (check HasFatalFailure() after).
+void allReduceOnce(OneRank* o, const std::vector<uint8_t>& in, size_t count, DataType dt, ReduceOp op, bool inPlace,
+                   bool graph, std::vector<uint8_t>* out) {
+  const size_t bytes = count * tpcomm::dataTypeSize(dt);
   DevBuf send(bytes), recvBuf(bytes);
   ASSERT_TRUE(send.p && recvBuf.p);
   void* recv = inPlace ? send.p : recvBuf.p;
@@ -90,7 +89,7 @@ TEST_P(OneRankAllReduce, OutputIsTheInputBitForBit) {
     CUDA_OK(cudaStreamEndCapture(o->stream, &g));
     ASSERT_EQ(s, Status::kOk) << tpcomm::lastErrorMessage();
     CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
-    for (int rep = 0; rep < 3; ++rep) {  // each replay re-poisons the output: the graph must rewrite it
+    for (int rep = 0; rep < 3; ++rep) {
       prepare();
       CUDA_OK(cudaGraphLaunch(ge, o->stream));
     }
@@ -100,6 +99,22 @@ TEST_P(OneRankAllReduce, OutputIsTheInputBitForBit) {
   }
   CUDA_OK(cudaStreamSynchronize(o->stream));
   ASSERT_EQ(o->comm->checkError(), Status::kOk) << tpcomm::lastErrorMessage();
+  *out = download(recv, bytes);
+}
+
+class OneRankAllReduce
+    : public testing::TestWithParam<std::tuple<const char*, DataType, ReduceOp, size_t, bool, bool>> {};
+
+TEST_P(OneRankAllReduce, OutputIsTheInputBitForBit) {
+  const auto [algo, dt, op, count, inPlace, graph] = GetParam();
+  OneRank* o = oneRank(algo);
+  ASSERT_NE(o, nullptr);
+  CUDA_OK(cudaSetDevice(0));
+  const size_t es = tpcomm::dataTypeSize(dt);
+  const std::vector<uint8_t> in = makeHost(dt, count, [&](size_t i) { return intInput(0, i, count); });
+  std::vector<uint8_t> out;
+  allReduceOnce(o, in, count, dt, op, inPlace, graph, &out);
+  if (HasFatalFailure()) return;
   // auto over one rank: copy_local (a copy is all a one-rank collective is); staged_host under
   // capture falls back to the next by cost, copy_local too (its sequence numbers are host-side).
   const std::string ran = o->comm->lastAlgorithm(), want = std::string(algo);
@@ -107,7 +122,6 @@ TEST_P(OneRankAllReduce, OutputIsTheInputBitForBit) {
     EXPECT_EQ(ran, "copy_local");
   else
     EXPECT_EQ(ran, want == "staged_host" && graph ? "copy_local" : want);
-  const std::vector<uint8_t> out = download(recv, bytes);
   long long bad = firstMismatch(out, in, es);
   EXPECT_EQ(bad, -1) << "element " << bad << ": got " << tpcomm::loadAsFloat(out.data(), bad, dt) << ", input "
                      << tpcomm::loadAsFloat(in.data(), bad, dt);
@@ -115,8 +129,8 @@ TEST_P(OneRankAllReduce, OutputIsTheInputBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(All, OneRankAllReduce,
                          testing::Combine(testing::Values("ring_nccl", "staged_host", "copy_local", "auto"),
-                                          testing::ValuesIn(kTypes), testing::ValuesIn(kOps), testing::ValuesIn(kCounts),
-                                          testing::Bool(), testing::Bool()));
+                                          testing::ValuesIn(kTypes), testing::ValuesIn(kOps),
+                                          testing::ValuesIn(kCounts), testing::Bool(), testing::Bool()));
 
 // reduceScatter and allGather over one rank: the identity too, a copy (copy_local). staged_host on
 // GPU ranks is all-reduce only, so with it forced they fall back to copy_local as well.
@@ -143,6 +157,35 @@ TEST(OneRank, ReduceScatterAndAllGatherAreTheIdentity) {
     }
   }
 }
+
+// The zero rule over one rank (issue 34 item 5; docs/determinism.md): a -0.0 input reads as
+// +0.0, in place and out of place, eager and replayed, as on every other size. Expected: the
+// host's one-source reduction (x + 0 in fp32, rounded once). ring_nccl makes no such promise.
+class OneRankZeros : public testing::TestWithParam<std::tuple<const char*, DataType, ReduceOp, bool, bool>> {};
+
+TEST_P(OneRankZeros, NegativeZeroComesOutPositive) {
+  const auto [algo, dt, op, inPlace, graph] = GetParam();
+  OneRank* o = oneRank(algo);
+  ASSERT_NE(o, nullptr);
+  CUDA_OK(cudaSetDevice(0));
+  const size_t count = 4099, es = tpcomm::dataTypeSize(dt);
+  const std::vector<uint8_t> in = makeHost(dt, count, [](size_t i) {
+    return i % 3 == 0 ? -0.0f : i % 3 == 1 ? 0.0f : -2.0f;
+  });
+  std::vector<uint8_t> want(count * es), out;
+  const void* src = in.data();
+  tpcomm::hostReduce(want.data(), &src, 1, count, dt, op);
+  allReduceOnce(o, in, count, dt, op, inPlace, graph, &out);
+  if (HasFatalFailure()) return;
+  const long long bad = firstMismatch(out, want, es);
+  EXPECT_EQ(bad, -1) << o->comm->lastAlgorithm() << ": element " << bad << " (input "
+                     << tpcomm::loadAsFloat(in.data(), bad < 0 ? 0 : bad, dt) << ")";
+}
+
+INSTANTIATE_TEST_SUITE_P(All, OneRankZeros,
+                         testing::Combine(testing::Values("staged_host", "copy_local", "auto"),
+                                          testing::ValuesIn(kTypes), testing::ValuesIn(kOps), testing::Bool(),
+                                          testing::Bool()));
 
 class OneRankFused : public testing::TestWithParam<std::tuple<const char*, DataType, size_t, size_t>> {};
 
@@ -181,8 +224,9 @@ TEST_P(OneRankFused, MatchesTheHostPath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, OneRankFused,
-                         testing::Combine(testing::Values("ring_nccl", "staged_host", "copy_local", "auto"), testing::ValuesIn(kTypes),
-                                          testing::Values<size_t>(1, 7, 64), testing::Values<size_t>(128, 5120)));
+                         testing::Combine(testing::Values("ring_nccl", "staged_host", "copy_local", "auto"),
+                                          testing::ValuesIn(kTypes), testing::Values<size_t>(1, 7, 64),
+                                          testing::Values<size_t>(128, 5120)));
 
 }  // namespace
 }  // namespace tpcomm_test

@@ -78,13 +78,14 @@ class GpuGroup {
   std::vector<void*> send, recv;
 };
 
-// The parameter's algorithm forced, no NCCL, and the communicator's bound (what its kernels use),
-// set through Config rather than TPCOMM_TIMEOUT_MS so set-up waits keep their usual bound.
+// The parameter's algorithm forced, no NCCL, and the communicator's bound (what its kernels use);
+// set-up waits get Config::setupTimeoutMs, a generous bound of their own.
 Config boundedConfig(const char* param, int boundMs) {
   Config cfg;
   cfg.algo = algoOf(param);
   cfg.useNccl = false;
   cfg.timeoutMs = boundMs;
+  cfg.setupTimeoutMs = 60000;
   return cfg;
 }
 

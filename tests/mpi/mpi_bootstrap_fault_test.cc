@@ -7,7 +7,8 @@
 //      destroys its bootstraps and calls MPI_Finalize: before the fix MPI_Comm_free ran with the
 //      MPI_Ibarrier pending and Open MPI crashed or hung in MPI_Finalize.
 //   3. Rank 0 alone calls makeMpiBootstrap on a communicator the others never duplicate: bounded
-//      by TPCOMM_TIMEOUT_MS (MPI_Comm_dup blocked without bound).
+//      by TPCOMM_TIMEOUT_MS (MPI_Comm_dup would block without bound), the missing ranks named.
+//   4. Rank 0 in an allGather, the others in a barrier: each side names the other and its call.
 // Exit status 0 only if every check passed on this rank (mpiexec reports the worst).
 #include <mpi.h>
 
@@ -56,7 +57,8 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<Bootstrap> bs, bs2;
   check(makeMpiBootstrap(MPI_COMM_WORLD, &bs) == Status::kOk, std::string("makeMpiBootstrap: ") + lastErrorMessage());
-  check(makeMpiBootstrap(MPI_COMM_WORLD, &bs2) == Status::kOk, std::string("makeMpiBootstrap 2: ") + lastErrorMessage());
+  check(makeMpiBootstrap(MPI_COMM_WORLD, &bs2) == Status::kOk,
+        std::string("makeMpiBootstrap 2: ") + lastErrorMessage());
   check(bs->barrier() == Status::kOk, "first barrier");
 
   // 1. Late ranks.
@@ -106,11 +108,38 @@ int main(int argc, char** argv) {
     double ms = msSince(t0);
     check(s == Status::kTimeout, std::string("makeMpiBootstrap alone: ") + statusName(s) + " " + lastErrorMessage());
     check(ms <= 4.0 * kBoundMs, "makeMpiBootstrap bounded: " + std::to_string(ms) + " ms");
+    // It names the ranks that never called it, not only the one that waited (issue 34 item 6).
+    check(std::string(lastErrorMessage()).find(missingText(size)) != std::string::npos,
+          std::string("makeMpiBootstrap's timeout names the missing ranks: ") + lastErrorMessage());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  // 4. Every rank arrives, but rank 0 in an allGather and the others in a barrier of the same
+  //    number: each side fails at once (kInvalidArgument) naming the other and what it called,
+  //    before MPI sees mismatched collectives (Open MPI aborts the job on them).
+  std::unique_ptr<Bootstrap> bs4;
+  check(makeMpiBootstrap(MPI_COMM_WORLD, &bs4) == Status::kOk,
+        std::string("makeMpiBootstrap 4: ") + lastErrorMessage());
+  if (gRank == 0) {
+    int v = 7;
+    std::vector<int> out(size);
+    Status s = bs4->allGather(&v, out.data(), sizeof(int));
+    std::string msg = lastErrorMessage();
+    check(s == Status::kInvalidArgument, std::string("mismatched collectives: ") + statusName(s));
+    check(msg.find("rank 1 called barrier 0 instead") != std::string::npos,
+          "the message names rank 1 and what it called: " + msg);
+  } else {
+    Status s = bs4->barrier();
+    check(s == Status::kInvalidArgument, std::string("mismatched collectives (barrier side): ") + statusName(s));
+    check(std::string(lastErrorMessage()).find("rank 0 called allGather 0 of 4 bytes per rank instead") !=
+              std::string::npos,
+          std::string("the barrier side names rank 0's allGather: ") + lastErrorMessage());
   }
   MPI_Barrier(MPI_COMM_WORLD);
 
   bs.reset();
   bs2.reset();
+  bs4.reset();
   std::fprintf(stderr, "rank %d: %d failure(s); calling MPI_Finalize\n", gRank, gFailures);
   MPI_Finalize();
   std::fprintf(stderr, "rank %d: MPI_Finalize returned\n", gRank);

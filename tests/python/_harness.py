@@ -13,12 +13,14 @@ import tpcomm
 SPAWN = mp.get_context("spawn")
 
 
-def run_ranks(nranks, target, args=(), ranks=None, timeout_s=120.0, ids=None):
+def run_ranks(nranks, target, args=(), ranks=None, timeout_s=120.0, ids=None, wrap=None):
     """Starts target(rank, *args, q) for each rank in `ranks` (default all), returns {rank: result}
-    where result is what the worker put on q. Fails (AssertionError) if a rank does not finish."""
+    where result is what the worker put on q. Fails (AssertionError) if a rank does not finish.
+    `wrap` (default _wrap) is what each process starts in; the module that defines it is the first
+    one the process imports (_torch_workers.wrap imports torch before tpcomm)."""
     ranks = list(range(nranks)) if ranks is None else list(ranks)
     q = SPAWN.Queue()
-    procs = {r: SPAWN.Process(target=_wrap, args=(target, r, args, q), daemon=True) for r in ranks}
+    procs = {r: SPAWN.Process(target=wrap or _wrap, args=(target, r, args, q), daemon=True) for r in ranks}
     for p in procs.values():
         p.start()
     results = {}
@@ -144,6 +146,22 @@ def init_worker(rank, nranks, raw_id, timeout_ms, q=None):
     comm.all_reduce(x)
     comm.destroy()
     return ("ok", x.tolist(), time.monotonic() - t0)
+
+
+def mismatch_worker(rank, nranks, raw_id, counts, q=None):
+    """Rank r all-reduces counts[r] elements; returns ("ok",) or ("error", class name, message), and
+    whether a matching call afterwards still works."""
+    comm = tpcomm.Communicator(nranks, tpcomm.UniqueId(raw_id), rank, timeout_ms=20000)
+    x = np.ones(counts[rank], dtype=np.float32)
+    try:
+        comm.all_reduce(x)
+        result = ("ok",)
+    except tpcomm.TpcommError as e:
+        result = ("error", type(e).__name__, str(e))
+    y = np.full(8, rank + 1, dtype=np.float32)
+    comm.all_reduce(y)
+    comm.destroy()
+    return result + (y.tolist(),)
 
 
 def abort_worker(rank, nranks, raw_id, q=None):

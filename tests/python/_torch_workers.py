@@ -1,9 +1,15 @@
 """Workers for test_torch.py (a module of its own: it imports torch)."""
-import torch
+import torch  # before tpcomm: a libtpcomm with NCCL linked in must not load its NCCL first
 
 import tpcomm
 import tpcomm.torch as tt
-from _harness import rank_input
+from _harness import _wrap, rank_input
+
+
+def wrap(target, rank, args, q):
+    """run_ranks(wrap=...) for torch workers: a spawned process imports this module, so torch,
+    first."""
+    _wrap(target, rank, args, q)
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 

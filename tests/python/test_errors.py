@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tpcomm
-from _harness import abort_worker, init_worker, run_ranks
+from _harness import abort_worker, init_worker, mismatch_worker, run_ranks
 
 
 @pytest.fixture
@@ -180,6 +180,19 @@ def test_wrong_secret_is_refused():
         root.join(30)
         if root.is_alive():
             root.kill()
+
+
+def test_ranks_with_different_counts_are_refused_on_every_rank():
+    """The host path checks every call's signature across ranks (docs/python.md): counts 8 and
+    600000 fail on both ranks with InvalidArgumentError naming the count, and the next matching
+    call is right (before the check: wrong elements on one rank, a timeout on the other)."""
+    uid = tpcomm.UniqueId.generate("127.0.0.1")
+    results = run_ranks(2, mismatch_worker, (2, bytes(uid), [8, 600000]), timeout_s=60)
+    for rank, res in results.items():
+        assert res[0] == "error", (rank, res)
+        assert res[1] == "InvalidArgumentError", (rank, res)
+        assert "count" in res[2] and "rank 1" in res[2], (rank, res[2])
+        assert res[3] == [3.0] * 8, (rank, res[3])
 
 
 def test_abort_is_local():

@@ -23,9 +23,9 @@ def rounded(values, dname):
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_torch_ops_on_host_ranks(nranks):
-    from _torch_workers import torch_cpu_worker
+    from _torch_workers import torch_cpu_worker, wrap
     uid = tpcomm.UniqueId.generate("127.0.0.1")
-    results = run_ranks(nranks, torch_cpu_worker, (nranks, bytes(uid)), timeout_s=600)
+    results = run_ranks(nranks, torch_cpu_worker, (nranks, bytes(uid)), timeout_s=600, wrap=wrap)
     raise_if_failed(results)
     inputs = lambda n: [rank_input(r, n) for r in range(nranks)]  # noqa: E731
     for rank, out in results.items():
@@ -82,12 +82,12 @@ def test_numpy_layer_takes_torch_tensors_through_dlpack(dt):
 def test_vllm_adapter_interface_on_host_ranks():
     """The vLLM drop-in's interface (should_custom_ar, custom_all_reduce out of place, capture,
     all_reduce into out, close) with a gloo group and CPU tensors; vLLM itself is not run."""
-    from _torch_workers import vllm_adapter_worker
+    from _torch_workers import vllm_adapter_worker, wrap
     import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    results = run_ranks(2, vllm_adapter_worker, (2, port), timeout_s=300)
+    results = run_ranks(2, vllm_adapter_worker, (2, port), timeout_s=300, wrap=wrap)
     raise_if_failed(results)
     want = rounded(reference("sum", [rank_input(r, 100) for r in range(2)]), "bf16")
     for rank, (flags, y, x, same, after_close) in results.items():
@@ -102,9 +102,9 @@ def test_torch_per_call_compression():
     place, out of place and under torch.compile: fp8 runs staged_host+fp8 (close, not exact, the
     same bits on every rank and in every form), "none" and None run staged_host exactly; a bad
     value raises RuntimeError naming it."""
-    from _torch_workers import torch_compression_worker
+    from _torch_workers import torch_compression_worker, wrap
     uid = tpcomm.UniqueId.generate("127.0.0.1")
-    results = run_ranks(2, torch_compression_worker, (2, bytes(uid)), timeout_s=600)
+    results = run_ranks(2, torch_compression_worker, (2, bytes(uid)), timeout_s=600, wrap=wrap)
     raise_if_failed(results)
     exact = reference("sum", [rank_input(r, 1000).astype(np.float32) for r in range(2)])
     first = None

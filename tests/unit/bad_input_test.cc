@@ -3,11 +3,13 @@
 // destroy() is caught too. To cover another bad call, add a row to the table in BadCalls.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "tpcomm/socket_bootstrap.h"
 #include "unit/test_util.h"
 
 namespace tpcomm {
@@ -40,6 +42,8 @@ TEST(BadInput, BadCallsAreRejectedAndTheCommunicatorStaysUsable) {
     // Largest count whose all-reduce byte size fits, and one whose per-rank total does not.
     const size_t overflowAll = SIZE_MAX / 4 + 1;
     const size_t overflowPerRank = SIZE_MAX / 4 / n + 1;
+    // 16 bytes below the top of the address space: a few elements fit, 64 do not.
+    float* nearTop = reinterpret_cast<float*>(UINTPTR_MAX - 15);
     cudaStream_t bogusStream = reinterpret_cast<cudaStream_t>(uintptr_t{0x10});
     const BadCall calls[] = {
         {"allReduce null send", "send",
@@ -51,6 +55,22 @@ TEST(BadInput, BadCallsAreRejectedAndTheCommunicatorStaysUsable) {
          [&](Communicator& c) { return c.reduceScatter(recv, recv + 1, 4, f32, sum, nullptr); }},
         {"allGather send inside recv but not at this rank's piece", "overlap",
          [&](Communicator& c) { return c.allGather(recv + 1, recv, 4, f32, nullptr); }},
+        // Buffers whose end lies past the top of the address space (issue 34 item 4): the
+        // overlap check must not compute pointer + bytes: it wraps, calls them apart, and the call crashes.
+        {"allReduce send past the top of the address space", "send",
+         [&](Communicator& c) { return c.allReduce(nearTop, recv, 64, f32, sum, nullptr); }},
+        {"allReduce recv past the top of the address space", "recv",
+         [&](Communicator& c) { return c.allReduce(send, nearTop, 64, f32, sum, nullptr); }},
+        {"allReduce both past the top of the address space", "address space",
+         [&](Communicator& c) { return c.allReduce(nearTop, nearTop + 1, 8, f32, sum, nullptr); }},
+        {"reduceScatter send (count x ranks) past the top", "send",
+         [&](Communicator& c) { return c.reduceScatter(nearTop - 4, recv, 4, f32, sum, nullptr); }},
+        {"allGather recv (count x ranks) past the top", "recv",
+         [&](Communicator& c) { return c.allGather(send, nearTop - 4, 4, f32, nullptr); }},
+        {"allReduceResidualRmsNorm out past the top of the address space", "out [",
+         [&](Communicator& c) {
+           return c.allReduceResidualRmsNorm(send, recv, a.data(), 1e-6f, nearTop, 2, 8, f32, nullptr);
+         }},
         {"allReduce null recv", "recv",
          [&](Communicator& c) { return c.allReduce(send, nullptr, 4, f32, sum, nullptr); }},
         {"allReduce zero count", "count",
@@ -135,6 +155,9 @@ TEST(BadInput, CreateArguments) {
   Config negativeTimeout;
   negativeTimeout.timeoutMs = -1;
   expectInvalid(Communicator::create(*bs, -1, negativeTimeout, &comm), "timeoutMs", "create with timeoutMs -1");
+  Config negativeSetup;
+  negativeSetup.setupTimeoutMs = -1;
+  expectInvalid(Communicator::create(*bs, -1, negativeSetup, &comm), "setupTimeoutMs", "create with setupTimeoutMs -1");
   Config ncclOnHost;
   int notAComm = 0;
   ncclOnHost.ncclComm = &notAComm;
@@ -266,6 +289,19 @@ TEST(BadInput, BootstrapArguments) {
   expectInvalid(makeThreadBootstrap(group, 2, &bs), "rank 2", "makeThreadBootstrap with rank 2 of 2");
   expectInvalid(makeThreadBootstrap(group, -1, &bs), "rank -1", "makeThreadBootstrap with rank -1");
   expectInvalid(makeThreadBootstrap(group, 0, nullptr), "out", "makeThreadBootstrap with out null");
+  // An absurd rank count is refused at once, not allocated (2^31 - 1 socket ranks would take 19 s and
+  // 8 GB of file-descriptor table before timing out).
+  EXPECT_EQ(ThreadGroup::create(1 << 20), nullptr);
+  SocketUniqueId id;
+  ASSERT_EQ(makeSocketUniqueIdForAddress("127.0.0.1", &id), Status::kOk);
+  const auto t0 = std::chrono::steady_clock::now();
+  expectInvalid(makeSocketBootstrap(id, 2147483646, 2147483647, 300, &bs), "size 2147483647",
+                "makeSocketBootstrap with 2^31 - 1 ranks");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  // bytesPerRank x ranks must fit a size_t (the table is that long); refused before any wait.
+  ASSERT_EQ(makeThreadBootstrap(group, 0, &bs), Status::kOk);
+  char one = 0;
+  expectInvalid(bs->allGather(&one, &one, SIZE_MAX / 2 + 1), "overflows", "allGather whose table overflows");
 }
 
 // A forced algorithm host ranks cannot run: the calls fall back, and create
@@ -294,6 +330,11 @@ TEST(BadInput, ResidualRmsNormArguments) {
                 "eps", "residualRmsNorm negative eps");
   expectInvalid(residualRmsNorm(x.data(), x.data(), w.data(), 1e-6f, out.data(), 2, 4, DataType::kF32, nullptr),
                 "residualInOut", "residualRmsNorm residual aliasing x");
+  float* nearTop = reinterpret_cast<float*>(UINTPTR_MAX - 15);
+  expectInvalid(residualRmsNorm(nearTop, res.data(), w.data(), 1e-6f, out.data(), 2, 4, DataType::kF32, nullptr), "x [",
+                "residualRmsNorm x past the top of the address space");
+  expectInvalid(residualRmsNorm(x.data(), res.data(), w.data(), 1e-6f, nearTop, 2, 4, DataType::kF32, nullptr), "out [",
+                "residualRmsNorm out past the top of the address space");
 }
 
 TEST(BadInput, NamesOfEnums) {

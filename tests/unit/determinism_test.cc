@@ -19,12 +19,18 @@ namespace {
 
 float interesting(std::mt19937& rng) {
   switch (rng() % 6) {
-    case 0: return 0.0f;
-    case 1: return -0.0f;
-    case 2: return std::ldexp(static_cast<float>(rng() % 1000) - 500.0f, -140);  // subnormal in f32
-    case 3: return std::ldexp(static_cast<float>(rng() % 2000) - 1000.0f, static_cast<int>(rng() % 40) - 20);
-    case 4: return static_cast<float>(static_cast<int>(rng() % 17) - 8);
-    default: return std::ldexp(static_cast<float>(rng() % 100) + 1.0f, static_cast<int>(rng() % 10));
+    case 0:
+      return 0.0f;
+    case 1:
+      return -0.0f;
+    case 2:
+      return std::ldexp(static_cast<float>(rng() % 1000) - 500.0f, -140);  // subnormal in f32
+    case 3:
+      return std::ldexp(static_cast<float>(rng() % 2000) - 1000.0f, static_cast<int>(rng() % 40) - 20);
+    case 4:
+      return static_cast<float>(static_cast<int>(rng() % 17) - 8);
+    default:
+      return std::ldexp(static_cast<float>(rng() % 100) + 1.0f, static_cast<int>(rng() % 10));
   }
 }
 
@@ -38,8 +44,7 @@ float referenceElement(const std::vector<std::vector<char>>& in, size_t i, DataT
   return acc;
 }
 
-void propertyRun(bool deterministicMode) {
-  const int n = 3;
+void propertyRun(bool deterministicMode, int n) {
   Config cfg;
   cfg.deterministic = deterministicMode;
   test::runHostRanks(n, cfg, [&](int me, Communicator& comm) {
@@ -56,22 +61,50 @@ void propertyRun(bool deterministicMode) {
         for (size_t i = 0; i < count; ++i) storeFromFloat(in[r].data(), offset + i, dt, interesting(vr));
       }
       std::vector<char> out((count + offset) * es, 0x5a);
-      ASSERT_EQ(comm.allReduce(in[me].data() + offset * es, out.data() + offset * es, count, dt, op, nullptr),
-                Status::kOk)
+      const bool inPlace = trial % 3 == 1;  // the result written over the input
+      if (inPlace) std::memcpy(out.data(), in[me].data(), out.size());
+      const char* send = inPlace ? out.data() + offset * es : in[me].data() + offset * es;
+      ASSERT_EQ(comm.allReduce(send, out.data() + offset * es, count, dt, op, nullptr), Status::kOk)
           << lastErrorMessage();
       std::vector<char> want(es);
       for (size_t i = 0; i < count; ++i) {
         storeFromFloat(want.data(), 0, dt, referenceElement(in, offset + i, dt, op));
         ASSERT_EQ(std::memcmp(out.data() + (offset + i) * es, want.data(), es), 0)
             << "rank " << me << " trial " << trial << " dtype " << dataTypeName(dt) << " op " << reduceOpName(op)
-            << " count " << count << " offset " << offset << " element " << i;
+            << " count " << count << " offset " << offset << (inPlace ? " in place" : "") << " element " << i << " of "
+            << n << " ranks";
       }
     }
   });
 }
 
-TEST(Determinism, HostRanksMatchTheContractElementByElement) { propertyRun(false); }
-TEST(Determinism, SameInTheDeterministicMode) { propertyRun(true); }
+TEST(Determinism, HostRanksMatchTheContractElementByElement) { propertyRun(false, 3); }
+TEST(Determinism, SameInTheDeterministicMode) { propertyRun(true, 3); }
+// One rank (copy_local) keeps the contract too: a -0.0 input gives +0.0, as on every other size
+// (issue 34 item 5: it returned the input's -0.0).
+TEST(Determinism, OneRankKeepsTheContractZerosIncluded) {
+  propertyRun(false, 1);
+  propertyRun(true, 1);
+}
+
+// Reduce-scatter is a reduction (+0.0 out of -0.0 on one rank too); all-gather moves bits, so a
+// -0.0 stays -0.0 on every size.
+TEST(Determinism, OneRankReduceScatterReadsZerosAndAllGatherKeepsBits) {
+  test::runHostRanks(1, Config{}, [&](int, Communicator& comm) {
+    for (DataType dt : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+      std::vector<char> in(4 * dataTypeSize(dt)), out(in.size(), 0x5a), want(in.size()), zero(in.size());
+      const float values[] = {-0.0f, 2.0f, -0.0f, -3.0f};
+      for (size_t i = 0; i < 4; ++i) {
+        storeFromFloat(in.data(), i, dt, values[i]);
+        storeFromFloat(want.data(), i, dt, values[i] + 0.0f);
+      }
+      ASSERT_EQ(comm.reduceScatter(in.data(), out.data(), 4, dt, ReduceOp::kMax, nullptr), Status::kOk);
+      EXPECT_EQ(std::memcmp(out.data(), want.data(), out.size()), 0) << dataTypeName(dt) << " reduceScatter";
+      ASSERT_EQ(comm.allGather(in.data(), out.data(), 4, dt, nullptr), Status::kOk);
+      EXPECT_EQ(std::memcmp(out.data(), in.data(), out.size()), 0) << dataTypeName(dt) << " allGather";
+    }
+  });
+}
 
 }  // namespace
 }  // namespace tpcomm

@@ -3,14 +3,15 @@
 // the bound, instead of hanging. Its own executable because it shortens the timeout process-wide.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <future>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "algos/common/coll_args.h"
+#include "tpcomm/socket_bootstrap.h"
 #include "unit/test_util.h"
 
 namespace tpcomm {
@@ -36,8 +37,7 @@ const TimeoutRow kRows[] = {
 TEST(Timeout, ARankThatSkipsACollectiveYieldsKTimeout) {
   for (const TimeoutRow& row : kRows) {
     SCOPED_TRACE(row.what);
-    // Bootstrap waits (create, destroy) use the environment bound; keep them generous when the
-    // communicator's own bound comes from Config.
+    // With Config::timeoutMs the environment's bound is a long one: Config's must win.
     test::ScopedEnv env("TPCOMM_TIMEOUT_MS", row.viaConfig ? "5000" : std::to_string(kTimeoutMs).c_str());
     Config cfg;
     if (row.viaConfig) cfg.timeoutMs = kTimeoutMs;
@@ -87,6 +87,61 @@ TEST(Timeout, ARankThatSkipsACollectiveYieldsKTimeout) {
     EXPECT_GE(namedMissing.load(), 1) << "no waiting rank's message named the missing rank " << skipper;
   }
 }
+
+// An explicit Config::timeoutMs wins over TPCOMM_TIMEOUT_MS everywhere, the bootstrap's exchanges
+// in create and destroy included (issue 34 item 10: the thread bootstrap waited the environment's
+// bound), and the timeout names the missing rank, the step and the bound (item 6). Rank 1 never
+// calls create (first) or destroy (second); the environment says 20 s, the config 300 ms.
+enum class Boot { kThreads, kSocket };
+void runWithAMissingRank(Boot boot, bool missInDestroy) {
+  test::ScopedEnv env("TPCOMM_TIMEOUT_MS", "20000");
+  Config cfg;
+  cfg.timeoutMs = kTimeoutMs;
+  auto group = ThreadGroup::create(2);
+  SocketUniqueId id;
+  ASSERT_EQ(makeSocketUniqueIdForAddress("127.0.0.1", &id), Status::kOk);
+  std::unique_ptr<Bootstrap> bs[2];
+  std::unique_ptr<Communicator> comm[2];
+  std::promise<void> rank0Done;
+  std::shared_future<void> rank0DoneF = rank0Done.get_future().share();
+  auto make = [&](int r) {
+    return boot == Boot::kThreads ? makeThreadBootstrap(group, r, &bs[r]) : makeSocketBootstrap(id, r, 2, 0, &bs[r]);
+  };
+  std::thread other([&] {
+    ASSERT_EQ(make(1), Status::kOk) << lastErrorMessage();
+    if (missInDestroy) ASSERT_EQ(Communicator::create(*bs[1], -1, cfg, &comm[1]), Status::kOk) << lastErrorMessage();
+    rank0DoneF.wait();  // rank 1 makes no further call until rank 0 has given up
+  });
+  ASSERT_EQ(make(0), Status::kOk) << lastErrorMessage();
+  auto t0 = std::chrono::steady_clock::now();
+  Status s = Communicator::create(*bs[0], -1, cfg, &comm[0]);
+  if (missInDestroy) {
+    ASSERT_EQ(s, Status::kOk) << lastErrorMessage();
+    t0 = std::chrono::steady_clock::now();
+    s = comm[0]->destroy();
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const std::string msg = lastErrorMessage();
+  rank0Done.set_value();
+  other.join();
+  if (comm[1]) comm[1]->abort();
+  EXPECT_EQ(s, Status::kTimeout) << msg;
+  EXPECT_LE(ms, 2.0 * kTimeoutMs) << "the environment's 20 s bound won over Config::timeoutMs " << kTimeoutMs << ": "
+                                  << msg;
+  EXPECT_TRUE(msg.find("rank(s) 1 never arrived") != std::string::npos ||
+              msg.find("rank 1 never arrived") != std::string::npos)
+      << "the missing rank: " << msg;
+  EXPECT_NE(msg.find(std::to_string(kTimeoutMs) + " ms"), std::string::npos) << "the bound: " << msg;
+  EXPECT_NE(msg.find("Config::timeoutMs"), std::string::npos) << "where the bound comes from: " << msg;
+  EXPECT_NE(msg.find(missInDestroy ? "destroy, the closing barrier" : "create, agreeing on settings"),
+            std::string::npos)
+      << "the step: " << msg;
+}
+
+TEST(Timeout, ConfigWinsOverTheEnvironmentInCreateThreads) { runWithAMissingRank(Boot::kThreads, false); }
+TEST(Timeout, ConfigWinsOverTheEnvironmentInDestroyThreads) { runWithAMissingRank(Boot::kThreads, true); }
+TEST(Timeout, ConfigWinsOverTheEnvironmentInCreateSocket) { runWithAMissingRank(Boot::kSocket, false); }
+TEST(Timeout, ConfigWinsOverTheEnvironmentInDestroySocket) { runWithAMissingRank(Boot::kSocket, true); }
 
 }  // namespace
 }  // namespace tpcomm

@@ -705,6 +705,41 @@ bool runGpu(int tp, const std::string& algo, int draftN, double sim, const std::
   return onRanks(tp, algo, options, body, err);
 }
 
+// The logits `tp` GPUs compute for every row of `seq` (teacher-forced, in calls of kLogitsRows
+// rows so every row's logits are kept), the ranks' vocab shards put together: rows x vocab.
+bool teacherForcedLogits(int tp, const std::vector<int32_t>& seq, std::vector<float>* out, std::string* err) {
+  const int V = tiny().vocabSize, n = static_cast<int>(seq.size()), rows = GpuModel::kLogitsRows;
+  out->assign(static_cast<size_t>(n) * V, 0.0f);
+  auto options = [&](GpuModelOptions* o) {
+    o->ctxSize = n + 16;
+    o->maxTokensPerCall = rows;
+    o->seed = 5;  // runGpu's weights
+  };
+  auto body = [&](int r, GpuModel& m, std::string* e) {
+    const int shard = V / tp;
+    std::vector<int32_t> next(n);
+    std::vector<float> lg;
+    for (int pos = 0; pos < n; pos += rows) {
+      const int len = std::min(rows, n - pos);
+      if (!m.target(seq.data() + pos, len, pos, next.data() + pos, e) || !m.lastLogits(len, &lg, e)) return false;
+      for (int row = 0; row < len; ++row)
+        std::copy(lg.begin() + static_cast<long>(row) * shard, lg.begin() + static_cast<long>(row + 1) * shard,
+                  out->begin() + static_cast<long>(pos + row) * V + static_cast<long>(r) * shard);
+    }
+    return true;
+  };
+  return onRanks(tp, "", options, body, err);
+}
+
+// TP=2 against TP=1 and the fp32 CPU reference (bf16 weights, fp32 arithmetic), on the TP=1 run's
+// prompt and tokens, teacher-forced: every row's logits, not only the greedy tokens. The bound is
+// what bf16 rounding allows, measured: TP=1 has no all-reduce, so its largest deviation from the
+// reference, e1 (relative to the row's max |logit|), is this model's bf16 rounding; TP=2 also
+// rounds each rank's partial sums and each all-reduce's result to bf16, so its deviation may
+// reach 2 x e1 plus two bf16 ulps of the largest logit (2^-7), no more.
+// A reduction that drops, doubles or misplaces a rank's contribution moves logits by a whole
+// partial sum, far beyond that. Greedy tokens: equal up to the first step where the two runs
+// differ, and there the reference must call the two tokens a tie within TP=2's bound.
 TEST(QwenGpu, Tp2TokensEqualTp1) {
   std::vector<int32_t> a, b;
   GenerateStats s;
@@ -715,26 +750,52 @@ TEST(QwenGpu, Tp2TokensEqualTp1) {
   size_t k = 0;
   while (k < a.size() && a[k] == b[k]) ++k;
   std::printf("TP=1 and TP=2 greedy tokens equal for %zu of %zu tokens\n", k, a.size());
-  if (k == a.size()) return;
-  // Diverged at k: the fp32 reference, fed the prompt and the common prefix, must call the two
-  // tokens a tie within the logit tolerance of LogitsMatchTheCpuReference.
+
   const ModelConfig c = tiny();
+  const int V = c.vocabSize;
+  const int promptLen = 24;
+  std::vector<int32_t> seq = prompt(promptLen, V);
+  seq.insert(seq.end(), a.begin(), a.end() - 1);  // the last token is never an input
+  const int n = static_cast<int>(seq.size());
   HostWeights w;
   makeSyntheticHostWeights(c, /*seed=*/5, /*roundBf16=*/true, &w);  // runGpu's seed
   TpShape shape;
   ASSERT_TRUE(makeTpShape(c, 1, 0, &shape, &err)) << err;
-  std::vector<int32_t> seq = prompt(24, c.vocabSize);
-  seq.insert(seq.end(), a.begin(), a.begin() + static_cast<long>(k));
-  CpuModel cpu(c, shape, &w, nullptr, static_cast<int>(seq.size()) + 8);
-  std::vector<int32_t> next(seq.size());
-  ASSERT_TRUE(cpu.target(seq.data(), static_cast<int>(seq.size()), 0, next.data(), &err)) << err;
-  const int V = c.vocabSize;
-  const float* logits = cpu.lastLogits().data() + (seq.size() - 1) * static_cast<size_t>(V);
-  float mx = 0;
-  for (int i = 0; i < V; ++i) mx = std::max(mx, std::fabs(logits[i]));
-  const float margin = std::fabs(logits[a[k]] - logits[b[k]]);
-  EXPECT_LE(margin, 0.03f * mx) << "TP=1 and TP=2 diverge at generated token " << k << " (" << a[k] << " vs " << b[k]
-                                << ") where the reference margin " << margin << " is no tie (max |logit| " << mx << ")";
+  CpuModel cpu(c, shape, &w, nullptr, n + 8);
+  std::vector<int32_t> next(n);
+  ASSERT_TRUE(cpu.target(seq.data(), n, 0, next.data(), &err)) << err;
+  const std::vector<float>& ref = cpu.lastLogits();
+  std::vector<float> g1, g2;
+  ASSERT_TRUE(teacherForcedLogits(1, seq, &g1, &err)) << err;
+  ASSERT_TRUE(teacherForcedLogits(2, seq, &g2, &err)) << err;
+  double e1 = 0, e2 = 0;  // largest |gpu - ref| / max |ref| over the rows
+  int worst2 = 0;
+  std::vector<double> rowMax(n);
+  for (int r = 0; r < n; ++r) {
+    double mx = 0, d1 = 0, d2 = 0;
+    for (int i = 0; i < V; ++i) mx = std::max(mx, std::fabs(static_cast<double>(ref[static_cast<size_t>(r) * V + i])));
+    for (int i = 0; i < V; ++i) {
+      const size_t at = static_cast<size_t>(r) * V + i;
+      d1 = std::max(d1, std::fabs(static_cast<double>(g1[at]) - ref[at]));
+      d2 = std::max(d2, std::fabs(static_cast<double>(g2[at]) - ref[at]));
+    }
+    rowMax[r] = mx;
+    e1 = std::max(e1, d1 / mx);
+    if (d2 / mx > e2) e2 = d2 / mx, worst2 = r;
+  }
+  const double bound2 = 2 * e1 + std::ldexp(1.0, -7);
+  std::printf("logits vs the fp32 reference over %d rows: TP=1 %.5f, TP=2 %.5f of max |logit| (TP=2 bound %.5f)\n", n,
+              e1, e2, bound2);
+  EXPECT_LE(e1, 0.03) << "TP=1 strays from the reference beyond LogitsMatchTheCpuReference's bound";
+  EXPECT_LE(e2, bound2) << "TP=2's logits stray " << e2 << " of max |logit| at row " << worst2
+                        << ", beyond what bf16 rounding allows (2 x TP=1's " << e1 << " + 2^-7): a wrong all-reduce?";
+  if (k == a.size()) return;
+  // Diverged at generated token k (row promptLen - 1 + k): a tie within TP=2's bound, both ways.
+  const size_t row = static_cast<size_t>(promptLen - 1 + k);
+  const double margin = std::fabs(static_cast<double>(ref[row * V + a[k]]) - ref[row * V + b[k]]);
+  EXPECT_LE(margin, 2 * e2 * rowMax[row])
+      << "TP=1 and TP=2 diverge at generated token " << k << " (" << a[k] << " vs " << b[k]
+      << ") where the reference margin " << margin << " is no tie within TP=2's logit error";
 }
 
 // --allreduce-compression at TP=2: the layers' sums go through twoshot_p2p+fp8|int8, but every
