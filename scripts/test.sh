@@ -36,10 +36,29 @@ SLOW_TESTS='^python_pip_install$'
 # Optional stages: "switch|function|why it is off by default". A stage runs when its switch (an
 # environment variable) is 1 (.ci/run exports the switches CI wants); its function runs in a
 # subshell under `set -e`, in the repository root, and fails the run by failing. Add a row and a
-# function; the summary lists the stage either way. E.g.
-#   "TPCOMM_TEST_MUTATION|mutation_stage|minutes: rebuilds once per deliberate break"
+# function; the summary lists the stage either way.
 OPTIONAL_STAGES=(
+  "TPCOMM_TEST_TORCH|torch_stage|minutes: downloads torch (about 2.8 GB from PyPI) into a virtual environment"
+  "TPCOMM_TEST_MUTATION|mutation_stage|rebuilds once per deliberate break of a reduction, a bound or an error path"
 )
+# CI's optional stages: on with TPCOMM_TEST_ALL=1 unless set.
+export TPCOMM_TEST_TORCH="${TPCOMM_TEST_TORCH:-$(on_in_all 1 0)}"
+export TPCOMM_TEST_MUTATION="${TPCOMM_TEST_MUTATION:-$(on_in_all 1 0)}"
+
+# The torch tests (label torch, tests/python/CMakeLists.txt): 22 tests of tpcomm.torch on CPU
+# tensors, gloo and host ranks, in a virtual environment with torch; any skip fails there.
+torch_stage() {
+  cmake -S "$TPCOMM_ROOT" -B "$BUILD_DIR" -DTPCOMM_TEST_TORCH=ON >/dev/null
+  (cd "$BUILD_DIR" && ctest --output-on-failure -L torch)
+}
+
+# The mutation check's CI handful (scripts/mutants.py, ci=True): each puts one fixed defect back
+# (a reduction, a bound, an error path), rebuilds what it touches and requires a test to fail;
+# the checkout is restored after each.
+mutation_stage() {
+  python3 "$TPCOMM_ROOT/scripts/mutation_check.py" "$BUILD_DIR" --ci --jobs "${TPCOMM_JOBS:-$JOBS}" \
+    --log "$BUILD_DIR/mutation_ci.log"
+}
 
 SUMMARY=()
 FAILED=0
