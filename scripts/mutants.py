@@ -3,8 +3,9 @@ the fix) and names the tests that must then fail. GPU mutants (MUTANTS) run on a
 CPU mutants (CPU_MUTANTS) anywhere the CPU tests run; those marked ci=True are the handful CI
 runs (--ci). Add a row for every fixed defect whose test can fail on the CPU."""
 
-# name, issue 21 item, file, text of the fix, the defect put back, tests that must fail[, a
-# command the test binary runs under (e.g. compute-sanitizer)].
+# name, item (the defect's number in docs/reliability.md, "The defects, by number"), file, text
+# of the fix, the defect put back, tests that must fail[, a command the test binary runs under
+# (e.g. compute-sanitizer)].
 MUTANTS = [
     ("poison_ignored", 13, "src/algos/p2p/p2p_common.cuh",
      "  *deadline = globalTimerNs() + p.timeoutNs;\n  return poison == 0;",
@@ -21,7 +22,7 @@ MUTANTS = [
      "  if (!dev::p2pBegin(p, &deadline)) return;\n  deadline = startedNs + p.timeoutNs;",
      "P2p/GpuFault.PdlWaitIsNotCountedAgainstTheTimeout/1"),
     # Lamport's own -0.0 unscrubbed alone is covered by the zero rule of every reduction (the
-    # mutant survives: session 6); item 17's defect needs both gone.
+    # mutant survives on 1x H200: bench/results/h200x1.md, "Tests"); defect 17 needs both gone.
     ("lamport_own_zero_unscrubbed", 17, "src/algos/p2p/lamport_p2p.cu",
      "        in[r] = dev::lamportScrub<T>(loadUserPack<T, kVec>(p.send, i, p.count));\n        continue;",
      "        in[r] = loadUserPack<T, kVec>(p.send, i, p.count);\n        continue;",
@@ -30,7 +31,7 @@ MUTANTS = [
      "    for (int i = 0; i < kElems; ++i) f[i] = __fadd_rn(f[i], 0.0f);\n  }",
      "    for (int i = 0; i < kElems; ++i) f[i] = f[i];\n  }",
      "All/SpecialValues.*"),
-    # Added after session 6's GPU runs, not run yet: the create-time residency check removed.
+    # The create-time residency check removed (caught on 1x H200: bench/results/h200x1.md, "Tests").
     ("residency_unchecked", 19, "src/collectives/bring_up.cc",
      "    if (me.smCount > 0 && residentBlocksPerSm() > 0 && need > capacity)",
      "    if (me.smCount < 0 && need > capacity)",
@@ -44,7 +45,7 @@ MUTANTS = [
      "  if (!ok) return;",
      "AllReduceTimeout.MissingPeerReportsTimeout",
      ["compute-sanitizer", "--tool", "synccheck", "--error-exitcode", "9"]),
-    # Issue 34 item 5 on GPU ranks: the one-rank kernel copies -0.0 through.
+    # Defect 34.5 on GPU ranks: the one-rank kernel copies -0.0 through.
     ("gpu_one_rank_keeps_negative_zero", "34.5", "src/algos/local/copy_local.cu",
      "__fadd_rn(dev::Elem<T>::toFloat(in[i]), 0.0f)", "dev::Elem<T>::toFloat(in[i])",
      "All/OneRankZeros.*"),
@@ -55,13 +56,13 @@ MUTANTS = [
 ]
 
 
-# CPU mutants: name, issue 21 item, edits [(file, text of the fix, the defect put back)], ninja
+# CPU mutants: name, item (as above), edits [(file, text of the fix, the defect put back)], ninja
 # targets to rebuild ([] = all), tests: ("ctest", REGEX) runs `ctest -R REGEX` in the build dir,
 # ("gtest", EXECUTABLE relative to the build dir, FILTER) runs it with --gtest_filter. A mutant
 # is caught when any of its tests fails; unmutated, all of them must pass.
 CPU_MUTANTS = [
     # 1: a late rank passes the host_staged barrier its timed-out peer broke (the timed-out
-    # arrival still counted), then uses the stale pointers: the issue's "32768 of 65536".
+    # arrival still counted), then uses the stale pointers.
     dict(name="staged_barrier_ignores_broken", item=1,
          edits=[("src/transports/host_staged.cc",
                  "  for (;;) {  // arrive\n    if (st & kBroken) return brokenBarrier();\n    round =",
@@ -114,11 +115,11 @@ CPU_MUTANTS = [
                  "        retain(pending_);\n        pending_ = nullptr;\n      }")],
          targets=["tpcomm_mpi_bootstrap_fault"], tests=[("ctest", "^tpcomm_mpi_bootstrap_fault_np[24]$")]),
     # 5: the timed-out collective's buffers freed while MPI may still complete it (late ranks),
-    # and with no op pending the destructor frees the communicator too. Since the bootstrap takes
-    # every peer's arrival note before it starts a collective (issue 34 item 6), the fault test's
-    # lone rank 0 never starts one, and the late ranks' pending collective is never completed by
-    # anyone: neither this mutant nor the one above is caught by it any more. A test for a
-    # collective a peer completes after this rank's timeout needs three ranks arriving staggered.
+    # and with no op pending the destructor frees the communicator too. The bootstrap takes every
+    # peer's arrival note before it starts a collective (defect 34.6), so the fault test's lone
+    # rank 0 never starts one, and the late ranks' pending collective is never completed by
+    # anyone: that test catches neither this mutant nor the one above. A test for a collective a
+    # peer completes after this rank's timeout needs three ranks arriving staggered.
     dict(name="mpi_pending_op_freed", item=5,
          edits=[("src/bootstrap/mpi_bootstrap.cc", "      pending_ = op;  // still pending: kept alive with its buffers",
                  "      delete op;")],
@@ -133,7 +134,7 @@ CPU_MUTANTS = [
          edits=[("src/transports/host_staged.cc", "  DIR* d = opendir(\"/dev/shm\");", "  DIR* d = nullptr;")],
          targets=["tpcomm_unit_host_comm", "tpcomm-doctor"],
          tests=[("gtest", "tests/unit/tpcomm_unit_host_comm", "ShmCleanup.*"), ("ctest", "^doctor_clean$")]),
-    # 6: create no longer cleans up (tpcomm-doctor --clean still does).
+    # 6: create does not clean up (tpcomm-doctor --clean still does).
     dict(name="shm_not_cleaned_at_create", item=6,
          edits=[("src/transports/host_staged.cc",
                  "      removeStaleSegments(nullptr);  // a crashed run's leftovers; ours are named by our own pid\n", "")],
@@ -208,7 +209,8 @@ CPU_MUTANTS = [
          edits=[("examples/qwen_tp/config.cc", "  if (qkvRows > kIntMax)\n", "  if (false)\n")],
          targets=["qwen_config_test"],
          tests=[("gtest", "examples/qwen_tp/tests/qwen_config_test", "QwenConfig.HeadProductsThatOverflowIntAreRejected")]),
-    # --- issue 34 ---------------------------------------------------------------------------
+    # --- the fault campaign's defects (34.N): create clean-up, C API sizes, buffer bounds, the
+    # one-rank zero rule, MPI arrival notes, the socket bootstrap, one caller at a time, bounds --
     # Marked ci=True: the handful --ci runs (a reduction, bounds, error paths; each rebuilds one
     # file of libtpcomm and runs one test binary).
     # 34.1: rank 0 returns from the failed exchange that shares the segment's name without
@@ -264,7 +266,7 @@ CPU_MUTANTS = [
          edits=[("src/collectives/communicator.cc", "    if (impl->inCall.exchange(true, std::memory_order_acquire)) {",
                  "    if (impl->inCall.exchange(true, std::memory_order_acquire) && false) {")],
          targets=["tpcomm_unit_host_comm"], tests=[("gtest", "tests/unit/tpcomm_unit_host_comm", "All/ConcurrentCallers.*")]),
-    # 34.9: a rank waits for rank 0's reply a second past the bound (the old fixed grace).
+    # 34.9: a rank waits for rank 0's reply a second past the bound (a fixed one-second grace).
     dict(name="socket_reply_grace", item="34.9",
          edits=[("src/bootstrap/socket_bootstrap.cc", "deadline(kReplySlackMs), \"rank 0's reply\"",
                  "deadline(1000), \"rank 0's reply\""),
