@@ -9,7 +9,7 @@ set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
 export TPCOMM_ALLOW_SHARED_DEVICE=1 TPCOMM_TIMEOUT_MS=3000 CUDA_MODULE_LOADING=EAGER
 SRC=$(pwd); B=/tmp/b33; L=$OUT/diag; mkdir -p $L
-REV=${COMMIT:-$(git rev-parse HEAD 2>/dev/null)}; echo "# commit $REV date $(date -u +%FT%TZ) command .scratch/diag33.sh" | tee $L/env.txt
+REV=${COMMIT:-$(git rev-parse HEAD 2>/dev/null)}; echo "# commit $REV date $(date -u +%FT%TZ) command scripts/gpu.d/queued_calls_diag.sh" | tee $L/env.txt
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> $L/env.txt
 T0=$(date +%s)
 cmake -S .scratch/old -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DTPCOMM_BUILD_TESTS=ON > $L/build.log 2>&1 &&

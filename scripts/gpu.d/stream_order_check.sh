@@ -7,7 +7,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 CUDA_MODULE_LOADING=EAGER TPCOMM_TEST_SIZES=quick
 T0=$(date +%s); B=/tmp/bl; L=$OUT/streams-mpi.txt
 hdr() { echo "# commit $COMMIT"; echo "# date $(date -u +%FT%TZ)"; echo "# command: $*"; }
-hdr ".scratch/last.sh: cmake + ninja tpcomm_gpu_tests tpcomm_gpu_mpi_tests; the filtered runs below" > $L
+hdr "scripts/gpu.d/stream_order_check.sh: cmake + ninja tpcomm_gpu_tests tpcomm_gpu_mpi_tests; the filtered runs below" > $L
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DTPCOMM_BUILD_TESTS=ON > $OUT/build.log 2>&1 &&
   ninja -C $B -j16 tpcomm_gpu_tests tpcomm_gpu_mpi_tests >> $OUT/build.log 2>&1
 echo "build rc=$? $(( $(date +%s)-T0 ))s" | tee -a $L
