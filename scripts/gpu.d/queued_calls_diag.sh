@@ -37,7 +37,7 @@ one "N4.twoshot.conn32.pdl0.G0.b64" CUDA_DEVICE_MAX_CONNECTIONS=32 TPCOMM_PDL=0 
 one "N4.twoshot.conn8.pdl1.G0.n1.b16" TPCOMM_TWOSHOT_BLOCKS=16 $P -t 4 -d bf16 -b 8 -e 4M -f 8 -n 1 -w 1 -K 2 -A twoshot_p2p
 one "N3.twoshot.conn8.pdl1.G0.b21" TPCOMM_TWOSHOT_BLOCKS=21 TPCOMM_P2P_BLOCKS=21 $P -t 3 -d bf16 -b 8 -e 4M -f 8 -n 20 -w 5 -K 2 -A twoshot_p2p
 one "N2.twoshot.conn8.pdl1.G0.b64" TPCOMM_TWOSHOT_BLOCKS=64 $P -t 2 -d bf16 -b 8 -e 4M -f 8 -n 20 -w 5 -K 2 -A twoshot_p2p
-# the decoder with ranks sharing the GPU (issue 33 item 5): TP=2 and TP=4, 1524-token prompt, 2048 micro-batch
+# the decoder with ranks sharing the GPU: TP=2 and TP=4, 1524-token prompt, 2048 micro-batch
 Q=$B/examples/qwen_tp/qwen_tp
 for i in 1 2 3 4 5; do
   one "qwen.tp2.run$i" $Q --model-preset qwen3-0.6b --tp 2 --prompt-tokens 1524 --ubatch-size 2048 --n-predict 8 --no-profile
@@ -45,7 +45,7 @@ done
 for i in 1 2 3; do
   one "qwen.tp4.run$i" $Q --model-preset qwen3-0.6b --tp 4 --prompt-tokens 1524 --ubatch-size 2048 --n-predict 8 --no-profile
 done
-# one qwen3-8b decode step's kernels under ncu (for the decoder issue), 16-token prompt, 2 decode steps, no graphs
+# one qwen3-8b decode step's kernels under ncu, 16-token prompt, 2 decode steps, no graphs
 if command -v ncu >/dev/null; then
   timeout -k 5 150 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum --csv \
     $B/examples/qwen_tp/qwen_tp --model-preset qwen3-8b --prompt-tokens 16 --n-predict 3 --no-graphs --no-profile > $L/ncu_decode8b.csv 2> $L/ncu_decode8b.err
