@@ -16,7 +16,7 @@ OUTDIR=${1:-${OUT:-$root/gpu-logs}}
 B=${BUILD:-/tmp/tpcomm-gpu-build}
 L=$OUTDIR/ranks
 mkdir -p "$L"
-REV=${COMMIT:-$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)}
+REV=$(git -C "$root" rev-parse "${COMMIT:-HEAD}" 2>/dev/null || echo "${COMMIT:-unknown}")  # the full hash where git can resolve it
 T0=$(date +%s)
 el() { echo "$(($(date +%s) - T0))s"; }
 header() { echo "# commit $REV"; echo "# date $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "# command: $*"; }
