@@ -81,8 +81,9 @@ struct GpuModelOptions {
   /// A query's bits depend on its length only on every path (speculative == greedy). The
   /// environment's QWEN_DECODE=old|attn|gemv|fused, when set, overrides this at init (A/B timing
   /// of one binary); any other value fails init.
+  /// kAttention is the default: the fastest measured (docs/decode_kernels.md, "Measured").
   enum class DecodeKernels { kOld, kAttention, kFusedGemv, kFused };
-  DecodeKernels decode = DecodeKernels::kOld;
+  DecodeKernels decode = DecodeKernels::kAttention;
 };
 
 /// Nodes of a captured CUDA graph by type: what one replay launches. cuBLAS's kernels count.

@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cstdio>
 #include <map>
 
 #include "common/params.h"
@@ -254,7 +255,10 @@ int main(int argc, char** argv) {
     tpcomm_test::gShared = true;
   }
   tpcomm::makeMpiBootstrap(MPI_COMM_WORLD, &tpcomm_test::gBootstrap);
+  bool listOnly = false;  // --gtest_list_tests: one rank prints the list (N interleaved copies garble it)
+  for (int i = 1; i < argc; ++i) listOnly = listOnly || std::string(argv[i]) == "--gtest_list_tests";
   testing::InitGoogleTest(&argc, argv);
+  if (listOnly && tpcomm_test::gRank != 0) std::fflush(stdout), std::freopen("/dev/null", "w", stdout);
   if (tpcomm_test::gRank != 0) {  // one rank prints the progress; failures print everywhere
     auto& listeners = testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
