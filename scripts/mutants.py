@@ -55,6 +55,19 @@ MUTANTS = [
      "All/FaultEach.MismatchedCall/*"),
 ]
 
+# GPU mutants whose tests live in another binary, in the CPU table's form (run with the GPU ones).
+# The decoder's "TP=2 tokens equal TP=1" bound (2 x TP=1's bf16 error + 2^-7 of the largest
+# logit) against a sum that scales one rank's partial by 1.01 (every device sum: one-shot,
+# two-shot, Lamport, the fused all-reduce + RMSNorm), and against one that drops it.
+GPU_OTHER_MUTANTS = [
+    dict(name="qwen_sum_scaled_1pct", item="34.weak", edits=[
+        ("src/algos/common/device_common.cuh", "  if (Op == 0) return a + b;", "  if (Op == 0) return a + 1.01f * b;")],
+        targets=["qwen_gpu_test"], tests=[("gtest", "examples/qwen_tp/tests/qwen_gpu_test", "QwenGpu.Tp2TokensEqualTp1")]),
+    dict(name="qwen_sum_drops_peer", item="34.weak", edits=[
+        ("src/algos/common/device_common.cuh", "  if (Op == 0) return a + b;", "  if (Op == 0) return a;")],
+        targets=["qwen_gpu_test"], tests=[("gtest", "examples/qwen_tp/tests/qwen_gpu_test", "QwenGpu.Tp2TokensEqualTp1")]),
+]
+
 
 # CPU mutants: name, item (as above), edits [(file, text of the fix, the defect put back)], ninja
 # targets to rebuild ([] = all), tests: ("ctest", REGEX) runs `ctest -R REGEX` in the build dir,

@@ -9,7 +9,8 @@ runs the same tests unmutated, expecting them to pass.
     python3 scripts/mutation_check.py BUILD_DIR [--cpu | --ci] [--only NAME,...] [--log FILE] [--check]
 
 GPU mutants (the default): run on a GPU machine after a full build of BUILD_DIR
-(scripts/gpu.sh tests makes one); each rebuilds tpcomm_gpu_tests and runs a gtest filter of it.
+(scripts/gpu.sh tests makes one); each rebuilds tpcomm_gpu_tests (or its own test binary:
+GPU_OTHER_MUTANTS) and runs a gtest filter of it.
 Multicast stays off (NCCL_NVLS_ENABLE=0 ... are exported here too).
 
 CPU mutants (--cpu): run anywhere the CPU tests run (CI's machine; mpirun for the MPI ones),
@@ -33,14 +34,14 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from mutants import CPU_MUTANTS, MUTANTS  # noqa: E402  (scripts/mutants.py, beside this file)
+from mutants import CPU_MUTANTS, GPU_OTHER_MUTANTS, MUTANTS  # noqa: E402  (scripts/mutants.py, beside this file)
 
 
 def gpu_mutants():
     """The GPU table in the CPU table's form."""
     return [dict(name=m[0], item=m[1], edits=[(m[2], m[3], m[4])], targets=["tpcomm_gpu_tests"],
                  tests=[("gtest", "tests/gpu/tpcomm_gpu_tests", m[5]) + ((m[6],) if len(m) > 6 else ())])
-            for m in MUTANTS]
+            for m in MUTANTS] + GPU_OTHER_MUTANTS
 
 
 def sh(cmd, timeout, log, cwd=ROOT):
