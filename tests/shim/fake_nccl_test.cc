@@ -29,15 +29,6 @@ namespace {
 
 using fake_values::Type;
 
-std::vector<fakeNcclCall> logSince(size_t from) {
-  std::vector<fakeNcclCall> out;
-  for (size_t i = from; i < fakeNcclLogCount(); ++i) {
-    fakeNcclCall c;
-    if (fakeNcclLogGet(i, &c) == 0) out.push_back(c);
-  }
-  return out;
-}
-
 // `n` ranks as threads on one fresh unique id; each runs f(rank, comm), then destroys its comm.
 void onRanks(int n, const std::function<void(int, ncclComm_t)>& f) {
   ncclUniqueId id;
@@ -397,7 +388,7 @@ TEST(FakeNccl, LogsEveryCallWithItsArguments) {
   EXPECT_EQ(ncclAllGather(a.data(), b.data(), 1, ncclInt32, comms[0], s0), ncclUnhandledCudaError);
   for (ncclComm_t c : comms) ASSERT_EQ(ncclCommDestroy(c), ncclSuccess);
 
-  std::vector<fakeNcclCall> log = logSince(from);
+  std::vector<fakeNcclCall> log = fakeNcclLogSince(from);
   std::vector<std::string> fns;
   for (const auto& c : log) fns.push_back(c.fn);
   EXPECT_EQ(fns, (std::vector<std::string>{"ncclCommInitAll", "ncclCommInitAll", "ncclGroupStart", "ncclReduceScatter",

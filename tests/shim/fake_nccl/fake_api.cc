@@ -250,6 +250,7 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
   ncclComm* c = live(comm);
   fakeNcclCall rec = callRecord("ncclCommSplit", c);
+  rec.parent = comm;
   rec.color = color;
   rec.key = key;
   rec.blocking = blockingOf(config);

@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <map>
 #include <type_traits>
 
 #include "fake_internal.h"
@@ -175,7 +176,13 @@ ncclResult_t copy(void* dst, const void* src, size_t bytes) {
     std::memmove(dst, src, bytes);
     return ncclSuccess;
   }
-  cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+  // On a non-blocking stream of the double's own: a legacy-stream copy would also wait for
+  // kernels on the caller's blocking streams (e.g. a tpcomm kernel waiting for a peer).
+  thread_local std::map<int, cudaStream_t> streams;
+  cudaStream_t& s = streams[currentDevice()];
+  cudaError_t e = s ? cudaSuccess : cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
   if (e == cudaSuccess) return ncclSuccess;
   cudaGetLastError();
   setLastError("fake NCCL: cudaMemcpy(%p <- %p, %zu bytes): %s", dst, src, bytes, cudaGetErrorString(e));
@@ -196,13 +203,21 @@ ncclResult_t streamCapturing(cudaStream_t stream, bool* capturing) {
   return ncclSuccess;
 }
 
-ncclResult_t syncStream(int device, cudaStream_t stream) {
+OnDevice::OnDevice(int device) {
+  if (!cudaVisible() || cudaGetDevice(&prev_) != cudaSuccess || prev_ == device) {
+    prev_ = -1;
+    return;
+  }
+  cudaSetDevice(device);
+}
+
+OnDevice::~OnDevice() {
+  if (prev_ >= 0) cudaSetDevice(prev_);
+}
+
+ncclResult_t syncStream(cudaStream_t stream) {
   if (!cudaVisible()) return ncclSuccess;
-  int prev = -1;
-  if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
-  if (prev != device) cudaSetDevice(device);
   cudaError_t e = cudaStreamSynchronize(stream);
-  if (prev >= 0 && prev != device) cudaSetDevice(prev);
   if (e == cudaSuccess) return ncclSuccess;
   cudaGetLastError();
   setLastError("fake NCCL: cudaStreamSynchronize: %s", cudaGetErrorString(e));

@@ -107,8 +107,20 @@ void reduce(ncclDataType_t t, ncclRedOp_t op, const char* const* in, int n, size
 bool hostOnly();
 /// memcpy, or cudaMemcpy(cudaMemcpyDefault) where a device is visible (either side may be device memory).
 ncclResult_t copy(void* dst, const void* src, size_t bytes);
-/// Waits for the work queued on `stream` (device `device`); rejects a capturing stream.
-ncclResult_t syncStream(int device, cudaStream_t stream);
+/// Waits for the work queued on `stream`.
+ncclResult_t syncStream(cudaStream_t stream);
+/// Makes `device` current for a scope (where a device is visible): a communicator's calls run on
+/// its device, as NCCL's do, whatever the caller's current device.
+class OnDevice {
+ public:
+  explicit OnDevice(int device);
+  ~OnDevice();
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+
+ private:
+  int prev_ = -1;
+};
 ncclResult_t streamCapturing(cudaStream_t stream, bool* capturing);
 /// The calling thread's current CUDA device (0 on the host).
 int currentDevice();

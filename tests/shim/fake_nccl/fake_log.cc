@@ -38,13 +38,14 @@ void appendToFile(const fakeNcclCall& c) {
   const char* path = std::getenv("FAKE_NCCL_LOG");
   if (!path || !*path) return;
   char line[512];
-  int n = std::snprintf(line, sizeof(line),
-                        "seq=%llu pid=%d fn=%s comm=%p world=%016llx rank=%d nranks=%d device=%d count=%zu dtype=%d "
-                        "op=%d root=%d color=%d key=%d blocking=%d send=%p recv=%p stream=%p group=%d result=%d\n",
-                        static_cast<unsigned long long>(c.seq), static_cast<int>(getpid()), c.fn,
-                        static_cast<void*>(c.comm), static_cast<unsigned long long>(c.world), c.rank, c.nranks,
-                        c.device, c.count, c.dtype, c.op, c.root, c.color, c.key, c.blocking, c.sendbuff, c.recvbuff,
-                        static_cast<void*>(c.stream), c.inGroup, static_cast<int>(c.result));
+  int n = std::snprintf(
+      line, sizeof(line),
+      "seq=%llu pid=%d fn=%s comm=%p world=%016llx rank=%d nranks=%d device=%d count=%zu dtype=%d "
+      "op=%d root=%d color=%d key=%d parent=%p blocking=%d send=%p recv=%p stream=%p group=%d result=%d\n",
+      static_cast<unsigned long long>(c.seq), static_cast<int>(getpid()), c.fn, static_cast<void*>(c.comm),
+      static_cast<unsigned long long>(c.world), c.rank, c.nranks, c.device, c.count, c.dtype, c.op, c.root, c.color,
+      c.key, static_cast<void*>(c.parent), c.blocking, c.sendbuff, c.recvbuff, static_cast<void*>(c.stream), c.inGroup,
+      static_cast<int>(c.result));
   int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return;
   if (write(fd, line, static_cast<size_t>(n)) != n) {  // one write per line: lines from processes never interleave

@@ -23,17 +23,18 @@ extern "C" {
 
 /** One call the double received. Fields a call does not have are -1 (ints) or 0 (the rest). */
 typedef struct fakeNcclCall {
-  uint64_t seq;     /**< order of the call in this process, from 1 */
-  char fn[32];      /**< "ncclAllReduce", "ncclCommInitRank", ... */
-  ncclComm_t comm;  /**< the communicator the call was made on (inits, splits: the new one) */
-  uint64_t world;   /**< the same on every rank of one communicator (a hash of its unique id) */
-  int rank, nranks; /**< of `comm` */
-  int device;       /**< of `comm`: the CUDA device, or what it was given on the host */
-  size_t count;     /**< as the call took it (reduce-scatter: recvcount, all-gather: sendcount) */
-  int dtype, op;    /**< ncclDataType_t, ncclRedOp_t */
-  int root;         /**< broadcast, reduce */
-  int color, key;   /**< ncclCommSplit */
-  int blocking;     /**< inits and splits: the config's blocking flag (1 without a config) */
+  uint64_t seq;      /**< order of the call in this process, from 1 */
+  char fn[32];       /**< "ncclAllReduce", "ncclCommInitRank", ... */
+  ncclComm_t comm;   /**< the communicator the call was made on (inits, splits: the new one) */
+  uint64_t world;    /**< the same on every rank of one communicator (a hash of its unique id) */
+  int rank, nranks;  /**< of `comm` */
+  int device;        /**< of `comm`: the CUDA device, or what it was given on the host */
+  size_t count;      /**< as the call took it (reduce-scatter: recvcount, all-gather: sendcount) */
+  int dtype, op;     /**< ncclDataType_t, ncclRedOp_t */
+  int root;          /**< broadcast, reduce */
+  int color, key;    /**< ncclCommSplit */
+  ncclComm_t parent; /**< ncclCommSplit: the communicator it split */
+  int blocking;      /**< inits and splits: the config's blocking flag (1 without a config) */
   const void* sendbuff;
   void* recvbuff;
   cudaStream_t stream;
@@ -62,6 +63,16 @@ void fakeNcclInjectError(const char* fn, ncclResult_t result, int times);
 ncclResult_t fakeNcclSetAsyncError(ncclComm_t comm, ncclResult_t result);
 
 #ifdef __cplusplus
+}
+
+#include <vector>
+
+/** The entries logged from index `from` on. */
+inline std::vector<fakeNcclCall> fakeNcclLogSince(size_t from) {
+  std::vector<fakeNcclCall> out;
+  fakeNcclCall c;
+  for (size_t i = from; fakeNcclLogGet(i, &c) == 0; ++i) out.push_back(c);
+  return out;
 }
 #endif
 

@@ -151,13 +151,14 @@ bool sameCall(const Op& o, const World& w) {
 bool advance(Op& o) {
   ncclComm* c = o.comm;
   World& w = c->world;
+  OnDevice on(c->device);
   if (!o.started) {
     o.started = true;
     if (c->asyncError != ncclSuccess && c->asyncError != ncclInProgress) {
       setLastError("fake NCCL: rank %d: the communicator failed earlier (%d)", c->rank, c->asyncError.load());
       return fail(o, ncclInvalidUsage);
     }
-    ncclResult_t r = o.kind == Kind::kSplit ? ncclSuccess : syncStream(c->device, o.stream);
+    ncclResult_t r = o.kind == Kind::kSplit ? ncclSuccess : syncStream(o.stream);
     if (r != ncclSuccess) return fail(o, r);
     o.perStep = perStep(o, w.h->slotBytes);
     o.steps = o.kind == Kind::kSplit ? 1 : (o.count + o.perStep - 1) / o.perStep;
@@ -165,15 +166,18 @@ bool advance(Op& o) {
     if (o.steps == 0) o.finished = true;
     return true;
   }
-  if (uint32_t a = w.h->abortedBy.load(std::memory_order_acquire)) {
+  // Waiting for a rank that aborted fails; what it provided before it aborted is still read.
+  auto waitOrFail = [&] {
+    uint32_t a = w.h->abortedBy.load(std::memory_order_acquire);
+    if (!a) return false;
     setLastError("fake NCCL: rank %u aborted the communicator", a - 1);
     return fail(o, ncclRemoteError);
-  }
+  };
   const uint64_t step = c->step + 1;
   RankState& mine = w.h->ranks[c->rank];
   if (!o.posted) {
     for (int q = 0; q < c->nranks; ++q)
-      if (w.h->ranks[q].done.load(std::memory_order_acquire) < step - 1) return false;
+      if (w.h->ranks[q].done.load(std::memory_order_acquire) < step - 1) return waitOrFail();
     ncclResult_t r = fill(o, w.slot(c->rank));
     if (r != ncclSuccess) return fail(o, r);
     mine.kind = static_cast<int32_t>(o.kind);
@@ -186,7 +190,7 @@ bool advance(Op& o) {
     return true;
   }
   for (int q = 0; q < c->nranks; ++q)
-    if (w.h->ranks[q].posted.load(std::memory_order_acquire) < step) return false;
+    if (w.h->ranks[q].posted.load(std::memory_order_acquire) < step) return waitOrFail();
   ncclResult_t r = sameCall(o, w) ? consume(o, w) : ncclInvalidUsage;
   mine.done.store(step, std::memory_order_release);
   c->step = step;
