@@ -279,6 +279,28 @@ TEST(FakeNccl, SplitInsideAGroup) {
   }
 }
 
+// FAKE_NCCL_INPROGRESS=n: a non-blocking init answers ncclInProgress, and so do the first n
+// polls of ncclCommGetAsyncError; a blocking one is ready at once.
+TEST(FakeNccl, NonBlockingInitInProgress) {
+  ScopedEnv polls("FAKE_NCCL_INPROGRESS", "2");
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t comm = nullptr;
+  EXPECT_EQ(ncclCommInitRankConfig(&comm, 1, id, 0, &cfg), ncclInProgress);
+  ASSERT_NE(comm, nullptr);
+  ncclResult_t state = ncclSuccess;
+  for (ncclResult_t want : {ncclInProgress, ncclInProgress, ncclSuccess, ncclSuccess}) {
+    ASSERT_EQ(ncclCommGetAsyncError(comm, &state), ncclSuccess);
+    EXPECT_EQ(state, want);
+  }
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  EXPECT_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+}
+
 TEST(FakeNccl, CallsThatDifferFailOnEveryRank) {
   onRanks(2, [&](int r, ncclComm_t comm) {
     float x[8] = {};

@@ -513,7 +513,7 @@ int main(int argc, char** argv) {
       std::printf("tpcomm_shim_fake: SKIPPED: no CUDA device\n");
       return 77;
     }
-    const std::string line = tpcomm_test::shareGpus(3, 1);
+    const std::string line = tpcomm_test::shareGpus(4, 1);
     std::printf("tpcomm_shim_fake --gpu: %s; TPCOMM_ALGO=%s\n", line.c_str(), algoEnv().c_str());
     if (algoEnv() != "ring_nccl" && algoEnv() != "^ring_nccl") {
       std::printf("tpcomm_shim_fake --gpu: set TPCOMM_ALGO to ring_nccl or ^ring_nccl (the routing it checks)\n");
