@@ -9,7 +9,6 @@
 #include "fake_nccl.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -23,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "fake_processes.h"
 #include "fake_values.h"
 
 namespace {
@@ -449,40 +449,16 @@ TEST(FakeNccl, LogsEveryCallWithItsArguments) {
   EXPECT_NE(lines[6].find(" result=1"), std::string::npos) << lines[6];
 }
 
-// Ranks in separate processes (this binary re-run as "--rank R N ID"), meeting in shared memory.
+// Ranks in separate processes (this program re-run once per rank), meeting in shared memory.
 TEST(FakeNccl, RanksInSeparateProcesses) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-  std::string hex;
-  for (unsigned char ch : id.internal) {
-    char b[3];
-    std::snprintf(b, sizeof(b), "%02x", ch);
-    hex += b;
-  }
-  const int n = 3;
-  std::vector<pid_t> pids;
-  for (int r = 0; r < n; ++r) {
-    pid_t p = fork();
-    ASSERT_GE(p, 0);
-    if (p == 0) {
-      std::string rs = std::to_string(r), ns = std::to_string(n);
-      execl("/proc/self/exe", "fake_nccl_test", "--rank", rs.c_str(), ns.c_str(), hex.c_str(), nullptr);
-      _exit(127);
-    }
-    pids.push_back(p);
-  }
-  for (int r = 0; r < n; ++r) {
-    int status = 0;
-    ASSERT_EQ(waitpid(pids[r], &status, 0), pids[r]);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << r << " status " << status;
-  }
+  std::vector<int> codes = fake_processes::runRanks(3, id, {});
+  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
 // The child's part: an all-reduce and an all-gather, checked; exit 0 when right.
-int childRank(int r, int n, const char* hex) {
-  ncclUniqueId id;
-  for (size_t i = 0; i < sizeof(id.internal); ++i)
-    id.internal[i] = static_cast<char>(std::stoi(std::string(hex + 2 * i, 2), nullptr, 16));
+int childRank(int r, int n, const ncclUniqueId& id) {
   ncclComm_t comm;
   if (ncclCommInitRank(&comm, n, id, r) != ncclSuccess) return 2;
   std::vector<float> v(5000, static_cast<float>(r + 1));
@@ -500,7 +476,9 @@ int childRank(int r, int n, const char* hex) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 5 && std::string(argv[1]) == "--rank") return childRank(std::atoi(argv[2]), std::atoi(argv[3]), argv[4]);
+  int rank = -1, nranks = 0;
+  ncclUniqueId id;
+  if (fake_processes::rankFromEnv(&rank, &nranks, &id)) return childRank(rank, nranks, id);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -7,7 +7,8 @@
 //     tpcomm never reaches it; every result is checked element by element either way;
 //   - inits, splits, groups, finalize, destroy and abort are forwarded; the double's failures
 //     come back to the engine unchanged.
-// Modes (ctest runs each; the routing expectation follows from the environment):
+// PyTorch's shape runs with ranks as threads and (CPU only) as processes, llama.cpp's from one
+// thread. Modes (ctest runs each; the routing expectation follows from the environment):
 //   no GPU (label cpu; CUDA_VISIBLE_DEVICES=): the shim cannot query the stream's capture
 //     state, so it never sets tpcomm up and every call goes to NCCL, exactly as with
 //     TPCOMM_SHIM=0; host buffers.
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "fake_nccl.h"
+#include "fake_processes.h"
 #include "fake_values.h"
 #include "gpu/gpu_allreduce_util.h"
 
@@ -311,56 +313,50 @@ TEST(ShimOverFake, BindsAsAnEngineSeesIt) {
   EXPECT_EQ(fakeNcclHostOnly(), gGpu ? 0 : 1);
 }
 
-// PyTorch's shape: one rank per thread (a process each, in an engine), a unique id, InitRank
-// (odd ranks through InitRankConfig), every call eager on the rank's own stream.
-void perThreadRanks(int n, bool abortAtEnd) {
-  ncclUniqueId id;
-  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-  const size_t from = fakeNcclLogCount();
-  std::vector<ncclComm_t> comms(n, nullptr);
-  std::vector<std::vector<Expect>> want(n);
-  std::vector<cudaStream_t> streams(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      if (gGpu) ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-      streams[r] = makeStream();
-      ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-      ncclResult_t init =
-          r % 2 ? ncclCommInitRankConfig(&comms[r], n, id, r, &cfg) : ncclCommInitRank(&comms[r], n, id, r);
-      ASSERT_EQ(init, ncclSuccess);
-      for (const Call& c : kCalls) {
-        RankCall rc(c, r, n);
-        ASSERT_EQ(rc.issue(comms[r], streams[r]), ncclSuccess) << c.name;
-        rc.verify(streams[r]);
-        if (!toTpcomm(c)) want[r].push_back(rc.expect(streams[r], false));
-      }
-      if (abortAtEnd) {
-        EXPECT_EQ(ncclCommAbort(comms[r]), ncclSuccess);
-      } else {
-        EXPECT_EQ(ncclCommFinalize(comms[r]), ncclSuccess);
-        EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
-      }
-    });
-  for (auto& t : threads) t.join();
-  std::vector<fakeNcclCall> log = fakeNcclLogSince(from);
-  std::set<ncclComm_t> engine(comms.begin(), comms.end());
-  for (int r = 0; r < n; ++r) {
-    expectLogged(log, comms[r], r, n, want[r]);
-    std::vector<std::string> lifecycle;
-    for (const auto& c : log)
-      if (c.comm == comms[r] && !isCollective(c)) {
-        lifecycle.push_back(c.fn);
-        EXPECT_EQ(c.result, ncclSuccess) << c.fn;
-      }
-    std::vector<std::string> expected = {r % 2 ? "ncclCommInitRankConfig" : "ncclCommInitRank"};
-    for (const char* fn : abortAtEnd ? std::vector<const char*>{"ncclCommAbort"}
-                                     : std::vector<const char*>{"ncclCommFinalize", "ncclCommDestroy"})
-      expected.push_back(fn);
-    EXPECT_EQ(lifecycle, expected) << "rank " << r;
-    dropStream(streams[r]);
+// One rank of PyTorch's shape (a process each in an engine; here a thread or a process): the
+// unique id, InitRank (odd ranks through InitRankConfig), every call eager on the rank's own
+// stream, then finalize and destroy, or abort. `want` gets the calls the double must see.
+void oneRank(int r, int n, const ncclUniqueId& id, bool abortAtEnd, ncclComm_t* comm, std::vector<Expect>* want) {
+  if (gGpu) ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaStream_t stream = makeStream();
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  ncclResult_t init = r % 2 ? ncclCommInitRankConfig(comm, n, id, r, &cfg) : ncclCommInitRank(comm, n, id, r);
+  ASSERT_EQ(init, ncclSuccess);
+  for (const Call& c : kCalls) {
+    RankCall rc(c, r, n);
+    ASSERT_EQ(rc.issue(*comm, stream), ncclSuccess) << c.name;
+    rc.verify(stream);
+    if (!toTpcomm(c)) want->push_back(rc.expect(stream, false));
   }
-  // tpcomm's set-up: a private non-blocking split of each engine communicator, gone with it.
+  if (abortAtEnd) {
+    EXPECT_EQ(ncclCommAbort(*comm), ncclSuccess);
+  } else {
+    EXPECT_EQ(ncclCommFinalize(*comm), ncclSuccess);
+    EXPECT_EQ(ncclCommDestroy(*comm), ncclSuccess);
+  }
+  dropStream(stream);
+}
+
+// What the double logged for rank `r` of oneRank: the calls routed to NCCL, the lifecycle.
+void checkRank(const std::vector<fakeNcclCall>& log, ncclComm_t comm, int r, int n, const std::vector<Expect>& want,
+               bool abortAtEnd) {
+  expectLogged(log, comm, r, n, want);
+  std::vector<std::string> lifecycle;
+  for (const auto& c : log)
+    if (c.comm == comm && !isCollective(c)) {
+      lifecycle.push_back(c.fn);
+      EXPECT_EQ(c.result, ncclSuccess) << c.fn;
+    }
+  std::vector<std::string> expected = {r % 2 ? "ncclCommInitRankConfig" : "ncclCommInitRank"};
+  for (const char* fn : abortAtEnd ? std::vector<const char*>{"ncclCommAbort"}
+                                   : std::vector<const char*>{"ncclCommFinalize", "ncclCommDestroy"})
+    expected.push_back(fn);
+  EXPECT_EQ(lifecycle, expected) << "rank " << r;
+}
+
+// tpcomm's one-rank set-up: a private non-blocking split of each engine communicator (with a
+// GPU and the shim on), gone with it; nothing at all without a GPU.
+void checkSetUp(const std::vector<fakeNcclCall>& log, const std::set<ncclComm_t>& engine, bool abortAtEnd) {
   std::vector<fakeNcclCall> splits = shimSplits(log, engine);
   if (!gGpu || !shimOn()) {
     EXPECT_TRUE(splits.empty()) << "the shim set tpcomm up without a GPU";
@@ -368,7 +364,7 @@ void perThreadRanks(int n, bool abortAtEnd) {
       EXPECT_TRUE(engine.count(c.comm) || c.comm == nullptr) << c.fn << " on a comm not the engine's";
     return;
   }
-  ASSERT_EQ(splits.size(), static_cast<size_t>(n)) << "one private split per engine communicator";
+  ASSERT_EQ(splits.size(), engine.size()) << "one private split per engine communicator";
   for (const auto& s : splits) {
     EXPECT_EQ(s.result, ncclSuccess);
     std::vector<std::string> after;
@@ -378,8 +374,46 @@ void perThreadRanks(int n, bool abortAtEnd) {
   }
 }
 
+void perThreadRanks(int n, bool abortAtEnd) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  const size_t from = fakeNcclLogCount();
+  std::vector<ncclComm_t> comms(n, nullptr);
+  std::vector<std::vector<Expect>> want(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { oneRank(r, n, id, abortAtEnd, &comms[r], &want[r]); });
+  for (auto& t : threads) t.join();
+  std::vector<fakeNcclCall> log = fakeNcclLogSince(from);
+  for (int r = 0; r < n; ++r) checkRank(log, comms[r], r, n, want[r], abortAtEnd);
+  checkSetUp(log, std::set<ncclComm_t>(comms.begin(), comms.end()), abortAtEnd);
+}
+
 TEST(ShimOverFake, PerThreadRanksTwo) { perThreadRanks(2, false); }
 TEST(ShimOverFake, PerThreadRanksThreeAborted) { perThreadRanks(3, true); }
+
+// PyTorch's shape as it runs, a process per rank: this program again, once per rank, running
+// only DISABLED_ProcessRank (fake_processes.h: the preload and the rest of the environment are
+// inherited); each checks its own process's log. CPU only.
+TEST(ShimOverFake, RanksAsProcesses) {
+  if (gGpu) GTEST_SKIP() << "ranks as processes sharing one GPU are not covered here";
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::vector<int> codes = fake_processes::runRanks(
+      3, id, {"--gtest_also_run_disabled_tests", "--gtest_filter=ShimOverFake.DISABLED_ProcessRank"});
+  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+TEST(ShimOverFake, DISABLED_ProcessRank) {
+  int r = -1, n = 0;
+  ncclUniqueId id;
+  ASSERT_TRUE(fake_processes::rankFromEnv(&r, &n, &id)) << "run by RanksAsProcesses";
+  ncclComm_t comm = nullptr;
+  std::vector<Expect> want;
+  oneRank(r, n, id, false, &comm, &want);
+  std::vector<fakeNcclCall> log = fakeNcclLogSince(0);
+  checkRank(log, comm, r, n, want, false);
+  checkSetUp(log, {comm}, false);
+}
 
 // llama.cpp's shape: ncclCommInitAll, then each call as GroupStart / one call per rank / GroupEnd
 // from one thread, in place where the row says so.
