@@ -89,9 +89,16 @@ Status NcclTransport::adopt(const TransportEnv& ctx, void* ncclComm, std::unique
   if (ncclCommCount(comm, &count) != ncclSuccess || ncclCommUserRank(comm, &rank) != ncclSuccess ||
       ncclCommCuDevice(comm, &device) != ncclSuccess)
     return TPCOMM_INVALID("config.ncclComm: not a usable ncclComm_t (ncclCommCount/UserRank/CuDevice failed)");
-  if (count != ctx.nRanks || rank != ctx.rank || device != ctx.device)
-    return TPCOMM_INVALID("config.ncclComm: it has %d ranks, rank %d, device %d; this communicator has %d ranks, rank %d, device %d",
-                          count, rank, device, ctx.nRanks, ctx.rank, ctx.device);
+  // Say which field differs first (a wrong-size comm usually has a wrong rank too).
+  const char* field = count != ctx.nRanks   ? "rank count"
+                      : rank != ctx.rank     ? "rank"
+                      : device != ctx.device ? "device"
+                                             : nullptr;
+  if (field)
+    return TPCOMM_INVALID(
+        "config.ncclComm: its %s differs: it has %d ranks, rank %d, device %d; this communicator has %d ranks, rank %d, "
+        "device %d",
+        field, count, rank, device, ctx.nRanks, ctx.rank, ctx.device);
   out->reset(new NcclTransportImpl(comm, false));
   return Status::kOk;
 }
