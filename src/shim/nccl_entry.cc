@@ -178,7 +178,17 @@ ncclResult_t route(const RealNccl& real, Collective kind, const void* sendbuff, 
   if (!c) return forward();
   bool streamOk = true;
   RouteCall call{datatype, op, count, capturing(stream, &streamOk), kind};
-  if (!streamOk || !shapeEligible(call)) return forward();
+  if (!streamOk) {
+    // No usable CUDA context for this stream (no device, or a broken one): NCCL's own path,
+    // said once so the user can see which path ran and why.
+    static std::once_flag said;
+    std::call_once(said, [] {
+      TPCOMM_INFO(kColl, "libtpcomm_nccl: cudaStreamIsCapturing failed on the call's stream (no usable device?): "
+                  "every call goes to NCCL");
+    });
+    return forward();
+  }
+  if (!shapeEligible(call)) return forward();
   std::unique_lock<std::mutex> lock(c->mu);
   if (c->state == SetupState::kPending && !call.capturing) {
     if (groupDepth() > 0) {
