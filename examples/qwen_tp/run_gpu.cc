@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "gpu_kernels.h"
 #include "gpu_model.h"
 #include "logits_dump.h"
 #include "rank_gate.h"
@@ -325,6 +326,13 @@ int runOnGpu(RunSetup& sh, int argc, char** argv) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1)
     return std::fprintf(stderr, "qwen_tp: no CUDA device visible (--device cpu runs the CPU reference)\n"), 1;
+  bool loadingKnown = false;
+  if (ndev < f.tp && sharedDeviceAllowed() && gpu::lazyModuleLoading(&loadingKnown))
+    std::fprintf(stderr,
+                 "qwen_tp: warning: %d ranks share %d GPU(s) under lazy CUDA module loading (CUDA_MODULE_LOADING=%s): "
+                 "a rank's first launch of a kernel may wait for the device while another rank's all-reduce spins, "
+                 "ending in a kTimeout; set CUDA_MODULE_LOADING=EAGER\n",
+                 f.tp, ndev, std::getenv("CUDA_MODULE_LOADING") ? std::getenv("CUDA_MODULE_LOADING") : "unset");
   if (ndev < f.tp && !sharedDeviceAllowed())
     return std::fprintf(
                stderr,

@@ -27,6 +27,9 @@
 //    deterministic, the same bits for a token whatever n, and rows t >= n never written. Then
 //    the tiny model with customGemv against the CPU reference (prompt in chunks of 8, 7, 5 so the
 //    GEMV serves prefill too) and speculative == greedy with customGemv (N = 2, 5).
+//  - Ranks sharing a GPU: CUDA's module loading is eager (SharedGpuLoadsModulesEagerly), else a
+//    rank's first launch of a kernel can wait for the device while the other rank's all-reduce
+//    spins on it (a 10 s kTimeout naming the late rank).
 //  - The decode attention (gpu::attention) against an fp64 host reference, head_dim 16..256,
 //    vectorised and scalar kernels; a query's bits independent of the call's token count.
 //  - The fused kernels (GpuModelOptions::fusedKernels) against the separate kernels
@@ -67,6 +70,14 @@ std::vector<int> rankDevices(int tp) {
 bool sharedDevice(int tp) { return deviceCount() < tp; }
 // The decoder's own PDL, off when ranks share a GPU (see main()).
 bool pdlFor(int tp) { return !sharedDevice(tp); }
+// Why tp ranks cannot share the GPU safely in this process, or null: under lazy module loading a
+// rank's first launch of a kernel may wait for the device while the other rank's all-reduce spins,
+// and the call then ends in a 10 s kTimeout naming the late rank (main() sets eager loading).
+const char* sharedGpuHazard(int tp) {
+  bool known = false;
+  if (!sharedDevice(tp) || !gpu::lazyModuleLoading(&known)) return nullptr;
+  return "ranks share one GPU under lazy CUDA module loading: set CUDA_MODULE_LOADING=EAGER before CUDA starts";
+}
 
 ModelConfig tiny() {
   ModelConfig c;
@@ -88,6 +99,7 @@ std::vector<int32_t> prompt(int n, int vocab) {
 bool onRanks(int tp, const std::string& algo, const std::function<void(GpuModelOptions*)>& options,
              const std::function<bool(int, GpuModel&, std::string*)>& body, std::string* err) {
   const ModelConfig c = tiny();
+  if (const char* why = sharedGpuHazard(tp)) return *err = why, false;
   std::vector<std::unique_ptr<tpcomm::Communicator>> comms;
   const std::vector<int> devs = rankDevices(tp);
   tpcomm::Config cfg;
@@ -731,6 +743,16 @@ bool teacherForcedLogits(int tp, const std::vector<int32_t>& seq, std::vector<fl
   return onRanks(tp, "", options, body, err);
 }
 
+// Ranks sharing the GPU (tp > GPUs) need eager module loading, which main() asks for before CUDA
+// starts: the driver's own report of the mode, so a variable set too late cannot pass.
+TEST(QwenGpu, SharedGpuLoadsModulesEagerly) {
+  if (!sharedDevice(2)) GTEST_SKIP() << "one GPU per rank: a lazy load waits for its own GPU only";
+  bool known = false;
+  const bool lazy = gpu::lazyModuleLoading(&known);
+  if (!known) GTEST_SKIP() << "the driver does not report its module loading mode";
+  EXPECT_FALSE(lazy) << sharedGpuHazard(2);
+}
+
 // TP=2 against TP=1 and the fp32 CPU reference (bf16 weights, fp32 arithmetic), on the TP=1 run's
 // prompt and tokens, teacher-forced: every row's logits, not only the greedy tokens. The bound is
 // what bf16 rounding allows, measured: TP=1 has no all-reduce, so its largest deviation from the
@@ -938,16 +960,21 @@ TEST(QwenGpu, CustomGemvSpeculativeEqualsGreedy) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
+  // Before CUDA starts (deviceCount() below is the first CUDA call; the driver reads the variable
+  // then, and never again): every module loaded up front. With two ranks on one GPU, a lazy load
+  // of a kernel one rank launches first waits for the device to go idle while the other rank's
+  // all-reduce spins (docs/reliability.md); without this the TP=2 cases pass only when earlier
+  // tests happen to have loaded their kernels.
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   if (qwen::deviceCount() == 0) {
     std::printf("qwen_gpu_test: no CUDA device; skipping (exit 77)\n");
     return 77;
   }
+  bool known = false;
+  const bool lazy = qwen::gpu::lazyModuleLoading(&known);
+  std::printf("qwen_gpu_test: CUDA module loading %s (CUDA_MODULE_LOADING=%s)\n",
+              known ? (lazy ? "lazy" : "eager") : "unknown", std::getenv("CUDA_MODULE_LOADING"));
   setenv("TPCOMM_CHECK_CALLS", "1", 0);  // every P2P kernel checks that all ranks make the same call
-  // Before CUDA starts: every module loaded up front. With two ranks on one GPU, a lazy load of a
-  // kernel one rank launches first waits for the device to go idle while the other rank's
-  // all-reduce spins (docs/p2p.md); without this the TP=2 cases pass only when earlier tests
-  // happen to have loaded their kernels.
-  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   if (qwen::deviceCount() == 1) {
     // TP=2 cases with both ranks on GPU 0, as tpcomm_gpu_tests: both ranks' kernels must be
     // resident at once (create checks it), so 2 x 64 two-shot blocks, not 2 x 128.
