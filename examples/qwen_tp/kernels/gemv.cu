@@ -1,11 +1,14 @@
 // gemv.cu: small-n GEMM ("GEMV") on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation).
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/common.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/gemv_parts.cuh"
+#include "kernels/gemv_v2.cuh"
 
 namespace qwen {
 namespace gpu {
@@ -162,7 +165,36 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2)
   gemvStoreTile<kEpi, kF32>(d, r, rLo, rHi, 2 * c, n, out, Y);
 }
 
+std::atomic<int> gImpl{static_cast<int>(GemvImpl::kV2)};
+
 }  // namespace
+
+void setGemvImpl(GemvImpl impl) { gImpl.store(static_cast<int>(impl)); }
+GemvImpl gemvImpl() { return static_cast<GemvImpl>(gImpl.load()); }
+
+bool parseGemvImpl(const char* s, GemvImpl* impl) {
+  if (std::strcmp(s, "v1") == 0) return *impl = GemvImpl::kV1, true;
+  if (std::strcmp(s, "v2") == 0) return *impl = GemvImpl::kV2, true;
+  return false;
+}
+
+const char* gemvImplName(GemvImpl impl) { return impl == GemvImpl::kV1 ? "v1" : "v2"; }
+
+bool prepareGemv() {
+  // cudaFuncGetAttributes loads a kernel (CUDA's lazy loading would otherwise load it at its
+  // first launch, which may wait for the whole device: gemv.cuh).
+  cudaFuncAttributes fa;
+  const cudaError_t e[] = {cudaFuncGetAttributes(&fa, gemvKernel<true, true>),
+                           cudaFuncGetAttributes(&fa, gemvKernel<true, false>),
+                           cudaFuncGetAttributes(&fa, gemvKernel<false, true>),
+                           cudaFuncGetAttributes(&fa, gemvKernel<false, false>),
+                           cudaFuncGetAttributes(&fa, gemvKernel<true, false, true, kStore>),
+                           cudaFuncGetAttributes(&fa, gemvKernel<true, false, true, kSwiglu>),
+                           cudaFuncGetAttributes(&fa, gemvKernel<true, false, false, kResidual>)};
+  for (cudaError_t x : e)
+    if (x != cudaSuccess) return false;
+  return gemvV2Prepare();
+}
 
 bool gemvVectorizable(const void* W, const void* X, int in) {
   return in % 8 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0;
@@ -173,6 +205,8 @@ bool gemvBf16(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, i
   if (n < 1 || n > kGemvMaxTokens || out < 0 || in < 0) return false;
   if (out == 0) return true;
   const bool vec = gemvVectorizable(W, X, in);
+  if (gemvImpl() == GemvImpl::kV2 && vec && in > 0 && gemvV2Launch(W, out, in, X, n, Y, yF32, nullptr, 0.f, kStore, s))
+    return true;
   const int units = (in + 31) / 32;
   // Split `in` over up to 8 warps, each with at least 2 unrolled rounds of units when possible.
   const int warps = std::max(1, std::min(kGemvMaxWarps, units / (2 * kGemvUnroll)));
@@ -190,14 +224,17 @@ bool gemvBf16(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, i
 
 namespace {
 
-// One launch per group of up to kGemvMaxTokens tokens (rows are independent: a token's bits do
-// not depend on its group). rowsOut: output rows per block (16, or 8 act columns with kSwiglu).
+// v2: one launch. v1: one launch per group of up to kGemvMaxTokens tokens (rows are independent:
+// a token's bits do not depend on its group); rowsOut: output rows per block (16, or 8 act
+// columns with kSwiglu).
 template <bool kNorm, int kEpi>
 bool gemvFused(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, __nv_bfloat16* Y,
                const GemvFuse& fuse, cudaStream_t s) {
   if (n < 1 || n > kGemvFusedMaxTokens || out <= 0 || !gemvVectorizable(W, X, in) ||
       (kNorm && (reinterpret_cast<uintptr_t>(fuse.normW) % 16 != 0 || in > kGemvNormMaxIn)))
     return false;
+  if (gemvImpl() == GemvImpl::kV2 && gemvV2Launch(W, out, in, X, n, Y, false, kNorm ? fuse.normW : nullptr, fuse.eps, kEpi, s))
+    return true;
   const int units = (in + 31) / 32, rowsOut = kEpi == kSwiglu ? 8 : 16;
   const int warps = std::max(1, std::min(kGemvMaxWarps, units / (2 * kGemvUnroll)));
   for (int t0 = 0; t0 < n; t0 += kGemvMaxTokens)
