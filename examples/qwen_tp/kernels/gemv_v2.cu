@@ -5,8 +5,8 @@
 // of its shared memory). A block's work is a sequence of stages, one per (tile, 512 columns):
 // the 16 W rows' 1 KB pieces, the n tokens' X pieces and (normed products) the norm weight's
 // piece, each one cp.async.bulk into a ring of `stages` slots, completing on the slot's "full"
-// mbarrier (tx bytes). Warp 8 (one lane) is the producer: it arms a slot and issues its copies
-// once the 8 consumer warps have released it (one arrive each on the slot's "empty" mbarrier).
+// mbarrier (tx bytes). Warp 8 is the producer: it arms a slot and issues its copies (a lane a
+// row) once the 8 consumer warps have released it (one arrive each on the slot's "empty" mbarrier).
 // W and the norm weight are constant, so the first `stages` slots' W copies go out before the
 // PDL wait (they stream while the previous kernel finishes); X only after it.
 // Consumers: in every stage warp w takes the 32-column units w and w + 8 (lane g, c: 16 bytes at
@@ -109,49 +109,37 @@ __global__ void __launch_bounds__(kThreads, 1) gemvV2Kernel(V2Args a) {
   __syncthreads();
   pdlLaunch();
 
-  if (warp == kConsumers) {  // ---- producer ----
-    if (lane != 0) return;
+  if (warp == kConsumers) {
+    // ---- producer: lane r < 16 copies W row r of the tile, lane 16 + t token t's X row, lane 0
+    // also the norm weight; slot row = lane for both (the copies of one instruction issue lane
+    // after lane, their addresses computed by all lanes at once) ----
     uint64_t policy;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-    struct Stage {
-      int tile, k0;
-      uint32_t bytes, slot, bar;  // bytes of each copy; the slot's and its full barrier's addresses
-    };
-    auto stage = [&](int i) {
-      Stage g;
-      g.tile = blockIdx.x + (i / nk) * gridDim.x;
-      g.k0 = (i % nk) * kCols;
-      g.bytes = static_cast<uint32_t>(min(kCols, in - g.k0)) * 2u;
-      g.slot = ring0 + (i % S) * a.stageBytes;
-      g.bar = smemU32(&full[i % S]);
-      return g;
-    };
-    // W rows of the tile (and the norm weight): constant, may go before the PDL wait.
-    auto issueW = [&](int i) {
-      const Stage g = stage(i);
-      mbarArmTx(g.bar, g.bytes * (16 + n + (kNorm ? 1 : 0)));
-#pragma unroll 4
-      for (int r = 0; r < 16; ++r) {
+    const bool wLane = lane < 16, xLane = lane >= 16 && lane - 16 < n;
+    // Stage i: arm its full barrier and copy W (and the norm weight) when w; X when x.
+    auto issue = [&](int i, bool w, bool x) {
+      const int tile = blockIdx.x + (i / nk) * gridDim.x, k0 = (i % nk) * kCols;
+      const uint32_t bytes = static_cast<uint32_t>(min(kCols, in - k0)) * 2u;
+      const uint32_t slot = ring0 + (i % S) * a.stageBytes, bar = smemU32(&full[i % S]);
+      if (w && lane == 0) mbarArmTx(bar, bytes * (16 + n + (kNorm ? 1 : 0)));
+      __syncwarp();
+      if (w && wLane) {
         // Rows past the end read the last valid row; their sums are never stored.
-        const int row = kEpi == kSwiglu ? (r < 8 ? min(g.tile * 8 + r, a.out - 1) : a.out + min(g.tile * 8 + r - 8, a.out - 1))
-                                        : min(g.tile * 16 + r, a.out - 1);
-        bulkCopy<true>(g.slot + r * kPitchBytes, a.W + static_cast<int64_t>(row) * in + g.k0, g.bytes, g.bar, policy);
+        const int row = kEpi == kSwiglu ? (lane < 8 ? min(tile * 8 + lane, a.out - 1) : a.out + min(tile * 8 + lane - 8, a.out - 1))
+                                        : min(tile * 16 + lane, a.out - 1);
+        bulkCopy<true>(slot + lane * kPitchBytes, a.W + static_cast<int64_t>(row) * in + k0, bytes, bar, policy);
       }
-      if (kNorm) bulkCopy<false>(g.slot + a.normOff, a.normW + g.k0, g.bytes, g.bar, policy);
-    };
-    auto issueX = [&](int i) {
-      const Stage g = stage(i);
-      for (int t = 0; t < n; ++t)
-        bulkCopy<false>(g.slot + (16 + t) * kPitchBytes, a.X + static_cast<int64_t>(t) * in + g.k0, g.bytes, g.bar, policy);
+      if (kNorm && w && lane == 0) bulkCopy<false>(slot + a.normOff, a.normW + k0, bytes, bar, policy);
+      if (x && xLane)
+        bulkCopy<false>(slot + lane * kPitchBytes, a.X + static_cast<int64_t>(lane - 16) * in + k0, bytes, bar, policy);
     };
     const int pre = min(S, total);
-    for (int i = 0; i < pre; ++i) issueW(i);
+    for (int i = 0; i < pre; ++i) issue(i, true, false);  // W is constant: before the PDL wait
     pdlWait();
-    for (int i = 0; i < pre; ++i) issueX(i);
+    for (int i = 0; i < pre; ++i) issue(i, false, true);
     for (int i = pre; i < total; ++i) {
       mbarWait(smemU32(&empty[i % S]), ((i / S) - 1) & 1);  // its previous use released
-      issueW(i);
-      issueX(i);
+      issue(i, true, true);
     }
     return;
   }
