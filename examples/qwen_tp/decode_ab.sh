@@ -89,7 +89,7 @@ run gemv_bench 120 "$B/examples/qwen_tp/gemv_bench" --preset qwen3-8b,qwen3-32b 
 NCU_M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed
 ncu_step() {  # ncu_step <mode> <gemv> <preset> <prompt> [extra]
   local mode=$1 g=$2 preset=$3 P=$4; shift 4
-  if ! command -v ncu > /dev/null; then echo "ncu not found: ncu_${mode}_${g}_$P" >> "$L/skipped.log"; return; fi
+  if ! command -v ncu > /dev/null; then echo "ncu not found: ncu_${mode}_${g}_${preset#qwen3-}_$P" >> "$L/skipped.log"; return; fi
   run "ncu_${mode}_${g}_${preset#qwen3-}_$P" 90 env QWEN_DECODE=$mode QWEN_GEMV=$g QWEN_NCU_STEP=1 ncu --clock-control none --profile-from-start off \
     --graph-profiling node --metrics $NCU_M --csv --page raw --print-units base --kernel-name-base demangled \
     $Q --model-preset $preset --prompt-tokens $P --n-predict 2 --ubatch-size 2048 "$@"
@@ -184,7 +184,7 @@ EOF
   done
   echo
   echo "gemv_bench (us per launch, GB/s of weights; v2/cub = cuBLAS time over v2's):"
-  [ -f "$L/gemv_bench.log" ] && grep -a '^##\|^[a-z_]\+ \+[0-9]\|^norm\|^o_proj\|^down +\|^product\|^shape' "$L/gemv_bench.log"
+  [ -f "$L/gemv_bench.log" ] && grep -a '^## qwen\|^[a-z_]\+ \+[0-9]\|^norm\|^o_proj\|^down +\|^product\|^shape' "$L/gemv_bench.log"
   echo
   grep -ah "module loading\|^\[  FAILED\|^\[  PASSED\|tests, listed below" "$L/tests.log" 2>/dev/null | head -14
   [ -f "$L/skipped.log" ] && cat "$L/skipped.log"
