@@ -25,13 +25,13 @@
 
 namespace {
 
-#define CK(call)                                                                           \
-  do {                                                                                     \
-    cudaError_t e_ = (call);                                                               \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "gemv_bench: %s: %s\n", #call, cudaGetErrorString(e_));         \
-      std::exit(1);                                                                        \
-    }                                                                                      \
+#define CK(call)                                                                   \
+  do {                                                                             \
+    cudaError_t e_ = (call);                                                       \
+    if (e_ != cudaSuccess) {                                                       \
+      std::fprintf(stderr, "gemv_bench: %s: %s\n", #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                \
+    }                                                                              \
   } while (0)
 
 struct Shape {
@@ -112,7 +112,8 @@ std::vector<float> fetchY(const void* Y, size_t count, bool f32) {
 double relDiff(const std::vector<float>& a, const std::vector<float>& b) {
   double mx = 0, d = 0;
   for (size_t i = 0; i < a.size(); ++i)
-    mx = std::max(mx, static_cast<double>(std::fabs(b[i]))), d = std::max(d, static_cast<double>(std::fabs(a[i] - b[i])));
+    mx = std::max(mx, static_cast<double>(std::fabs(b[i]))),
+    d = std::max(d, static_cast<double>(std::fabs(a[i] - b[i])));
   return mx > 0 ? d / mx : d;
 }
 
@@ -153,7 +154,8 @@ int main(int argc, char** argv) {
   for (const std::string& t : split(tokenList)) {
     const int n = std::atoi(t.c_str());
     if (n < 1 || n > qwen::gpu::kGemvMaxTokens)
-      return std::fprintf(stderr, "gemv_bench: --tokens: %s is outside 1..%d\n", t.c_str(), qwen::gpu::kGemvMaxTokens), 2;
+      return std::fprintf(stderr, "gemv_bench: --tokens: %s is outside 1..%d\n", t.c_str(), qwen::gpu::kGemvMaxTokens),
+             2;
     tokens.push_back(n);
   }
   int dev = 0;
@@ -163,7 +165,8 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cublasHandle_t cublas;
-  if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) return std::fprintf(stderr, "gemv_bench: cublasCreate failed\n"), 1;
+  if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS)
+    return std::fprintf(stderr, "gemv_bench: cublasCreate failed\n"), 1;
   cublasSetStream(cublas, s);
   void* ws;
   CK(cudaMalloc(&ws, 32u << 20));
@@ -178,30 +181,33 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&normW, size_t(maxIn) * 2));
   CK(cudaMalloc(&Y, size_t(qwen::gpu::kGemvFusedMaxTokens) * maxOut * 4));
   CK(cudaMalloc(&R, size_t(qwen::gpu::kGemvFusedMaxTokens) * maxOut * 2));
-  qwen::gpu::initSynthetic(W, 1, static_cast<int64_t>(pool / 2), static_cast<int64_t>(pool / 2), 0, 0, 1, 1, 0.02f, 0.f, s);
+  qwen::gpu::initSynthetic(W, 1, static_cast<int64_t>(pool / 2), static_cast<int64_t>(pool / 2), 0, 0, 1, 1, 0.02f, 0.f,
+                           s);
   qwen::gpu::initSynthetic(X, 1, int64_t(16) * maxIn, int64_t(16) * maxIn, 0, 0, 1, 2, 1.f, 0.f, s);
   qwen::gpu::initSynthetic(normW, 1, maxIn, maxIn, 0, 0, 1, 3, 0.5f, 1.f, s);
-  qwen::gpu::initSynthetic(reinterpret_cast<__nv_bfloat16*>(R), 1, int64_t(16) * maxOut, int64_t(16) * maxOut, 0, 0, 1, 4,
-                           1.f, 0.f, s);
+  qwen::gpu::initSynthetic(reinterpret_cast<__nv_bfloat16*>(R), 1, int64_t(16) * maxOut, int64_t(16) * maxOut, 0, 0, 1,
+                           4, 1.f, 0.f, s);
   CK(cudaStreamSynchronize(s));
   using qwen::gpu::GemvImpl;
   const GemvImpl impls[] = {GemvImpl::kV1, GemvImpl::kV2};
-  std::printf("# gemv_bench: TP=%d, bf16 weights, fp32 accumulation, PDL %s; device copy rate %.0f GB/s (read + write)\n", tp,
-              pdl ? "on" : "off", copyGBs);
+  std::printf(
+      "# gemv_bench: TP=%d, bf16 weights, fp32 accumulation, PDL %s; device copy rate %.0f GB/s (read + write)\n", tp,
+      pdl ? "on" : "off", copyGBs);
   for (const std::string& preset : split(presets)) {
     qwen::ModelConfig cfg;
     std::string err;
     if (!qwen::presetConfig(preset, &cfg, &err)) return std::fprintf(stderr, "gemv_bench: %s\n", err.c_str()), 2;
     if (tp < 1 || cfg.numKvHeads % tp || cfg.intermediateSize % tp || cfg.vocabSize % tp)
-      return std::fprintf(stderr, "gemv_bench: --tp %d does not divide %s's heads / intermediate / vocab\n", tp, preset.c_str()),
+      return std::fprintf(stderr, "gemv_bench: --tp %d does not divide %s's heads / intermediate / vocab\n", tp,
+                          preset.c_str()),
              2;
     const int H = cfg.hiddenSize, D = cfg.headDim, hq = cfg.numHeads / tp, hk = cfg.numKvHeads / tp,
               I = cfg.intermediateSize / tp, V = cfg.vocabSize / tp;
-    const Shape shapes[] = {{"qkv", (hq + 2 * hk) * D, H}, {"o", H, hq * D}, {"gate_up", 2 * I, H}, {"down", H, I},
-                            {"lm_head", V, H}};
+    const Shape shapes[] = {
+        {"qkv", (hq + 2 * hk) * D, H}, {"o", H, hq * D}, {"gate_up", 2 * I, H}, {"down", H, I}, {"lm_head", V, H}};
     std::printf("\n## %s: weight products, us per launch and GB/s of weights (%% of the copy rate)\n", preset.c_str());
-    std::printf("%-8s %6s %6s %2s | %8s %6s %5s | %8s %6s %5s | %8s %6s %5s | %6s | %8s %8s\n", "shape", "out", "in", "n",
-                "cublas", "GB/s", "%", "v1", "GB/s", "%", "v2", "GB/s", "%", "v2/cub", "v1~cub", "v2~cub");
+    std::printf("%-8s %6s %6s %2s | %8s %6s %5s | %8s %6s %5s | %8s %6s %5s | %6s | %8s %8s\n", "shape", "out", "in",
+                "n", "cublas", "GB/s", "%", "v1", "GB/s", "%", "v2", "GB/s", "%", "v2/cub", "v1~cub", "v2~cub");
     for (const Shape& sh : shapes) {
       const size_t wBytes = size_t(sh.out) * sh.in * 2;
       const int copies = static_cast<int>(std::max<size_t>(1, pool / wBytes));
@@ -211,8 +217,9 @@ int main(int argc, char** argv) {
       for (int n : tokens) {
         const float alpha = 1.f, beta = 0.f;
         auto cublasOne = [&](int i) {
-          cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, sh.out, n, sh.in, &alpha, w(i), CUDA_R_16BF, sh.in, X, CUDA_R_16BF,
-                       sh.in, &beta, Y, f32 ? CUDA_R_32F : CUDA_R_16BF, sh.out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+          cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, sh.out, n, sh.in, &alpha, w(i), CUDA_R_16BF, sh.in, X,
+                       CUDA_R_16BF, sh.in, &beta, Y, f32 ? CUDA_R_32F : CUDA_R_16BF, sh.out, CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT);
         };
         auto customOne = [&](int i) { qwen::gpu::gemvBf16(w(i), sh.out, sh.in, X, n, Y, f32, s); };
         double us[3];
@@ -230,10 +237,11 @@ int main(int argc, char** argv) {
           y[k + 1] = fetchY(Y, outs, f32);
         }
         auto gbs = [&](double t) { return wBytes / (t * 1e3); };
-        std::printf("%-8s %6d %6d %2d | %8.2f %6.0f %5.1f | %8.2f %6.0f %5.1f | %8.2f %6.0f %5.1f | %6.3f | %8.1e %8.1e\n",
-                    sh.name, sh.out, sh.in, n, us[0], gbs(us[0]), 100 * gbs(us[0]) / copyGBs, us[1], gbs(us[1]),
-                    100 * gbs(us[1]) / copyGBs, us[2], gbs(us[2]), 100 * gbs(us[2]) / copyGBs, us[0] / us[2],
-                    relDiff(y[1], y[0]), relDiff(y[2], y[0]));
+        std::printf(
+            "%-8s %6d %6d %2d | %8.2f %6.0f %5.1f | %8.2f %6.0f %5.1f | %8.2f %6.0f %5.1f | %6.3f | %8.1e %8.1e\n",
+            sh.name, sh.out, sh.in, n, us[0], gbs(us[0]), 100 * gbs(us[0]) / copyGBs, us[1], gbs(us[1]),
+            100 * gbs(us[1]) / copyGBs, us[2], gbs(us[2]), 100 * gbs(us[2]) / copyGBs, us[0] / us[2],
+            relDiff(y[1], y[0]), relDiff(y[2], y[0]));
       }
     }
     // The fused step's products (GpuModelOptions::decode = fused, tp = 1 shapes).
@@ -266,8 +274,9 @@ int main(int argc, char** argv) {
           us[k] = timeGraph(s, launches, iters, one);
         }
         auto gbs = [&](double t) { return wBytes / (t * 1e3); };
-        std::printf("%-20s %6d %6d %2d | %8.2f %6.0f %5.1f | %8.2f %6.0f %5.1f | %6.3f\n", f.name, f.rows, f.in, n, us[0],
-                    gbs(us[0]), 100 * gbs(us[0]) / copyGBs, us[1], gbs(us[1]), 100 * gbs(us[1]) / copyGBs, us[0] / us[1]);
+        std::printf("%-20s %6d %6d %2d | %8.2f %6.0f %5.1f | %8.2f %6.0f %5.1f | %6.3f\n", f.name, f.rows, f.in, n,
+                    us[0], gbs(us[0]), 100 * gbs(us[0]) / copyGBs, us[1], gbs(us[1]), 100 * gbs(us[1]) / copyGBs,
+                    us[0] / us[1]);
       }
     }
   }

@@ -43,7 +43,8 @@ __device__ __forceinline__ uint4 normScale8(uint4 x, uint4 w, float inv) {
   for (int j = 0; j < 4; ++j) {
     const float lo = __uint_as_float(xs[j] << 16), hi = __uint_as_float(xs[j] & 0xffff0000u);
     const float wl = __uint_as_float(ws[j] << 16), wh = __uint_as_float(ws[j] & 0xffff0000u);
-    const __nv_bfloat162 v = __floats2bfloat162_rn(__fmul_rn(__fmul_rn(lo, inv), wl), __fmul_rn(__fmul_rn(hi, inv), wh));
+    const __nv_bfloat162 v =
+        __floats2bfloat162_rn(__fmul_rn(__fmul_rn(lo, inv), wl), __fmul_rn(__fmul_rn(hi, inv), wh));
     xs[j] = *reinterpret_cast<const uint32_t*>(&v);
   }
   return x;
@@ -52,10 +53,13 @@ __device__ __forceinline__ uint4 normScale8(uint4 x, uint4 w, float inv) {
 // kResidual: the residual values a tile's stores add to, in the D fragment's order (0 where
 // nothing is stored). Loaded together, ahead of the stores (one L2 round trip, not four).
 template <int kEpi>
-__device__ __forceinline__ void gemvLoadResidual(int rLo, int rHi, int t0, int n, int out, const void* Y, float (&r)[4]) {
+__device__ __forceinline__ void gemvLoadResidual(int rLo, int rHi, int t0, int n, int out, const void* Y,
+                                                 float (&r)[4]) {
   if (kEpi != kResidual) return;
   const __nv_bfloat16* R = static_cast<const __nv_bfloat16*>(Y);
-  auto at = [&](int t, int o) { return o < out && t < n ? __bfloat162float(R[static_cast<int64_t>(t) * out + o]) : 0.f; };
+  auto at = [&](int t, int o) {
+    return o < out && t < n ? __bfloat162float(R[static_cast<int64_t>(t) * out + o]) : 0.f;
+  };
   r[0] = at(t0, rLo), r[1] = at(t0 + 1, rLo), r[2] = at(t0, rHi), r[3] = at(t0 + 1, rHi);
 }
 
@@ -69,7 +73,8 @@ __device__ __forceinline__ void gemvStoreTile(const float (&d)[4], const float (
   if (kEpi == kSwiglu) {
     auto act = [&](int t, float gate, float up) {
       const float gt = __bfloat162float(__float2bfloat16_rn(gate)), u = __bfloat162float(__float2bfloat16_rn(up));
-      static_cast<__nv_bfloat16*>(Y)[static_cast<int64_t>(t) * out + rLo] = __float2bfloat16_rn(gt / (1.f + __expf(-gt)) * u);
+      static_cast<__nv_bfloat16*>(Y)[static_cast<int64_t>(t) * out + rLo] =
+          __float2bfloat16_rn(gt / (1.f + __expf(-gt)) * u);
     };
     if (rLo < out && t0 < n) act(t0, d[0], d[2]);
     if (rLo < out && t1 < n) act(t1, d[1], d[3]);
@@ -78,7 +83,8 @@ __device__ __forceinline__ void gemvStoreTile(const float (&d)[4], const float (
   auto store = [&](int t, int o, int e) {
     const int64_t i = static_cast<int64_t>(t) * out + o;
     if (kEpi == kResidual)
-      static_cast<__nv_bfloat16*>(Y)[i] = __float2bfloat16_rn(__fadd_rn(r[e], __bfloat162float(__float2bfloat16_rn(d[e]))));
+      static_cast<__nv_bfloat16*>(Y)[i] =
+          __float2bfloat16_rn(__fadd_rn(r[e], __bfloat162float(__float2bfloat16_rn(d[e]))));
     else if (kF32)
       static_cast<float*>(Y)[i] = d[e];
     else

@@ -28,12 +28,12 @@ namespace qwen {
 namespace gpu {
 namespace {
 
-constexpr int kCols = 512;                          // columns of a stage (fixes the sums' order)
-constexpr int kPitchBytes = (kCols + 32) * 2;       // a stage row in shared memory (1088 bytes)
-constexpr int kConsumers = 8;                       // consumer warps
-constexpr int kThreads = (kConsumers + 1) * 32;     // + the producer warp
+constexpr int kCols = 512;                       // columns of a stage (fixes the sums' order)
+constexpr int kPitchBytes = (kCols + 32) * 2;    // a stage row in shared memory (1088 bytes)
+constexpr int kConsumers = 8;                    // consumer warps
+constexpr int kThreads = (kConsumers + 1) * 32;  // + the producer warp
 constexpr int kMaxStages = 12;
-constexpr int kRingBytes = 196 * 1024;              // dynamic shared memory a block may ask for
+constexpr int kRingBytes = 196 * 1024;  // dynamic shared memory a block may ask for
 
 struct V2Args {
   const __nv_bfloat16* W;
@@ -45,7 +45,9 @@ struct V2Args {
   float eps;
 };
 
-__device__ __forceinline__ uint32_t smemU32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ uint32_t smemU32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
 
 __device__ __forceinline__ void mbarInit(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
@@ -60,11 +62,10 @@ __device__ __forceinline__ void mbarArrive(uint32_t bar) {
 __device__ __forceinline__ void mbarWait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
   while (!done)
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
 }
 // bytes (a multiple of 16, both addresses 16-byte aligned) global -> shared by the copy engine,
 // completing as tx bytes on `bar`. kStream: W, read once: evict first from L2.
@@ -72,8 +73,8 @@ template <bool kStream>
 __device__ __forceinline__ void bulkCopy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar, uint64_t policy) {
   if (kStream)
     asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
-            dst),
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::
+            "r"(dst),
         "l"(src), "r"(bytes), "r"(bar), "l"(policy)
         : "memory");
   else
@@ -81,9 +82,7 @@ __device__ __forceinline__ void bulkCopy(uint32_t dst, const void* src, uint32_t
                  "l"(src), "r"(bytes), "r"(bar)
                  : "memory");
 }
-__device__ __forceinline__ void consumersSync() {
-  asm volatile("bar.sync 1, %0;" ::"n"(kConsumers * 32) : "memory");
-}
+__device__ __forceinline__ void consumersSync() { asm volatile("bar.sync 1, %0;" ::"n"(kConsumers * 32) : "memory"); }
 
 template <bool kF32, bool kNorm, int kEpi, int kNT>
 __global__ void __launch_bounds__(kThreads, 1) gemvV2Kernel(V2Args a) {
@@ -125,8 +124,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemvV2Kernel(V2Args a) {
       __syncwarp();
       if (w && wLane) {
         // Rows past the end read the last valid row; their sums are never stored.
-        const int row = kEpi == kSwiglu ? (lane < 8 ? min(tile * 8 + lane, a.out - 1) : a.out + min(tile * 8 + lane - 8, a.out - 1))
-                                        : min(tile * 16 + lane, a.out - 1);
+        const int row = kEpi == kSwiglu
+                            ? (lane < 8 ? min(tile * 8 + lane, a.out - 1) : a.out + min(tile * 8 + lane - 8, a.out - 1))
+                            : min(tile * 16 + lane, a.out - 1);
         bulkCopy<true>(slot + lane * kPitchBytes, a.W + static_cast<int64_t>(row) * in + k0, bytes, bar, policy);
       }
       if (kNorm && w && lane == 0) bulkCopy<false>(slot + a.normOff, a.normW + k0, bytes, bar, policy);

@@ -65,7 +65,8 @@ std::vector<uint16_t> randomBf16(size_t n, uint64_t seed, float scale) {
 template <typename T>
 std::vector<T> fetch(const T* d, size_t n) {
   std::vector<T> h(n);
-  if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess)
+  if (cudaDeviceSynchronize() != cudaSuccess ||
+      cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess)
     ADD_FAILURE() << "fetch: " << cudaGetErrorString(cudaGetLastError());
   return h;
 }
@@ -143,12 +144,14 @@ TEST(QwenGemvGpu, ModelShapesMatchReference) {
         gpu::setGemvImpl(impl);
         std::vector<uint16_t> first;  // n = 1's row
         for (int n : {1, nMax}) {
-          const std::string what = std::string(preset) + " " + sh.name + " " + gpu::gemvImplName(impl) + " n " + std::to_string(n);
+          const std::string what =
+              std::string(preset) + " " + sh.name + " " + gpu::gemvImplName(impl) + " n " + std::to_string(n);
           CK(cudaMemset(dY.p, 0xFF, static_cast<size_t>(nMax) * sh.out * 4));
           ASSERT_TRUE(gpu::gemvBf16(dW.bf(), sh.out, sh.in, dX.bf(), n, dY.p, head, nullptr)) << what;
           const std::vector<float> y32 = head ? fetch(dY.p, static_cast<size_t>(n) * sh.out) : std::vector<float>();
           const std::vector<uint16_t> y16 =
-              head ? std::vector<uint16_t>() : fetch(reinterpret_cast<uint16_t*>(dY.p), static_cast<size_t>(n) * sh.out);
+              head ? std::vector<uint16_t>()
+                   : fetch(reinterpret_cast<uint16_t*>(dY.p), static_cast<size_t>(n) * sh.out);
           int bad = 0;
           double worst = 0;
           for (size_t i = 0; i < static_cast<size_t>(n) * sh.out; ++i) {
@@ -160,7 +163,8 @@ TEST(QwenGemvGpu, ModelShapesMatchReference) {
           }
           EXPECT_EQ(bad, 0) << what << ": worst |y - ref| / sum|xw| " << worst;
           if (!head && n == 1) first.assign(y16.begin(), y16.begin() + sh.out);
-          if (!head && n > 1) EXPECT_EQ(0, std::memcmp(first.data(), y16.data(), sh.out * 2)) << what << ": token 0's bits depend on n";
+          if (!head && n > 1)
+            EXPECT_EQ(0, std::memcmp(first.data(), y16.data(), sh.out * 2)) << what << ": token 0's bits depend on n";
         }
       }
     }
@@ -208,8 +212,10 @@ TEST(QwenGemvGpu, FusedFormsAtModelShapes) {
         ASSERT_TRUE(gpu::gemvNormBf16(dW.bf(), f.out, H, dXh.bf(), kN, dnw.bf(), eps, dY.bf(), nullptr)) << what;
         const std::vector<uint16_t> y = fetch(dY.p, static_cast<size_t>(kN) * f.out);
         for (size_t i = 0; i < y.size(); ++i)
-          if (!(std::fabs(bf16ToFloat(y[i]) - ref[i]) <= 4e-3 * mag[i] + std::ldexp(std::fabs(ref[i]), -7)) && ++bad <= 3)
-            ADD_FAILURE() << what << ": t " << i / f.out << " o " << i % f.out << " " << bf16ToFloat(y[i]) << " vs " << ref[i];
+          if (!(std::fabs(bf16ToFloat(y[i]) - ref[i]) <= 4e-3 * mag[i] + std::ldexp(std::fabs(ref[i]), -7)) &&
+              ++bad <= 3)
+            ADD_FAILURE() << what << ": t " << i / f.out << " o " << i % f.out << " " << bf16ToFloat(y[i]) << " vs "
+                          << ref[i];
       } else if (swiglu) {
         CK(cudaMemset(dY.p, 0xFF, static_cast<size_t>(kN) * I * 2));
         ASSERT_TRUE(gpu::gemvNormSwiglu(dW.bf(), I, H, dXh.bf(), kN, dnw.bf(), eps, dY.bf(), nullptr)) << what;
@@ -218,9 +224,12 @@ TEST(QwenGemvGpu, FusedFormsAtModelShapes) {
           for (int o = 0; o < I; ++o) {
             const size_t gi = static_cast<size_t>(t) * 2 * I + o, ui = gi + I;
             const double g = ref[gi], u = ref[ui];
-            const double eg = 4e-3 * mag[gi] + std::ldexp(std::fabs(g), -7), eu = 4e-3 * mag[ui] + std::ldexp(std::fabs(u), -7);
-            const double silu = g / (1 + std::exp(-g)), ra = silu * u, v = bf16ToFloat(a[static_cast<size_t>(t) * I + o]);
-            if (!(std::fabs(v - ra) <= 1.2 * eg * std::fabs(u) + std::fabs(silu) * eu + eg * eu + std::ldexp(std::fabs(ra), -7)) &&
+            const double eg = 4e-3 * mag[gi] + std::ldexp(std::fabs(g), -7),
+                         eu = 4e-3 * mag[ui] + std::ldexp(std::fabs(u), -7);
+            const double silu = g / (1 + std::exp(-g)), ra = silu * u,
+                         v = bf16ToFloat(a[static_cast<size_t>(t) * I + o]);
+            if (!(std::fabs(v - ra) <=
+                  1.2 * eg * std::fabs(u) + std::fabs(silu) * eu + eg * eu + std::ldexp(std::fabs(ra), -7)) &&
                 ++bad <= 3)
               ADD_FAILURE() << what << ": t " << t << " o " << o << " " << v << " vs " << ra;
           }
@@ -228,9 +237,11 @@ TEST(QwenGemvGpu, FusedFormsAtModelShapes) {
         CK(cudaMemcpy(dR.p, R.data(), static_cast<size_t>(kN) * H * 2, cudaMemcpyHostToDevice));
         ASSERT_TRUE(gpu::gemvResidual(dW.bf(), H, f.in, dX.bf(), kN, dR.bf(), nullptr)) << what;
         ASSERT_TRUE(gpu::gemvBf16(dW.bf(), H, f.in, dX.bf(), kN, dP.p, false, nullptr)) << what;
-        const std::vector<uint16_t> r = fetch(dR.p, static_cast<size_t>(kN) * H), p = fetch(dP.p, static_cast<size_t>(kN) * H);
+        const std::vector<uint16_t> r = fetch(dR.p, static_cast<size_t>(kN) * H),
+                                    p = fetch(dP.p, static_cast<size_t>(kN) * H);
         for (size_t i = 0; i < r.size(); ++i)
-          if (r[i] != floatToBf16(bf16ToFloat(R[i]) + bf16ToFloat(p[i])) && ++bad <= 3) ADD_FAILURE() << what << ": element " << i;
+          if (r[i] != floatToBf16(bf16ToFloat(R[i]) + bf16ToFloat(p[i])) && ++bad <= 3)
+            ADD_FAILURE() << what << ": element " << i;
       }
       EXPECT_EQ(bad, 0) << what;
     }
@@ -276,10 +287,18 @@ TEST(QwenGemvGpu, V2BitsIndependentOfGridAndRing) {
       bool ok = false;
       switch (form) {
         case 0:
-        case 1: ok = gpu::gemvBf16(w, sh.out, sh.in, dX.bf(), n, dY.p, f32, nullptr); break;
-        case 2: ok = gpu::gemvNormBf16(w, sh.out, sh.in, dX.bf(), n, dnw.bf(), eps, y16, nullptr); break;
-        case 3: ok = gpu::gemvNormSwiglu(w, sh.out, sh.in, dX.bf(), n, dnw.bf(), eps, y16, nullptr); break;
-        case 4: ok = gpu::gemvResidual(w, sh.out, sh.in, dX.bf(), n, y16, nullptr); break;
+        case 1:
+          ok = gpu::gemvBf16(w, sh.out, sh.in, dX.bf(), n, dY.p, f32, nullptr);
+          break;
+        case 2:
+          ok = gpu::gemvNormBf16(w, sh.out, sh.in, dX.bf(), n, dnw.bf(), eps, y16, nullptr);
+          break;
+        case 3:
+          ok = gpu::gemvNormSwiglu(w, sh.out, sh.in, dX.bf(), n, dnw.bf(), eps, y16, nullptr);
+          break;
+        case 4:
+          ok = gpu::gemvResidual(w, sh.out, sh.in, dX.bf(), n, y16, nullptr);
+          break;
       }
       ASSERT_TRUE(ok);
       *y = fetch(reinterpret_cast<uint8_t*>(dY.p), f32 ? out16 * 2 : out16);
@@ -288,12 +307,13 @@ TEST(QwenGemvGpu, V2BitsIndependentOfGridAndRing) {
     for (int form = 0; form < 5; ++form)
       for (int n : {1, 7, 16}) {
         if (form <= 1 && n > gpu::kGemvMaxTokens) continue;
-        const std::string what = std::to_string(sh.out) + "x" + std::to_string(sh.in) + " " + forms[form] + " n " + std::to_string(n);
+        const std::string what =
+            std::to_string(sh.out) + "x" + std::to_string(sh.in) + " " + forms[form] + " n " + std::to_string(n);
         std::vector<uint8_t> base, y;
         gpu::setGemvV2Limits(0, 0);
         run(form, n, &base);
         const size_t es = form == 1 ? 4 : 2, used = static_cast<size_t>(n) * sh.out * es;
-        if (form != 4) {  // every element of rows < n written, none past
+        if (form != 4) {                     // every element of rows < n written, none past
           size_t poisoned = 0, written = 0;  // rows < n still poisoned; rows >= n no longer
           for (size_t i = 0; i < base.size(); i += es) {
             const bool p = std::all_of(base.begin() + i, base.begin() + i + es, [](uint8_t b) { return b == 0xFF; });
