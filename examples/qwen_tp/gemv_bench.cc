@@ -1,18 +1,22 @@
-// gemv_bench: the decode step's weight products alone, per layer shape and token count, through
-// cuBLAS (cublasGemmEx, what GpuModel::gemm runs by default) and through gemvBf16 (--gemv
-// custom), in GB/s of weight read against the device's copy rate (read + write, as the qwen_tp
-// roofline counts it). Each timed graph runs the product over a ring of weight copies larger
-// than L2, so every launch streams its weights from HBM as a decode step does.
-//   gemv_bench [--preset qwen3-32b] [--tp 2] [--iters 20]
+// gemv_bench: the decode step's weight products alone, per layer shape and token count: cuBLAS
+// (cublasGemmEx, what GpuModel::gemm runs by default) against the small-n GEMV's two versions
+// (gemv.cuh: v1, v2), then the fused decode step's four products (norm + qkv, norm + gate/up +
+// SwiGLU, o_proj + residual, down + residual) in v1 and v2; in GB/s of weight read against the
+// device's copy rate (read + write, as the qwen_tp roofline counts it). Each timed graph runs the
+// product over a ring of weight copies larger than L2, so every launch streams its weights from
+// HBM as a decode step does; launches follow each other in the graph (with PDL when --pdl), as in
+// the step.
+//   gemv_bench [--preset qwen3-8b,qwen3-32b] [--tp 1] [--tokens 1,4,8] [--iters 20] [--no-pdl]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cmath>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,13 +25,13 @@
 
 namespace {
 
-#define CK(call)                                                                           \
-  do {                                                                                     \
-    cudaError_t e_ = (call);                                                               \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "gemv_bench: %s: %s\n", #call, cudaGetErrorString(e_));         \
-      std::exit(1);                                                                        \
-    }                                                                                      \
+#define CK(call)                                                                   \
+  do {                                                                             \
+    cudaError_t e_ = (call);                                                       \
+    if (e_ != cudaSuccess) {                                                       \
+      std::fprintf(stderr, "gemv_bench: %s: %s\n", #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                \
+    }                                                                              \
   } while (0)
 
 struct Shape {
@@ -58,6 +62,7 @@ double timeGraph(cudaStream_t s, int launches, int iters, F enqueue) {
     CK(cudaEventElapsedTime(&ms, a, b));
     t.push_back(ms * 1e3 / launches);
   }
+  CK(cudaGetLastError());
   std::sort(t.begin(), t.end());
   cudaEventDestroy(a);
   cudaEventDestroy(b);
@@ -66,122 +71,213 @@ double timeGraph(cudaStream_t s, int launches, int iters, F enqueue) {
   return t[t.size() / 2];
 }
 
+// The device copy rate as qwen_tp's roofline measures it: stream-ordered 1 GiB copies, not graph
+// memcpy nodes (those measured 2768 GB/s against 4265 for the same copies on 2x H200).
+double copyRate(cudaStream_t s) {
+  const size_t bytes = 1u << 30;
+  void *a, *b;
+  CK(cudaMalloc(&a, bytes));
+  CK(cudaMalloc(&b, bytes));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
+  CK(cudaEventRecord(e0, s));
+  for (int i = 0; i < 10; ++i) CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
+  CK(cudaEventRecord(e1, s));
+  CK(cudaEventSynchronize(e1));
+  float ms = 0;
+  CK(cudaEventElapsedTime(&ms, e0, e1));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * 10 * bytes / (ms * 1e6);
+}
+
+// Y [n, out] as floats (fp32, or bf16 widened).
+std::vector<float> fetchY(const void* Y, size_t count, bool f32) {
+  std::vector<float> v(count);
+  if (f32) {
+    CK(cudaMemcpy(v.data(), Y, count * 4, cudaMemcpyDeviceToHost));
+    return v;
+  }
+  std::vector<__nv_bfloat16> h(count);
+  CK(cudaMemcpy(h.data(), Y, count * 2, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < count; ++i) v[i] = __bfloat162float(h[i]);
+  return v;
+}
+
+// max |a - b| / max |b|.
+double relDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double mx = 0, d = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    mx = std::max(mx, static_cast<double>(std::fabs(b[i]))),
+    d = std::max(d, static_cast<double>(std::fabs(a[i] - b[i])));
+  return mx > 0 ? d / mx : d;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');) v.push_back(x);
+  return v;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string preset = "qwen3-32b";
-  int tp = 2, iters = 20;
+  std::string presets = "qwen3-8b,qwen3-32b", tokenList = "1,4,8";
+  int tp = 1, iters = 20;
+  bool pdl = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--preset" && i + 1 < argc) {
-      preset = argv[++i];
+      presets = argv[++i];
     } else if (a == "--tp" && i + 1 < argc) {
       tp = std::atoi(argv[++i]);
     } else if (a == "--iters" && i + 1 < argc) {
-      iters = std::atoi(argv[++i]);
+      iters = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--tokens" && i + 1 < argc) {
+      tokenList = argv[++i];
+    } else if (a == "--no-pdl") {
+      pdl = false;
     } else {
-      std::fprintf(stderr, "usage: gemv_bench [--preset NAME] [--tp N] [--iters N] (unknown argument '%s')\n", a.c_str());
+      std::fprintf(stderr,
+                   "usage: gemv_bench [--preset NAME[,NAME]] [--tp N] [--tokens 1,4,8] [--iters N] [--no-pdl] (unknown "
+                   "argument '%s')\n",
+                   a.c_str());
       return 2;
     }
   }
-  qwen::ModelConfig cfg;
-  std::string err;
-  if (!qwen::presetConfig(preset, &cfg, &err)) return std::fprintf(stderr, "gemv_bench: %s\n", err.c_str()), 2;
-  if (tp < 1 || cfg.numKvHeads % tp || cfg.intermediateSize % tp || cfg.vocabSize % tp)
-    return std::fprintf(stderr, "gemv_bench: --tp %d does not divide the preset's heads / intermediate / vocab\n", tp), 2;
+  std::vector<int> tokens;
+  for (const std::string& t : split(tokenList)) {
+    const int n = std::atoi(t.c_str());
+    if (n < 1 || n > qwen::gpu::kGemvMaxTokens)
+      return std::fprintf(stderr, "gemv_bench: --tokens: %s is outside 1..%d\n", t.c_str(), qwen::gpu::kGemvMaxTokens),
+             2;
+    tokens.push_back(n);
+  }
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return std::fprintf(stderr, "gemv_bench: no CUDA device\n"), 77;
-  const int H = cfg.hiddenSize, D = cfg.headDim, hq = cfg.numHeads / tp, hk = cfg.numKvHeads / tp,
-            I = cfg.intermediateSize / tp, V = cfg.vocabSize / tp;
-  const Shape shapes[] = {{"qkv", (hq + 2 * hk) * D, H}, {"o", H, hq * D}, {"gate_up", 2 * I, H}, {"down", H, I},
-                          {"lm_head", V, H}};
+  qwen::gpu::setPdl(pdl);
+  if (!qwen::gpu::prepareGemv()) return std::fprintf(stderr, "gemv_bench: prepareGemv failed\n"), 1;
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cublasHandle_t cublas;
-  if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) return std::fprintf(stderr, "gemv_bench: cublasCreate failed\n"), 1;
+  if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS)
+    return std::fprintf(stderr, "gemv_bench: cublasCreate failed\n"), 1;
   cublasSetStream(cublas, s);
   void* ws;
   CK(cudaMalloc(&ws, 32u << 20));
   cublasSetWorkspace(cublas, ws, 32u << 20);
-  // Copy rate, as qwen_tp's roofline measures it: stream-ordered 1 GiB copies, not graph memcpy
-  // nodes (those measured 2768 GB/s against 4265 for the same copies on 2x H200).
-  double copyGBs = 0;
-  {
-    const size_t bytes = 1u << 30;
-    void *a, *b;
-    CK(cudaMalloc(&a, bytes));
-    CK(cudaMalloc(&b, bytes));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
-    CK(cudaEventRecord(e0, s));
-    for (int i = 0; i < 10; ++i) CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
-    CK(cudaEventRecord(e1, s));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    copyGBs = 2.0 * 10 * bytes / (ms * 1e6);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    cudaFree(a);
-    cudaFree(b);
-  }
+  const double copyGBs = copyRate(s);
   const size_t pool = size_t(2) << 30;  // 2 GiB of weight copies: 40x the H200's L2
-  __nv_bfloat16 *W, *X;
-  float* Y;
+  const int maxIn = 32768, maxOut = 200000;
+  __nv_bfloat16 *W, *X, *normW;
+  void *Y, *R;
   CK(cudaMalloc(&W, pool));
-  CK(cudaMalloc(&X, size_t(8) * 32768 * 2));
-  CK(cudaMalloc(&Y, size_t(8) * 200000 * 4));
-  qwen::gpu::initSynthetic(W, 1, static_cast<int64_t>(pool / 2), static_cast<int64_t>(pool / 2), 0, 0, 1, 1, 0.02f, 0.f, s);
-  qwen::gpu::initSynthetic(X, 1, 8 * 32768, 8 * 32768, 0, 0, 1, 2, 1.f, 0.f, s);
+  CK(cudaMalloc(&X, size_t(qwen::gpu::kGemvFusedMaxTokens) * maxIn * 2));
+  CK(cudaMalloc(&normW, size_t(maxIn) * 2));
+  CK(cudaMalloc(&Y, size_t(qwen::gpu::kGemvFusedMaxTokens) * maxOut * 4));
+  CK(cudaMalloc(&R, size_t(qwen::gpu::kGemvFusedMaxTokens) * maxOut * 2));
+  qwen::gpu::initSynthetic(W, 1, static_cast<int64_t>(pool / 2), static_cast<int64_t>(pool / 2), 0, 0, 1, 1, 0.02f, 0.f,
+                           s);
+  qwen::gpu::initSynthetic(X, 1, int64_t(16) * maxIn, int64_t(16) * maxIn, 0, 0, 1, 2, 1.f, 0.f, s);
+  qwen::gpu::initSynthetic(normW, 1, maxIn, maxIn, 0, 0, 1, 3, 0.5f, 1.f, s);
+  qwen::gpu::initSynthetic(reinterpret_cast<__nv_bfloat16*>(R), 1, int64_t(16) * maxOut, int64_t(16) * maxOut, 0, 0, 1,
+                           4, 1.f, 0.f, s);
   CK(cudaStreamSynchronize(s));
-  std::printf("# gemv_bench: %s TP=%d, bf16 weights, fp32 accumulation; device copy rate %.0f GB/s (read + write)\n",
-              preset.c_str(), tp, copyGBs);
-  std::printf("# %-8s %6s %6s %2s %10s %8s %7s %10s %8s %7s %8s\n", "shape", "out", "in", "n", "cublas_us", "GB/s",
-              "%copy", "custom_us", "GB/s", "%copy", "max_rel");
-  const int tokens[] = {1, 2, 4, 6, 8};
-  for (const Shape& sh : shapes) {
-    const size_t wBytes = size_t(sh.out) * sh.in * 2;
-    const int copies = static_cast<int>(std::max<size_t>(1, pool / wBytes));
-    const int launches = std::max(copies, 16);
-    auto w = [&](int i) { return W + static_cast<size_t>(i % copies) * sh.out * sh.in; };
-    for (int n : tokens) {
+  using qwen::gpu::GemvImpl;
+  const GemvImpl impls[] = {GemvImpl::kV1, GemvImpl::kV2};
+  std::printf(
+      "# gemv_bench: TP=%d, bf16 weights, fp32 accumulation, PDL %s; device copy rate %.0f GB/s (read + write)\n", tp,
+      pdl ? "on" : "off", copyGBs);
+  for (const std::string& preset : split(presets)) {
+    qwen::ModelConfig cfg;
+    std::string err;
+    if (!qwen::presetConfig(preset, &cfg, &err)) return std::fprintf(stderr, "gemv_bench: %s\n", err.c_str()), 2;
+    if (tp < 1 || cfg.numKvHeads % tp || cfg.intermediateSize % tp || cfg.vocabSize % tp)
+      return std::fprintf(stderr, "gemv_bench: --tp %d does not divide %s's heads / intermediate / vocab\n", tp,
+                          preset.c_str()),
+             2;
+    const int H = cfg.hiddenSize, D = cfg.headDim, hq = cfg.numHeads / tp, hk = cfg.numKvHeads / tp,
+              I = cfg.intermediateSize / tp, V = cfg.vocabSize / tp;
+    const Shape shapes[] = {
+        {"qkv", (hq + 2 * hk) * D, H}, {"o", H, hq * D}, {"gate_up", 2 * I, H}, {"down", H, I}, {"lm_head", V, H}};
+    std::printf("\n## %s: weight products, us per launch and GB/s of weights (%% of the copy rate)\n", preset.c_str());
+    std::printf("%-8s %6s %6s %2s | %8s %6s %5s | %8s %6s %5s | %8s %6s %5s | %6s | %8s %8s\n", "shape", "out", "in",
+                "n", "cublas", "GB/s", "%", "v1", "GB/s", "%", "v2", "GB/s", "%", "v2/cub", "v1~cub", "v2~cub");
+    for (const Shape& sh : shapes) {
+      const size_t wBytes = size_t(sh.out) * sh.in * 2;
+      const int copies = static_cast<int>(std::max<size_t>(1, pool / wBytes));
+      const int launches = std::max(copies, 16);
+      auto w = [&](int i) { return W + static_cast<size_t>(i % copies) * sh.out * sh.in; };
       const bool f32 = std::strcmp(sh.name, "lm_head") == 0;  // logits are fp32, as in the model
-      const float alpha = 1.f, beta = 0.f;
-      auto cublasOne = [&](int i) {
-        cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, sh.out, n, sh.in, &alpha, w(i), CUDA_R_16BF, sh.in, X, CUDA_R_16BF,
-                     sh.in, &beta, Y, f32 ? CUDA_R_32F : CUDA_R_16BF, sh.out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-      };
-      auto customOne = [&](int i) { qwen::gpu::gemvBf16(w(i), sh.out, sh.in, X, n, Y, f32, s); };
-      const double tc = timeGraph(s, launches, iters, cublasOne);
-      const double tg = timeGraph(s, launches, iters, customOne);
-      // Agreement on copy 0: max |custom - cublas| / max |cublas| over the n x out outputs.
-      const size_t outs = size_t(n) * sh.out;
-      std::vector<float> yc(outs), yg(outs);
-      auto fetch = [&](std::vector<float>* v) {
-        if (f32) {
-          CK(cudaMemcpy(v->data(), Y, outs * 4, cudaMemcpyDeviceToHost));
-          return;
+      for (int n : tokens) {
+        const float alpha = 1.f, beta = 0.f;
+        auto cublasOne = [&](int i) {
+          cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, sh.out, n, sh.in, &alpha, w(i), CUDA_R_16BF, sh.in, X,
+                       CUDA_R_16BF, sh.in, &beta, Y, f32 ? CUDA_R_32F : CUDA_R_16BF, sh.out, CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT);
+        };
+        auto customOne = [&](int i) { qwen::gpu::gemvBf16(w(i), sh.out, sh.in, X, n, Y, f32, s); };
+        double us[3];
+        us[0] = timeGraph(s, launches, iters, cublasOne);
+        std::vector<float> y[3];  // copy 0's outputs
+        const size_t outs = size_t(n) * sh.out;
+        cublasOne(0);
+        CK(cudaStreamSynchronize(s));
+        y[0] = fetchY(Y, outs, f32);
+        for (int k = 0; k < 2; ++k) {
+          qwen::gpu::setGemvImpl(impls[k]);
+          us[k + 1] = timeGraph(s, launches, iters, customOne);
+          customOne(0);
+          CK(cudaStreamSynchronize(s));
+          y[k + 1] = fetchY(Y, outs, f32);
         }
-        std::vector<__nv_bfloat16> h(outs);
-        CK(cudaMemcpy(h.data(), Y, outs * 2, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < outs; ++i) (*v)[i] = __bfloat162float(h[i]);
-      };
-      cublasOne(0);
-      CK(cudaStreamSynchronize(s));
-      fetch(&yc);
-      customOne(0);
-      CK(cudaStreamSynchronize(s));
-      fetch(&yg);
-      double maxAbs = 0, maxDiff = 0;
-      for (size_t i = 0; i < outs; ++i) {
-        maxAbs = std::max(maxAbs, static_cast<double>(std::fabs(yc[i])));
-        maxDiff = std::max(maxDiff, static_cast<double>(std::fabs(yc[i] - yg[i])));
+        auto gbs = [&](double t) { return wBytes / (t * 1e3); };
+        std::printf(
+            "%-8s %6d %6d %2d | %8.2f %6.0f %5.1f | %8.2f %6.0f %5.1f | %8.2f %6.0f %5.1f | %6.3f | %8.1e %8.1e\n",
+            sh.name, sh.out, sh.in, n, us[0], gbs(us[0]), 100 * gbs(us[0]) / copyGBs, us[1], gbs(us[1]),
+            100 * gbs(us[1]) / copyGBs, us[2], gbs(us[2]), 100 * gbs(us[2]) / copyGBs, us[0] / us[2],
+            relDiff(y[1], y[0]), relDiff(y[2], y[0]));
       }
-      const double gc = wBytes / (tc * 1e3), gg = wBytes / (tg * 1e3);
-      std::printf("  %-8s %6d %6d %2d %10.2f %8.0f %7.1f %10.2f %8.0f %7.1f %8.1e\n", sh.name, sh.out, sh.in, n, tc, gc,
-                  100 * gc / copyGBs, tg, gg, 100 * gg / copyGBs, maxAbs > 0 ? maxDiff / maxAbs : maxDiff);
+    }
+    // The fused step's products (GpuModelOptions::decode = fused, tp = 1 shapes).
+    std::printf("\n## %s: the fused decode step's products, us per launch and GB/s of weights\n", preset.c_str());
+    std::printf("%-20s %6s %6s %2s | %8s %6s %5s | %8s %6s %5s | %6s\n", "product", "out", "in", "n", "v1", "GB/s", "%",
+                "v2", "GB/s", "%", "v1/v2");
+    struct Fused {
+      const char* name;
+      int rows, in, form;  // rows of W; form 0 norm, 1 norm + SwiGLU, 2 residual
+    };
+    const Fused fused[] = {{"norm + qkv", (hq + 2 * hk) * D, H, 0},
+                           {"norm + gate/up + act", 2 * I, H, 1},
+                           {"o_proj + residual", H, hq * D, 2},
+                           {"down + residual", H, I, 2}};
+    for (const Fused& f : fused) {
+      const size_t wBytes = size_t(f.rows) * f.in * 2;
+      const int copies = static_cast<int>(std::max<size_t>(1, pool / wBytes));
+      const int launches = std::max(copies, 16);
+      auto w = [&](int i) { return W + static_cast<size_t>(i % copies) * f.rows * f.in; };
+      for (int n : tokens) {
+        auto one = [&](int i) {
+          __nv_bfloat16* y = static_cast<__nv_bfloat16*>(Y);
+          if (f.form == 0) qwen::gpu::gemvNormBf16(w(i), f.rows, f.in, X, n, normW, 1e-6f, y, s);
+          if (f.form == 1) qwen::gpu::gemvNormSwiglu(w(i), f.rows / 2, f.in, X, n, normW, 1e-6f, y, s);
+          if (f.form == 2) qwen::gpu::gemvResidual(w(i), f.rows, f.in, X, n, static_cast<__nv_bfloat16*>(R), s);
+        };
+        double us[2];
+        for (int k = 0; k < 2; ++k) {
+          qwen::gpu::setGemvImpl(impls[k]);
+          us[k] = timeGraph(s, launches, iters, one);
+        }
+        auto gbs = [&](double t) { return wBytes / (t * 1e3); };
+        std::printf("%-20s %6d %6d %2d | %8.2f %6.0f %5.1f | %8.2f %6.0f %5.1f | %6.3f\n", f.name, f.rows, f.in, n,
+                    us[0], gbs(us[0]), 100 * gbs(us[0]) / copyGBs, us[1], gbs(us[1]), 100 * gbs(us[1]) / copyGBs,
+                    us[0] / us[1]);
+      }
     }
   }
   CK(cudaGetLastError());

@@ -31,5 +31,12 @@ namespace gpu {
 /// touching anything but constant weights, so results are the same bits either way.
 void setPdl(bool on);
 
+/// Whether CUDA loads modules lazily (a kernel at its first launch; the default since CUDA 12.2)
+/// as the driver reports it; *known false (and false returned) when the driver cannot say. The
+/// driver reads CUDA_MODULE_LOADING once, when CUDA starts (the process's first CUDA call), so
+/// setting it later changes nothing. A lazy load may wait for the whole device: ranks sharing a
+/// GPU need eager loading (docs/reliability.md).
+bool lazyModuleLoading(bool* known);
+
 }  // namespace gpu
 }  // namespace qwen

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "gpu_kernels.h"
 #include "gpu_model.h"
 #include "logits_dump.h"
 #include "rank_gate.h"
@@ -157,6 +158,15 @@ std::string describeNodes(const GraphNodes& g, bool fused) {
   return s + (fused ? " (fused kernels)" : " (--no-fused-kernels)");
 }
 
+// What timeStepGemms ran: the fused step's GEMVs for the layers (gemv / fused decode kernels),
+// else gemm() (--gemv); the lm_head always through gemm().
+std::string gemmLabel(const Flags& f, const GpuModel& model) {
+  const std::string d = model.decodeKernels(), v = model.gemvKernels();
+  const std::string head = f.gemv == "custom" ? "custom GEMV " + v : f.gemv;
+  if (d == "gemv" || d == "fused") return "fused GEMVs " + v + ", lm_head " + head;
+  return head;
+}
+
 // Report (rank 0): configuration, llama.cpp-style timings, memory, roofline, profile, output.
 bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, const RankResult& r, std::string* err) {
   const Flags& f = sh.flags;
@@ -167,14 +177,15 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
   std::printf(
       "qwen_tp: model %s, TP=%d, allreduce %s (last algorithm: %s), layer epilogue %s (%s), prompt %d, "
       "n-predict %d, ctx-size %d, ubatch %d, prefill attention %s%s, %s, GEMMs of <= 8 tokens: %s, PDL %s, decode kernels "
-      "%s\n",
+      "%s, GEMV %s\n",
       sh.cfg.name.c_str(), f.tp, f.allreduce.c_str(), model.lastAlgorithm().c_str(),
       f.fusedNorm ? "fused all-reduce + residual + RMSNorm" : "all-reduce, then residual + RMSNorm kernel",
       model.lastNormAlgorithm().c_str(), P, f.nPredict, o.ctxSize, o.maxTokensPerCall,
       model.prefillAttention() ? "tensor-core FA2 kernel (calls > 16 tokens)" : "decode kernel for every call",
       o.prefillOverlap && f.tp > 1 ? ", prefill all-reduces overlapped (two row halves)" : "",
       o.useGraphs ? "decode in CUDA graphs" : "eager decode (no CUDA graphs)",
-      o.customGemv ? "custom GEMV (--gemv custom)" : "cuBLAS", o.pdl ? "on" : "off", model.decodeKernels());
+      o.customGemv ? "custom GEMV (--gemv custom)" : "cuBLAS", o.pdl ? "on" : "off", model.decodeKernels(),
+      model.gemvKernels());
   std::printf("prefill cold (first call of the process): %.2f ms / %d tokens (%.2f tokens per second); the timed runs "
               "below are warm\n",
               r.coldPrefillSeconds * 1e3, P, r.coldPrefillSeconds > 0 ? P / r.coldPrefillSeconds : 0);
@@ -205,7 +216,7 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
     std::printf(
         "decode step's weight GEMMs alone (one graph, %s): %.3f ms for %.2f GB = %.0f GB/s (%.1f%% of the copy "
         "rate); everything else in the step: %.3f ms\n",
-        f.gemv.c_str(), r.gemmMs, r.gemmBytes / 1e9, r.gemmBytes / (r.gemmMs * 1e-3) / 1e9,
+        gemmLabel(f, model).c_str(), r.gemmMs, r.gemmBytes / 1e9, r.gemmBytes / (r.gemmMs * 1e-3) / 1e9,
         bw > 0 ? r.gemmBytes / (r.gemmMs * 1e-3) / bw * 100 : 0, r.stepMs - r.gemmMs);
   if (r.verifyMs > 0)
     std::printf("verify step (%d tokens) %.3f ms, without all-reduce %.3f ms -> all-reduce share %.1f%%\n",
@@ -325,6 +336,13 @@ int runOnGpu(RunSetup& sh, int argc, char** argv) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1)
     return std::fprintf(stderr, "qwen_tp: no CUDA device visible (--device cpu runs the CPU reference)\n"), 1;
+  bool loadingKnown = false;
+  if (ndev < f.tp && sharedDeviceAllowed() && gpu::lazyModuleLoading(&loadingKnown))
+    std::fprintf(stderr,
+                 "qwen_tp: warning: %d ranks share %d GPU(s) under lazy CUDA module loading (CUDA_MODULE_LOADING=%s): "
+                 "a rank's first launch of a kernel may wait for the device while another rank's all-reduce spins, "
+                 "ending in a kTimeout; set CUDA_MODULE_LOADING=EAGER\n",
+                 f.tp, ndev, std::getenv("CUDA_MODULE_LOADING") ? std::getenv("CUDA_MODULE_LOADING") : "unset");
   if (ndev < f.tp && !sharedDeviceAllowed())
     return std::fprintf(
                stderr,

@@ -1,4 +1,6 @@
-// common.cu: the process-wide PDL switch (gpu::setPdl).
+// common.cu: the process-wide PDL switch (gpu::setPdl) and the module loading mode's query.
+#include <cuda.h>
+
 #include "gpu_kernels.h"
 #include "kernels/common.cuh"
 
@@ -10,6 +12,18 @@ bool gPdl = false;
 
 void setPdl(bool on) { gPdl = on; }
 bool pdlEnabled() { return gPdl; }
+
+bool lazyModuleLoading(bool* known) {
+  // Through the runtime's driver entry point: no link against libcuda.
+  using Fn = CUresult (*)(CUmoduleLoadingMode*);
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q;
+  CUmoduleLoadingMode mode = CU_MODULE_EAGER_LOADING;
+  *known = cudaGetDriverEntryPointByVersion("cuModuleGetLoadingMode", &fn, 12000, cudaEnableDefault, &q) ==
+               cudaSuccess &&
+           q == cudaDriverEntryPointSuccess && fn && reinterpret_cast<Fn>(fn)(&mode) == CUDA_SUCCESS;
+  return *known && mode == CU_MODULE_LAZY_LOADING;
+}
 
 }  // namespace gpu
 }  // namespace qwen

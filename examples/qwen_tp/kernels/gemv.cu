@@ -1,10 +1,14 @@
 // gemv.cu: small-n GEMM ("GEMV") on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation).
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/common.cuh"
 #include "kernels/gemv.cuh"
+#include "kernels/gemv_parts.cuh"
+#include "kernels/gemv_v2.cuh"
 
 namespace qwen {
 namespace gpu {
@@ -53,28 +57,11 @@ __device__ __forceinline__ uint4 gemvLoad8(const __nv_bfloat16* row, int k, int 
 // back to back (checked in the SASS, 72 registers).
 // The fused decode variants (gemvNormBf16, gemvNormSwiglu, gemvResidual in gemv.cuh): kNorm feeds the MMAs bf16(rmsnorm(X) * nw) instead
 // of X (the block computes each token's 1 / rms itself, in a fixed order: a function of the row
-// only); kEpi says what the block does with its fp32 sums (kStore: Y = bf16 or fp32; kResidual:
-// Y += bf16(sum), Y the bf16 residual stream; kSwiglu: A rows 0..7 are gate rows 8 b + g of W, rows
-// 8..15 the up rows I + 8 b + g, and Y[t, 8 b + g] = silu(bf16(gate)) * bf16(up), swiglu's math).
-enum GemvEpi { kStore = 0, kResidual = 1, kSwiglu = 2 };
+// only); kEpi says what the block does with its fp32 sums (GemvEpi, gemv_parts.cuh).
 struct GemvFuse {
   const __nv_bfloat16* normW = nullptr;  // kNorm: the RMSNorm weight [in]
   float eps = 0.f;
 };
-
-// 8 bf16 of a residual row -> bf16((x * inv) * w), addRmsNorm's rounding (norm_rows.cuh).
-__device__ __forceinline__ uint4 normScale8(uint4 x, uint4 w, float inv) {
-  uint32_t* xs = &x.x;
-  const uint32_t* ws = &w.x;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float lo = __uint_as_float(xs[j] << 16), hi = __uint_as_float(xs[j] & 0xffff0000u);
-    const float wl = __uint_as_float(ws[j] << 16), wh = __uint_as_float(ws[j] & 0xffff0000u);
-    const __nv_bfloat162 v = __floats2bfloat162_rn(__fmul_rn(__fmul_rn(lo, inv), wl), __fmul_rn(__fmul_rn(hi, inv), wh));
-    xs[j] = *reinterpret_cast<const uint32_t*>(&v);
-  }
-  return x;
-}
 
 template <bool kVec, bool kF32, bool kNorm = false, int kEpi = kStore>
 __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2)
@@ -115,24 +102,14 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2)
     const int chunks = in / 8;
 #pragma unroll 8
     for (int i = threadIdx.x; i < n * chunks; i += blockDim.x) {
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(X + static_cast<int64_t>(i) * 8));
-      const uint32_t* vs = &v.x;
-      float ss = 0.f;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float lo = __uint_as_float(vs[j] << 16), hi = __uint_as_float(vs[j] & 0xffff0000u);
-        ss = __fmaf_rn(lo, lo, ss);
-        ss = __fmaf_rn(hi, hi, ss);
-      }
-      shSq[i] = ss;
+      shSq[i] = sumSq8(__ldg(reinterpret_cast<const uint4*>(X + static_cast<int64_t>(i) * 8)));
     }
     __syncthreads();
     for (int tt = warp; tt < n; tt += warps) {
       float ss = 0.f;
       for (int ch = lane; ch < chunks; ch += 32) ss = __fadd_rn(ss, shSq[tt * chunks + ch]);
       ss = warpSum(ss);
-      if (lane == 0)
-        shInv[tt] = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(in)), fuse.eps)));
+      if (lane == 0) shInv[tt] = invRms(ss, in, fuse.eps);
     }
     __syncthreads();
     inv = shInv[min(g, n - 1)];
@@ -183,33 +160,41 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2)
     }
   }
   // D fragment: d0, d1 = (row g, tokens 2c, 2c + 1); d2, d3 = (row g + 8, the same tokens).
-  const int t0 = 2 * c, t1 = t0 + 1;
-  if (kEpi == kSwiglu) {  // d0, d1 gate and d2, d3 up of act column rLo
-    auto act = [&](int t, float gate, float up) {
-      const float gt = __bfloat162float(__float2bfloat16_rn(gate)), u = __bfloat162float(__float2bfloat16_rn(up));
-      static_cast<__nv_bfloat16*>(Y)[static_cast<int64_t>(t) * out + rLo] = __float2bfloat16_rn(gt / (1.f + __expf(-gt)) * u);
-    };
-    if (rLo < out && t0 < n) act(t0, d[0], d[2]);
-    if (rLo < out && t1 < n) act(t1, d[1], d[3]);
-    return;
-  }
-  auto store = [&](int t, int o, float v) {
-    const int64_t i = static_cast<int64_t>(t) * out + o;
-    if (kEpi == kResidual) {
-      __nv_bfloat16* r = static_cast<__nv_bfloat16*>(Y) + i;
-      *r = __float2bfloat16_rn(__fadd_rn(__bfloat162float(*r), __bfloat162float(__float2bfloat16_rn(v))));
-    } else if (kF32)
-      static_cast<float*>(Y)[i] = v;
-    else
-      static_cast<__nv_bfloat16*>(Y)[i] = __float2bfloat16_rn(v);
-  };
-  if (rLo < out && t0 < n) store(t0, rLo, d[0]);
-  if (rLo < out && t1 < n) store(t1, rLo, d[1]);
-  if (rHi < out && t0 < n) store(t0, rHi, d[2]);
-  if (rHi < out && t1 < n) store(t1, rHi, d[3]);
+  float r[4];
+  gemvLoadResidual<kEpi>(rLo, rHi, 2 * c, n, out, Y, r);
+  gemvStoreTile<kEpi, kF32>(d, r, rLo, rHi, 2 * c, n, out, Y);
 }
 
+std::atomic<int> gImpl{static_cast<int>(GemvImpl::kV2)};
+
 }  // namespace
+
+void setGemvImpl(GemvImpl impl) { gImpl.store(static_cast<int>(impl)); }
+GemvImpl gemvImpl() { return static_cast<GemvImpl>(gImpl.load()); }
+
+bool parseGemvImpl(const char* s, GemvImpl* impl) {
+  if (std::strcmp(s, "v1") == 0) return *impl = GemvImpl::kV1, true;
+  if (std::strcmp(s, "v2") == 0) return *impl = GemvImpl::kV2, true;
+  return false;
+}
+
+const char* gemvImplName(GemvImpl impl) { return impl == GemvImpl::kV1 ? "v1" : "v2"; }
+
+bool prepareGemv() {
+  // cudaFuncGetAttributes loads a kernel (CUDA's lazy loading would otherwise load it at its
+  // first launch, which may wait for the whole device: gemv.cuh).
+  cudaFuncAttributes fa;
+  const cudaError_t e[] = {cudaFuncGetAttributes(&fa, gemvKernel<true, true>),
+                           cudaFuncGetAttributes(&fa, gemvKernel<true, false>),
+                           cudaFuncGetAttributes(&fa, gemvKernel<false, true>),
+                           cudaFuncGetAttributes(&fa, gemvKernel<false, false>),
+                           cudaFuncGetAttributes(&fa, gemvKernel<true, false, true, kStore>),
+                           cudaFuncGetAttributes(&fa, gemvKernel<true, false, true, kSwiglu>),
+                           cudaFuncGetAttributes(&fa, gemvKernel<true, false, false, kResidual>)};
+  for (cudaError_t x : e)
+    if (x != cudaSuccess) return false;
+  return gemvV2Prepare();
+}
 
 bool gemvVectorizable(const void* W, const void* X, int in) {
   return in % 8 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0;
@@ -219,11 +204,13 @@ bool gemvBf16(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, i
               cudaStream_t s) {
   if (n < 1 || n > kGemvMaxTokens || out < 0 || in < 0) return false;
   if (out == 0) return true;
+  const bool vec = gemvVectorizable(W, X, in);
+  if (gemvImpl() == GemvImpl::kV2 && vec && in > 0 && gemvV2Launch(W, out, in, X, n, Y, yF32, nullptr, 0.f, kStore, s))
+    return true;
   const int units = (in + 31) / 32;
   // Split `in` over up to 8 warps, each with at least 2 unrolled rounds of units when possible.
   const int warps = std::max(1, std::min(kGemvMaxWarps, units / (2 * kGemvUnroll)));
   const dim3 grid((out + 15) / 16), block(32 * warps);
-  const bool vec = gemvVectorizable(W, X, in);
   if (vec && yF32)
     launch(gemvKernel<true, true>, grid, block, s, W, out, in, X, n, Y, GemvFuse{});
   else if (vec)
@@ -237,14 +224,17 @@ bool gemvBf16(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, i
 
 namespace {
 
-// One launch per group of up to kGemvMaxTokens tokens (rows are independent: a token's bits do
-// not depend on its group). rowsOut: output rows per block (16, or 8 act columns with kSwiglu).
+// v2: one launch. v1: one launch per group of up to kGemvMaxTokens tokens (rows are independent:
+// a token's bits do not depend on its group); rowsOut: output rows per block (16, or 8 act
+// columns with kSwiglu).
 template <bool kNorm, int kEpi>
 bool gemvFused(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, __nv_bfloat16* Y,
                const GemvFuse& fuse, cudaStream_t s) {
   if (n < 1 || n > kGemvFusedMaxTokens || out <= 0 || !gemvVectorizable(W, X, in) ||
       (kNorm && (reinterpret_cast<uintptr_t>(fuse.normW) % 16 != 0 || in > kGemvNormMaxIn)))
     return false;
+  if (gemvImpl() == GemvImpl::kV2 && gemvV2Launch(W, out, in, X, n, Y, false, kNorm ? fuse.normW : nullptr, fuse.eps, kEpi, s))
+    return true;
   const int units = (in + 31) / 32, rowsOut = kEpi == kSwiglu ? 8 : 16;
   const int warps = std::max(1, std::min(kGemvMaxWarps, units / (2 * kGemvUnroll)));
   for (int t0 = 0; t0 < n; t0 += kGemvMaxTokens)

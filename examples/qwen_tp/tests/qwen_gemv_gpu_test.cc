@@ -1,0 +1,338 @@
+// GPU tests of the small-n GEMV's versions at the decoder's own shapes (part of qwen_gpu_test;
+// label gpu). qwen_gpu_test.cc (CustomGemvMatchesCublas) and qwen_decode_gpu_test.cc
+// (FusedGemvsMatchReference) cover small and odd shapes; these cover what only large ones reach
+// in v2 (gemv_v2.cu): several tiles a block, the ring wrapping many times, the grid's whole rounds.
+//  - ModelShapesMatchReference: qwen3-8b and qwen3-32b layer products at TP=1 (qkv, o_proj,
+//    gate/up, down; the lm_head at n = 1, fp32 out), v1 and v2, n = 1 and 5, against an fp64 host
+//    reference: |y - ref| <= 2e-4 sum_i |x_i w_i| + 2^-8 |ref| for bf16 outputs (the bound of
+//    CustomGemvMatchesCublas); a token's bits the same at n = 1 and 5; the fused forms on the 8b
+//    shapes (norm + qkv, norm + gate/up + SwiGLU against the reference; o_proj and down with the
+//    residual add bit for bit gemvBf16 + the bf16 add).
+//  - V2BitsIndependentOfGridAndRing: every form, n = 1, 7, 16, under setGemvV2Limits (1 block with
+//    a 1-stage ring, 3 blocks with 2 stages, ...): the same bits as the default launch, and every
+//    element of rows < n written (outputs poisoned first).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config.h"
+#include "gpu_kernels.h"
+#include "safetensors.h"
+
+namespace qwen {
+namespace {
+
+#define CK(call) ASSERT_EQ((call), cudaSuccess) << #call << ": " << cudaGetErrorString(cudaGetLastError())
+
+template <typename T>
+struct DevBuf {  // device memory freed on every exit of a test
+  T* p = nullptr;
+  explicit DevBuf(size_t n) { cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)); }
+  ~DevBuf() { cudaFree(p); }
+  __nv_bfloat16* bf() const { return reinterpret_cast<__nv_bfloat16*>(p); }
+};
+
+// body(lo, hi) over [0, n) in slices, one thread a core.
+void parallelFor(size_t n, const std::function<void(size_t, size_t)>& body) {
+  const size_t k = std::max(1u, std::min(32u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> th;
+  for (size_t i = 0; i < k; ++i) th.emplace_back(body, n * i / k, n * (i + 1) / k);
+  for (auto& t : th) t.join();
+}
+
+// Random bf16 in [-scale, scale), element i a function of (seed, i) only (filled in parallel).
+std::vector<uint16_t> randomBf16(size_t n, uint64_t seed, float scale) {
+  std::vector<uint16_t> v(n);
+  parallelFor(n, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) {
+      uint64_t z = (seed + i) * 0x9e3779b97f4a7c15ull;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      z ^= z >> 31;
+      v[i] = floatToBf16(scale * (static_cast<float>(z >> 40) / static_cast<float>(1 << 23) - 1.f));
+    }
+  });
+  return v;
+}
+
+template <typename T>
+std::vector<T> fetch(const T* d, size_t n) {
+  std::vector<T> h(n);
+  if (cudaDeviceSynchronize() != cudaSuccess ||
+      cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess)
+    ADD_FAILURE() << "fetch: " << cudaGetErrorString(cudaGetLastError());
+  return h;
+}
+
+// fp64 products of W's rows with n operand rows A [n, in] (doubles): ref [t, row], mag = sum |a w|.
+void reference(const std::vector<uint16_t>& W, int rows, int in, const std::vector<double>& A, int n,
+               std::vector<double>* ref, std::vector<double>* mag) {
+  ref->assign(static_cast<size_t>(n) * rows, 0.0);
+  mag->assign(ref->size(), 0.0);
+  parallelFor(rows, [&](size_t lo, size_t hi) {
+    std::vector<double> w(in);
+    for (size_t o = lo; o < hi; ++o) {
+      for (int i = 0; i < in; ++i) w[i] = bf16ToFloat(W[o * in + i]);
+      for (int t = 0; t < n; ++t) {
+        const double* a = A.data() + static_cast<size_t>(t) * in;
+        double s = 0, m = 0;
+        for (int i = 0; i < in; ++i) s += a[i] * w[i], m += std::fabs(a[i] * w[i]);
+        (*ref)[static_cast<size_t>(t) * rows + o] = s, (*mag)[static_cast<size_t>(t) * rows + o] = m;
+      }
+    }
+  });
+}
+
+std::vector<double> toDouble(const std::vector<uint16_t>& x) {
+  std::vector<double> d(x.size());
+  for (size_t i = 0; i < x.size(); ++i) d[i] = bf16ToFloat(x[i]);
+  return d;
+}
+
+// RMSNorm of n rows of X [n, in] with weight nw, unrounded (the reference's hn).
+std::vector<double> normed(const std::vector<uint16_t>& X, int n, int in, const std::vector<uint16_t>& nw, float eps) {
+  std::vector<double> hn(static_cast<size_t>(n) * in);
+  for (int t = 0; t < n; ++t) {
+    double ss = 0;
+    for (int i = 0; i < in; ++i) ss += std::pow(bf16ToFloat(X[static_cast<size_t>(t) * in + i]), 2);
+    const double inv = 1 / std::sqrt(ss / in + eps);
+    for (int i = 0; i < in; ++i)
+      hn[static_cast<size_t>(t) * in + i] = bf16ToFloat(X[static_cast<size_t>(t) * in + i]) * inv * bf16ToFloat(nw[i]);
+  }
+  return hn;
+}
+
+struct Shape {
+  const char* name;
+  int out, in;
+};
+
+std::vector<Shape> layerShapes(const char* preset, bool withHead) {
+  ModelConfig c;
+  std::string err;
+  presetConfig(preset, &c, &err);
+  const int H = c.hiddenSize, D = c.headDim, hq = c.numHeads, hk = c.numKvHeads, I = c.intermediateSize;
+  std::vector<Shape> s = {{"qkv", (hq + 2 * hk) * D, H}, {"o", H, hq * D}, {"gate_up", 2 * I, H}, {"down", H, I}};
+  if (withHead) s.push_back({"lm_head", c.vocabSize, H});
+  return s;
+}
+
+TEST(QwenGemvGpu, ModelShapesMatchReference) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  constexpr int kN = 5;
+  uint64_t seed = 1000;
+  for (const char* preset : {"qwen3-8b", "qwen3-32b"})
+    for (const Shape& sh : layerShapes(preset, std::strcmp(preset, "qwen3-8b") == 0)) {
+      const bool head = std::strcmp(sh.name, "lm_head") == 0;
+      const int nMax = head ? 1 : kN;
+      const std::vector<uint16_t> W = randomBf16(static_cast<size_t>(sh.out) * sh.in, seed += 7919, 0.05f),
+                                  X = randomBf16(static_cast<size_t>(nMax) * sh.in, seed += 7919, 1.f);
+      std::vector<double> ref, mag;
+      reference(W, sh.out, sh.in, toDouble(X), nMax, &ref, &mag);
+      DevBuf<uint16_t> dW(W.size()), dX(X.size());
+      DevBuf<float> dY(static_cast<size_t>(nMax) * sh.out);
+      CK(cudaMemcpy(dW.p, W.data(), W.size() * 2, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(dX.p, X.data(), X.size() * 2, cudaMemcpyHostToDevice));
+      for (gpu::GemvImpl impl : {gpu::GemvImpl::kV1, gpu::GemvImpl::kV2}) {
+        gpu::setGemvImpl(impl);
+        std::vector<uint16_t> first;  // n = 1's row
+        for (int n : {1, nMax}) {
+          const std::string what =
+              std::string(preset) + " " + sh.name + " " + gpu::gemvImplName(impl) + " n " + std::to_string(n);
+          CK(cudaMemset(dY.p, 0xFF, static_cast<size_t>(nMax) * sh.out * 4));
+          ASSERT_TRUE(gpu::gemvBf16(dW.bf(), sh.out, sh.in, dX.bf(), n, dY.p, head, nullptr)) << what;
+          const std::vector<float> y32 = head ? fetch(dY.p, static_cast<size_t>(n) * sh.out) : std::vector<float>();
+          const std::vector<uint16_t> y16 =
+              head ? std::vector<uint16_t>()
+                   : fetch(reinterpret_cast<uint16_t*>(dY.p), static_cast<size_t>(n) * sh.out);
+          int bad = 0;
+          double worst = 0;
+          for (size_t i = 0; i < static_cast<size_t>(n) * sh.out; ++i) {
+            const double y = head ? y32[i] : bf16ToFloat(y16[i]), r = ref[i];
+            const double tol = 2e-4 * mag[i] + (head ? 0.0 : std::ldexp(std::fabs(r), -8)) + 1e-30;
+            worst = std::max(worst, std::fabs(y - r) / (mag[i] + 1e-30));
+            if (!(std::fabs(y - r) <= tol) && ++bad <= 3)
+              ADD_FAILURE() << what << ": t " << i / sh.out << " o " << i % sh.out << " " << y << " vs " << r;
+          }
+          EXPECT_EQ(bad, 0) << what << ": worst |y - ref| / sum|xw| " << worst;
+          if (!head && n == 1) first.assign(y16.begin(), y16.begin() + sh.out);
+          if (!head && n > 1)
+            EXPECT_EQ(0, std::memcmp(first.data(), y16.data(), sh.out * 2)) << what << ": token 0's bits depend on n";
+        }
+      }
+    }
+  gpu::setGemvImpl(gpu::GemvImpl::kV2);
+}
+
+// The fused forms on the qwen3-8b layer: norm + qkv and norm + gate/up + SwiGLU against the fp64
+// reference (FusedGemvsMatchReference's bounds), o_proj and down with the residual bit for bit
+// gemvBf16 + the bf16 add.
+TEST(QwenGemvGpu, FusedFormsAtModelShapes) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ModelConfig c;
+  std::string err;
+  ASSERT_TRUE(presetConfig("qwen3-8b", &c, &err)) << err;
+  const int H = c.hiddenSize, I = c.intermediateSize, qkv = (c.numHeads + 2 * c.numKvHeads) * c.headDim;
+  const float eps = 1e-6f;
+  constexpr int kN = 5;
+  const std::vector<uint16_t> X = randomBf16(static_cast<size_t>(kN) * I, 11, 2.f), nw = randomBf16(H, 12, 1.5f),
+                              R = randomBf16(static_cast<size_t>(kN) * H, 13, 1.f);
+  std::vector<uint16_t> Xh(X.begin(), X.begin() + static_cast<long>(kN) * H);  // [kN, H]
+  const std::vector<double> hn = normed(Xh, kN, H, nw, eps);
+  DevBuf<uint16_t> dX(X.size()), dXh(Xh.size()), dnw(H), dR(R.size()), dY(static_cast<size_t>(kN) * 2 * I),
+      dP(static_cast<size_t>(kN) * H);
+  CK(cudaMemcpy(dX.p, X.data(), X.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dXh.p, Xh.data(), Xh.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dnw.p, nw.data(), H * 2, cudaMemcpyHostToDevice));
+  struct Form {
+    const char* name;
+    int out, in;  // W [out, in]; gate/up: out = 2 I
+  };
+  for (const Form& f : {Form{"norm qkv", qkv, H}, Form{"norm gate/up swiglu", 2 * I, H}, Form{"o residual", H, H},
+                        Form{"down residual", H, I}}) {
+    const std::vector<uint16_t> W = randomBf16(static_cast<size_t>(f.out) * f.in, 100 + f.out + f.in, 0.05f);
+    DevBuf<uint16_t> dW(W.size());
+    CK(cudaMemcpy(dW.p, W.data(), W.size() * 2, cudaMemcpyHostToDevice));
+    const bool norm = f.in == H && std::strncmp(f.name, "norm", 4) == 0, swiglu = f.out == 2 * I;
+    std::vector<double> ref, mag;
+    if (norm) reference(W, f.out, f.in, hn, kN, &ref, &mag);
+    for (gpu::GemvImpl impl : {gpu::GemvImpl::kV1, gpu::GemvImpl::kV2}) {
+      gpu::setGemvImpl(impl);
+      const std::string what = std::string(f.name) + " " + gpu::gemvImplName(impl);
+      int bad = 0;
+      if (norm && !swiglu) {
+        CK(cudaMemset(dY.p, 0xFF, static_cast<size_t>(kN) * f.out * 2));
+        ASSERT_TRUE(gpu::gemvNormBf16(dW.bf(), f.out, H, dXh.bf(), kN, dnw.bf(), eps, dY.bf(), nullptr)) << what;
+        const std::vector<uint16_t> y = fetch(dY.p, static_cast<size_t>(kN) * f.out);
+        for (size_t i = 0; i < y.size(); ++i)
+          if (!(std::fabs(bf16ToFloat(y[i]) - ref[i]) <= 4e-3 * mag[i] + std::ldexp(std::fabs(ref[i]), -7)) &&
+              ++bad <= 3)
+            ADD_FAILURE() << what << ": t " << i / f.out << " o " << i % f.out << " " << bf16ToFloat(y[i]) << " vs "
+                          << ref[i];
+      } else if (swiglu) {
+        CK(cudaMemset(dY.p, 0xFF, static_cast<size_t>(kN) * I * 2));
+        ASSERT_TRUE(gpu::gemvNormSwiglu(dW.bf(), I, H, dXh.bf(), kN, dnw.bf(), eps, dY.bf(), nullptr)) << what;
+        const std::vector<uint16_t> a = fetch(dY.p, static_cast<size_t>(kN) * I);
+        for (int t = 0; t < kN; ++t)
+          for (int o = 0; o < I; ++o) {
+            const size_t gi = static_cast<size_t>(t) * 2 * I + o, ui = gi + I;
+            const double g = ref[gi], u = ref[ui];
+            const double eg = 4e-3 * mag[gi] + std::ldexp(std::fabs(g), -7),
+                         eu = 4e-3 * mag[ui] + std::ldexp(std::fabs(u), -7);
+            const double silu = g / (1 + std::exp(-g)), ra = silu * u,
+                         v = bf16ToFloat(a[static_cast<size_t>(t) * I + o]);
+            if (!(std::fabs(v - ra) <=
+                  1.2 * eg * std::fabs(u) + std::fabs(silu) * eu + eg * eu + std::ldexp(std::fabs(ra), -7)) &&
+                ++bad <= 3)
+              ADD_FAILURE() << what << ": t " << t << " o " << o << " " << v << " vs " << ra;
+          }
+      } else {
+        CK(cudaMemcpy(dR.p, R.data(), static_cast<size_t>(kN) * H * 2, cudaMemcpyHostToDevice));
+        ASSERT_TRUE(gpu::gemvResidual(dW.bf(), H, f.in, dX.bf(), kN, dR.bf(), nullptr)) << what;
+        ASSERT_TRUE(gpu::gemvBf16(dW.bf(), H, f.in, dX.bf(), kN, dP.p, false, nullptr)) << what;
+        const std::vector<uint16_t> r = fetch(dR.p, static_cast<size_t>(kN) * H),
+                                    p = fetch(dP.p, static_cast<size_t>(kN) * H);
+        for (size_t i = 0; i < r.size(); ++i)
+          if (r[i] != floatToBf16(bf16ToFloat(R[i]) + bf16ToFloat(p[i])) && ++bad <= 3)
+            ADD_FAILURE() << what << ": element " << i;
+      }
+      EXPECT_EQ(bad, 0) << what;
+    }
+  }
+  gpu::setGemvImpl(gpu::GemvImpl::kV2);
+}
+
+// v2 under bounds on its grid and ring (setGemvV2Limits): the same bits as the default launch.
+TEST(QwenGemvGpu, V2BitsIndependentOfGridAndRing) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  if (major < 9) GTEST_SKIP() << "v2 runs on sm_90+ (v1 elsewhere)";
+  gpu::setGemvImpl(gpu::GemvImpl::kV2);
+  struct Limits {
+    int blocks, stages;
+  };
+  const Limits limits[] = {{1, 1}, {1, 3}, {3, 2}, {5, 12}, {0, 1}, {2, 0}, {7, 5}};
+  const Shape shapes[] = {{"", 1024, 4096}, {"", 136, 1032}, {"", 40, 264}, {"", 6144, 512}};
+  const float eps = 1e-6f;
+  constexpr int kN = gpu::kGemvFusedMaxTokens;
+  uint64_t seed = 50;
+  for (const Shape& sh : shapes) {
+    const std::vector<uint16_t> W = randomBf16(static_cast<size_t>(2) * sh.out * sh.in, seed += 101, 0.1f),
+                                X = randomBf16(static_cast<size_t>(kN) * sh.in, seed += 101, 2.f),
+                                nw = randomBf16(sh.in, seed += 101, 1.5f),
+                                R = randomBf16(static_cast<size_t>(kN) * sh.out, seed += 101, 1.f);
+    DevBuf<uint16_t> dW(W.size()), dX(X.size()), dnw(nw.size());
+    DevBuf<float> dY(static_cast<size_t>(kN) * sh.out);
+    CK(cudaMemcpy(dW.p, W.data(), W.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dX.p, X.data(), X.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dnw.p, nw.data(), nw.size() * 2, cudaMemcpyHostToDevice));
+    // One form's output bytes (poisoned first; the residual form starts from R).
+    const size_t out16 = static_cast<size_t>(kN) * sh.out * 2;
+    auto run = [&](int form, int n, std::vector<uint8_t>* y) {
+      const bool f32 = form == 1;
+      if (form == 4)
+        CK(cudaMemcpy(dY.p, R.data(), out16, cudaMemcpyHostToDevice));
+      else
+        CK(cudaMemset(dY.p, 0xFF, static_cast<size_t>(kN) * sh.out * 4));
+      const __nv_bfloat16* w = dW.bf();
+      __nv_bfloat16* y16 = reinterpret_cast<__nv_bfloat16*>(dY.p);
+      bool ok = false;
+      switch (form) {
+        case 0:
+        case 1:
+          ok = gpu::gemvBf16(w, sh.out, sh.in, dX.bf(), n, dY.p, f32, nullptr);
+          break;
+        case 2:
+          ok = gpu::gemvNormBf16(w, sh.out, sh.in, dX.bf(), n, dnw.bf(), eps, y16, nullptr);
+          break;
+        case 3:
+          ok = gpu::gemvNormSwiglu(w, sh.out, sh.in, dX.bf(), n, dnw.bf(), eps, y16, nullptr);
+          break;
+        case 4:
+          ok = gpu::gemvResidual(w, sh.out, sh.in, dX.bf(), n, y16, nullptr);
+          break;
+      }
+      ASSERT_TRUE(ok);
+      *y = fetch(reinterpret_cast<uint8_t*>(dY.p), f32 ? out16 * 2 : out16);
+    };
+    const char* forms[] = {"bf16", "f32", "norm", "norm swiglu", "residual"};
+    for (int form = 0; form < 5; ++form)
+      for (int n : {1, 7, 16}) {
+        if (form <= 1 && n > gpu::kGemvMaxTokens) continue;
+        const std::string what =
+            std::to_string(sh.out) + "x" + std::to_string(sh.in) + " " + forms[form] + " n " + std::to_string(n);
+        std::vector<uint8_t> base, y;
+        gpu::setGemvV2Limits(0, 0);
+        run(form, n, &base);
+        const size_t es = form == 1 ? 4 : 2, used = static_cast<size_t>(n) * sh.out * es;
+        if (form != 4) {                     // every element of rows < n written, none past
+          size_t poisoned = 0, written = 0;  // rows < n still poisoned; rows >= n no longer
+          for (size_t i = 0; i < base.size(); i += es) {
+            const bool p = std::all_of(base.begin() + i, base.begin() + i + es, [](uint8_t b) { return b == 0xFF; });
+            if (i < used && p) ++poisoned;
+            if (i >= used && !p) ++written;
+          }
+          EXPECT_EQ(poisoned, 0u) << what << ": elements of rows < n left unwritten";
+          EXPECT_EQ(written, 0u) << what << ": elements of rows >= n written";
+        }
+        for (const Limits& l : limits) {
+          gpu::setGemvV2Limits(l.blocks, l.stages);
+          run(form, n, &y);
+          EXPECT_EQ(0, std::memcmp(base.data(), y.data(), used))
+              << what << ": bits differ at " << l.blocks << " blocks, " << l.stages << " stages";
+        }
+      }
+  }
+  gpu::setGemvV2Limits(0, 0);
+}
+
+}  // namespace
+}  // namespace qwen
