@@ -11,6 +11,7 @@
 #include "kernels/attention_decode.cuh"
 #include "kernels/attention_decode_tc.cuh"
 #include "kernels/attention_prefill.cuh"
+#include "kernels/attention_prefill_fa3.cuh"
 #include "kernels/embed_norm.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/gemv.cuh"
