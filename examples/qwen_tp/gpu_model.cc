@@ -143,6 +143,15 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   prefillAttn_ = opt_.prefillAttention && gpu::attentionPrefillSupported(cfg_.headDim, device_);
   if (prefillAttn_ && !gpu::prepareAttentionPrefill())  // here, before any rank's first collective
     return *error = "prefill attention: cudaFuncSetAttribute failed", false;
+  if (const char* e = std::getenv("QWEN_PREFILL_ATTN")) {
+    const std::string v = e;
+    if (v != "fa2" && v != "fa3") return *error = "QWEN_PREFILL_ATTN=" + v + ": expected fa2 or fa3", false;
+    opt_.prefillFa3 = v == "fa3";
+  }
+  prefillFa3_ = prefillAttn_ && opt_.prefillFa3 &&
+                gpu::attentionPrefillFa3Supported(cfg_.headDim, shape_.heads, shape_.kvHeads, device_);
+  if (prefillFa3_ && !gpu::prepareAttentionPrefillFa3())
+    return *error = "prefill attention (fa3): cudaFuncSetAttribute or cuTensorMapEncodeTiled failed", false;
   int major = 0;
   QWEN_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
   if (opt_.customGemv && major < 8) return *error = "customGemv needs compute capability 8.0+ (mma.sync bf16)", false;
@@ -407,9 +416,13 @@ bool GpuModel::enqueueLayerOverlapped(const Layer& L, int n, const __nv_bfloat16
 
 void GpuModel::enqueueAttention(const Layer& L, int n) {
   const int D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads;
-  if (prefillAttn_ && n > kGraphMaxTokens)
-    gpu::attentionPrefill(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, att_, stream_);
-  else if (tcAttn_ && n <= kGraphMaxTokens)
+  if (prefillAttn_ && n > kGraphMaxTokens) {
+    // fa3 launches nothing and returns false only when a tensor map cannot be encoded (a buffer
+    // not 16-byte aligned): then fa2 runs this call, as it would every call of the run.
+    if (!prefillFa3_ ||
+        !gpu::attentionPrefillFa3(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, opt_.ctxSize, att_, stream_))
+      gpu::attentionPrefill(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, att_, stream_);
+  } else if (tcAttn_ && n <= kGraphMaxTokens)
     gpu::attentionDecodeTc(q_, L.kCache, L.vCache, dPos_, n, hq, hk, tcSplits_, tcPart_, tcTickets_, att_, stream_);
   else
     gpu::attention(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, splits_, chunk_, attnPart_, att_, stream_);

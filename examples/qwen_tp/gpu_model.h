@@ -10,7 +10,8 @@
 // Calls of up to kGraphMaxTokens tokens are captured once per shape as CUDA graphs (inputs and
 // outputs copied inside the graph through pinned buffers) and replayed. Attention: calls of more
 // than kGraphMaxTokens tokens (prefill chunks) take the tensor-core FlashAttention-2 kernel
-// (gpu::attentionPrefill), shorter ones the split-sequence decode kernel (gpu::attention).
+// (gpu::attentionPrefill; with GpuModelOptions::prefillFa3 on Hopper, gpu::attentionPrefillFa3),
+// shorter ones the split-sequence decode kernel (gpu::attention).
 // Scratch is sized by the chunk (maxTokensPerCall), the KV cache by ctxSize; logits exist for at
 // most kLogitsRows rows at a time (prefill() computes the last row's only).
 #pragma once
@@ -59,6 +60,12 @@ struct GpuModelOptions {
   /// Calls of more than kGraphMaxTokens tokens through gpu::attentionPrefill (tensor cores) when
   /// it supports the head_dim; false: every call through the decode kernel (for comparison).
   bool prefillAttention = true;
+  /// With prefillAttention: those calls through gpu::attentionPrefillFa3 (wgmma + TMA, sm_90a)
+  /// where it supports the shape and device (head_dim 128 on compute capability 9.0), else
+  /// through gpu::attentionPrefill (FlashAttention-2 on mma.sync). The environment's
+  /// QWEN_PREFILL_ATTN=fa2|fa3, when set, overrides this at init (A/B timing of one binary); any
+  /// other value fails init. Off until measured (docs/prefill_attention.md).
+  bool prefillFa3 = false;
   /// Calls of 64+ tokens (prefill chunks, and target() calls that long; never the captured
   /// decode and verify calls of <= kGraphMaxTokens), tp > 1, in two row halves whose
   /// all-reduces run on a second, high-priority stream: half A's sum runs while half B's o_proj
@@ -163,6 +170,9 @@ class GpuModel : public DecoderEngine {
   size_t decodeStepBytes(int pos) const;
   /// True when calls of more than kGraphMaxTokens tokens use gpu::attentionPrefill.
   bool prefillAttention() const { return prefillAttn_; }
+  /// The prefill attention kernel after init: "fa3", "fa2", or "decode" (prefillAttention off or
+  /// an unsupported head_dim).
+  const char* prefillKernel() const { return !prefillAttn_ ? "decode" : prefillFa3_ ? "fa3" : "fa2"; }
   /// The decode kernels in use after init: "old", "attn", "gemv" or "fused" (GpuModelOptions::decode;
   /// tp > 1 or an unsupported shape turns "gemv" and "fused" into "attn", head_dim != 128 any into "old").
   const char* decodeKernels() const;
@@ -246,6 +256,7 @@ class GpuModel : public DecoderEngine {
   std::vector<void*> allocations_;
   size_t weightBytes_ = 0, kvBytes_ = 0, allocBytes_ = 0;
   bool prefillAttn_ = false;
+  bool prefillFa3_ = false;  // prefillAttn_ calls through gpu::attentionPrefillFa3
   int lastLogitsRows_ = 0;
   int qkvRows_ = 0, splits_ = 1, chunk_ = 256;
   // DecodeKernels: the tensor-core attention (its split bound, partials, tickets) and the fused step.
