@@ -11,8 +11,9 @@
 # GPU), the table to $OUT/summary.md and to stdout, last. Usage, from the repository root:
 #   OUT=/path/to/out bash examples/qwen_tp/prefill_ab.sh
 # BUILD: the build folder (default build-h200); SKIP_BUILD=1 uses what is there. UBATCH: qwen_tp's
-# --ubatch-size (default 2048). TORCH=1 adds PyTorch's SDPA prefill at 32000 (torch_tp_decode.py;
-# TORCH_BASELINE as in decode_ab.sh) when the budget allows.
+# --ubatch-size (default 2048). Last, when the budget allows, PyTorch's SDPA prefill at 32000 on
+# the same shape (torch_tp_decode.py: TORCH_BASELINE, else .scratch/baselines/ in the tree, else
+# ../shared/baselines/; about 10 s; TORCH=0 leaves it out).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
 unset QWEN_PREFILL_ATTN
@@ -98,7 +99,7 @@ for P in 32000 8192 2048 512; do
   { q8 a_fa2 fa2 $P $extra; q8 a_fa3 fa3 $P $extra; q8 b_fa3 fa3 $P $extra; q8 b_fa2 fa2 $P $extra; }
 done
 # 4. Lowest priority: PyTorch's SDPA prefill on the same shape (the 1.3x target's denominator).
-if [ "${TORCH:-0}" = 1 ]; then
+if [ "${TORCH:-1}" = 1 ] && [ -f "$TB" ]; then
   run torch8_32000 90 python3 -u "$TB" --hidden 4096 --layers 36 --heads 32 --kv 8 --head-dim 128 --inter 12288 \
     --vocab 151936 --prompt 32000 --ctx 32768 --gen 4
 fi
@@ -138,9 +139,11 @@ fi
   echo "The attention alone (QwenPrefillFa3Gpu.DISABLED_Bench, one qwen3-8b layer, 32000-token prompt):"
   echo
   grep -a '^|' "$L/bench.log" 2>/dev/null || echo "(no bench table: see bench.log)"
+  echo
   if [ -f "$L/torch8_32000.log" ]; then
-    echo
-    echo "PyTorch: $(grep -a '^torch TP=' "$L/torch8_32000.log" | tail -1)"
+    echo "PyTorch, 32000: $(grep -a '^torch TP=' "$L/torch8_32000.log" | tail -1)"
+  else
+    echo "PyTorch: not run (TORCH=0, no torch_tp_decode.py at $TB, or no budget left)"
   fi
   echo
   [ -f "$L/sass.log" ] && echo "fa3 SASS: $(tail -1 "$L/sass.log")"
