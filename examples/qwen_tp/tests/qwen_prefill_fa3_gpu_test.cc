@@ -267,6 +267,9 @@ TEST(QwenPrefillFa3Gpu, ModelSelectsTheKernel) {
   EXPECT_FALSE(gpu::attentionPrefillFa3Supported(128, 12, 8, 0)) << "hq not a multiple of hk";
   EXPECT_FALSE(gpu::attentionPrefillFa3Supported(128, 258, 2, 0)) << "129 query heads a KV head";
   const bool here = fa3Here();
+  struct Unset {  // the other tests must not inherit this test's QWEN_PREFILL_ATTN, even on a failure
+    ~Unset() { unsetenv("QWEN_PREFILL_ATTN"); }
+  } unset;
   for (const char* v : {"fa2", "fa3"})
     for (const ModelConfig& c : {tiny, tiny128()}) {
       setenv("QWEN_PREFILL_ATTN", v, 1);
@@ -285,7 +288,6 @@ TEST(QwenPrefillFa3Gpu, ModelSelectsTheKernel) {
     EXPECT_FALSE(m.init(GpuModelOptions{}, &err));
     EXPECT_NE(err.find("QWEN_PREFILL_ATTN"), std::string::npos) << err;
   }
-  unsetenv("QWEN_PREFILL_ATTN");
 }
 
 // Logits of each prompt chunk's last row against the fp32 CPU reference: 3% of max |logit|
