@@ -12,6 +12,7 @@
 #include "collectives/call_checks.h"
 #include "collectives/communicator_impl.h"
 #include "common/log.h"
+#include "transports/host_staged.h"
 
 namespace tpcomm {
 
@@ -222,6 +223,9 @@ Status runCollective(Communicator::Impl& impl, CollArgs& a, const NormArgs* norm
                             ? " among those that keep the determinism contract (TPCOMM_DETERMINISTIC / "
                               "Config::deterministic; docs/determinism.md)"
                             : "");
+  // The call's number, published in the host segment before anything is launched (a peer whose
+  // wait for this rank expires compares it with its own: common/async_error.h).
+  if (c.hostStaged) a.callNumber = c.hostStaged->beginCall();
   for (size_t i = 0; i < list->size(); ++i) {
     Algorithm* algo = (*list)[i].algo;
     bool fused = norm != nullptr;

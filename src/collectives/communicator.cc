@@ -272,43 +272,48 @@ Status Communicator::allReduceResidualRmsNorm(const void* in, void* residualInOu
 
 Status Communicator::checkError() {
   if (!impl_ || impl_->destroyed) return TPCOMM_INVALID("checkError: the communicator was destroyed");
-  const AsyncError& e = impl_->ctx->asyncError;
-  uint32_t w = e.word ? *e.word : 0;
+  const uint32_t w = impl_->ctx->asyncError.read();
   if (w == 0) return Status::kOk;
-  Status s = static_cast<Status>(w & 0xffffu);
-  int peer = static_cast<int>(w >> 16) - 1;
+  const Status s = asyncErrorStatus(w);
+  const int peer = asyncErrorPeer(w);
+  const int me = impl_->ctx->rank, boundMs = impl_->ctx->timeoutMs;
+  // What the waiter saw of the late rank ("" when it could not tell).
+  const std::string late = s == Status::kTimeout && peer >= 0 ? latenessText(w, boundMs) : std::string();
   // The word names the rank that did not arrive, not the one whose wait expired: a rank that
   // finds itself named learned of the timeout from a peer's poison.
-  if (s == Status::kTimeout && peer == impl_->ctx->rank)
+  if (s == Status::kTimeout && peer == me && !late.empty())
+    return setError(s, __FILE__, __LINE__,
+                    "rank %d: a peer's collective timed out after %d ms waiting for this rank: %s; the communicator "
+                    "is unusable (destroy or abort it)",
+                    me, boundMs, late.c_str());
+  if (s == Status::kTimeout && peer == me)
     return setError(s, __FILE__, __LINE__,
                     "rank %d: a peer's collective timed out after %d ms waiting for this rank (rank %d was late: "
                     "busy, blocked, or its call was never made); the communicator is unusable (destroy or abort it)",
-                    impl_->ctx->rank, impl_->ctx->timeoutMs, peer);
+                    me, boundMs, peer);
   if (s == Status::kTimeout && peer >= 0)
     return setError(s, __FILE__, __LINE__,
-                    "rank %d: a collective timed out after %d ms waiting for rank %d; the communicator is unusable "
+                    "rank %d: a collective timed out after %d ms waiting for rank %d%s%s; the communicator is unusable "
                     "(destroy or abort it)",
-                    impl_->ctx->rank, impl_->ctx->timeoutMs, peer);
+                    me, boundMs, peer, late.empty() ? "" : ": ", late.c_str());
   if (s == Status::kTimeout)
     return setError(s, __FILE__, __LINE__,
                     "rank %d: a peer's wait timed out after %d ms at an earlier barrier (a peer was late or gone); "
                     "the communicator is unusable (destroy or abort it)",
-                    impl_->ctx->rank, impl_->ctx->timeoutMs);
+                    me, boundMs);
   if (s == Status::kInvalidArgument && peer >= 0)
     return setError(s, __FILE__, __LINE__,
                     "rank %d: a call differed from rank %d's (collective, count, dtype, op or fused; found by "
                     "TPCOMM_CHECK_CALLS): every rank must make the same calls in the same order; the communicator "
                     "is unusable",
-                    impl_->ctx->rank, peer);
+                    me, peer);
   if (s == Status::kRemoteError && peer < 0)
-    return setError(s, __FILE__, __LINE__, "rank %d: the communicator was aborted; destroy it", impl_->ctx->rank);
+    return setError(s, __FILE__, __LINE__, "rank %d: the communicator was aborted; destroy it", me);
   if (s == Status::kRemoteError)
     return setError(s, __FILE__, __LINE__,
-                    "rank %d: rank %d aborted its communicator; this one is unusable (destroy or abort it)",
-                    impl_->ctx->rank, peer);
+                    "rank %d: rank %d aborted its communicator; this one is unusable (destroy or abort it)", me, peer);
   return setError(s, __FILE__, __LINE__,
-                  "rank %d: an earlier collective failed (peer %d); the communicator is unusable", impl_->ctx->rank,
-                  peer);
+                  "rank %d: an earlier collective failed (peer %d); the communicator is unusable", me, peer);
 }
 
 Status Communicator::destroy() {

@@ -19,6 +19,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "common/async_error.h"
 #include "common/error.h"
 
 namespace tpcomm {
@@ -27,7 +28,6 @@ namespace {
 constexpr int kMaxRanks = 64;
 constexpr uint64_t kMagic = 0x7470636f6d6d3031ull;  // "tpcomm01"
 constexpr size_t kAlign = 128;
-size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 }  // namespace
 
 struct HostStagedTransport::Header {
@@ -41,9 +41,15 @@ struct HostStagedTransport::Header {
   alignas(64) std::atomic<int32_t> peerAccesses;  // threads mode: ranks now in a peer-access phase
   alignas(64) std::atomic<int32_t> refcount;
   int32_t cudaRegistered;  // threads mode: rank 0 registered the segment with CUDA
-  // GPU ranks, copy-engine mode: the first failed wait's error code, for every rank to see
-  // (staged_host_ce.cu: a rank that timed out stops guarding its slots, so its peers must fail too).
+  // The failure word (poisonWord()): the first failure's error code, for every rank's host and
+  // GPU to see (a staged_host kernel's or a host barrier's expired wait, a call that differed).
   alignas(64) uint32_t devicePoison;
+  // Each rank's host call counter (beginCall()), written by that rank's host only, and its arrival
+  // word, written by its staged_host kernels (arrivalStarted). Read by a waiter whose bound expired.
+  struct alignas(64) CallCounter {
+    std::atomic<uint64_t> calls;
+  } hostCalls[kMaxRanks];
+  alignas(64) uint64_t arrivals[kMaxRanks];
   struct Pointers {
     const void* send;
     void* recv;
@@ -74,7 +80,7 @@ Status HostStagedTransport::create(const TransportEnv& ctx, const Geometry& g,
   // Every product checked: the parameters' ranges already keep them small, a
   // Geometry from elsewhere might not.
   size_t flagWords = 0, slotBytes = 0, stagingBytes = 0;
-  if (__builtin_mul_overflow(static_cast<size_t>(2 * ctx.nRanks) * g.slots, static_cast<size_t>(g.blocks),
+  if (__builtin_mul_overflow(static_cast<size_t>(3 * ctx.nRanks) * g.slots, static_cast<size_t>(g.blocks),
                              &flagWords) ||
       __builtin_mul_overflow(g.chunkBytes, static_cast<size_t>(g.slots), &slotBytes) ||
       __builtin_mul_overflow(slotBytes, static_cast<size_t>(ctx.nRanks + 1), &stagingBytes) ||
@@ -290,11 +296,29 @@ char* HostStagedTransport::slot(int r, int s) const {
 }
 char* HostStagedTransport::result() const { return base_ + resultOffset_; }
 uint32_t* HostStagedTransport::poisonWord() const { return &header()->devicePoison; }
+uint32_t HostStagedTransport::failureCode() const { return __atomic_load_n(&header()->devicePoison, __ATOMIC_ACQUIRE); }
 
 uint64_t* HostStagedTransport::readyFlags() const { return reinterpret_cast<uint64_t*>(base_ + flagsOffset_); }
 uint64_t* HostStagedTransport::consumedFlags() const {
   return readyFlags() + static_cast<size_t>(nRanks_) * geo_.slots * geo_.blocks;
 }
+uint64_t* HostStagedTransport::signatureFlags() const {
+  return consumedFlags() + static_cast<size_t>(nRanks_) * geo_.slots * geo_.blocks;
+}
+
+uint64_t HostStagedTransport::beginCall() {
+  static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t) && std::atomic<uint64_t>::is_always_lock_free &&
+                    sizeof(Header::CallCounter) == kCallCounterWords * sizeof(uint64_t),
+                "the call counters are read as plain words, kCallCounterWords apart, by the GPU");
+  std::atomic<uint64_t>& mine = header()->hostCalls[rank_].calls;
+  const uint64_t call = mine.load(std::memory_order_relaxed) + 1;  // only this rank writes it
+  mine.store(call, std::memory_order_release);
+  return call;
+}
+const uint64_t* HostStagedTransport::callCounters() const {
+  return reinterpret_cast<const uint64_t*>(header()->hostCalls);
+}
+uint64_t* HostStagedTransport::arrivalWords() const { return header()->arrivals; }
 
 Status HostStagedTransport::barrier() {
   constexpr uint64_t kBroken = uint64_t{1} << 63, kArrivedMask = 0xffffffffull;
@@ -328,20 +352,39 @@ Status HostStagedTransport::barrier() {
     if (!h->barrierState.compare_exchange_strong(st, st | kBroken, std::memory_order_seq_cst,
                                                  std::memory_order_acquire))
       continue;  // it changed: completed (or broken by another rank); the next pass tells which
+    // Why each missing rank was late: its host call counter against this call's number (host
+    // ranks run no kernel). The first one's code goes to the failure word at once (something goes
+    // there in any case: every rank that finds the barrier broken waits for it), so every rank
+    // reports the same code (brokenBarrier, StagedHost::run).
+    const uint64_t call = h->hostCalls[rank_].calls.load(std::memory_order_relaxed);
+    auto codeFor = [&](int r) {
+      return timeoutCode(r, call, h->hostCalls[r].calls.load(std::memory_order_acquire), 0, false);
+    };
+    const uint32_t entered = static_cast<uint32_t>(round + 1);
+    uint32_t first = AsyncError::encode(Status::kTimeout, -1), none = 0;
+    for (int r = 0; r < nRanks_; ++r)
+      if (h->arrivedRound[r].load(std::memory_order_relaxed) != entered) {
+        first = codeFor(r);
+        break;
+      }
+    __atomic_compare_exchange_n(&h->devicePoison, &none, first, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
     // A slower peer may still be reading or writing this rank's buffers: it stops at its next
     // check of the broken bit (one block of its work), and only then may this call return.
     while (h->peerAccesses.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
     std::string missing;
+    std::string why;  // what each missing rank's host had done
     for (int r = 0; r < nRanks_; ++r)
       if (h->arrivedRound[r].load(std::memory_order_relaxed) != static_cast<uint32_t>(round + 1)) {
         if (missing.empty()) firstMissing_ = r;
         missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+        const std::string text = latenessText(codeFor(r), timeoutMs_);
+        if (!text.empty()) why += (why.empty() ? ": " : "; ") + text;
       }
     return TPCOMM_ERROR(kTimeout,
-                        "host_staged: rank(s) %s did not arrive within %d ms (rank %d waited; %llu of %d arrived); "
+                        "host_staged: rank(s) %s did not arrive within %d ms (rank %d waited; %llu of %d arrived)%s; "
                         "the communicator is unusable",
-                        missing.c_str(), timeoutMs_, rank_, static_cast<unsigned long long>(st & kArrivedMask),
-                        nRanks_);
+                        missing.c_str(), timeoutMs_, rank_, static_cast<unsigned long long>(st & kArrivedMask), nRanks_,
+                        why.c_str());
   }
 }
 
@@ -375,10 +418,17 @@ Status HostStagedTransport::brokenBarrier() const {
   for (int r = 0; r < nRanks_; ++r)
     if (h->arrivedRound[r].load(std::memory_order_relaxed) != latest)
       missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  // What the rank whose wait expired saw of the first missing rank (this rank, when it was late):
+  // it publishes that right after breaking the barrier.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs_);
+  while (failureCode() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  const uint32_t code = failureCode();
+  std::string why = asyncErrorStatus(code) == Status::kTimeout ? latenessText(code, timeoutMs_) : "";
+  if (!why.empty()) why = ": " + why;
   return TPCOMM_ERROR(kTimeout,
-                      "host_staged: rank %d: a peer's wait at a barrier expired; rank(s) %s had not arrived; the "
+                      "host_staged: rank %d: a peer's wait at a barrier expired; rank(s) %s had not arrived%s; the "
                       "communicator is unusable (destroy or abort it)",
-                      rank_, missing.empty() ? "(none recorded)" : missing.c_str());
+                      rank_, missing.empty() ? "(none recorded)" : missing.c_str(), why.c_str());
 }
 
 Status HostStagedTransport::exchangePointers(const void* send, void* recv, const CallWords& words, const void** sends,

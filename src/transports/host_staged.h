@@ -4,8 +4,10 @@
 // with CUDA (pinned, device-mapped) so kernels stream straight to and from it.
 //
 // Segment layout (every region 128-byte aligned):
-//   Header        barrier words, refcount, per-rank pointer table (threads mode)
-//   flags         ready[rank][slot][block], consumed[rank][slot][block] (u64 sequence numbers)
+//   Header        barrier words, refcount, per-rank pointer table (threads mode), the failure
+//                 word, every rank's host call counter and arrival word
+//   flags         ready[rank][slot][block], consumed[rank][slot][block] (u64 sequence numbers),
+//                 signature[rank][slot][block] (u64: sequence << 32 | call signature)
 //   slots         [rank][slot][chunkBytes] staging data
 //   result        [slots * chunkBytes] shared result area (host ranks across processes)
 #pragma once
@@ -81,16 +83,38 @@ class HostStagedTransport {
     }
   };
   const CopyEngineResources* copyEngines() const { return ce_.inbox ? &ce_ : nullptr; }
-  /// A word of the shared segment (zero until a copy-engine-mode wait fails; then the error code),
-  /// readable and writable by every rank's GPU at this address.
+  /// The segment's failure word, readable and writable by every rank's host and GPU at this
+  /// address: zero until a rank's wait expires (a staged_host kernel's, or a host barrier's) or a
+  /// staged_host kernel finds that the ranks' calls differ; then that first failure's error code
+  /// (common/async_error.h). Every staged_host kernel reads it before it reads a peer's data, and
+  /// GPU ranks' hosts report it (AsyncError::shared).
   uint32_t* poisonWord() const;
+  /// The failure word's value now (0: none).
+  uint32_t failureCode() const;
   /// Flag arrays for the GPU pipeline: index [(rank * slots + slot) * blocks + block].
   uint64_t* readyFlags() const;
   uint64_t* consumedFlags() const;
+  /// TPCOMM_CHECK_CALLS: the word each publisher writes beside its ready flag before releasing it
+  /// (same index): (sequence & 0xffffffff) << 32 | the call's signature.
+  uint64_t* signatureFlags() const;
+
+  /// This rank's host begins a collective call: its call counter, which every rank's host and GPU
+  /// can read, advances. Returns the call's number (1, 2, ...); every rank numbers the same call
+  /// alike, since every rank makes the same calls in the same order. A waiter whose bound expires
+  /// compares the late rank's counter with its own call's number: behind means its host never
+  /// made the call (common/async_error.h, timeoutCode).
+  uint64_t beginCall();
+  /// Every rank's call counter, [rank * kCallCounterWords] (device-mapped on GPU ranks).
+  const uint64_t* callCounters() const;
+  /// Every rank's arrival word, [rank] (device-mapped): its staged_host kernels write
+  /// arrivalStarted(call) when they start.
+  uint64_t* arrivalWords() const;
 
   /// Host-side barrier over the segment (spin, then yield), bounded by timeoutMs. A rank whose
   /// wait expires breaks it for good: every rank's later barrier (a late arrival included)
-  /// fails at once with kTimeout, and none passes a round the expired rank left.
+  /// fails at once with kTimeout, and none passes a round the expired rank left. The expired rank
+  /// says of each missing rank whether its host had made the call (callCounters()) and publishes
+  /// the first one's timeout code in the failure word.
   Status barrier();
   /// A call's signature as opaque words (the algorithm decides what they hold), exchanged so
   /// every rank can check that all ranks make the same call.

@@ -71,9 +71,15 @@ TEST(Timeout, ARankThatSkipsACollectiveYieldsKTimeout) {
       EXPECT_EQ(s, Status::kTimeout) << "rank " << me << ": " << statusName(s) << " " << lastErrorMessage();
       std::string msg = lastErrorMessage();
       EXPECT_NE(msg.find("rank"), std::string::npos) << msg;
-      // The rank whose bound ran out first names the rank that never came (not itself);
-      // the others, woken by the broken barrier, may only say so (host_staged.cc).
-      if (msg.find("rank(s) " + std::to_string(skipper)) != std::string::npos) ++namedMissing;
+      // The rank whose bound ran out first names the rank that never came (not itself) and says
+      // that its host never made the call; the others, woken by the broken barrier, may only say
+      // so (host_staged.cc).
+      if (msg.find("rank(s) " + std::to_string(skipper)) != std::string::npos) {
+        ++namedMissing;
+        EXPECT_NE(msg.find("rank " + std::to_string(skipper) + " never made this call (its host is 1 call behind)"),
+                  std::string::npos)
+            << msg;
+      }
       EXPECT_GE(ms, 0.9 * kTimeoutMs) << "rank " << me << " gave up before the bound";
       EXPECT_LE(ms, 2.0 * kTimeoutMs) << "rank " << me << " took " << ms << " ms for a " << kTimeoutMs << " ms bound";
       // The communicator is unusable afterwards: later calls and checkError() keep failing
@@ -82,6 +88,12 @@ TEST(Timeout, ARankThatSkipsACollectiveYieldsKTimeout) {
       EXPECT_NE(comm.allReduce(send.data(), recv.data(), 1024, DataType::kF32, ReduceOp::kSum, nullptr), Status::kOk)
           << "rank " << me << ": a call after a timeout succeeded without its peer";
       EXPECT_EQ(comm.checkError(), Status::kTimeout) << "rank " << me << ": " << lastErrorMessage();
+      // Every waiter reports the code the first expired wait published: the skipper, and why.
+      const std::string later = lastErrorMessage();
+      EXPECT_NE(later.find("waiting for rank " + std::to_string(skipper) + ": rank " + std::to_string(skipper) +
+                           " never made this call"),
+                std::string::npos)
+          << "rank " << me << ": " << later;
       if (++finished == n - 1) done.set_value();
     });
     EXPECT_GE(namedMissing.load(), 1) << "no waiting rank's message named the missing rank " << skipper;

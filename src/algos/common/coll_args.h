@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "common/enum_names.h"
 #include "tpcomm/types.h"
@@ -27,6 +28,10 @@ struct CollArgs {
   bool capturing = false;  ///< the stream is capturing a CUDA graph
   int nRanks = 1;
   int compression = -1;  ///< this call's Compression; -1: the communicator's (AlgoOverride::compression)
+  /// This rank's number for the call (HostStagedTransport::beginCall: 1, 2, ..., the same on every
+  /// rank for the same call); 0 where no host segment counts calls. Kernels record it as they
+  /// start, so a peer whose wait expires can tell why this rank was late (common/async_error.h).
+  uint64_t callNumber = 0;
 
   size_t elemSize() const { return dataTypeSize(dtype); }
   /// Bytes of the largest buffer (nccl-tests' "size"): allReduce count, else count * nRanks.

@@ -206,9 +206,13 @@ Status StagedHost::run(const CollArgs& a) {
   Status s = zeroCopy ? runHostThreads(a) : runHostProcesses(a);
   // A host barrier that timed out leaves its arrival counted: the segment's barrier is out of
   // step for good. Mark the communicator failed so later calls return kTimeout (checkError)
-  // instead of passing a barrier their peer never reached and reading stale pointers.
-  if (s == Status::kTimeout && ctx_->asyncError.word && *ctx_->asyncError.word == 0)
-    *ctx_->asyncError.word = AsyncError::encode(s, ctx_->hostStaged->firstMissing());
+  // instead of passing a barrier their peer never reached and reading stale pointers. The code is
+  // the one the first rank whose wait expired published (naming the late rank and why it was
+  // late), the same on every rank.
+  if (s == Status::kTimeout && ctx_->asyncError.word && *ctx_->asyncError.word == 0) {
+    const uint32_t first = ctx_->hostStaged->failureCode();
+    *ctx_->asyncError.word = first != 0 ? first : AsyncError::encode(s, ctx_->hostStaged->firstMissing());
+  }
   return s;
 }
 
