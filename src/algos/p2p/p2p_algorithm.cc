@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "algos/common/call_signature.h"
 #include "common/error.h"
 
 namespace tpcomm {
@@ -63,20 +64,6 @@ Status P2pAlgorithm::checkSize(const CollArgs& a) const {
     return TPCOMM_ERROR(kNotSupported, "%s: %zu bytes exceed its %zu-byte scratch", name(), a.bytes(), cap);
   return Status::kOk;
 }
-
-namespace {
-// What every rank must agree on for one call (TPCOMM_CHECK_CALLS): FNV-1a of the call's shape,
-// never 0 (0 means "not checked").
-// The compression is the algorithm's (ranks that ran twoshot_p2p and twoshot_p2p+fp8 on one call,
-// e.g. after different per-call overrides, share epochs and scratch but not the wire format).
-uint32_t callSignature(const CollArgs& a, bool fused, Compression wire) {
-  uint64_t h = 1469598103934665603ull;
-  for (uint64_t v : {static_cast<uint64_t>(a.kind), static_cast<uint64_t>(a.count), static_cast<uint64_t>(a.dtype),
-                     static_cast<uint64_t>(a.op), static_cast<uint64_t>(fused), static_cast<uint64_t>(wire)})
-    for (int k = 0; k < 8; ++k) h = (h ^ ((v >> (8 * k)) & 0xff)) * 1099511628211ull;
-  return static_cast<uint32_t>(h ^ (h >> 32)) | 1u;
-}
-}  // namespace
 
 P2pLaunch P2pAlgorithm::launchParams(const CollArgs& a, int blocks) const {
   // Cached: ranks, peer bases, layout, error word, timeout and PDL are fixed from create (the
