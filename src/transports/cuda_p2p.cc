@@ -60,7 +60,8 @@ Status planP2pBuffer(int nRanks, const std::vector<P2pScratchRequest>& asks, P2p
     plan.regions.push_back(r);
   }
   l.poisonOffset = l.epochsOffset + sizeof(uint64_t) * words;
-  off = alignUp(l.poisonOffset + sizeof(uint64_t), 4096);
+  l.arrivalOffset = l.poisonOffset + sizeof(uint64_t);
+  off = alignUp(l.arrivalOffset + sizeof(uint64_t), 4096);
   l.signaturesOffset = off;
   off = alignUp(off + sizeof(uint64_t) * slots * 3, 4096);
   for (P2pRegion& r : plan.regions) {

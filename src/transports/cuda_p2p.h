@@ -16,7 +16,9 @@
 //   epochs   [channel][block] u64, this rank's own per-block call counters (never read by peers),
 //            then each region's local words (never read by peers), then the poison word (u32: set
 //            by any rank's kernel whose bounded wait expired, in every rank's buffer;
-//            algos/p2p/p2p_common.cuh)
+//            algos/p2p/p2p_common.cuh), then the arrival word (u64: the call number of this
+//            rank's latest P2P kernel, marked started or done; read by a peer only when its wait
+//            for this rank expires, to say why this rank was late)
 //   sigs     [channel][from rank][block][3] u64 call signatures (TPCOMM_CHECK_CALLS;
 //            algos/p2p/p2p_common.cuh)
 //   regions  one per key, in the order first asked: `buffers` x ([from rank][slotBytes] +
@@ -70,7 +72,7 @@ struct P2pLayout {
   int nRanks = 0;
   int maxBlocks = 0;  ///< flag, epoch and signature slots per (channel, rank)
   int channels = 0;   ///< regions
-  size_t flagsOffset = 0, epochsOffset = 0, poisonOffset = 0, signaturesOffset = 0;
+  size_t flagsOffset = 0, epochsOffset = 0, poisonOffset = 0, arrivalOffset = 0, signaturesOffset = 0;
   size_t totalBytes = 0;
 
   /// Call signatures (TPCOMM_CHECK_CALLS): [channel][from rank][block][3] u64, written by peers.

@@ -60,7 +60,8 @@ void expectApart(std::vector<Span> spans, size_t total) {
   }
 }
 
-// Every area of the buffer: the three tables, each region's local words and buffers, the poison.
+// Every area of the buffer: the three tables, each region's local words and buffers, the poison
+// and arrival words.
 void expectLayoutSound(const P2pPlan& plan) {
   const P2pLayout& l = plan.layout;
   const size_t slots = static_cast<size_t>(l.channels) * l.nRanks * l.maxBlocks;
@@ -68,6 +69,7 @@ void expectLayoutSound(const P2pPlan& plan) {
       {"flags", l.flagsOffset, l.flagsOffset + 8 * slots},
       {"epochs", l.epochsOffset, l.epochsOffset + 8 * static_cast<size_t>(l.channels) * l.maxBlocks},
       {"poison", l.poisonOffset, l.poisonOffset + 4},
+      {"arrival", l.arrivalOffset, l.arrivalOffset + 8},
       {"signatures", l.signaturesOffset, l.signaturesOffset + 8 * slots * 3}};
   ASSERT_EQ(plan.keys.size(), plan.regions.size());
   EXPECT_EQ(static_cast<size_t>(l.channels), plan.regions.size());

@@ -116,20 +116,30 @@ __device__ __forceinline__ void reportTimeout(uint32_t* errorWord, int peer) {
   atomicCAS_system(errorWord, 0u, code);
 }
 
-// Spins until *flag >= target. false on timeout (reported) or when another block already
-// reported an error. One thread per flag (several threads may wait on different flags).
-__device__ __forceinline__ bool waitFlagAtLeast(const uint64_t* flag, uint64_t target, uint64_t deadlineNs,
-                                                uint32_t* errorWord, int peer) {
+// The one bounded spin: until *flag >= target (acquire, system scope). Every 1024 polls, false
+// when stop() says the call has already failed, or, past the deadline, after expire() reported
+// the timeout. One thread per flag (several threads may wait on different flags).
+template <typename Stop, typename Expire>
+__device__ __forceinline__ bool spinFlagAtLeast(const uint64_t* flag, uint64_t target, uint64_t deadlineNs, Stop stop,
+                                                Expire expire) {
   for (uint32_t spin = 0; loadAcquireSys(flag) < target; ++spin) {
     if ((spin & 1023u) == 1023u) {
-      if (loadVolatile(errorWord) != 0) return false;
+      if (stop()) return false;
       if (globalTimerNs() > deadlineNs) {
-        reportTimeout(errorWord, peer);
+        expire();
         return false;
       }
     }
   }
   return true;
+}
+
+// Spins until *flag >= target. false on timeout (reported) or when another block already
+// reported an error.
+__device__ __forceinline__ bool waitFlagAtLeast(const uint64_t* flag, uint64_t target, uint64_t deadlineNs,
+                                                uint32_t* errorWord, int peer) {
+  return spinFlagAtLeast(
+      flag, target, deadlineNs, [&] { return loadVolatile(errorWord) != 0; }, [&] { reportTimeout(errorWord, peer); });
 }
 
 // Makes this block's earlier global writes visible system-wide before thread 0's next store.

@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kThreads) lamportKernel(P2pLaunch p) {
   if (__syncthreads_or(!ok)) return;
   // 3. clear the buffer read in the previous call
   round.clearPrevious(local, n, me);
-  round.finish(packs * sizeof(Pack));  // padded: peers wrote whole packs
+  round.finish(p, packs * sizeof(Pack));  // padded: peers wrote whole packs
 }
 
 __global__ void fillSentinel(uint32_t* p, size_t words) {
@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(kThreads) fusedLamportKernel(FusedP2pLaunch f)
   }
   // 3. clear the buffer read in the previous call (as the plain kernel)
   round.clearPrevious(local, n, me);
-  round.finish(f.rows * f.hidden * sizeof(T));
+  round.finish(p, f.rows * f.hidden * sizeof(T));
 }
 
 constexpr auto kPlainKernel = [](auto t, auto op, auto v) {

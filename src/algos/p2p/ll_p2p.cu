@@ -180,7 +180,7 @@ __device__ __forceinline__ void llRun(const P2pLaunch& p) {
   }
   // The epoch advances only when every thread of the block got all its lines (a timed-out block
   // leaves it, as the other P2P kernels do; the communicator is poisoned anyway).
-  if (__syncthreads_and(ok) && threadIdx.x == 0) *o.epochPtr = epoch;
+  if (__syncthreads_and(ok)) dev::p2pFinish(p, o.epochPtr, epoch);
 }
 
 struct LlHalves {  // the kernels of launchHalves / preloadHalves (p2p_common.cuh)

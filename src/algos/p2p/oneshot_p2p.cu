@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kThreads) oneshotKernel(Launch l) {
         [&](size_t i) { dst[i] = dev::reduceRanksElem<T, Op>(n, me, src, from, i); });
   }
   __syncthreads();
-  if (threadIdx.x == 0) *epochPtr = epoch;
+  dev::p2pFinish(p, epochPtr, epoch);
 }
 
 constexpr auto kPlainKernel = [](auto t, auto op, auto v) {

@@ -4,6 +4,7 @@
 
 #include "algos/common/call_signature.h"
 #include "common/error.h"
+#include "transports/host_staged.h"
 
 namespace tpcomm {
 
@@ -79,10 +80,12 @@ P2pLaunch P2pAlgorithm::launchParams(const CollArgs& a, int blocks) const {
     b.errorWord = ctx_->asyncError.deviceWord;
     b.timeoutNs = ctx_->timeoutNs();
     b.pdl = ctx_->launch.pdl;
+    b.hostCalls = ctx_->hostStaged ? ctx_->hostStaged->callCounters() : nullptr;
     launchBaseReady_ = true;
   }
   P2pLaunch p = launchBase_;
   static_cast<CallParams&>(p) = callParams(a, ctx_->p2p->rank(), ctx_->p2p->nRanks());
+  p.callNumber = p.hostCalls ? a.callNumber : 0;
   p.blocks = blocks;
   p.signature = ctx_->launch.checkCalls ? callSignature(a, false, compression()) : 0;
   p.kind = static_cast<int>(a.kind);

@@ -7,6 +7,7 @@
 #include "algos/common/device_common.cuh"
 #include "algos/common/launch.cuh"
 #include "algos/p2p/p2p_launch.h"
+#include "common/async_error.h"
 
 namespace tpcomm {
 namespace dev {
@@ -65,8 +66,9 @@ __device__ __forceinline__ uint64_t* epochAt(const P2pLaunch& p, int block) {
 }
 
 // The poison word (P2pLayout::poisonOffset in every rank's buffer). A kernel whose bounded wait
-// for a peer expires writes AsyncError::encode(kTimeout, missing peer) into its own poison word
-// and every peer's (plain stores, made visible by a system fence), and into its error word. Every
+// for a peer expires writes the timeout's code (common/async_error.h: kTimeout, the missing peer,
+// and why it was late, from the peer's host call counter and arrival word) into its own poison
+// word and every peer's (plain stores, made visible by a system fence), and into its error word. Every
 // P2P kernel reads its own poison word after griddepcontrol.wait and before its first push
 // (p2pBegin): once a wait expired, the per-block epochs of the ranks are out of step for good,
 // so a poisoned communicator does nothing (its outputs are left untouched) and reports kTimeout,
@@ -75,8 +77,22 @@ __device__ __forceinline__ uint32_t* poisonAt(char* base, const P2pLayout& l) {
   return reinterpret_cast<uint32_t*>(base + l.poisonOffset);
 }
 
+// The arrival word (P2pLayout::arrivalOffset) of the rank whose buffer is at base: block 0 of
+// every P2P kernel writes arrivalStarted(call) once past its PDL wait (p2pBegin) and
+// arrivalDone(call) at its end (p2pFinish), plain stores into its own buffer. A waiter reads a
+// peer's only when its bound expired: started with this call's number means the peer's kernel was
+// running; anything else (an earlier call, or this call done by a previous replay of a CUDA graph)
+// that it had not started.
+__device__ __forceinline__ uint64_t* arrivalAt(char* base, const P2pLayout& l) {
+  return reinterpret_cast<uint64_t*>(base + l.arrivalOffset);
+}
+
 __device__ __forceinline__ void p2pPoison(const P2pLaunch& p, int missing, Status why = Status::kTimeout) {
-  const uint32_t code = static_cast<uint32_t>(why) | (static_cast<uint32_t>(missing + 1) << 16);
+  uint32_t code = asyncErrorCode(why, missing);
+  if (why == Status::kTimeout && missing >= 0 && p.callNumber != 0)
+    code = timeoutCode(missing, p.callNumber,
+                       *reinterpret_cast<const volatile uint64_t*>(p.hostCalls + missing * kCallCounterWords),
+                       *reinterpret_cast<const volatile uint64_t*>(arrivalAt(p.peers[missing], p.layout)), true);
   for (int r = 0; r < p.nRanks; ++r) *reinterpret_cast<volatile uint32_t*>(poisonAt(p.peers[r], p.layout)) = code;
   __threadfence_system();
   atomicCAS_system(p.errorWord, 0u, code);
@@ -89,12 +105,15 @@ __device__ __forceinline__ bool poisonedNow(const P2pLaunch& p) {
   return v != 0;
 }
 
-// Opening of every P2P kernel, after pdlWait(): false (for the whole block) when the
-// communicator is poisoned (the poison is then copied into this rank's error word, so its host
-// reports it); else the deadline of this call's waits, counted from now: the time spent waiting
-// for the previous kernel (PDL) is not a wait for a peer.
+// Opening of every P2P kernel, after pdlWait(): block 0 records the kernel's start in this rank's
+// arrival word; false (for the whole block) when the communicator is poisoned (the poison is then
+// copied into this rank's error word, so its host reports it); else the deadline of this call's
+// waits, counted from now: the time spent waiting for the previous kernel (PDL) is not a wait for
+// a peer.
 __device__ __forceinline__ bool p2pBegin(const P2pLaunch& p, uint64_t* deadline) {
   __shared__ uint32_t poison;
+  if (threadIdx.x == 0 && blockIdx.x == 0 && p.callNumber != 0)
+    *arrivalAt(p.peers[p.rank], p.layout) = arrivalStarted(p.callNumber);
   if (threadIdx.x == 0) {
     poison = loadVolatile(poisonAt(p.peers[p.rank], p.layout));
     if (poison != 0) atomicCAS_system(p.errorWord, 0u, poison);
@@ -119,16 +138,8 @@ __device__ __forceinline__ bool p2pOpen(const P2pLaunch& p, P2pOpening* o);
 // after poisoning it (naming `peer`). One thread per flag.
 __device__ __forceinline__ bool p2pWaitFlag(const P2pLaunch& p, const uint64_t* flag, uint64_t target,
                                             uint64_t deadlineNs, int peer) {
-  for (uint32_t spin = 0; loadAcquireSys(flag) < target; ++spin) {
-    if ((spin & 1023u) == 1023u) {
-      if (poisonedNow(p)) return false;
-      if (globalTimerNs() > deadlineNs) {
-        p2pPoison(p, peer);
-        return false;
-      }
-    }
-  }
-  return true;
+  return spinFlagAtLeast(
+      flag, target, deadlineNs, [&] { return poisonedNow(p); }, [&] { p2pPoison(p, peer); });
 }
 
 // Call signatures (TPCOMM_CHECK_CALLS=1, on in the GPU tests): ranks that make different calls
@@ -164,6 +175,14 @@ __device__ __forceinline__ bool p2pOpen(const P2pLaunch& p, P2pOpening* o) {
   o->epoch = *o->epochPtr;
   signaturePublish(p, o->epoch + 1);
   return true;
+}
+
+// Closing of every P2P kernel that completed its call, by the whole block: the block's epoch
+// advances and block 0 marks this rank's arrival word done.
+__device__ __forceinline__ void p2pFinish(const P2pLaunch& p, uint64_t* epochPtr, uint64_t epoch) {
+  if (threadIdx.x != 0) return;
+  *epochPtr = epoch;
+  if (blockIdx.x == 0 && p.callNumber != 0) *arrivalAt(p.peers[p.rank], p.layout) = arrivalDone(p.callNumber);
 }
 
 // Whole block: false (reported) on a mismatch, a timeout or poison.
@@ -357,13 +376,11 @@ struct LamportRound {
     }
   }
 
-  // Last: the block's epoch advances and block 0 records the bytes buf carried this call.
-  __device__ __forceinline__ void finish(uint64_t usedBytes) const {
+  // Last: the block's epoch advances (p2pFinish) and block 0 records the bytes buf carried this call.
+  __device__ __forceinline__ void finish(const P2pLaunch& p, uint64_t usedBytes) const {
     __syncthreads();
-    if (threadIdx.x == 0) {
-      *epochPtr = epoch;
-      if (blockIdx.x == 0) used[buf] = usedBytes;
-    }
+    if (threadIdx.x == 0 && blockIdx.x == 0) used[buf] = usedBytes;
+    p2pFinish(p, epochPtr, epoch);
   }
 };
 

@@ -21,6 +21,12 @@ struct P2pLaunch : CallParams {
   int pdl;             // launched with programmatic dependent launch (sm_90+)
   uint32_t signature;  // the call's signature (TPCOMM_CHECK_CALLS), 0: not checked
   int kind;            // CollKind: all-reduce, or (twoshot_p2p, ll_p2p) reduce-scatter / all-gather
+  // Why a peer was late, when a wait for it expires (common/async_error.h): this call's number
+  // (CollArgs::callNumber; 0: unknown) and every rank's host call counter, rank r's at
+  // hostCalls[r * kCallCounterWords] (the host segment's, HostStagedTransport::callCounters; null
+  // without one).
+  uint64_t callNumber;
+  const uint64_t* hostCalls;
 };
 
 /// Whether the kernels can use 16-byte vectors for these buffers.

@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) twoshotKernel(P2pLaunch p) {
     }
   }
   __syncthreads();
-  if (threadIdx.x == 0) *o.epochPtr = epoch;
+  dev::p2pFinish(p, o.epochPtr, epoch);
 }
 
 }  // namespace
@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kThreads) fusedTwoshotKernel(FusedP2pLaunch f)
     }
   }
   __syncthreads();
-  if (threadIdx.x == 0) *o.epochPtr = epoch;
+  dev::p2pFinish(p, o.epochPtr, epoch);
 }
 
 constexpr auto kPlainKernel = [](auto t, auto op, auto v) {

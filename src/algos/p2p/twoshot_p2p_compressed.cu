@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kThreads) twoshotCompressedKernel(P2pLaunch p)
     }
   }
   __syncthreads();
-  if (threadIdx.x == 0) *o.epochPtr = epoch;
+  dev::p2pFinish(p, o.epochPtr, epoch);
 }
 
 constexpr auto kKernel = [](auto t, auto f) {

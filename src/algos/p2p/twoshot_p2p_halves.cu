@@ -114,7 +114,7 @@ __device__ __forceinline__ void halvesRun(const P2pLaunch& p) {
     }
   }
   __syncthreads();
-  if (threadIdx.x == 0) *o.epochPtr = epoch;
+  dev::p2pFinish(p, o.epochPtr, epoch);
 }
 
 struct TwoshotHalves {  // the kernels of launchHalves / preloadHalves (p2p_common.cuh)

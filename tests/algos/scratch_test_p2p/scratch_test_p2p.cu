@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(kThreads) scratchTestKernel(P2pLaunch p) {
   auto from = [&](int r) { return slot(me, r); };
   for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) dst[i] = dev::reduceRanksElem<T, Op>(n, me, src, from, i);
   __syncthreads();
-  if (threadIdx.x == 0) *o.epochPtr = epoch;
+  dev::p2pFinish(p, o.epochPtr, epoch);
 }
 
 // One instantiation per dtype and op (no vector variant).
