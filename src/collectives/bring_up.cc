@@ -369,6 +369,9 @@ Status checkResidency(Bootstrap& bs, const AlgoContext& c) {
 Status bringUpTransports(Bootstrap& bs, const Config& config, const std::vector<std::unique_ptr<Algorithm>>& algos,
                          AlgoContext* c, TransportReport* report) {
   TPCOMM_TRY(bringUpHostStaged(bs, c, report));
+  // GPU ranks report a failure any rank's staged_host kernel published in the segment, also where
+  // this rank's own kernel never saw it (a late rank whose call came after its peers gave up).
+  if (c->hostStaged && c->device >= 0) c->asyncError.shared = c->hostStaged->poisonWord();
   if (c->device >= 0) {
     const TransportNeeds needs = allNeeds(algos, c->nRanks);
     TPCOMM_TRY(bringUpP2p(bs, c, needs, report));

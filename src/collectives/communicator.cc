@@ -360,6 +360,14 @@ Status Communicator::abort() {
   if (c.asyncError.word && *c.asyncError.word == 0) *c.asyncError.word = AsyncError::encode(Status::kRemoteError, -1);
 #ifdef TPCOMM_HAVE_CUDA
   if (c.device >= 0) {
+    // The host segment's failure word (host memory, every rank's GPU and host read it): a peer's
+    // staged_host kernel spinning on this rank's flags ends now, and its host reports that rank
+    // c.rank aborted. First failure wins: an earlier timeout's code stays.
+    if (c.hostStaged) {
+      uint32_t none = 0;
+      __atomic_compare_exchange_n(c.hostStaged->poisonWord(), &none, AsyncError::encode(Status::kRemoteError, c.rank),
+                                  false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    }
     if (c.p2p) {
       // Every rank's poison word, peers' too: a peer spinning on this rank's flags ends now and
       // reports that rank c.rank aborted, instead of waiting out its timeout (and, where ranks

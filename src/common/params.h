@@ -62,7 +62,7 @@ namespace tpcomm {
   X(AllowSharedDevice, "ALLOW_SHARED_DEVICE", "0", kBool, 0, 1, "let createGroup put several ranks on one GPU (tests: proves the multi-rank protocols on one GPU, not their speed)") \
   X(Deterministic, "DETERMINISTIC", "0", kBool, 0, 1, "1: only algorithms that keep the determinism contract (docs/determinism.md); a call none can serve fails instead of falling back to NCCL") \
   X(Compression, "COMPRESSION", "none", kText, 0, 0, "compressed all-reduce: none, fp8 (e4m3) or int8 (block-scaled, opt-in, bf16/f16/f32 sums only; docs/compression.md). Same on every rank") \
-  X(CheckCalls, "CHECK_CALLS", "0", kBool, 0, 1, "GPU P2P paths: every rank checks that all ranks make the same call (count, dtype, op, fused) before touching data (a debug mode; host paths always check)")
+  X(CheckCalls, "CHECK_CALLS", "0", kBool, 0, 1, "GPU paths (the P2P kernels, staged_host's kernels): every rank checks that all ranks make the same call (count, dtype, op, fused, wire format) before touching data (a debug mode; host paths always check)")
 
 enum class ParamId : int {
 #define TPCOMM_PARAM_ENUM(id, name, def, kind, lo, hi, help) k##id,

@@ -2,13 +2,16 @@
 // included) at the run's rank count (TPCOMM_TEST_RANKS, rankDevices()) under the faults a
 // deployment meets. Each case first makes one sound call and keeps its output as "right"
 // (checked against the exact host reference where the algorithm is exact), then:
-//   - LateBeyondBound: one rank (first, middle or last) starts 400 ms late, the bound is 150 ms:
-//     every rank reports kTimeout (the late one too), outputs are right or untouched, the
-//     waiters' messages name the late rank; then 20 eager calls (refused with kTimeout) and 20
-//     replays of graphs captured before the fault (right or untouched, never a wrong value);
+//   - LateBeyondBound: one rank (first, middle or last) starts 400 ms late (its call made at once,
+//     its kernel queued behind a 400 ms kernel), the bound is 150 ms: every rank reports kTimeout
+//     (the late one too), outputs are right or untouched, every rank's message names the late
+//     rank and says it made the call but its kernel had not started; then 20 eager calls
+//     (refused with kTimeout) and 20 replays of graphs captured before the fault (right or
+//     untouched, never a wrong value);
 //   - LateWithinBound: the same rank 30 ms late under a 3 s bound: kOk and right;
 //   - TwoStreams: 40 calls alternating between two streams with no user synchronisation;
-//   - MismatchedCall: the last rank asks for half the count: every rank gets an error;
+//   - MismatchedCall: the last rank asks for half the count (TPCOMM_CHECK_CALLS=1, the GPU tests'
+//     main): every rank reports kInvalidArgument, "a call differed from rank ...", outputs untouched;
 //   - AbortWhilePeersSpin: rank 0 never calls, the others spin; aborting every rank ends within
 //     the bound (3 s) plus 2 s;
 //   - SpecialValues (uncompressed): +-0, NaN and +-Inf spread over the ranks: the host
@@ -258,11 +261,17 @@ TEST_P(FaultMatrix, LateBeyondBound) {
   for (int r = 0; r < n; ++r) ASSERT_EQ(w->issue(r, w->g->streams[r]), Status::kOk) << tpcomm::lastErrorMessage();
   ASSERT_NO_FATAL_FAILURE(w->syncAll());
   expectRightOrUntouched(*w, right, "in the faulty call");
+  // Every rank, the late one included, says why: its host made the call (its call counter was
+  // up to date) but its kernel had not started (its arrival word was an earlier call's).
+  const std::string why = "rank " + std::to_string(late) + " made the call but its kernel had not started after 150 ms";
   for (int r = 0; r < n; ++r) {
     EXPECT_EQ(w->g->comms[r]->checkError(), Status::kTimeout) << "rank " << r << " (late: " << late << ")";
     const std::string msg = tpcomm::lastErrorMessage();
     if (r != late)
-      EXPECT_NE(msg.find("rank " + std::to_string(late)), std::string::npos) << "rank " << r << ": " << msg;
+      EXPECT_NE(msg.find("waiting for rank " + std::to_string(late)), std::string::npos) << "rank " << r << ": " << msg;
+    else
+      EXPECT_NE(msg.find("waiting for this rank"), std::string::npos) << "rank " << r << ": " << msg;
+    EXPECT_NE(msg.find(why), std::string::npos) << "rank " << r << ": " << msg;
   }
   for (int i = 0; i < 20; ++i) {
     w->reset();
@@ -333,10 +342,17 @@ TEST_P(FaultEach, MismatchedCall) {
   std::vector<Status> called(n);
   for (int r = 0; r < n; ++r) called[r] = w->issue(r, w->g->streams[r], r == n - 1 ? full / 2 : full);
   ASSERT_NO_FATAL_FAILURE(w->syncAll());
+  const std::vector<uint8_t> untouched(w->outCount * kEs, 0xff);
   for (int r = 0; r < n; ++r) {
     const Status later = w->g->comms[r]->checkError();
+    const std::string msg = tpcomm::lastErrorMessage();
     EXPECT_TRUE(called[r] != Status::kOk || later != Status::kOk)
         << "rank " << r << " got no error for a call the last rank made with half the count";
+    if (called[r] != Status::kOk) continue;  // refused at the call: nothing ran
+    EXPECT_EQ(later, Status::kInvalidArgument) << "rank " << r << ": " << msg;
+    EXPECT_NE(msg.find("a call differed from rank"), std::string::npos) << "rank " << r << ": " << msg;
+    EXPECT_TRUE(w->download(r, w->out[r], w->outCount * kEs) == untouched)
+        << "rank " << r << " wrote its output in a call whose ranks differed";
   }
 }
 

@@ -24,7 +24,7 @@ struct LaunchSettings {
   int twoshotBlocks = 0;      ///< TPCOMM_TWOSHOT_BLOCKS
   int fusedBlocksPerRow = 0;  ///< TPCOMM_FUSED_BLOCKS_PER_ROW
   bool pdl = false;           ///< programmatic dependent launch (sm_90+, TPCOMM_PDL)
-  bool checkCalls = false;    ///< TPCOMM_CHECK_CALLS: the P2P kernels compare call signatures
+  bool checkCalls = false;    ///< TPCOMM_CHECK_CALLS: the GPU kernels (P2P, staged_host) compare call signatures
 };
 
 struct AlgoContext {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "algos/common/algorithm.h"
+#include "algos/common/call_signature.h"
 #include "algos/compressed/quantize.h"
 #include "algos/host/host_reduce.h"
 #include "algos/staged_host/staged_host_ce.h"
@@ -335,6 +336,12 @@ Status StagedHost::runDevice(const CollArgs& a) {
   p.consumed = t.consumedFlags();
   p.errorWord = ctx_->asyncError.deviceWord;
   p.timeoutNs = ctx_->timeoutNs();
+  p.poison = t.poisonWord();
+  p.callNumber = a.callNumber;
+  p.hostCalls = t.callCounters();
+  p.arrivals = t.arrivalWords();
+  p.signature = ctx_->launch.checkCalls ? callSignature(a, false, wire_) : 0;
+  p.signatures = t.signatureFlags();
   if (wire_ != Compression::kNone) {
     // Compressed: the SM kernel's chunks are blocks x quantBlocks quantization blocks (codes +
     // scales fill each piece of a slot; staged_host_compressed.cu).
@@ -363,7 +370,6 @@ Status StagedHost::runDevice(const CollArgs& a) {
   }
   // Sequence numbers are taken only once the call is sure to launch, so every rank takes the same.
   p.seqBase = t.takeSequence((a.count + chunkElems - 1) / chunkElems);
-  p.poison = t.poisonWord();
   if (copyEngines) return TPCOMM_CUDA_ONLY(runStagedCopyEngines(t, p, es, compressed, chunkElems, a.stream));
   return compressed ? TPCOMM_CUDA_ONLY(launchStagedCompressed(p, a.stream))
                     : TPCOMM_CUDA_ONLY(launchStagedDevice(p, a.stream));

@@ -16,11 +16,29 @@
 // for every block's flag instead cost 4.7-5.4x the copy bound on 2x H200.) Sequence numbers grow
 // across calls, so no flag is ever reset and a stale flag can never satisfy a wait. Peer data is
 // read with ld.global.cv: the slot was rewritten over PCIe since this GPU may last have cached it.
+//
+// Failures (staged_device.cuh). Block 0 first sets this rank's arrival word (host memory) to
+// arrivalStarted(call). Every wait is bounded by TPCOMM_TIMEOUT_MS and polls the segment's failure
+// word and this rank's error word. A wait that expires publishes kTimeout, the missing rank and
+// why it was late (its host call counter and arrival word) into the failure word, then into the
+// error word, and its block leaves; every other block of every rank leaves at its next poll, and
+// every reducer reads both words before its first chunk reads a peer's slot, so a rank that
+// starts after its peers gave up writes no output and reports their failure. What a timeout
+// leaves: outputs untouched, or (a failure in the middle of a call) written piece by piece up to
+// the chunk each reducer reached, every written element right (a reducer reads a slot only after
+// its ready flag, and a publisher rewrites a piece only after every rank's consumed flag); the
+// flags stay at the last published sequence; every rank's host reports kTimeout on this and every
+// later call (the error word or, where this rank's kernel never saw it, the failure word).
+// TPCOMM_CHECK_CALLS: publisher b writes the call's signature beside ready[me][slot][b] before
+// releasing it; reducer b compares every peer's with its own after acquiring that peer's flag and
+// before reading its data; a mismatch is published as kInvalidArgument naming the peer, and no
+// output is written.
 #include <cuda_runtime.h>
 
 #include "algos/common/device_common.cuh"
 #include "algos/common/launch.cuh"
 #include "algos/host/host_reduce.h"
+#include "algos/staged_host/staged_device.cuh"
 #include "algos/staged_host/staged_host.h"
 #include "algos/staged_host/staged_pieces.h"
 
@@ -41,6 +59,7 @@ __global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLa
   constexpr int kEpp = PackOf<T>::kElems;
   const T* src = static_cast<const T*>(p.send);
   T* dst = static_cast<T*>(p.recv);
+  if (blockIdx.x == 0 && threadIdx.x == 0) dev::stagedArrive(p);
 
   for (size_t c = 0; c < chunks; ++c) {
     const uint64_t seq = p.seqBase + c + 1;
@@ -64,14 +83,7 @@ __global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLa
     const size_t perRank = static_cast<size_t>(p.nSlots) * p.blocks;
 
     if (publisher) {
-      // Block b's bytes of this slot are read only by reducer b of every rank (the split is the
-      // same in every use), so every rank's consumed[r][slot][b] >= seq - S frees them. One
-      // thread per rank: the flags are in host memory and each poll is a PCIe round trip.
-      bool mine = true;
-      if (seq > static_cast<uint64_t>(p.nSlots))
-        for (int r = threadIdx.x; r < n && mine; r += kThreads)
-          mine = dev::waitFlagAtLeast(p.consumed + r * perRank + flagIdx, seq - p.nSlots, deadline, p.errorWord, r);
-      if (!__syncthreads_and(mine)) return;
+      if (!dev::stagedPieceFree(p, perRank, flagIdx, seq, deadline)) return;
       T* out = slotOf(me);
       if (kVec) {
         size_t vend = pb + (pe - pb) / kEpp * kEpp;
@@ -82,12 +94,9 @@ __global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLa
         for (size_t i = pb + threadIdx.x; i < pe; i += kThreads) out[i] = src[c0 + i];
       }
       dev::blockReleaseFence();
-      if (threadIdx.x == 0) dev::storeReleaseSys(p.ready + me * perRank + flagIdx, seq);
+      dev::stagedPublish(p, perRank, flagIdx, seq);
     } else {
-      bool mine = true;  // one thread per rank's flag, as above
-      for (int r = threadIdx.x; r < n && mine; r += kThreads)
-        mine = dev::waitFlagAtLeast(p.ready + r * perRank + flagIdx, seq, deadline, p.errorWord, r);
-      if (!__syncthreads_and(mine)) return;
+      if (!dev::stagedChunkReady(p, perRank, flagIdx, seq, deadline, c == 0)) return;
       size_t vend = kVec ? pb + (pe - pb) / kEpp * kEpp : pb;
       for (size_t i = pb + threadIdx.x * kEpp; i < vend; i += kThreads * kEpp) {
         float acc[kEpp];
@@ -110,7 +119,7 @@ __global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLa
         dst[c0 + i] = dev::Elem<T>::fromFloat(acc);
       }
       dev::blockReleaseFence();
-      if (threadIdx.x == 0) dev::storeReleaseSys(p.consumed + me * perRank + flagIdx, seq);
+      dev::stagedConsumed(p, perRank, flagIdx, seq);
     }
   }
 }

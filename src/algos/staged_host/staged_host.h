@@ -32,7 +32,18 @@ struct StagedDeviceLaunch : CallParams {
   int format;
   size_t quantBlocks;
   char* twin;        // this rank's slots in device memory (HostStagedTransport::deviceTwin): its own codes
-  uint32_t* poison;  // copy-engine mode: the segment's shared failure word (HostStagedTransport::poisonWord)
+  uint32_t* poison;  // the segment's failure word, every rank's (HostStagedTransport::poisonWord)
+  // Why a peer was late when a wait for it expires (common/async_error.h): this call's number
+  // (CollArgs::callNumber), every rank's host call counter (rank r's at r * kCallCounterWords) and
+  // every rank's arrival word, which this rank's kernel sets to arrivalStarted(callNumber) as it
+  // starts (the segment's).
+  uint64_t callNumber;
+  const uint64_t* hostCalls;
+  uint64_t* arrivals;
+  // TPCOMM_CHECK_CALLS: the call's signature (callSignature; 0: not checked) and the words beside
+  // the ready flags where publishers put it (HostStagedTransport::signatureFlags, same index).
+  uint32_t signature;
+  uint64_t* signatures;
 };
 
 /// The SM kernels' grid: p.blocks publishers, then p.blocks reducers; no PDL (not graph-capturable

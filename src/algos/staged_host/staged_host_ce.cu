@@ -19,24 +19,34 @@
 //             ceFlags waits ready[r][s][*] >= seq for every r (r = me: this rank's twin and its
 //             input chunk were read) -> cudaMemcpyAsync H2D of every peer's host slot into part
 //             r of inbox i -> event `fetched`.
-//   reduce:   after `fetched`: ceReduce / ceSum reads only device memory (input or twin for this
-//             rank, inbox i for the peers), sums in rank order in fp32 and writes the output chunk
-//             -> ceFlags releases consumed[me][s][*] = seq -> event reduced[i].
+//   reduce:   after `fetched`: ceReduce / ceSum reads the two failure words, then only device
+//             memory (input or twin for this rank, inbox i for the peers), sums in rank order in
+//             fp32 and writes the output chunk -> ceFlags releases consumed[me][s][*] = seq ->
+//             event reduced[i].
 // The call's stream forks all four (event `fork`) and waits for each of them (events joined[]).
 // Flags are staged_host's (per rank, slot and block, sequence numbers growing across calls), and
 // a slot is released for all its blocks at once, so a call too long for this mode (more than
 // kCeMaxChunks chunks: staged_host.cc runs the SM kernel) and the calls around it share slots,
 // flags and sequence numbers. Not CUDA-graph capturable (the sequence numbers are taken on the
 // host per call).
-// Timeouts. Every wait is bounded by TPCOMM_TIMEOUT_MS. Unlike a kernel, a stream cannot skip its
-// copies once a wait failed: the rank that timed out goes on copying into slots its peers may
-// still read, and those peers' waits (>=) can be satisfied by later sequence numbers. So a failed
-// wait writes the error word naming the peer and also the segment's poison word (host memory,
-// every rank's GPU sees it), before anything later on its stream runs; every ceFlags kernel first
-// reads both, copies the poison into its own error word, and then neither releases nor waits.
-// A rank whose copy in raced such an overwrite checks the poison after that copy (the consumed
-// release follows the copy in and the sum), so it fails the same call: every rank reports kTimeout on this
-// call and every later one, and an output that raced is never reported as kOk.
+// Failures (staged_device.cuh). Every wait is bounded by TPCOMM_TIMEOUT_MS. Unlike a kernel, a
+// stream cannot skip its copies once a wait failed: the rank that timed out goes on copying into
+// slots its peers may still read, and those peers' waits (>=) can be satisfied by later sequence
+// numbers. So a failed wait publishes its code (kTimeout, the peer, why the peer was late) in the
+// segment's failure word (host memory, every rank's GPU and host see it) and then in its error
+// word, before anything later on its stream runs; a flags kernel that finds this rank's error
+// word set by anything else copies it into the failure word too (this rank stops guarding its
+// slots). Every ceFlags kernel first records this rank's arrival word and reads both words; once
+// either is set it neither releases nor waits (the failure word copied into this rank's error
+// word). The reduce and sum kernels read both words first too and then write nothing, so an
+// output is right or untouched whatever its chunk's copies in brought (the fetch's wait may have
+// been skipped). A rank whose copy in raced an overwrite and whose reduce kernel started before
+// the failure was published sees it at the consumed release that follows, so it fails the same
+// call: every rank reports kTimeout on this call and every later one, and an output that raced is
+// never reported as kOk. TPCOMM_CHECK_CALLS: the flags kernel that releases ready[me][s][*] first
+// writes the call's signature beside each flag; the one that waits for every rank's ready flags
+// compares every peer's signature with its own (a mismatch: kInvalidArgument naming the peer,
+// published as above, and the reduce kernels then write nothing).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -46,6 +56,7 @@
 #include "algos/common/launch.cuh"
 #include "algos/compressed/quantize.h"
 #include "algos/compressed/quantize_warp.cuh"
+#include "algos/staged_host/staged_device.cuh"
 #include "algos/staged_host/staged_host.h"
 #include "algos/staged_host/staged_host_ce.h"
 #include "algos/staged_host/staged_pieces.h"
@@ -63,41 +74,64 @@ using dev::Wire;
 
 constexpr int kB = kQuantBlockElems;
 
+// This rank stops guarding its slots (its streams go on copying): its error word, whatever set
+// it, into the failure word, so every rank fails (first failure wins). One thread.
+__device__ __forceinline__ void ceStop(const StagedDeviceLaunch& p) {
+  const uint32_t mine = dev::loadVolatile(p.errorWord);
+  if (mine != 0) atomicCAS_system(p.poison, 0u, mine);
+}
+
 // Optionally releases release[me][slot][*] = value (after this rank's earlier work on the stream,
-// which completed before this kernel started), then waits wait[r][slot][*] >= target for every
-// rank r. One block; thread i takes flags i, i + blockDim.x, ...
+// which completed before this kernel started; ready's with the call's signature beside it, checks
+// on), then waits wait[r][slot][*] >= target for every rank r (ready's: then compares every peer's
+// signature). One block; thread i takes flags i, i + blockDim.x, ...
 __global__ void ceFlagsKernel(StagedDeviceLaunch p, uint64_t* release, uint64_t value, const uint64_t* wait,
                               uint64_t target, int slot) {
   const int B = p.blocks, n = p.nRanks;
   const size_t perRank = static_cast<size_t>(p.nSlots) * B;
   __shared__ int failed;
   if (threadIdx.x == 0) {  // a failed wait anywhere ends the protocol (the opening comment)
-    const uint32_t poison = dev::loadVolatile(p.poison);
-    if (poison != 0) atomicCAS_system(p.errorWord, 0u, poison);
-    failed = poison != 0 || dev::loadVolatile(p.errorWord) != 0;
+    dev::stagedArrive(p);
+    failed = dev::stagedFailed(p);
+    if (failed) ceStop(p);
   }
   __syncthreads();
   if (failed) return;
   if (release) {
     __threadfence_system();
-    for (int b = threadIdx.x; b < B; b += blockDim.x)
-      dev::storeReleaseSys(release + p.rank * perRank + static_cast<size_t>(slot) * B + b, value);
+    for (int b = threadIdx.x; b < B; b += blockDim.x) {
+      const size_t i = p.rank * perRank + static_cast<size_t>(slot) * B + b;
+      if (release == p.ready) dev::stagedSignaturePublish(p, i, value);
+      dev::storeReleaseSys(release + i, value);
+    }
   }
   if (!wait) return;
   const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
-  for (int i = threadIdx.x; i < n * B; i += blockDim.x) {
-    const int r = i / B, b = i % B;
-    if (!dev::waitFlagAtLeast(wait + r * perRank + static_cast<size_t>(slot) * B + b, target, deadline, p.errorWord, r)) {
-      atomicCAS_system(p.poison, 0u, dev::loadVolatile(p.errorWord));  // done before this kernel ends
+  for (int k = threadIdx.x; k < n * B; k += blockDim.x) {
+    const int r = k / B, b = k % B;
+    const size_t i = r * perRank + static_cast<size_t>(slot) * B + b;
+    if (!dev::stagedWait(p, wait + i, target, deadline, r) ||
+        (wait == p.ready && r != p.rank && !dev::stagedSignatureCheck(p, i, target, r))) {
+      ceStop(p);  // done before this kernel ends
       return;
     }
   }
+}
+
+// Opening of the reduce and sum kernels, whole block: false once any rank failed (this chunk's
+// copies in may then hold anything: the fetch's wait may have been skipped).
+__device__ __forceinline__ bool ceMayWrite(const StagedDeviceLaunch& p) {
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = dev::stagedFailed(p);
+  __syncthreads();
+  return !failed;
 }
 
 // Plain reduce of elements [c0, c0 + len): this rank's from the input, peer r's from inbox r.
 template <typename T, int Op, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     ceReduceKernel(StagedDeviceLaunch p, const char* inbox, size_t c0, size_t len) {
+  if (!ceMayWrite(p)) return;
   constexpr int kEpp = PackOf<T>::kElems;
   const T* src = static_cast<const T*>(p.send) + c0;
   T* dst = static_cast<T*>(p.recv) + c0;
@@ -149,6 +183,7 @@ __global__ void __launch_bounds__(kThreads) ceQuantizeKernel(StagedDeviceLaunch 
 template <typename T, int F>
 __global__ void __launch_bounds__(kThreads)
     ceSumKernel(StagedDeviceLaunch p, const char* inbox, size_t c0, size_t len, int slot) {
+  if (!ceMayWrite(p)) return;
   T* dst = static_cast<T*>(p.recv) + c0;
   const Wire own = denseWire(p.twin + static_cast<size_t>(slot) * p.chunkBytes, len);
   auto wireOf = [&](int r) { return denseWire(inbox + r * p.chunkBytes, len); };

@@ -32,11 +32,18 @@
 // this rank's reducer b for the twin, is done). Sequence
 // numbers grow across calls (the host's takeSequence), so no flag is ever reset and a stale flag
 // can never satisfy a wait.
-// Timeouts: every wait is bounded by TPCOMM_TIMEOUT_MS; on expiry the waiting block writes the
-// communicator's error word (naming the peer) and leaves, and so does every other block at its
-// next poll of a flag (waitFlagAtLeast reads the error word). Outputs are then partly written,
-// the slots' flags stay at the last published sequence, and the host reports kTimeout on this
-// and every later call (the async error word), as for staged_host.
+// Failures, as staged_host.cu's (staged_device.cuh): block 0 sets this rank's arrival word as the
+// kernel starts; every wait is bounded by TPCOMM_TIMEOUT_MS and polls the segment's failure word
+// and this rank's error word; on expiry the waiting block publishes kTimeout, the missing rank
+// and why it was late into the failure word, then into its error word, and leaves, and every
+// other block of every rank leaves at its next poll. Every reducer reads both words before its
+// first chunk reads a peer's codes, so a rank that starts after its peers gave up writes no
+// output. Outputs are then untouched or written up to the chunk each reducer reached (every
+// written element right), the slots' flags stay at the last published sequence, and every rank's
+// host reports kTimeout on this and every later call. TPCOMM_CHECK_CALLS: publisher b writes the
+// call's signature beside ready[me][slot][b] before releasing it, reducer b compares every
+// peer's with its own before reading its codes (a mismatch: kInvalidArgument naming the peer, no
+// output written).
 // In place is safe: reducer b writes elements of chunk c only after publisher b of its own rank
 // read them (ready[me][slot][b]), and the reducer never reads the input.
 // Alignment: code addresses are 16-byte aligned, so whole blocks move as 16-byte loads and stores:
@@ -50,6 +57,7 @@
 #include "algos/common/launch.cuh"
 #include "algos/compressed/quantize.h"
 #include "algos/compressed/quantize_warp.cuh"
+#include "algos/staged_host/staged_device.cuh"
 #include "algos/staged_host/staged_host.h"
 #include "algos/staged_host/staged_pieces.h"
 #include "common/error.h"
@@ -78,6 +86,7 @@ __global__ void __launch_bounds__(kThreads) stagedCompressedKernel(StagedDeviceL
   stagedPiece(p.chunkBytes, p.blocks, b, &ub, &ue);
   const size_t pieceOff = ub * kStagedUnitBytes;
   const size_t perRank = static_cast<size_t>(p.nSlots) * p.blocks;
+  if (blockIdx.x == 0 && threadIdx.x == 0) dev::stagedArrive(p);
 
   for (size_t c = 0; c < chunks; ++c) {
     const uint64_t seq = p.seqBase + c + 1;
@@ -96,11 +105,7 @@ __global__ void __launch_bounds__(kThreads) stagedCompressedKernel(StagedDeviceL
     const size_t flagIdx = static_cast<size_t>(slot) * p.blocks + b;
 
     if (publisher) {
-      bool mine = true;  // piece b of this slot is free once every rank's reducer b is done with it
-      if (seq > static_cast<uint64_t>(p.nSlots))
-        for (int r = threadIdx.x; r < n && mine; r += kThreads)
-          mine = dev::waitFlagAtLeast(p.consumed + r * perRank + flagIdx, seq - p.nSlots, deadline, p.errorWord, r);
-      if (!__syncthreads_and(mine)) return;
+      if (!dev::stagedPieceFree(p, perRank, flagIdx, seq, deadline)) return;
       const Wire to = wireOf(me), twin = twinWire();
       forBlocks([&](size_t k, int m) {
         float x[kPerLane];
@@ -110,12 +115,9 @@ __global__ void __launch_bounds__(kThreads) stagedCompressedKernel(StagedDeviceL
         dev::storeCodes(codes, m, twin, k - lo, (k - lo) / kB);
       });
       dev::blockReleaseFence();
-      if (threadIdx.x == 0) dev::storeReleaseSys(p.ready + me * perRank + flagIdx, seq);
+      dev::stagedPublish(p, perRank, flagIdx, seq);
     } else {
-      bool mine = true;
-      for (int r = threadIdx.x; r < n && mine; r += kThreads)
-        mine = dev::waitFlagAtLeast(p.ready + r * perRank + flagIdx, seq, deadline, p.errorWord, r);
-      if (!__syncthreads_and(mine)) return;
+      if (!dev::stagedChunkReady(p, perRank, flagIdx, seq, deadline, c == 0)) return;
       const Wire twin = twinWire();
       forBlocks([&](size_t k, int m) {
         float acc[kPerLane];
@@ -127,7 +129,7 @@ __global__ void __launch_bounds__(kThreads) stagedCompressedKernel(StagedDeviceL
         dev::storeBlock(dst + c0 + k, m, back);
       });
       dev::blockReleaseFence();
-      if (threadIdx.x == 0) dev::storeReleaseSys(p.consumed + me * perRank + flagIdx, seq);
+      dev::stagedConsumed(p, perRank, flagIdx, seq);
     }
   }
 }
