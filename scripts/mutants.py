@@ -53,6 +53,17 @@ MUTANTS = [
      "  if (!p.signature) return true;\n  __shared__ int bad;",
      "  return true;\n  __shared__ int bad;",
      "All/FaultEach.MismatchedCall/*"),
+    # A staged_host kernel's expired wait tells only its own rank: the late rank's kernel never
+    # sees the failure and its host reports kOk (the copy-engine mode's flags kernels still
+    # publish theirs, so only the SM kernels' cases fail).
+    ("staged_timeout_unpublished", 13, "src/algos/staged_host/staged_device.cuh",
+     "  atomicCAS_system(p.poison, 0u, code);\n  __threadfence_system();\n  atomicCAS_system(p.errorWord, 0u, code);",
+     "  __threadfence_system();\n  atomicCAS_system(p.errorWord, 0u, code);",
+     "All/FaultMatrix.LateBeyondBound/staged*"),
+    ("staged_signature_unchecked", 7, "src/algos/staged_host/staged_device.cuh",
+     "  if (!p.signature) return true;\n  if (*reinterpret_cast<const volatile uint64_t*>(p.signatures + i)",
+     "  return true;\n  if (*reinterpret_cast<const volatile uint64_t*>(p.signatures + i)",
+     "All/FaultEach.MismatchedCall/staged*"),
 ]
 
 # GPU mutants whose tests live in another binary, in the CPU table's form (run with the GPU ones).
@@ -191,6 +202,17 @@ CPU_MUTANTS = [
                  "      if (h->arrivedRound[r].load(std::memory_order_relaxed) != static_cast<uint32_t>(round + 1)) {",
                  "      if (r == rank_) {")],
          targets=["tpcomm_unit_timeout"], tests=[("ctest", "^tpcomm_unit_timeout$")]),
+    # 10: the host's call counter never advances: a timeout cannot say whether the late rank's
+    # host had made the call.
+    dict(name="host_calls_uncounted", item=10,
+         edits=[("src/collectives/call_path.cc", "  if (c.hostStaged) a.callNumber = c.hostStaged->beginCall();\n", "")],
+         targets=["tpcomm_fault_staged_late_rank", "tpcomm_unit_timeout"],
+         tests=[("ctest", "^tpcomm_fault_staged_late_rank$"), ("ctest", "^tpcomm_unit_timeout$")]),
+    # 10: a kernel's arrival word ignored: a rank whose kernel had not started reads as one that
+    # was running.
+    dict(name="lateness_arrival_ignored", item=10,
+         edits=[("src/common/async_error.h", "         : peerArrival != arrivalStarted(call) ?", "         : false ?")],
+         targets=["tpcomm_unit_core"], tests=[("gtest", "tests/unit/tpcomm_unit_core", "AsyncError.*")]),
     # 11: every rank contributes an n x n block to the topology allGather (n^3 in all); the rows
     # still land right, so only the test's size bound can tell.
     dict(name="topology_exchange_n3", item=11,
