@@ -236,8 +236,8 @@ CPU_MUTANTS = [
     # 12: the doctor does not report TPCOMM_DEBUG=garbage.
     dict(name="doctor_debug_unreported", item=12,
          edits=[("src/common/params.cc",
-                 "  if (id == ParamId::kDebug || id == ParamId::kDebugSubsys) return logConfigProblem(id == ParamId::kDebug, p.value);\n",
-                 "")],
+                 "      return logConfigProblem(id == ParamId::kDebug, p.value);\n    case ParamId::kCompression:",
+                 "      return \"\";\n    case ParamId::kCompression:")],
          targets=["tpcomm-doctor"], tests=[("ctest", "^doctor_bad_params$")]),
     # 12: a config whose q|k|v width overflows int is accepted.
     dict(name="qwen_qkv_int_overflow", item=12,
