@@ -118,5 +118,18 @@ __device__ __forceinline__ void stagedConsumed(const StagedDeviceLaunch& p, size
   if (threadIdx.x == 0) storeReleaseSys(p.consumed + p.rank * perRank + i, seq);
 }
 
+// Chunk c of a call: its sequence number, its slot, and its elements [c0, c0 + len) of a
+// message of `count` elements cut into chunks of chunkElems.
+struct StagedChunk {
+  uint64_t seq;
+  int slot;
+  size_t c0, len;
+};
+__device__ __forceinline__ StagedChunk stagedChunk(const StagedDeviceLaunch& p, size_t c, size_t chunkElems) {
+  const size_t c0 = c * chunkElems;
+  return {p.seqBase + c + 1, static_cast<int>((p.seqBase + c) % p.nSlots), c0,
+          p.count - c0 < chunkElems ? p.count - c0 : chunkElems};
+}
+
 }  // namespace dev
 }  // namespace tpcomm

@@ -62,10 +62,10 @@ __global__ void __launch_bounds__(kThreads) stagedAllReduceKernel(StagedDeviceLa
   if (blockIdx.x == 0 && threadIdx.x == 0) dev::stagedArrive(p);
 
   for (size_t c = 0; c < chunks; ++c) {
-    const uint64_t seq = p.seqBase + c + 1;
-    const int slot = static_cast<int>((p.seqBase + c) % p.nSlots);
-    const size_t c0 = c * chunkElems;
-    const size_t len = p.count - c0 < chunkElems ? p.count - c0 : chunkElems;
+    const dev::StagedChunk ch = dev::stagedChunk(p, c, chunkElems);
+    const uint64_t seq = ch.seq;
+    const int slot = ch.slot;
+    const size_t c0 = ch.c0, len = ch.len;
     size_t pb, pe;  // this block's piece of the chunk, in elements relative to c0
     {
       // Split the full slot, not this chunk: block b owns the same bytes of a slot in every use

@@ -80,19 +80,19 @@ __global__ void __launch_bounds__(kThreads) stagedCompressedKernel(StagedDeviceL
   const size_t chunkElems = perBlock * p.blocks;
   const size_t chunks = (p.count + chunkElems - 1) / chunkElems;
   const uint64_t deadline = dev::globalTimerNs() + p.timeoutNs;
+  if (blockIdx.x == 0 && threadIdx.x == 0) dev::stagedArrive(p);
   const T* src = static_cast<const T*>(p.send);
   T* dst = static_cast<T*>(p.recv);
   size_t ub, ue;
   stagedPiece(p.chunkBytes, p.blocks, b, &ub, &ue);
   const size_t pieceOff = ub * kStagedUnitBytes;
   const size_t perRank = static_cast<size_t>(p.nSlots) * p.blocks;
-  if (blockIdx.x == 0 && threadIdx.x == 0) dev::stagedArrive(p);
 
   for (size_t c = 0; c < chunks; ++c) {
-    const uint64_t seq = p.seqBase + c + 1;
-    const int slot = static_cast<int>((p.seqBase + c) % p.nSlots);
-    const size_t c0 = c * chunkElems;
-    const size_t len = p.count - c0 < chunkElems ? p.count - c0 : chunkElems;
+    const dev::StagedChunk ch = dev::stagedChunk(p, c, chunkElems);
+    const uint64_t seq = ch.seq;
+    const int slot = ch.slot;
+    const size_t c0 = ch.c0, len = ch.len;
     const size_t lo = b * perBlock < len ? b * perBlock : len;  // this block's elements [lo, hi) of the chunk
     const size_t hi = lo + perBlock < len ? lo + perBlock : len;
     auto wireOf = [&](int r) {
