@@ -88,7 +88,10 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(D, c.rms_norm_eps)
         self.k_norm = RMSNorm(D, c.rms_norm_eps)
 
-    def forward(self, x, cos, sin):
+    def forward(self, x, cos, sin, cache=None):
+        """cache: None (training: causal over x), or a list that holds this layer's [k, v] (empty
+        before the prompt): x's keys and values are appended, and x attends to every cached
+        position (a prompt, causal, into an empty cache; then one token at a time)."""
         B, T, _ = x.shape
         c = self.c
         q = self.q_norm(self.q_proj(x).view(B, T, c.num_attention_heads, c.head_dim)).transpose(1, 2)
@@ -97,11 +100,19 @@ class Attention(nn.Module):
         cos, sin = cos.to(q.dtype), sin.to(q.dtype)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
+        causal = True
+        if cache is not None:
+            if cache:
+                if T != 1:
+                    raise ValueError("a cached attention call after the prompt takes one token")
+                k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+                causal = False
+            cache[:] = [k, v]
         group = c.num_attention_heads // c.num_key_value_heads
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
         # Under autocast the normed q/k come out fp32 (weight * x) and v bf16: one dtype for SDPA.
-        o = F.scaled_dot_product_attention(q.to(v.dtype), k.to(v.dtype), v, is_causal=True)
+        o = F.scaled_dot_product_attention(q.to(v.dtype), k.to(v.dtype), v, is_causal=causal)
         return self.o_proj(o.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -124,8 +135,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.mlp = MLP(c)
 
-    def forward(self, x, cos, sin):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+    def forward(self, x, cos, sin, cache=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -180,6 +191,25 @@ class TinyQwen(nn.Module):
             x = layer(x, cos, sin)
         h = self.model.norm(x)
         return h, self.logits(h)
+
+    @torch.no_grad()
+    def generate_greedy(self, ids, n):
+        """ids [B, T0] (every row a prompt of T0 tokens) -> [B, n]: the greedy continuation (argmax
+        at each step), with a key/value cache; the backbone only (the MTP head drafts, it does not
+        choose tokens)."""
+        caches = [[] for _ in self.model.layers]
+        out, x_ids, pos = [], ids, 0
+        for _ in range(n):
+            T = x_ids.shape[1]
+            cos, sin = rope_cos_sin(torch.arange(pos, pos + T, device=ids.device), self.c.head_dim,
+                                    self.c.rope_theta, ids.device)
+            x = self.model.embed_tokens(x_ids)
+            for layer, cache in zip(self.model.layers, caches):
+                x = layer(x, cos, sin, cache)
+            nxt = self.logits(self.model.norm(x[:, -1:])).argmax(-1)
+            out.append(nxt)
+            x_ids, pos = nxt, pos + T
+        return torch.cat(out, dim=1)
 
     def mtp_forward(self, hidden, next_ids, pos0=1, return_hidden=False):
         """MTP over pairs (hidden[:, s], next_ids[:, s] = t_{s+pos0}) -> logits predicting
