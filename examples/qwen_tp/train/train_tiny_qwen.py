@@ -55,8 +55,25 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "tokenizer"))
 from make_reference import build_tokenizer  # noqa: E402  (Qwen2's pre-tokenizer settings)
 from qwen_tiny_model import TinyQwen, TinyQwenConfig  # noqa: E402
+from heldout_prompts import ordered, prefixes  # noqa: E402
+from degeneracy_probe import greedy_runs  # noqa: E402
 
 EOT = "<|endoftext|>"
+# --preset: the model, and the training window, windows per step and peak learning rate it defaults to.
+PRESETS = {
+    # a CPU smoke run: 2 layers, hidden 64 (0.3M parameters), 80 files
+    "tiny": (dict(vocab_size=1024, hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, max_position_embeddings=1024), 128, 16, 3e-3),
+    # CPU experiments at the corpus's 4096-token vocabulary: 4 layers, hidden 128 (2.1M parameters,
+    # ~3k tokens/s on one core with --mtp-chain 1)
+    "small": (dict(hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
+                   num_key_value_heads=2, head_dim=32, max_position_embeddings=1024), 256, 16, 3e-3),
+    # 8 layers, hidden 512 (40.1M parameters)
+    "base": (dict(), 512, 64, 2e-3),
+    # 12 layers, hidden 768 (120M parameters): about 2.9x base's training FLOPs per token
+    "wide": (dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                  num_key_value_heads=4, head_dim=64), 512, 64, 1.5e-3),
+}
 
 
 def log(msg):
@@ -122,15 +139,16 @@ def package_files(limit_bytes, exclude_names, exclude_texts):
 
 def load_corpus(folder, max_files, vocab_size):
     """make_corpus.py's folder: (train, valid, held-out texts, held-out names, tokenizer or None
-    when its tokenizer.json does not fit vocab_size, description). max_files > 0 takes every
-    n-th training file and every n-th held-out file of each split (the --tiny smoke run)."""
+    when its tokenizer.json does not fit vocab_size, description, {split: [(path, name, text)]}).
+    max_files > 0 takes every n-th training file and every n-th held-out file of each split (the
+    --tiny smoke run)."""
     import lzma
     from tokenizers import Tokenizer
     splits = {"train": [], "valid": [], "heldout": []}
     with lzma.open(os.path.join(folder, "corpus.jsonl.xz"), "rt", encoding="utf-8") as f:
         for line in f:
             r = json.loads(line)
-            splits[r["split"]].append((r["source"] + ":" + r["path"], r["text"]))
+            splits[r["split"]].append((r["source"] + ":" + r["path"], r["text"], r["path"]))
     if max_files:
         for k in splits:
             splits[k] = splits[k][::max(1, len(splits[k]) // max(1, max_files // (20 if k != "train" else 1)))]
@@ -140,9 +158,10 @@ def load_corpus(folder, max_files, vocab_size):
         tok = Tokenizer.from_file(tpath)
         if tok.get_vocab_size() > vocab_size:
             tok = None  # trained here instead, at the model's vocabulary
-    nbytes = sum(len(t) for k in splits for _, t in splits[k])
-    return ([t for _, t in splits["train"]], [t for _, t in splits["valid"]], [t for _, t in splits["heldout"]],
-            [n for n, _ in splits["heldout"]], tok, "%s (%.0f MB of text)" % (folder, nbytes / 1e6))
+    nbytes = sum(len(t) for k in splits for _, t, _ in splits[k])
+    return ([t for _, t, _ in splits["train"]], [t for _, t, _ in splits["valid"]],
+            [t for _, t, _ in splits["heldout"]], [n for n, _, _ in splits["heldout"]], tok,
+            "%s (%.0f MB of text)" % (folder, nbytes / 1e6), {k: [(p, n, t) for n, t, p in v] for k, v in splits.items()})
 
 
 def read_texts(paths):
@@ -171,18 +190,95 @@ def batch_at(data, starts, length):
     return torch.stack([data[s:s + length] for s in starts])
 
 
-def losses(model, x, mtp_weight, chain=1, distill=0.0):
-    """x [B, T+2]: next-token CE over positions 0..T-1 and the MTP CE, averaged over `chain` steps.
+class CrossEntropyUnlikelihood(torch.autograd.Function):
+    """Next-token cross-entropy and token-level unlikelihood (Welleck et al. 2019, "Neural text
+    generation with unlikelihood training") in one pass over the logits, a chunk of rows at a time.
+
+    logits [B, T, V], targets [B, T] (the next tokens), inputs [B, T] (the tokens the rows read).
+    Row (b, t)'s negative candidates are the tokens among inputs[b, :t+1] other than targets[b, t];
+    unlikelihood = -sum over them of log(max(1 - p, 1e-5)), p the row's softmax. Returns (mean
+    cross-entropy, mean unlikelihood) over the rows. Neither the [B, T, V] candidate mask nor the
+    fp32 softmax is ever whole in memory: the candidates are "first position of token v in row b <=
+    t" (a [B, V] table), and forward and backward recompute each chunk's softmax from the saved
+    logits, so the extra memory is a chunk of fp32 rows plus the gradient in the logits' dtype.
+    Deterministic: no atomics, each row's sums reduced in one kernel."""
+    ROWS = 4096  # rows of fp32 [ROWS, V] temporaries per chunk
+
+    @staticmethod
+    def _chunk(z, tgt, first):
+        """fp32 pieces of the rows z [R, V] of whole windows whose first-occurrence tables are first
+        [R / T, V]: (p, log p of the target, unlikelihood per row, candidate weights w = m p / (1 - p)
+        where 1 - p > 1e-5 else 0)."""
+        logp = torch.log_softmax(z.float(), dim=-1)
+        p = logp.exp()
+        T = z.shape[0] // first.shape[0]
+        cand = (first[:, None, :] <= torch.arange(T, device=z.device)[None, :, None]).reshape(z.shape)
+        cand.scatter_(1, tgt[:, None], False)
+        q = 1.0 - p
+        live = q > 1e-5
+        ul = -(torch.log(q.clamp_min(1e-5)) * cand).sum(-1)
+        w = torch.where(cand & live, p / q.clamp_min(1e-5), torch.zeros((), device=z.device))
+        return p, logp.gather(1, tgt[:, None])[:, 0], ul, w
+
+    @staticmethod
+    def _rows(logits, targets, inputs):
+        B, T, V = logits.shape
+        first = torch.full((B, V), T, dtype=torch.int32, device=logits.device)
+        pos = torch.arange(T, dtype=torch.int32, device=logits.device)
+        first.scatter_reduce_(1, inputs, pos.expand(B, T), reduce="amin", include_self=True)
+        step = max(1, CrossEntropyUnlikelihood.ROWS // T)  # batch rows per chunk
+        for b0 in range(0, B, step):
+            b1 = min(B, b0 + step)
+            n = (b1 - b0) * T
+            yield slice(b0, b1), logits[b0:b1].reshape(n, V), targets[b0:b1].reshape(n), first[b0:b1]
+
+    @staticmethod
+    def forward(ctx, logits, targets, inputs):
+        ce = torch.zeros((), device=logits.device)
+        ul = torch.zeros((), device=logits.device)
+        for _, z, tgt, first in CrossEntropyUnlikelihood._rows(logits, targets, inputs):
+            _, lpt, u, _ = CrossEntropyUnlikelihood._chunk(z, tgt, first)
+            ce = ce - lpt.sum()
+            ul = ul + u.sum()
+        ctx.save_for_backward(logits, targets, inputs)
+        n = targets.numel()
+        return ce / n, ul / n
+
+    @staticmethod
+    def backward(ctx, g_ce, g_ul):
+        logits, targets, inputs = ctx.saved_tensors
+        B, T, V = logits.shape
+        grad = torch.empty_like(logits)
+        n = targets.numel()
+        for rows, z, tgt, first in CrossEntropyUnlikelihood._rows(logits, targets, inputs):
+            p, _, _, w = CrossEntropyUnlikelihood._chunk(z, tgt, first)
+            # d CE / dz = p - onehot(target); d UL / dz_j = w_j - p_j * sum_c w_c.
+            gz = g_ce * p + g_ul * (w - p * w.sum(-1, keepdim=True))
+            gz.scatter_add_(1, tgt[:, None], (-g_ce).expand(tgt.shape[0], 1).to(gz.dtype))
+            grad[rows] = (gz / n).reshape(-1, T, V).to(grad.dtype)
+        return grad, None, None
+
+
+def losses(model, x, mtp_weight, chain=1, distill=0.0, unlikelihood=0.0):
+    """x [B, T+2]: next-token CE over positions 0..T-1 and the MTP CE, averaged over `chain` steps;
+    unlikelihood > 0 adds that weight times the next-token head's token-level unlikelihood
+    (CrossEntropyUnlikelihood) to the first loss (the MTP head learns the target as trained, its
+    lower probability for repeating the context included, through `distill`).
     Step 1 predicts t_{s+2} from (the target's hidden at s, t_{s+1}) for s = 0..T-1; step k >= 2
     predicts t_{s+k+1} from (step k-1's output hidden at s, t_{s+k}) for s = 0..T-k, as a draft
     chain feeds the head its own output. distill > 0: each step's loss is (1 - distill) * CE(text)
     + distill * CE(the target's distribution at the predicted position, detached); step k's rows
     s = 0..T-k-1 predict the token the target predicts at position s+k. Returns (loss, mtp_loss,
-    logits, [(mtp logits, targets) per step])."""
+    logits, [(mtp logits, targets) per step], the unlikelihood term before its weight)."""
     T = x.shape[1] - 2
     inp, nxt, nxt2 = x[:, :-2], x[:, 1:-1], x[:, 2:]
     h, logits = model(inp)
-    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), nxt.reshape(-1))
+    ul = torch.zeros((), device=x.device)
+    if unlikelihood > 0:
+        loss, ul = CrossEntropyUnlikelihood.apply(logits, nxt, inp)
+        loss = loss + unlikelihood * ul
+    else:
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), nxt.reshape(-1))
     mtp_loss = torch.zeros((), device=x.device)
     steps = []
     if mtp_weight > 0:
@@ -197,7 +293,36 @@ def losses(model, x, mtp_weight, chain=1, distill=0.0):
             kd = sum(-(soft[:, k:] * F.log_softmax(m[:, :T - k].float(), dim=-1)).sum(-1).mean()
                      for k, (m, _) in enumerate(steps, start=1)) / len(steps)
             mtp_loss = (1 - distill) * mtp_loss + distill * kd
-    return loss, mtp_loss, logits, steps
+    return loss, mtp_loss, logits, steps, ul
+
+
+def repeated_ngrams(rows, n=4):
+    """rows [R, N] of token ids -> bool [R, N]: the tokens inside an n-gram that occurred earlier in
+    the same row (Welleck et al.'s sequence-level candidates)."""
+    out = torch.zeros(rows.shape, dtype=torch.bool)
+    for r, ids in enumerate(rows.tolist()):
+        seen = set()
+        for i in range(len(ids) - n + 1):
+            g = tuple(ids[i:i + n])
+            if g in seen:
+                out[r, i:i + n] = True
+            seen.add(g)
+    return out.to(rows.device)
+
+
+def sequence_unlikelihood(model, prefix, n):
+    """Sequence-level unlikelihood (Welleck et al. 2019): the model continues each row of prefix
+    [R, P] greedily for n tokens (no gradient), and every continuation token that lies inside a
+    4-gram repeated earlier in its continuation has -log(max(1 - p, 1e-5)) added, p the model's
+    probability of that token there. Returns (loss averaged over the R x n continuation tokens,
+    the share of them that repeat)."""
+    P = prefix.shape[1]
+    cont = model.generate_greedy(prefix, n)
+    mask = repeated_ngrams(cont)
+    _, logits = model(torch.cat([prefix, cont], dim=1)[:, :-1])
+    logp = F.log_softmax(logits[:, P - 1:].float(), dim=-1).gather(-1, cont[..., None])[..., 0]
+    q = (1.0 - logp.exp()).clamp_min(1e-5)
+    return -(torch.log(q) * mask).sum() / mask.numel(), mask.float().mean().item()
 
 
 @torch.no_grad()
@@ -214,7 +339,7 @@ def evaluate(model, data, seq, batch, device, autocast, max_windows=2048, chain=
         starts = [i * seq for i in range(a, min(n, a + batch))]
         x = batch_at(data, starts, seq + 2).to(device)
         with autocast():
-            loss, mtp, logits, steps = losses(model, x, 1.0, chain)
+            loss, mtp, logits, steps, _ = losses(model, x, 1.0, chain)
         hit += (logits.argmax(-1) == x[:, 1:-1]).sum().item()
         total += x[:, 2:].numel()
         greedy = logits.argmax(-1)
@@ -246,7 +371,10 @@ def main():
     ap.add_argument("--minutes", type=float, default=8.0, help="time budget of the whole script")
     ap.add_argument("--steps", type=int, default=0, help="train exactly this many steps (0: fill the budget)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--tiny", action="store_true", help="2 layers, hidden 64, vocab 1024, 80 files (CPU smoke run)")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="base",
+                    help="model size: tiny (CPU smoke run, 0.3M parameters), small (CPU experiments, 2.1M), base "
+                         "(40.1M), wide (120M)")
+    ap.add_argument("--tiny", action="store_true", help="--preset tiny: 2 layers, hidden 64, vocab 1024, 80 files")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--vocab-size", type=int, default=0, help="model vocab (default 4096, --tiny 1024)")
     ap.add_argument("--seq", type=int, default=0, help="training window (default 512, --tiny 128)")
@@ -264,7 +392,32 @@ def main():
                     help="hold out a validation set and save the weights of the best validation loss")
     ap.add_argument("--eval-seconds", type=float, default=0,
                     help="with --keep-best: seconds between validation measurements (default 15, --tiny 5)")
+    ap.add_argument("--unlikelihood", type=float, default=0.0, metavar="ALPHA",
+                    help="add ALPHA x the next-token head's token-level unlikelihood loss (the tokens of the window "
+                         "so far that are not the next one; 0: off)")
+    ap.add_argument("--seq-unlikelihood", type=float, default=0.0, metavar="BETA",
+                    help="from --seq-ul-from of the steps on, every --seq-ul-every steps: the model continues "
+                         "--seq-ul-rows of the batch's windows (their first --seq-ul-prefix tokens) greedily for "
+                         "--seq-ul-tokens tokens, and BETA x the sequence-level unlikelihood of the tokens of its "
+                         "repeated 4-grams joins that step's loss (0: off)")
+    ap.add_argument("--seq-ul-from", type=float, default=0.5, metavar="FRAC")
+    ap.add_argument("--seq-ul-every", type=int, default=8, metavar="K")
+    ap.add_argument("--seq-ul-rows", type=int, default=64)
+    ap.add_argument("--seq-ul-prefix", type=int, default=128)
+    ap.add_argument("--seq-ul-tokens", type=int, default=64)
+    ap.add_argument("--probe", type=int, default=0, metavar="N",
+                    help="with --corpus: after training, greedy-decode N prompts of the --probe-split as "
+                         "draft_session.sh builds them and count the loops (degeneracy_probe.py)")
+    ap.add_argument("--probe-split", default="valid", choices=("valid", "heldout"))
+    ap.add_argument("--probe-during", action="store_true", help="--probe at every validation measurement too")
     args = ap.parse_args()
+    if args.tiny:
+        args.preset = "tiny"
+    args.tiny = args.preset == "tiny"
+    if args.probe and not args.corpus:
+        ap.error("--probe needs --corpus")
+    if args.seq_unlikelihood and args.seq_ul_every < 1:
+        ap.error("--seq-ul-every %d: expected 1 or more" % args.seq_ul_every)
     if args.mtp_chain < 1:
         ap.error("--mtp-chain %d: expected 1 or more" % args.mtp_chain)
     t_start = time.time()
@@ -276,20 +429,20 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
-    if args.tiny:
-        cfg = TinyQwenConfig(vocab_size=args.vocab_size or 1024, hidden_size=64, intermediate_size=192,
-                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                             max_position_embeddings=1024, tie_word_embeddings=args.tied)
-        seq, batch, lr, max_files = args.seq or 128, args.batch or 16, args.lr or 3e-3, args.max_files or 80
-    else:
-        cfg = TinyQwenConfig(vocab_size=args.vocab_size or 4096, tie_word_embeddings=args.tied)
-        seq, batch, lr, max_files = args.seq or 512, args.batch or 64, args.lr or 2e-3, args.max_files
+    shape, seq, batch, lr = PRESETS[args.preset]
+    shape = dict(shape, tie_word_embeddings=args.tied)
+    if args.vocab_size:
+        shape["vocab_size"] = args.vocab_size
+    cfg = TinyQwenConfig(**shape)
+    seq, batch, lr = args.seq or seq, args.batch or batch, args.lr or lr
+    max_files = args.max_files or (80 if args.tiny else 0)
     os.makedirs(args.out, exist_ok=True)
 
     # 1. corpus and tokenizer
     tok = None
     if args.corpus:
-        train_texts, valid_texts, held_texts, held, tok, what = load_corpus(args.corpus, max_files, cfg.vocab_size)
+        train_texts, valid_texts, held_texts, held, tok, what, named = load_corpus(args.corpus, max_files,
+                                                                                   cfg.vocab_size)
         if not args.keep_best:
             valid_texts = []
         log("corpus: %s: %d files for training, %d held out%s" % (what, len(train_texts), len(held),
@@ -360,11 +513,23 @@ def main():
     gen = torch.Generator().manual_seed(args.seed)
     warm = 100 if not args.tiny else 20
     step, tokens_seen, last_log = 0, 0, time.time()
+    seq_ul_log = []  # the repeating share of each --seq-unlikelihood step's greedy continuations
     # Validation every --eval-seconds, or with --steps every tenth of the steps (deterministic).
     eval_every = args.eval_seconds or (5.0 if args.tiny else 15.0)
     eval_steps = max(1, args.steps // 10) if args.steps else 0
     best = {"loss": float("inf"), "step": 0, "state": None}
     last_eval = time.time()
+    probe_texts = [p[3] for p in prefixes(ordered(named[args.probe_split]), args.probe, 800)] if args.probe else []
+
+    def probe():
+        # Greedy continuations of the probe prompts (degeneracy_probe.py): how many are loops.
+        with autocast():
+            runs = greedy_runs(model, tok, probe_texts, 64, dev)
+        bad = sum(d < 0.5 for d, _ in runs)
+        log("probe at step %d: %d of %d greedy continuations (64 tokens, %s prompts) degenerate (distinct 4-gram "
+            "share < 0.5), mean share %.3f" % (step, bad, len(runs), args.probe_split,
+                                                sum(d for d, _ in runs) / max(1, len(runs))))
+        return bad, [round(d, 3) for d, _ in runs]
 
     def validate():
         # Next-token + MTP loss on a fixed slice of the validation set; the best weights kept on the host.
@@ -377,6 +542,8 @@ def main():
             best.update(loss=v, step=step, state={k: t.detach().to("cpu", copy=True) for k, t in model.state_dict().items()})
         log("validation at step %d: loss %.3f (next %.3f, MTP %.3f)%s"
             % (step, v, m["next_token_loss"], m["mtp_loss"], "  best" if improved else ""))
+        if args.probe_during and probe_texts:
+            probe()
 
     while True:
         elapsed = time.time() - train_start
@@ -398,8 +565,14 @@ def main():
         starts = torch.randint(0, len(train_data) - seq - 2, (batch,), generator=gen).tolist()
         x = batch_at(train_data, starts, seq + 2).to(dev, non_blocking=True)
         with autocast():
-            loss, mtp_loss, _, _ = losses(model, x, args.mtp_weight, args.mtp_chain, args.mtp_distill)
+            loss, mtp_loss, _, _, ul = losses(model, x, args.mtp_weight, args.mtp_chain, args.mtp_distill,
+                                              args.unlikelihood)
             total = loss + args.mtp_weight * mtp_loss
+            if args.seq_unlikelihood > 0 and frac >= args.seq_ul_from and step % args.seq_ul_every == 0:
+                seq_ul, rep_share = sequence_unlikelihood(model, x[:args.seq_ul_rows, :min(args.seq_ul_prefix, seq)],
+                                                          args.seq_ul_tokens)
+                total = total + args.seq_unlikelihood * seq_ul
+                seq_ul_log.append(rep_share)
         opt.zero_grad(set_to_none=True)
         total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -412,9 +585,12 @@ def main():
             last_eval = time.time()
         if time.time() - last_log > (30 if not args.tiny else 5) or step == 1:
             last_log = time.time()
-            log("step %d  loss %.3f  mtp loss %.3f  lr %.2e  %.0f tok/s  %.0f s"
-                % (step, loss.item(), mtp_loss.item(), cur_lr, tokens_seen / max(time.time() - train_start, 1e-9),
-                   time.time() - t_start))
+            log("step %d  loss %.3f  mtp loss %.3f%s  lr %.2e  %.0f tok/s  %.0f s"
+                % (step, loss.item() - args.unlikelihood * ul.item(), mtp_loss.item(),
+                   ("  unlikelihood %.3f" % ul.item() if args.unlikelihood else "") +
+                ("  greedy continuations repeating %.3f (last %d)" % (sum(seq_ul_log[-10:]) / len(seq_ul_log[-10:]),
+                 len(seq_ul_log[-10:])) if seq_ul_log else ""), cur_lr,
+                   tokens_seen / max(time.time() - train_start, 1e-9), time.time() - t_start))
     train_s = time.time() - train_start
     log("trained %d steps, %.1fM tokens (%.2f epochs) in %.1f s" % (step, tokens_seen / 1e6,
                                                                      tokens_seen / max(len(train_data), 1), train_s))
@@ -433,8 +609,13 @@ def main():
                        chain=args.mtp_chain)
     if valid_data is not None:
         metrics.update({"kept_step": best["step"], "validation_loss": round(best["loss"], 4)})
+    if probe_texts:
+        bad, shares = probe()
+        metrics.update({"probe_split": args.probe_split, "probe_degenerate": bad, "probe_prompts": len(shares),
+                        "probe_distinct4": shares})
     metrics.update({"steps": last_step, "train_tokens": tokens_seen, "train_seconds": round(train_s, 1),
                     "parameters": nparams, "seed": args.seed, "mtp_chain": args.mtp_chain, "mtp_distill": args.mtp_distill,
+                    "preset": args.preset, "unlikelihood": args.unlikelihood,
                     "corpus": args.corpus or "stdlib", "device": str(dev), "python": sys.version.split()[0],
                     "torch": torch.__version__})
     log("held-out (%d tokens, %d files): next-token top-1 %.4f, MTP (t+2) top-1 %.4f, next-token loss %.3f"
