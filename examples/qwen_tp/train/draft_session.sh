@@ -1,8 +1,11 @@
 #!/bin/bash
-# draft_session.sh: the trained draft, measured, in one device call on one H200 (about 8.5 minutes):
+# draft_session.sh: the trained draft, measured, in one device call on one H200 (about 8.7 minutes):
 #   1. train_tiny_qwen.py on the carried corpus (make_corpus.py's folder, CORPUS) for exactly STEPS
 #      steps from SEED (cut at MINUTES, with a warning, if the GPU is slower than planned), on the
-#      GPU in the background, while qwen_tp builds (sm_90) in the foreground;
+#      GPU in the background, while qwen_tp builds (sm_90) in the foreground. The default recipe:
+#      the 40.1M-parameter base preset with a 3-step MTP chain distilled from the target, token-level
+#      unlikelihood on the next-token head, and sequence-level unlikelihood on its own greedy
+#      continuations in the second half (README, "Greedy loops"); 16 validation prompts probed;
 #   2. teacher-forced acceptance (qwen_tp --teacher-forced) over TF_CHARS characters of held-out
 #      files: accepted/drafted, per-token acceptance and mean accepted length at n-max 1..NMAX_TF;
 #   3. free-running: PREFIXES prompts of PREFIX_CHARS characters ending at a line break inside
@@ -19,8 +22,16 @@
 #   OUT=/path/to/out bash examples/qwen_tp/train/draft_session.sh
 # The checkpoint lands in CKPT (default ~/.cache/qwen_tp/draft, where the README's quick start looks);
 # SKIP_TRAIN=1 measures the checkpoint already there.
+# Time on one H200 (the parts measured at 40.1M parameters, 1800 steps of plain training: ~111 ms a
+# step): start-up 6 s, training 28 s of corpus and tokenizer, then STEPS x ~119 ms (unlikelihood
+# included) + STEPS/16 sequence-level steps x ~0.4 s (a 64-token greedy continuation of 128 rows and
+# its backward) + ~15 s of validation, evaluation, probe and save: ~345 s; teacher-forced ~30 s,
+# free-running (8 prompts) ~45 s, the replays ~50 s per shape: ~520 s of DEADLINE_S=560. A fallback
+# when that is too tight (token-level unlikelihood only, the step count measured before):
+#   STEPS=1800 MINUTES=5.5 TRAIN_ARGS="--mtp-chain 3 --mtp-distill 0.5 --keep-best --unlikelihood 1.0 --probe 16"
 # A smoke test without a GPU (numbers meaningless): DEVICE=cpu STEPS=20 TRAIN_ARGS="--tiny --mtp-chain 2
-# --mtp-distill 0.5" SKIP_BUILD=1 BUILD=build-cpu TF_CHARS=3000 TF_WINDOW=256 PREFIXES=2 PREFIX_PREDICT=16 FREE_NMAX="3 5"
+# --mtp-distill 0.5 --unlikelihood 1 --seq-unlikelihood 1 --seq-ul-rows 8 --seq-ul-prefix 64 --seq-ul-tokens 16
+# --probe 2" SKIP_BUILD=1 BUILD=build-cpu TF_CHARS=3000 TF_WINDOW=256 PREFIXES=2 PREFIX_PREDICT=16 FREE_NMAX="3 5"
 # REPLAY_SHAPES=tiny REPLAY_PREDICT=32 PY=<python with torch>.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
@@ -30,10 +41,11 @@ B=${BUILD:-$SRC/build-h200}
 PY=${PY:-python3}
 DEVICE=${DEVICE:-cuda}
 CORPUS=${CORPUS:-$SRC/.scratch/corpus}
-STEPS=${STEPS:-2200}
-MINUTES=${MINUTES:-5.5}
+STEPS=${STEPS:-2100}
+MINUTES=${MINUTES:-6}
 SEED=${SEED:-1234}
-TRAIN_ARGS=${TRAIN_ARGS-"--mtp-chain 3 --mtp-distill 0.5 --keep-best"}
+TRAIN_ARGS=${TRAIN_ARGS-"--preset base --mtp-chain 3 --mtp-distill 0.5 --keep-best --unlikelihood 1.0 \
+--seq-unlikelihood 1.0 --seq-ul-from 0.5 --seq-ul-every 8 --seq-ul-rows 128 --probe 16"}
 CKPT=${CKPT:-${XDG_CACHE_HOME:-$HOME/.cache}/qwen_tp/draft}
 NMAX_TF=${NMAX_TF:-6}
 TF_CHARS=${TF_CHARS:-150000}
@@ -48,7 +60,7 @@ REPLAY_SHAPES=${REPLAY_SHAPES:-"qwen3-32b qwen3-8b"}
 REPLAY_PREDICT=${REPLAY_PREDICT:-256}
 # A part that would start past DEADLINE_S seconds (or, for a free-running run, past DEADLINE_S minus
 # REPLAY_RESERVE_S, kept for the replays) is skipped, and the log says so: the call ends in time.
-DEADLINE_S=${DEADLINE_S:-565}
+DEADLINE_S=${DEADLINE_S:-560}
 REPLAY_RESERVE_S=${REPLAY_RESERVE_S:-130}
 W=${WORK:-/tmp/qwen_draft/work}
 mkdir -p "$OUT" "$W" "$(dirname "$CKPT")"
@@ -77,34 +89,8 @@ else
 fi
 echo "build rc=$BUILD_RC (+$(( $(date +%s) - T0 )) s)"
 # Held-out prompts from the corpus's held-out split (never trained on), while the model trains.
-$PY - "$CORPUS/corpus.jsonl.xz" "$W" "$TF_CHARS" "$PREFIXES" "$PREFIX_CHARS" <<'EOF' >> "$OUT/free.log" 2>&1
-import hashlib, json, lzma, os, random, sys
-path, work, tf_chars, nprefix, pchars = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-held = []
-with lzma.open(path, "rt", encoding="utf-8") as f:
-    for line in f:
-        r = json.loads(line)
-        if r["split"] == "heldout":
-            held.append((hashlib.sha1(r["path"].encode()).hexdigest(), r["source"] + ":" + r["path"], r["text"]))
-held.sort()  # an order fixed by the paths, mixing the sources
-# Teacher-forced text: whole held-out files, <|endoftext|> between them, until tf_chars.
-parts, n = [], 0
-for _, name, text in held:
-    if n >= tf_chars:
-        break
-    parts.append(text[:tf_chars - n])
-    n += len(parts[-1])
-    print("## tf text: %s (%d characters)" % (name, len(parts[-1])))
-open(os.path.join(work, "tf.txt"), "w").write("<|endoftext|>".join(parts))
-# Prefixes: pchars characters ending at a line break at a point drawn inside a long held-out file.
-long_texts = [(name, t) for _, name, t in held if len(t) >= pchars + 1200]
-for j in range(min(nprefix, len(long_texts))):
-    name, text = long_texts[j * len(long_texts) // nprefix]
-    rng = random.Random("%s:%d" % (name, j))
-    cut = text.rfind("\n", pchars, rng.randrange(pchars + 400, len(text) - 400)) + 1
-    open(os.path.join(work, "prefix%d.txt" % j), "w").write(text[cut - pchars:cut])
-    print("## prefix%d: characters %d..%d of %s" % (j, cut - pchars, cut, name))
-EOF
+$PY "$SRC/examples/qwen_tp/train/heldout_prompts.py" "$CORPUS/corpus.jsonl.xz" "$W" "$TF_CHARS" "$PREFIXES" "$PREFIX_CHARS" \
+    >> "$OUT/free.log" 2>&1
 wait $TRAIN_PID
 TRAIN_RC=$?
 echo "train rc=$TRAIN_RC (+$(( $(date +%s) - T0 )) s)"

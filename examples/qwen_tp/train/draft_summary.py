@@ -100,7 +100,8 @@ def summary(args):
     train = open(args.train, errors="replace").read().splitlines()
     pick = lambda key: [l.replace("[train] ", "") for l in train if key in l]
     p("## Model and corpus\n")
-    for key in ("corpus:", "tokenizer:", "model:", "trained ", "deadline", "--keep-best: keeping", "held-out ("):
+    for key in ("corpus:", "tokenizer:", "model:", "trained ", "deadline", "--keep-best: keeping", "held-out (",
+                "probe at step"):
         for l in pick(key)[-1:]:
             p("- " + l)
     for l in pick("held-out MTP"):
