@@ -5,7 +5,8 @@ cached greedy decoding, on the CPU in a few seconds. Exit 77 (skipped) without t
 - CrossEntropyUnlikelihood (chunked, hand-written backward) against the same losses written
   plainly with autograd: values and gradients, at chunk sizes that split the batch unevenly;
 - repeated_ngrams on a hand-made row;
-- generate_greedy (key/value cache) against greedy decoding that recomputes the whole sequence.
+- generate_greedy (key/value cache) against greedy decoding that recomputes the whole sequence,
+  and a left-padded batch against each prompt alone.
 """
 import os
 import sys
@@ -70,6 +71,14 @@ with torch.no_grad():
     for _ in range(12):
         x = torch.cat([x, m(x)[1][:, -1].argmax(-1, keepdim=True)], 1)
 check("generate_greedy equals recomputed greedy decoding", torch.equal(m.generate_greedy(ids, 12), x[:, 9:]))
+with torch.no_grad():
+    short = ids[1:, 4:]  # the second prompt without its first 4 tokens, batched with the first (padded)
+    alone = m.generate_greedy(short, 12)
+    pad = torch.zeros(2, 9, dtype=torch.bool)
+    pad[1, :4] = True
+    both = m.generate_greedy(torch.cat([ids[:1], torch.cat([torch.zeros(1, 4, dtype=ids.dtype), short], 1)]), 12, pad)
+check("generate_greedy, a left-padded batch, equals each prompt alone",
+      torch.equal(both[0], x[0, 9:]) and torch.equal(both[1], alone[0]))
 
-print("%d passed, %d failed" % (8 - len(failed), len(failed)))
+print("%d passed, %d failed" % (9 - len(failed), len(failed)))
 sys.exit(1 if failed else 0)

@@ -7,8 +7,9 @@ PREFIX_CHARS characters ending at a line break inside a long file of the split, 
 points), --prompts of them; each gets --predict greedy tokens (argmax, the first from the prompt),
 and the run is degenerate when the share of distinct 4-grams among its ids is under --distinct-min,
 as draft_summary.py counts it. Prints one line per prompt and the count; --show prints the text.
-The checkpoint's bf16 weights run in fp32 here, so a near tie can go the other way than in
-qwen_tp: the count is a cheap stand-in for the session's, not its replacement.
+The checkpoint's bf16 weights run in fp32 here, and the prompts in one left-padded batch, so a
+near tie can go the other way than in qwen_tp: the count is a cheap stand-in for the session's,
+not its replacement.
 """
 import argparse
 import json
@@ -31,16 +32,19 @@ def distinct4(ids):
 
 
 def greedy_runs(model, tok, texts, n_predict, device):
-    """[(distinct 4-gram share, ids)] of each prompt's greedy continuation, one prompt at a time."""
-    out = []
+    """[(distinct 4-gram share, ids)] of each prompt's greedy continuation, the prompts in one
+    batch, padded on the left (generate_greedy's pad)."""
+    if not texts:
+        return []
+    enc = [tok.encode(t).ids for t in texts]
+    T0 = max(len(e) for e in enc)
+    ids = torch.tensor([[0] * (T0 - len(e)) + e for e in enc], device=device)
+    pad = torch.tensor([[True] * (T0 - len(e)) + [False] * len(e) for e in enc], device=device)
     was_training = model.training
     model.eval()
-    for text in texts:
-        ids = torch.tensor([tok.encode(text).ids], device=device)
-        gen = model.generate_greedy(ids, n_predict)[0].tolist()
-        out.append((distinct4(gen), gen))
+    gen = model.generate_greedy(ids, n_predict, pad).tolist()
     model.train(was_training)
-    return out
+    return [(distinct4(g), g) for g in gen]
 
 
 def load_checkpoint(folder, device):

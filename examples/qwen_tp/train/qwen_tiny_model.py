@@ -88,10 +88,11 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(D, c.rms_norm_eps)
         self.k_norm = RMSNorm(D, c.rms_norm_eps)
 
-    def forward(self, x, cos, sin, cache=None):
+    def forward(self, x, cos, sin, cache=None, mask=None):
         """cache: None (training: causal over x), or a list that holds this layer's [k, v] (empty
         before the prompt): x's keys and values are appended, and x attends to every cached
-        position (a prompt, causal, into an empty cache; then one token at a time)."""
+        position (a prompt, causal, into an empty cache; then one token at a time). mask: a bool
+        attention mask (True: attend) broadcast to [B, heads, queries, keys], in place of those rules."""
         B, T, _ = x.shape
         c = self.c
         q = self.q_norm(self.q_proj(x).view(B, T, c.num_attention_heads, c.head_dim)).transpose(1, 2)
@@ -112,7 +113,8 @@ class Attention(nn.Module):
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
         # Under autocast the normed q/k come out fp32 (weight * x) and v bf16: one dtype for SDPA.
-        o = F.scaled_dot_product_attention(q.to(v.dtype), k.to(v.dtype), v, is_causal=causal)
+        o = F.scaled_dot_product_attention(q.to(v.dtype), k.to(v.dtype), v, attn_mask=mask,
+                                           is_causal=causal and mask is None)
         return self.o_proj(o.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -135,8 +137,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.mlp = MLP(c)
 
-    def forward(self, x, cos, sin, cache=None):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache)
+    def forward(self, x, cos, sin, cache=None, mask=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -193,19 +195,31 @@ class TinyQwen(nn.Module):
         return h, self.logits(h)
 
     @torch.no_grad()
-    def generate_greedy(self, ids, n):
+    def generate_greedy(self, ids, n, pad=None):
         """ids [B, T0] (every row a prompt of T0 tokens) -> [B, n]: the greedy continuation (argmax
         at each step), with a key/value cache; the backbone only (the MTP head drafts, it does not
-        choose tokens)."""
+        choose tokens). pad [B, T0] (bool, True at padding) batches prompts of other lengths, padded
+        on the left: no token attends to padding (a padding position to itself only, so that its
+        row stays finite), and rotary embeddings depend only on the distance between positions, so
+        a row computes what its prompt alone would, up to rounding."""
         caches = [[] for _ in self.model.layers]
         out, x_ids, pos = [], ids, 0
+        keep = None if pad is None else ~pad  # keys that may be attended to
         for _ in range(n):
             T = x_ids.shape[1]
             cos, sin = rope_cos_sin(torch.arange(pos, pos + T, device=ids.device), self.c.head_dim,
                                     self.c.rope_theta, ids.device)
+            mask = None
+            if keep is not None:
+                if pos == 0:
+                    eye = torch.eye(T, dtype=torch.bool, device=ids.device)
+                    mask = ((keep[:, None, :] | eye) & torch.ones(T, T, dtype=torch.bool, device=ids.device).tril())[:, None]
+                else:
+                    keep = torch.cat([keep, torch.ones(keep.shape[0], 1, dtype=torch.bool, device=ids.device)], dim=1)
+                    mask = keep[:, None, None, :]
             x = self.model.embed_tokens(x_ids)
             for layer, cache in zip(self.model.layers, caches):
-                x = layer(x, cos, sin, cache)
+                x = layer(x, cos, sin, cache, mask)
             nxt = self.logits(self.model.norm(x[:, -1:])).argmax(-1)
             out.append(nxt)
             x_ids, pos = nxt, pos + T
