@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""train_tiny_qwen.py [--out DIR] [--corpus DIR] [--minutes 8] [--device cuda|cpu] [--tiny] [--steps N] [--seed S]
+"""train_tiny_qwen.py [--out DIR] [--corpus DIR] [--minutes 8] [--device cuda|cpu] [--preset P | --tiny] [--steps N]
+    [--seed S] [--unlikelihood ALPHA] [--seq-unlikelihood BETA] [--probe N]
 
 Trains, within a time budget, a small Qwen3 with a real MTP head for examples/qwen_tp, on a corpus
 every machine has: the Python standard library's .py files (site-packages and dist-packages left
@@ -13,16 +14,27 @@ licensed packages, prepared on a machine with the packages and carried to one wi
 1. A byte-level BPE with Qwen2's pre-tokenizer settings (tests/tokenizer/make_reference.py's
    build_tokenizer, which qwen_tp's tokenizer is tested against), vocabulary --vocab-size
    (4096 ids in all: the trained merges, <|endoftext|>, <|im_start|>, <|im_end|>, <think>, </think>).
-2. A Qwen3 (default 8 layers, hidden 512, 8 query / 4 KV heads of 64, SwiGLU 2048, untied lm_head)
+2. A Qwen3 (--preset base, the default: 8 layers, hidden 512, 8 query / 4 KV heads of 64, SwiGLU
+   2048, untied lm_head; wide: 12 layers, hidden 768; small and tiny for CPU runs)
    plus an MTP head in the Qwen3-Next layout (qwen_tiny_model.py) trained to predict token t+2;
    loss = CE(next token) + --mtp-weight * CE(MTP, t+2). AdamW, warmup then cosine over the time
    budget (or over --steps when given), bf16 autocast on CUDA. --mtp-distill W mixes into the
    MTP loss, with weight W, the cross-entropy against the target's own (detached) distribution at
    the position the MTP predicts: speculation accepts a draft when it equals the target's token,
    not the text's, so the head learns the target (self-distillation, as Medusa-2 and EAGLE do).
+   Against greedy loops (Welleck et al. 2019, "Neural text generation with unlikelihood
+   training"): --unlikelihood ALPHA adds ALPHA x the token-level unlikelihood of the next-token
+   head (-log(1 - p) of each token of the window so far that is not the next token), and
+   --seq-unlikelihood BETA, every --seq-ul-every steps from --seq-ul-from of the run on, has the
+   model continue --seq-ul-rows prefixes greedily and adds BETA x -log(1 - p) of each continuation
+   token inside a repeated 4-gram. Neither touches the MTP head's loss: its job is the target's
+   greedy token, repeated or not, and --mtp-distill teaches it the target so trained.
 3. DIR/config.json, DIR/model.safetensors (bf16), DIR/tokenizer.json, DIR/tokenizer_config.json,
    and DIR/heldout_files.txt (the evaluation files), in Hugging Face layout; held-out next-token and
-   MTP (t+2) top-1 accuracy printed and written to DIR/train_metrics.json.
+   MTP (t+2) top-1 accuracy printed and written to DIR/train_metrics.json. --probe N: how many of
+   N greedy continuations (64 tokens) of --probe-split prompts (validation by default), built as
+   draft_session.sh builds its held-out ones, are loops (degeneracy_probe.py's measure), at the
+   end (and at each validation with --probe-during); reported, never used to choose weights.
 
 --keep-best guards against over-fitting (four GPU minutes are ~25 epochs of this corpus, and the
 held-out loss then rises: bench/results/h200x1.md): every 10th file of the
@@ -64,13 +76,13 @@ PRESETS = {
     # a CPU smoke run: 2 layers, hidden 64 (0.3M parameters), 80 files
     "tiny": (dict(vocab_size=1024, hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=16, max_position_embeddings=1024), 128, 16, 3e-3),
-    # CPU experiments at the corpus's 4096-token vocabulary: 4 layers, hidden 128 (2.1M parameters,
-    # ~3k tokens/s on one core with --mtp-chain 1)
+    # CPU experiments at the corpus's 4096-token vocabulary: 4 layers, hidden 128 (2.3M parameters,
+    # 1-2k tokens/s on one core with --mtp-chain 1)
     "small": (dict(hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
                    num_key_value_heads=2, head_dim=32, max_position_embeddings=1024), 256, 16, 3e-3),
     # 8 layers, hidden 512 (40.1M parameters)
     "base": (dict(), 512, 64, 2e-3),
-    # 12 layers, hidden 768 (120M parameters): about 2.9x base's training FLOPs per token
+    # 12 layers, hidden 768 (120.0M parameters): about 2.85x base's training FLOPs per token
     "wide": (dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
                   num_key_value_heads=4, head_dim=64), 512, 64, 1.5e-3),
 }
@@ -225,7 +237,7 @@ class CrossEntropyUnlikelihood(torch.autograd.Function):
         B, T, V = logits.shape
         first = torch.full((B, V), T, dtype=torch.int32, device=logits.device)
         pos = torch.arange(T, dtype=torch.int32, device=logits.device)
-        first.scatter_reduce_(1, inputs, pos.expand(B, T), reduce="amin", include_self=True)
+        first.scatter_reduce_(1, inputs, pos.expand(B, T).contiguous(), reduce="amin", include_self=True)
         step = max(1, CrossEntropyUnlikelihood.ROWS // T)  # batch rows per chunk
         for b0 in range(0, B, step):
             b1 = min(B, b0 + step)
@@ -372,7 +384,7 @@ def main():
     ap.add_argument("--steps", type=int, default=0, help="train exactly this many steps (0: fill the budget)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--preset", choices=sorted(PRESETS), default="base",
-                    help="model size: tiny (CPU smoke run, 0.3M parameters), small (CPU experiments, 2.1M), base "
+                    help="model size: tiny (CPU smoke run, 0.3M parameters), small (CPU experiments, 2.3M), base "
                          "(40.1M), wide (120M)")
     ap.add_argument("--tiny", action="store_true", help="--preset tiny: 2 layers, hidden 64, vocab 1024, 80 files")
     ap.add_argument("--seed", type=int, default=1234)
@@ -397,14 +409,17 @@ def main():
                          "so far that are not the next one; 0: off)")
     ap.add_argument("--seq-unlikelihood", type=float, default=0.0, metavar="BETA",
                     help="from --seq-ul-from of the steps on, every --seq-ul-every steps: the model continues "
-                         "--seq-ul-rows of the batch's windows (their first --seq-ul-prefix tokens) greedily for "
-                         "--seq-ul-tokens tokens, and BETA x the sequence-level unlikelihood of the tokens of its "
-                         "repeated 4-grams joins that step's loss (0: off)")
+                         "--seq-ul-rows prefixes of --seq-ul-prefix tokens (the batch's windows cut into pieces of "
+                         "that length, in order) greedily for --seq-ul-tokens tokens, and BETA x the sequence-level "
+                         "unlikelihood of the tokens of its repeated 4-grams joins that step's loss (0: off)")
     ap.add_argument("--seq-ul-from", type=float, default=0.5, metavar="FRAC")
     ap.add_argument("--seq-ul-every", type=int, default=8, metavar="K")
     ap.add_argument("--seq-ul-rows", type=int, default=64)
     ap.add_argument("--seq-ul-prefix", type=int, default=128)
     ap.add_argument("--seq-ul-tokens", type=int, default=64)
+    ap.add_argument("--init", default="", metavar="DIR",
+                    help="start from this checkpoint's weights (a train_tiny_qwen.py output of the same preset) "
+                         "instead of random ones; the tokenizer must be the same (it is with --corpus)")
     ap.add_argument("--probe", type=int, default=0, metavar="N",
                     help="with --corpus: after training, greedy-decode N prompts of the --probe-split as "
                          "draft_session.sh builds them and count the loops (degeneracy_probe.py)")
@@ -492,7 +507,12 @@ def main():
                    "model_max_length": cfg.max_position_embeddings}, f, indent=1)
 
     # 2. model
-    model = TinyQwen(cfg).to(dev)
+    model = TinyQwen(cfg)
+    if args.init:
+        from safetensors.torch import load_file
+        model.load_state_dict({k: v.float() for k, v in load_file(os.path.join(args.init, "model.safetensors")).items()})
+        log("weights from %s" % args.init)
+    model = model.to(dev)
     nparams = sum(p.numel() for p in model.parameters())
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -569,8 +589,9 @@ def main():
                                               args.unlikelihood)
             total = loss + args.mtp_weight * mtp_loss
             if args.seq_unlikelihood > 0 and frac >= args.seq_ul_from and step % args.seq_ul_every == 0:
-                seq_ul, rep_share = sequence_unlikelihood(model, x[:args.seq_ul_rows, :min(args.seq_ul_prefix, seq)],
-                                                          args.seq_ul_tokens)
+                P = min(args.seq_ul_prefix, seq)
+                prefix = x[:, :seq // P * P].reshape(-1, P)[:args.seq_ul_rows]
+                seq_ul, rep_share = sequence_unlikelihood(model, prefix, args.seq_ul_tokens)
                 total = total + args.seq_unlikelihood * seq_ul
                 seq_ul_log.append(rep_share)
         opt.zero_grad(set_to_none=True)
