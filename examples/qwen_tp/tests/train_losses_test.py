@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """ctest qwen_train_losses: train/train_tiny_qwen.py's unlikelihood losses and qwen_tiny_model.py's
-cached greedy decoding, on the CPU in a few seconds. Exit 77 (skipped) without torch.
+cached greedy decoding, on the CPU in a few seconds. Exit 77 (skipped) without torch, unless
+TPCOMM_REQUIRE_TORCH=1 (ctest qwen_train_losses_torch, label torch: the torch venv of tests/python).
 
 - CrossEntropyUnlikelihood (chunked, hand-written backward) against the same losses written
   plainly with autograd: values and gradients, at chunk sizes that split the batch unevenly;
@@ -14,6 +15,9 @@ import sys
 try:
     import torch
 except ImportError:
+    if os.environ.get("TPCOMM_REQUIRE_TORCH") == "1":  # the torch label: here it must run
+        print("[qwen_train_losses] FAILED: TPCOMM_REQUIRE_TORCH=1 and this Python lacks torch")
+        sys.exit(1)
     print("[qwen_train_losses] SKIPPED: this Python lacks torch")
     sys.exit(77)
 
