@@ -65,7 +65,6 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "tokenizer"))
-from make_reference import build_tokenizer  # noqa: E402  (Qwen2's pre-tokenizer settings)
 from qwen_tiny_model import TinyQwen, TinyQwenConfig  # noqa: E402
 from heldout_prompts import ordered, prefixes  # noqa: E402
 from degeneracy_probe import greedy_runs  # noqa: E402
@@ -480,6 +479,7 @@ def main():
     t0 = time.time()
     if tok is None:
         # build_tokenizer adds <think> and </think> after training: leave room for them.
+        from make_reference import build_tokenizer  # Qwen2's pre-tokenizer settings; needs `tokenizers`
         tok = build_tokenizer(train_texts, cfg.vocab_size - 2)
     if tok.get_vocab_size() > cfg.vocab_size:
         sys.exit("tokenizer has %d ids > vocab_size %d" % (tok.get_vocab_size(), cfg.vocab_size))
