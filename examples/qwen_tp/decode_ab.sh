@@ -30,31 +30,7 @@ TB=${TORCH_BASELINE:-$SRC/.scratch/baselines/torch_tp_decode.py}
 [ -f "$TB" ] || TB=$SRC/../shared/baselines/torch_tp_decode.py
 SUM=$OUT/summary.md
 
-pack() { tar -czf "$OUT/logs.tgz" -C "$OUT" logs 2>/dev/null && rm -rf "$L"; }
-[ "${PART:-all}" = summary ] || trap pack EXIT  # PART=summary: the table of the logs in $OUT/logs only
-
-left() { echo $((BUDGET - ($(date +%s) - T0))); }
-header() {  # header <log> <command...>
-  local log=$1; shift
-  { echo "# commit $REV"; echo "# date $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "# command: $*";
-    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null | sed 's/^/# gpu /'; } > "$log"
-}
-# run <name> <timeout s> <command...>: one log per name. Skipped when less than a third of the
-# timeout (about what the step takes) is left of the budget; the timeout is cut to what is left.
-run() {
-  local name=$1 t=$2; shift 2
-  local log=$L/$name.log lf
-  lf=$(left)
-  if [ "$lf" -lt $((t / 3)) ]; then echo "## skipped (budget: $lf s left, timeout $t): $*" >> "$L/skipped.log"; echo "$name skipped"; return; fi
-  [ "$lf" -lt "$t" ] && t=$lf
-  [ -f "$log" ] || header "$log" "$@"
-  echo "## $(date -u +%H:%M:%S) $*" >> "$log"
-  timeout "$t" "$@" >> "$log" 2>&1
-  local rc=$?
-  echo "## rc=$rc" >> "$log"
-  echo "$name rc=$rc ($(left) s left)"
-  return $rc
-}
+. "$SRC/examples/qwen_tp/ab_common.sh"
 
 if [ "${PART:-all}" != summary ]; then
 header "$L/build.log" cmake build
