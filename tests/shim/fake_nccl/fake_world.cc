@@ -240,9 +240,18 @@ uint64_t worldIdOf(const std::string& name) { return fnv(name); }
 ncclResult_t joinWorld(const std::string& name, int nranks, int rank, World* out) {
   const uint64_t slotBytes = std::max<uint64_t>(kMinSlotBytes, envInt("FAKE_NCCL_SLOT_BYTES", 1 << 20));
   const size_t want = kHeaderBytes + static_cast<size_t>(nranks) * slotBytes;
-  int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-  const bool creator = fd >= 0;
-  if (!creator) fd = shm_open(name.c_str(), O_RDWR, 0600);
+  // Create, or open the creator's; a name that vanishes between the two (ENOENT) is tried again
+  // until the deadline.
+  const auto openBy = deadline();
+  int fd = -1, tries = 0;
+  bool creator = false;
+  for (;;) {
+    fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    creator = fd >= 0;
+    if (!creator) fd = shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd >= 0 || errno != ENOENT || Clock::now() >= openBy) break;
+    backoff(&tries);
+  }
   if (fd < 0) {
     setLastError("fake NCCL: shm_open(%s): %s", name.c_str(), std::strerror(errno));
     return ncclSystemError;
