@@ -248,17 +248,25 @@ TEST_P(StagedHostGpu, LatePeerNeverGetsOkWithWrongBits) {
     CUDA_OK(cudaDeviceSynchronize());
   }
   const uint64_t ceBefore = stagedCopyEngineCalls();
+  // The punctual ranks' calls are accepted. The late rank's may be refused at once with kTimeout:
+  // a peer that timed out before it arrived published the failure in the segment's failure word.
+  bool lateRefused = false;
   for (int r = 0; r < n; ++r) {
     if (r == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(kBoundMs + kBoundMs / 2));
-    ASSERT_EQ(g.ranks->comms[r]->allReduce(g.send[r], g.recv[r], count, dt, ReduceOp::kSum, g.ranks->streams[r]),
-              Status::kOk)
-        << "rank " << r << ": " << lastErrorMessage();
+    const Status st = g.ranks->comms[r]->allReduce(g.send[r], g.recv[r], count, dt, ReduceOp::kSum, g.ranks->streams[r]);
+    if (r == n - 1 && st == Status::kTimeout) {
+      lateRefused = true;
+      continue;
+    }
+    ASSERT_EQ(st, Status::kOk) << "rank " << r << ": " << lastErrorMessage();
   }
-  // The call ran in the mode the parameter names (8 one-MB chunks: within kCeMaxChunks).
-  EXPECT_EQ(stagedCopyEngineCalls() - ceBefore, std::strcmp(copyEnginesOf(GetParam()), "1") == 0 ? static_cast<uint64_t>(n) : 0u)
+  // The call ran in the mode the parameter names (8 one-MB chunks: within kCeMaxChunks), on
+  // every rank that was not refused.
+  const uint64_t ran = static_cast<uint64_t>(lateRefused ? n - 1 : n);
+  EXPECT_EQ(stagedCopyEngineCalls() - ceBefore, std::strcmp(copyEnginesOf(GetParam()), "1") == 0 ? ran : 0u)
       << "calls in copy-engine mode";
-  int failed = 0;
-  for (int r = 0; r < n; ++r) {
+  int failed = lateRefused ? 1 : 0;
+  for (int r = 0; r < (lateRefused ? n - 1 : n); ++r) {
     CUDA_OK(cudaSetDevice(g.ranks->devices[r]));
     CUDA_OK(cudaStreamSynchronize(g.ranks->streams[r]));
     const Status st = g.ranks->comms[r]->checkError();
