@@ -1,17 +1,16 @@
 #!/bin/bash
 # decode_ab.sh: the decode kernels (docs/decode_kernels.md) on one H200, in one device call. Builds qwen_tp,
-# qwen_gpu_test and gemv_bench, runs the decode GPU tests (tensor-core attention, fused GEMVs in
-# both versions, every decode path against the CPU reference, speculative == greedy), then times
-# qwen_tp's decode with the old kernels against the new ones in one binary (QWEN_DECODE=
-# old|attn|gemv|fused, QWEN_GEMV=v1|v2), in A B B A order, at position 512 (qwen3-8b, qwen3-32b):
-# first the GEMV versions on the gemv and fused paths, then gemv_bench (each product alone:
-# cuBLAS, v1, v2), then position 32000 (qwen3-8b); PyTorch's decoder (torch_tp_decode.py: eager
-# ops in a CUDA graph, then --compile) on the same shapes; and an `ncu --clock-control none`
-# profile of one decode step (fused v2 and v1, old). A time budget (BUDGET_S, default 450 s)
-# skips what would not fit, lowest priority last; PART=gemv stops after the GEMV steps (build,
-# tests, the A/B at 512, gemv_bench, the fused steps' ncu). Logs go to $OUT/logs.tgz (each log
-# opens with commit, date, command), the table to $OUT/summary.md and to stdout, last. Usage,
-# from the repository root:
+# qwen_gpu_test and gemv_bench, runs the decode GPU tests (tensor-core attention, fused GEMVs,
+# every decode path against the CPU reference, speculative == greedy), then times qwen_tp's
+# decode with the old kernels against the new ones in one binary (QWEN_DECODE=
+# old|attn|gemv|fused), in A B B A order, at position 512 (qwen3-8b, qwen3-32b); then gemv_bench
+# (each product alone: cuBLAS against the custom GEMV), then position 32000 (qwen3-8b);
+# PyTorch's decoder (torch_tp_decode.py: eager ops in a CUDA graph, then --compile) on the same
+# shapes; and an `ncu --clock-control none` profile of one decode step (fused, old). A time
+# budget (BUDGET_S, default 450 s) skips what would not fit, lowest priority last; PART=gemv
+# stops after the GEMV steps (build, tests, the A/B at 512, gemv_bench, the fused steps' ncu).
+# Logs go to $OUT/logs.tgz (each log opens with commit, date, command), the table to
+# $OUT/summary.md and to stdout, last. Usage, from the repository root:
 #   OUT=/path/to/out bash examples/qwen_tp/decode_ab.sh
 # TORCH_BASELINE: torch_tp_decode.py (default .scratch/baselines/ in the tree, then
 # ../shared/baselines/). BUILD: the build folder (default build-h200).
@@ -39,73 +38,60 @@ header "$L/build.log" cmake build
   { echo "BUILD FAILED"; tail -30 "$L/build.log"; exit 1; }
 echo "build done ($(left) s left)"
 
-# 1. Correctness first. v2 alone, briefly: its bits under other grids and rings and the model's
-# shapes against fp64 (a kernel that hangs would hold every later v2 run until its timeout); if
-# that fails, the rest runs v1 only. Then the new kernels, the model on every path, and the old
-# tests they touch; CustomGemvSpeculativeEqualsGreedy is the first TP=2 case there (two ranks on
-# the one GPU).
-GS="v1 v2"
-run v2_check 60 "$B/examples/qwen_tp/tests/qwen_gpu_test" \
-  --gtest_filter='QwenGemvGpu.V2BitsIndependentOfGridAndRing:QwenGemvGpu.ModelShapesMatchReference' ||
-  { GS=v1; echo "## v2 failed its check (v2_check.log): the rest runs v1 only, no tests, no gemv_bench" >> "$L/skipped.log"; }
-has_v2() { [ "$GS" != v1 ]; }
-has_v2 && run tests 200 "$B/examples/qwen_tp/tests/qwen_gpu_test" \
+# 1. Correctness first: the new kernels, the model on every path, and the old tests they touch;
+# CustomGemvSpeculativeEqualsGreedy is the first TP=2 case there (two ranks on the one GPU).
+run tests 200 "$B/examples/qwen_tp/tests/qwen_gpu_test" \
   --gtest_filter='QwenDecodeGpu.*:QwenGemvGpu.*:QwenGpu.LogitsMatch*:QwenGpu.AttentionMatchesReference:QwenGpu.CustomGemv*:QwenGpu.ChainedDraftsInOneGraphEqualSingleSteps:QwenGpu.SharedGpuLoadsModulesEagerly'
 
-# 2. qwen_tp decode at 512 in one binary: the GEMV versions on the gemv and fused paths, A B B A,
-# with old and attn as the baselines; then qwen3-32b the same way.
-q8() {  # q8 <tag> <mode> <gemv> <prompt> [extra]
-  local tag=$1 mode=$2 g=$3 P=$4; shift 4
-  run "q8_${P}_$tag" 90 env QWEN_DECODE=$mode QWEN_GEMV=$g $Q --model-preset qwen3-8b --prompt-tokens $P --n-predict 64 --ubatch-size 2048 "$@"
+# 2. qwen_tp decode at 512 in one binary: the gemv and fused paths, A B B A, with old and attn as
+# the baselines; then qwen3-32b the same way.
+q8() {  # q8 <tag> <mode> <prompt> [extra]
+  local tag=$1 mode=$2 P=$3; shift 3
+  run "q8_${P}_$tag" 90 env QWEN_DECODE=$mode $Q --model-preset qwen3-8b --prompt-tokens $P --n-predict 64 --ubatch-size 2048 "$@"
 }
-q32() {  # q32 <tag> <mode> <gemv>
-  run "q32_512_$1" 120 env QWEN_DECODE=$2 QWEN_GEMV=$3 $Q --model-preset qwen3-32b --prompt-tokens 512 --n-predict 32 --ubatch-size 2048
+q32() {  # q32 <tag> <mode>
+  run "q32_512_$1" 120 env QWEN_DECODE=$2 $Q --model-preset qwen3-32b --prompt-tokens 512 --n-predict 32 --ubatch-size 2048
 }
-RG=$(echo $GS | tr ' ' '\n' | tac | tr '\n' ' ')  # the versions in reverse, for the B half
-q8 a_old old v2 512; q8 a_attn attn v2 512
-for m in gemv fused; do for g in $GS; do q8 a_${m}_$g $m $g 512; done; done
-for m in fused gemv; do for g in $RG; do q8 b_${m}_$g $m $g 512; done; done
-q8 b_attn attn v2 512; q8 b_old old v2 512
-q32 a_old old v2; for g in $GS; do q32 a_fused_$g fused $g; done; q32 a_attn attn v2
-for g in $RG; do q32 b_fused_$g fused $g; done; q32 b_old old v2
-# 3. Each product alone: cuBLAS, v1, v2 (and the fused forms) at the 8b and 32b shapes, n = 1, 4, 8.
-has_v2 && run gemv_bench 120 "$B/examples/qwen_tp/gemv_bench" --preset qwen3-8b,qwen3-32b --tp 1 --tokens 1,4,8
+for m in old attn gemv fused; do q8 a_$m $m 512; done
+for m in fused gemv attn old; do q8 b_$m $m 512; done
+for m in old fused attn; do q32 a_$m $m; done
+for m in fused old; do q32 b_$m $m; done
+# 3. Each product alone: cuBLAS against the custom GEMV (and the fused forms) at the 8b and 32b
+# shapes, n = 1, 4, 8.
+run gemv_bench 120 "$B/examples/qwen_tp/gemv_bench" --preset qwen3-8b,qwen3-32b --tp 1 --tokens 1,4,8
 
 # 4. One decode step under Nsight Compute: every kernel's time, DRAM bytes, SM throughput.
 NCU_M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed
-ncu_step() {  # ncu_step <mode> <gemv> <preset> <prompt> [extra]
-  local mode=$1 g=$2 preset=$3 P=$4; shift 4
-  if ! command -v ncu > /dev/null; then echo "ncu not found: ncu_${mode}_${g}_${preset#qwen3-}_$P" >> "$L/skipped.log"; return; fi
-  run "ncu_${mode}_${g}_${preset#qwen3-}_$P" 90 env QWEN_DECODE=$mode QWEN_GEMV=$g QWEN_NCU_STEP=1 ncu --clock-control none --profile-from-start off \
+ncu_step() {  # ncu_step <mode> <preset> <prompt> [extra]
+  local mode=$1 preset=$2 P=$3; shift 3
+  if ! command -v ncu > /dev/null; then echo "ncu not found: ncu_${mode}_${preset#qwen3-}_$P" >> "$L/skipped.log"; return; fi
+  run "ncu_${mode}_${preset#qwen3-}_$P" 90 env QWEN_DECODE=$mode QWEN_NCU_STEP=1 ncu --clock-control none --profile-from-start off \
     --graph-profiling node --metrics $NCU_M --csv --page raw --print-units base --kernel-name-base demangled \
     $Q --model-preset $preset --prompt-tokens $P --n-predict 2 --ubatch-size 2048 "$@"
 }
-has_v2 && ncu_step fused v2 qwen3-8b 512
-ncu_step fused v1 qwen3-8b 512
-has_v2 && ncu_step fused v2 qwen3-32b 512
+ncu_step fused qwen3-8b 512
+ncu_step fused qwen3-32b 512
 
 if [ "${PART:-all}" != gemv ]; then
 # 5. Position 32000 (qwen3-8b), PyTorch, the old step's profile; lowest priority last.
-for m in old attn; do q8 a_$m $m v2 32000 --ctx-size 32768; done
-for g in $GS; do q8 a_fused_$g fused $g 32000 --ctx-size 32768; done
-for g in $RG; do q8 b_fused_$g fused $g 32000 --ctx-size 32768; done
-for m in attn old; do q8 b_$m $m v2 32000 --ctx-size 32768; done
+for m in old attn fused; do q8 a_$m $m 32000 --ctx-size 32768; done
+for m in fused attn old; do q8 b_$m $m 32000 --ctx-size 32768; done
 S8="--hidden 4096 --layers 36 --heads 32 --kv 8 --head-dim 128 --inter 12288 --vocab 151936"
 S32="--hidden 5120 --layers 64 --heads 64 --kv 8 --head-dim 128 --inter 25600 --vocab 151936"
 run torch8_512 90 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64
-has_v2 && ncu_step fused v2 qwen3-8b 32000 --ctx-size 32768
-ncu_step old v2 qwen3-8b 512
+ncu_step fused qwen3-8b 32000 --ctx-size 32768
+ncu_step old qwen3-8b 512
 run torch8_32000 90 python3 -u "$TB" $S8 --prompt 32000 --ctx 32768 --gen 64
 run torch32_512 90 python3 -u "$TB" $S32 --prompt 512 --ctx 1024 --gen 32
 run torch8_compile_512 150 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64 --compile
-ncu_step old v2 qwen3-8b 32000 --ctx-size 32768
+ncu_step old qwen3-8b 32000 --ctx-size 32768
 # Speculation (the field report's regime on the 8b shape): decode tok/s with 3 drafts, fused and old.
 for m in fused old; do
-  run "q8_512_mtp_$m" 60 env QWEN_DECODE=$m QWEN_GEMV=${GS##* } $Q --model-preset qwen3-8b --prompt-tokens 512 --n-predict 128 \
+  run "q8_512_mtp_$m" 60 env QWEN_DECODE=$m $Q --model-preset qwen3-8b --prompt-tokens 512 --n-predict 128 \
     --spec-type draft-mtp --spec-draft-n-max 3 --sim-draft-acceptance 0.6
 done
 # Prefill at 2048 and 8192 (the decode kernels do not change it: old path only).
-for P in 2048 8192; do q8 pf_old old v2 $P; done
+for P in 2048 8192; do q8 pf_old old $P; done
 fi
 fi
 
@@ -113,13 +99,12 @@ fi
 {
   echo "# decode_ab.sh at $REV ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
   echo
-  echo "| run | decode kernels | GEMV | prefill tok/s | decode tok/s | step ms | % roofline | graph | GEMMs alone ms | rest ms |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
+  echo "| run | decode kernels | prefill tok/s | decode tok/s | step ms | % roofline | graph | GEMMs alone ms | rest ms |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   for f in "$L"/q8_*.log "$L"/q32_*.log; do
     [ -f "$f" ] || continue
     awk -v run="$(basename "$f" .log)" '
-      /decode kernels/ { match($0, /decode kernels [a-z]+/); k = substr($0, RSTART + 15, RLENGTH - 15);
-                         if (match($0, /GEMV v[0-9]/)) gv = substr($0, RSTART + 5, RLENGTH - 5) }
+      /decode kernels/ { match($0, /decode kernels [a-z]+/); k = substr($0, RSTART + 15, RLENGTH - 15) }
       /prompt eval time/ && !pf { for (i = 1; i <= NF; ++i) if ($i == "tokens" && $(i+1) == "per") pf = $(i-1) }
       /^ +eval time/ && !dc { for (i = 1; i <= NF; ++i) if ($i == "tokens" && $(i+1) == "per") dc = $(i-1) }
       /^decode step [0-9]/ { st = $3; match($0, /\(([0-9.]+)% of roofline/); rf = substr($0, RSTART + 1, RLENGTH - 14);
@@ -127,7 +112,7 @@ fi
       /weight GEMMs alone/ { match($0, /\): [0-9.]+ ms/); gm = substr($0, RSTART + 3, RLENGTH - 6);
                              match($0, /everything else in the step: [0-9.]+/); re = substr($0, RSTART + 29, RLENGTH - 29) }
       /rc=[1-9]/ { bad = 1 }
-      END { printf "| %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", run, bad ? " (FAILED)" : "", k, gv, pf, dc, st, rf, gr, gm, re }' "$f"
+      END { printf "| %s%s | %s | %s | %s | %s | %s | %s | %s | %s |\n", run, bad ? " (FAILED)" : "", k, pf, dc, st, rf, gr, gm, re }' "$f"
   done
   echo
   echo "PyTorch (torch_tp_decode.py):"
@@ -169,12 +154,10 @@ for name, (n, t, b) in sorted(by.items(), key=lambda kv: -kv[1][1])[:6]:
 EOF
   done
   echo
-  echo "gemv_bench (us per launch, GB/s of weights; v2/cub = cuBLAS time over v2's):"
+  echo "gemv_bench (us per launch, GB/s of weights; cub/gemv = cuBLAS time over the custom GEMV's):"
   [ -f "$L/gemv_bench.log" ] && grep -a '^## qwen\|^[a-z_]\+ \+[0-9]\|^norm\|^o_proj\|^down +\|^product\|^shape' "$L/gemv_bench.log"
   echo
-  for t in v2_check tests; do
-    grep -ah "module loading\|^\[  FAILED\|^\[  PASSED\|tests, listed below\|^## rc=" "$L/$t.log" 2>/dev/null | sed "s/^/$t: /" | head -14
-  done
+  grep -ah "module loading\|^\[  FAILED\|^\[  PASSED\|tests, listed below\|^## rc=" "$L/tests.log" 2>/dev/null | sed "s/^/tests: /" | head -14
   [ -f "$L/skipped.log" ] && cat "$L/skipped.log"
   echo "total $(( $(date +%s) - T0 )) s"
 } > "$SUM" 2>&1

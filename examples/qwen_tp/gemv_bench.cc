@@ -1,11 +1,10 @@
 // gemv_bench: the decode step's weight products alone, per layer shape and token count: cuBLAS
-// (cublasGemmEx, what GpuModel::gemm runs by default) against the small-n GEMV's two versions
-// (gemv.cuh: v1, v2), then the fused decode step's four products (norm + qkv, norm + gate/up +
-// SwiGLU, o_proj + residual, down + residual) in v1 and v2; in GB/s of weight read against the
-// device's copy rate (read + write, as the qwen_tp roofline counts it). Each timed graph runs the
-// product over a ring of weight copies larger than L2, so every launch streams its weights from
-// HBM as a decode step does; launches follow each other in the graph (with PDL when --pdl), as in
-// the step.
+// (cublasGemmEx, what GpuModel::gemm runs by default) against the small-n GEMV (gemv.cuh), then
+// the fused decode step's four products (norm + qkv, norm + gate/up + SwiGLU, o_proj + residual,
+// down + residual); in GB/s of weight read against the device's copy rate (read + write, as the
+// qwen_tp roofline counts it). Each timed graph runs the product over a ring of weight copies
+// larger than L2, so every launch streams its weights from HBM as a decode step does; launches
+// follow each other in the graph (with PDL when --pdl), as in the step.
 //   gemv_bench [--preset qwen3-8b,qwen3-32b] [--tp 1] [--tokens 1,4,8] [--iters 20] [--no-pdl]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -188,8 +187,6 @@ int main(int argc, char** argv) {
   qwen::gpu::initSynthetic(reinterpret_cast<__nv_bfloat16*>(R), 1, int64_t(16) * maxOut, int64_t(16) * maxOut, 0, 0, 1,
                            4, 1.f, 0.f, s);
   CK(cudaStreamSynchronize(s));
-  using qwen::gpu::GemvImpl;
-  const GemvImpl impls[] = {GemvImpl::kV1, GemvImpl::kV2};
   std::printf(
       "# gemv_bench: TP=%d, bf16 weights, fp32 accumulation, PDL %s; device copy rate %.0f GB/s (read + write)\n", tp,
       pdl ? "on" : "off", copyGBs);
@@ -206,8 +203,8 @@ int main(int argc, char** argv) {
     const Shape shapes[] = {
         {"qkv", (hq + 2 * hk) * D, H}, {"o", H, hq * D}, {"gate_up", 2 * I, H}, {"down", H, I}, {"lm_head", V, H}};
     std::printf("\n## %s: weight products, us per launch and GB/s of weights (%% of the copy rate)\n", preset.c_str());
-    std::printf("%-8s %6s %6s %2s | %8s %6s %5s | %8s %6s %5s | %8s %6s %5s | %6s | %8s %8s\n", "shape", "out", "in",
-                "n", "cublas", "GB/s", "%", "v1", "GB/s", "%", "v2", "GB/s", "%", "v2/cub", "v1~cub", "v2~cub");
+    std::printf("%-8s %6s %6s %2s | %8s %6s %5s | %8s %6s %5s | %8s | %8s\n", "shape", "out", "in", "n", "cublas",
+                "GB/s", "%", "gemv", "GB/s", "%", "cub/gemv", "gemv~cub");
     for (const Shape& sh : shapes) {
       const size_t wBytes = size_t(sh.out) * sh.in * 2;
       const int copies = static_cast<int>(std::max<size_t>(1, pool / wBytes));
@@ -222,32 +219,25 @@ int main(int argc, char** argv) {
                        CUBLAS_GEMM_DEFAULT);
         };
         auto customOne = [&](int i) { qwen::gpu::gemvBf16(w(i), sh.out, sh.in, X, n, Y, f32, s); };
-        double us[3];
-        us[0] = timeGraph(s, launches, iters, cublasOne);
-        std::vector<float> y[3];  // copy 0's outputs
-        const size_t outs = size_t(n) * sh.out;
-        cublasOne(0);
-        CK(cudaStreamSynchronize(s));
-        y[0] = fetchY(Y, outs, f32);
-        for (int k = 0; k < 2; ++k) {
-          qwen::gpu::setGemvImpl(impls[k]);
-          us[k + 1] = timeGraph(s, launches, iters, customOne);
-          customOne(0);
+        double us[2];
+        std::vector<float> y[2];  // copy 0's outputs: cuBLAS, the custom GEMV
+        auto measure = [&](auto one, int k) {
+          us[k] = timeGraph(s, launches, iters, one);
+          one(0);
           CK(cudaStreamSynchronize(s));
-          y[k + 1] = fetchY(Y, outs, f32);
-        }
+          y[k] = fetchY(Y, size_t(n) * sh.out, f32);
+        };
+        measure(cublasOne, 0);
+        measure(customOne, 1);
         auto gbs = [&](double t) { return wBytes / (t * 1e3); };
-        std::printf(
-            "%-8s %6d %6d %2d | %8.2f %6.0f %5.1f | %8.2f %6.0f %5.1f | %8.2f %6.0f %5.1f | %6.3f | %8.1e %8.1e\n",
-            sh.name, sh.out, sh.in, n, us[0], gbs(us[0]), 100 * gbs(us[0]) / copyGBs, us[1], gbs(us[1]),
-            100 * gbs(us[1]) / copyGBs, us[2], gbs(us[2]), 100 * gbs(us[2]) / copyGBs, us[0] / us[2],
-            relDiff(y[1], y[0]), relDiff(y[2], y[0]));
+        std::printf("%-8s %6d %6d %2d | %8.2f %6.0f %5.1f | %8.2f %6.0f %5.1f | %8.3f | %8.1e\n", sh.name, sh.out,
+                    sh.in, n, us[0], gbs(us[0]), 100 * gbs(us[0]) / copyGBs, us[1], gbs(us[1]),
+                    100 * gbs(us[1]) / copyGBs, us[0] / us[1], relDiff(y[1], y[0]));
       }
     }
     // The fused step's products (GpuModelOptions::decode = fused, tp = 1 shapes).
     std::printf("\n## %s: the fused decode step's products, us per launch and GB/s of weights\n", preset.c_str());
-    std::printf("%-20s %6s %6s %2s | %8s %6s %5s | %8s %6s %5s | %6s\n", "product", "out", "in", "n", "v1", "GB/s", "%",
-                "v2", "GB/s", "%", "v1/v2");
+    std::printf("%-20s %6s %6s %2s | %8s %6s %5s\n", "product", "out", "in", "n", "us", "GB/s", "%");
     struct Fused {
       const char* name;
       int rows, in, form;  // rows of W; form 0 norm, 1 norm + SwiGLU, 2 residual
@@ -268,15 +258,8 @@ int main(int argc, char** argv) {
           if (f.form == 1) qwen::gpu::gemvNormSwiglu(w(i), f.rows / 2, f.in, X, n, normW, 1e-6f, y, s);
           if (f.form == 2) qwen::gpu::gemvResidual(w(i), f.rows, f.in, X, n, static_cast<__nv_bfloat16*>(R), s);
         };
-        double us[2];
-        for (int k = 0; k < 2; ++k) {
-          qwen::gpu::setGemvImpl(impls[k]);
-          us[k] = timeGraph(s, launches, iters, one);
-        }
-        auto gbs = [&](double t) { return wBytes / (t * 1e3); };
-        std::printf("%-20s %6d %6d %2d | %8.2f %6.0f %5.1f | %8.2f %6.0f %5.1f | %6.3f\n", f.name, f.rows, f.in, n,
-                    us[0], gbs(us[0]), 100 * gbs(us[0]) / copyGBs, us[1], gbs(us[1]), 100 * gbs(us[1]) / copyGBs,
-                    us[0] / us[1]);
+        const double us = timeGraph(s, launches, iters, one), gbs = wBytes / (us * 1e3);
+        std::printf("%-20s %6d %6d %2d | %8.2f %6.0f %5.1f\n", f.name, f.rows, f.in, n, us, gbs, 100 * gbs / copyGBs);
       }
     }
   }

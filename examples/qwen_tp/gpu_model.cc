@@ -163,17 +163,9 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
     else if (v == "fused") opt_.decode = GpuModelOptions::DecodeKernels::kFused;
     else return *error = "QWEN_DECODE=" + v + ": expected old, attn, gemv or fused", false;
   }
-  gpu::GemvImpl gemvImpl = opt_.gemv == 1 ? gpu::GemvImpl::kV1 : gpu::GemvImpl::kV2;
-  if (const char* e = std::getenv("QWEN_GEMV")) {
-    if (!gpu::parseGemvImpl(e, &gemvImpl)) return *error = std::string("QWEN_GEMV=") + e + ": expected v1 or v2", false;
-  } else if (opt_.gemv != 1 && opt_.gemv != 2) {
-    return *error = "GpuModelOptions::gemv must be 1 or 2", false;
-  }
-  opt_.gemv = gemvImpl == gpu::GemvImpl::kV1 ? 1 : 2;
-  gpu::setGemvImpl(gemvImpl);
-  // Every GEMV kernel loaded and v2's shared-memory limit raised here, before any rank's first
-  // collective and before capture (both wait for the whole device).
-  if (major >= 8 && !gpu::prepareGemv()) return *error = "GEMV kernels: cudaFuncSetAttribute failed", false;
+  // Every GEMV kernel loaded here, before any rank's first collective and before capture (loading
+  // waits for the whole device).
+  if (major >= 8 && !gpu::prepareGemv()) return *error = "GEMV kernels: cudaFuncGetAttributes failed", false;
   gpu::setPdl(opt_.pdl);
   QWEN_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   if (opt_.prefillOverlap && shape_.tp > 1) {
@@ -348,8 +340,6 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
   if (normOut != hn_) gpu::addRmsNorm(x_, nullptr, nextNorm, n, H, eps, normOut, stream_);
   return true;
 }
-
-const char* GpuModel::gemvKernels() const { return opt_.gemv == 1 ? "v1" : "v2"; }
 
 const char* GpuModel::decodeKernels() const {
   return ropeInAttn_ ? "fused" : fusedStep_ ? "gemv" : tcAttn_ ? "attn" : "old";

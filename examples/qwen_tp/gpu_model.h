@@ -48,12 +48,6 @@ struct GpuModelOptions {
   /// cuBLAS). Off by default: on 2x H200 it measured within 1-5% of cuBLAS per layer shape and
   /// the same tok/s (bench/results/h200x2.md). Needs sm_80+ (init fails otherwise).
   bool customGemv = false;
-  /// The small-n GEMV kernels behind customGemv and the fused decode step (gpu::GemvImpl): 1, the
-  /// block-per-16-rows kernel (the default until 2 is measured), or 2, persistent blocks fed by
-  /// cp.async.bulk through a shared-memory ring (sm_90+; elsewhere 1 runs). Process-wide
-  /// (gpu::setGemvImpl), like pdl. The environment's QWEN_GEMV=v1|v2, when set, overrides this at
-  /// init; any other value fails init.
-  int gemv = 1;
   /// Programmatic dependent launch for the decoder's own kernels (gpu::setPdl; process-wide).
   /// Same bits either way; no measurable speed difference on 2x H200.
   bool pdl = true;
@@ -176,8 +170,6 @@ class GpuModel : public DecoderEngine {
   /// The decode kernels in use after init: "old", "attn", "gemv" or "fused" (GpuModelOptions::decode;
   /// tp > 1 or an unsupported shape turns "gemv" and "fused" into "attn", head_dim != 128 any into "old").
   const char* decodeKernels() const;
-  /// "v1" or "v2": the GEMV kernels init selected (GpuModelOptions::gemv, QWEN_GEMV).
-  const char* gemvKernels() const;
   /// Name of the algorithm tpcomm ran for the last all-reduce ("" with tp == 1).
   std::string lastAlgorithm() const;
   /// Algorithm of the last layer epilogue (after o_proj / down_proj) as enqueued: tpcomm's name

@@ -162,9 +162,9 @@ std::string describeNodes(const GraphNodes& g, bool fused) {
 // What timeStepGemms ran: the fused step's GEMVs for the layers (gemv / fused decode kernels),
 // else gemm() (--gemv); the lm_head always through gemm().
 std::string gemmLabel(const Flags& f, const GpuModel& model) {
-  const std::string d = model.decodeKernels(), v = model.gemvKernels();
-  const std::string head = f.gemv == "custom" ? "custom GEMV " + v : f.gemv;
-  if (d == "gemv" || d == "fused") return "fused GEMVs " + v + ", lm_head " + head;
+  const std::string d = model.decodeKernels();
+  const std::string head = f.gemv == "custom" ? "custom GEMV" : f.gemv;
+  if (d == "gemv" || d == "fused") return "fused GEMVs, lm_head " + head;
   return head;
 }
 
@@ -177,8 +177,8 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
   const int P = static_cast<int>(sh.prompt.size());
   std::printf(
       "qwen_tp: model %s, TP=%d, allreduce %s (last algorithm: %s), layer epilogue %s (%s), prompt %d, "
-      "n-predict %d, ctx-size %d, ubatch %d, prefill attention %s%s, %s, GEMMs of <= 8 tokens: %s, PDL %s, decode kernels "
-      "%s, GEMV %s\n",
+      "n-predict %d, ctx-size %d, ubatch %d, prefill attention %s%s, %s, GEMMs of <= 8 tokens: %s, PDL %s, "
+      "decode kernels %s\n",
       sh.cfg.name.c_str(), f.tp, f.allreduce.c_str(), model.lastAlgorithm().c_str(),
       f.fusedNorm ? "fused all-reduce + residual + RMSNorm" : "all-reduce, then residual + RMSNorm kernel",
       model.lastNormAlgorithm().c_str(), P, f.nPredict, o.ctxSize, o.maxTokensPerCall,
@@ -187,8 +187,7 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
                                                      : "decode kernel for every call",
       o.prefillOverlap && f.tp > 1 ? ", prefill all-reduces overlapped (two row halves)" : "",
       o.useGraphs ? "decode in CUDA graphs" : "eager decode (no CUDA graphs)",
-      o.customGemv ? "custom GEMV (--gemv custom)" : "cuBLAS", o.pdl ? "on" : "off", model.decodeKernels(),
-      model.gemvKernels());
+      o.customGemv ? "custom GEMV (--gemv custom)" : "cuBLAS", o.pdl ? "on" : "off", model.decodeKernels());
   std::printf("prefill cold (first call of the process): %.2f ms / %d tokens (%.2f tokens per second); the timed runs "
               "below are warm\n",
               r.coldPrefillSeconds * 1e3, P, r.coldPrefillSeconds > 0 ? P / r.coldPrefillSeconds : 0);

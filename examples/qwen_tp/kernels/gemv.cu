@@ -1,14 +1,10 @@
 // gemv.cu: small-n GEMM ("GEMV") on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation).
 #include <algorithm>
-#include <atomic>
 #include <cfloat>
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/common.cuh"
 #include "kernels/gemv.cuh"
-#include "kernels/gemv_parts.cuh"
-#include "kernels/gemv_v2.cuh"
 
 namespace qwen {
 namespace gpu {
@@ -52,12 +48,96 @@ __device__ __forceinline__ uint4 gemvLoad8(const __nv_bfloat16* row, int k, int 
   return make_uint4(v[0], v[1], v[2], v[3]);
 }
 
+// What a block does with a tile's fp32 sums: kStore: Y = bf16 or fp32; kResidual: Y += bf16(sum),
+// Y the bf16 residual stream; kSwiglu: A rows 0..7 are gate rows 8 b + g of W, rows 8..15 the up
+// rows I + 8 b + g, and Y[t, 8 b + g] = silu(bf16(gate)) * bf16(up), swiglu's math.
+enum GemvEpi { kStore = 0, kResidual = 1, kSwiglu = 2 };
+
+// The sum of the squares of 8 bf16 (one 16-byte chunk of a residual row), fma in order from 0.
+__device__ __forceinline__ float sumSq8(uint4 v) {
+  const uint32_t* vs = &v.x;
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float lo = __uint_as_float(vs[j] << 16), hi = __uint_as_float(vs[j] & 0xffff0000u);
+    ss = __fmaf_rn(lo, lo, ss);
+    ss = __fmaf_rn(hi, hi, ss);
+  }
+  return ss;
+}
+
+// 1 / rms of a row of `in` values whose squares sum to ss.
+__device__ __forceinline__ float invRms(float ss, int in, float eps) {
+  return __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(in)), eps)));
+}
+
+// 8 bf16 of a residual row -> bf16((x * inv) * w), addRmsNorm's rounding (norm_rows.cuh).
+__device__ __forceinline__ uint4 normScale8(uint4 x, uint4 w, float inv) {
+  uint32_t* xs = &x.x;
+  const uint32_t* ws = &w.x;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float lo = __uint_as_float(xs[j] << 16), hi = __uint_as_float(xs[j] & 0xffff0000u);
+    const float wl = __uint_as_float(ws[j] << 16), wh = __uint_as_float(ws[j] & 0xffff0000u);
+    const __nv_bfloat162 v =
+        __floats2bfloat162_rn(__fmul_rn(__fmul_rn(lo, inv), wl), __fmul_rn(__fmul_rn(hi, inv), wh));
+    xs[j] = *reinterpret_cast<const uint32_t*>(&v);
+  }
+  return x;
+}
+
+// kResidual: the residual values a tile's stores add to, in the D fragment's order (0 where
+// nothing is stored). Loaded together, ahead of the stores (one L2 round trip, not four).
+template <int kEpi>
+__device__ __forceinline__ void gemvLoadResidual(int rLo, int rHi, int t0, int n, int out, const void* Y,
+                                                 float (&r)[4]) {
+  if (kEpi != kResidual) return;
+  const __nv_bfloat16* R = static_cast<const __nv_bfloat16*>(Y);
+  auto at = [&](int t, int o) {
+    return o < out && t < n ? __bfloat162float(R[static_cast<int64_t>(t) * out + o]) : 0.f;
+  };
+  r[0] = at(t0, rLo), r[1] = at(t0 + 1, rLo), r[2] = at(t0, rHi), r[3] = at(t0 + 1, rHi);
+}
+
+// One tile's D fragment to Y [n, out]: d0, d1 = (row rLo, tokens t0, t0 + 1); d2, d3 = (row rHi,
+// the same tokens). kSwiglu: rLo is the act column, d0, d1 its gate and d2, d3 its up sums.
+// kResidual: r holds gemvLoadResidual's values. Rows >= out and tokens >= n are not stored.
+template <int kEpi, bool kF32>
+__device__ __forceinline__ void gemvStoreTile(const float (&d)[4], const float (&r)[4], int rLo, int rHi, int t0, int n,
+                                              int out, void* Y) {
+  const int t1 = t0 + 1;
+  if (kEpi == kSwiglu) {
+    auto act = [&](int t, float gate, float up) {
+      const float gt = __bfloat162float(__float2bfloat16_rn(gate)), u = __bfloat162float(__float2bfloat16_rn(up));
+      static_cast<__nv_bfloat16*>(Y)[static_cast<int64_t>(t) * out + rLo] =
+          __float2bfloat16_rn(gt / (1.f + __expf(-gt)) * u);
+    };
+    if (rLo < out && t0 < n) act(t0, d[0], d[2]);
+    if (rLo < out && t1 < n) act(t1, d[1], d[3]);
+    return;
+  }
+  auto store = [&](int t, int o, int e) {
+    const int64_t i = static_cast<int64_t>(t) * out + o;
+    if (kEpi == kResidual)
+      static_cast<__nv_bfloat16*>(Y)[i] =
+          __float2bfloat16_rn(__fadd_rn(r[e], __bfloat162float(__float2bfloat16_rn(d[e]))));
+    else if (kF32)
+      static_cast<float*>(Y)[i] = d[e];
+    else
+      static_cast<__nv_bfloat16*>(Y)[i] = __float2bfloat16_rn(d[e]);
+  };
+  if (rLo < out && t0 < n) store(t0, rLo, 0);
+  if (rLo < out && t1 < n) store(t1, rLo, 1);
+  if (rHi < out && t0 < n) store(t0, rHi, 2);
+  if (rHi < out && t1 < n) store(t1, rHi, 3);
+}
+
 // minBlocks 2 (<= 128 registers): without it ptxas (CUDA 13) schedules each unit's loads right
 // before its MMAs, one unit in flight per warp; with it the kGemvUnroll units' 12 loads issue
 // back to back (checked in the SASS, 72 registers).
 // The fused decode variants (gemvNormBf16, gemvNormSwiglu, gemvResidual in gemv.cuh): kNorm feeds the MMAs bf16(rmsnorm(X) * nw) instead
 // of X (the block computes each token's 1 / rms itself, in a fixed order: a function of the row
-// only); kEpi says what the block does with its fp32 sums (GemvEpi, gemv_parts.cuh).
+// only); kEpi says what the block does with its fp32 sums (GemvEpi).
 struct GemvFuse {
   const __nv_bfloat16* normW = nullptr;  // kNorm: the RMSNorm weight [in]
   float eps = 0.f;
@@ -165,20 +245,7 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, 2)
   gemvStoreTile<kEpi, kF32>(d, r, rLo, rHi, 2 * c, n, out, Y);
 }
 
-std::atomic<int> gImpl{static_cast<int>(GemvImpl::kV2)};
-
 }  // namespace
-
-void setGemvImpl(GemvImpl impl) { gImpl.store(static_cast<int>(impl)); }
-GemvImpl gemvImpl() { return static_cast<GemvImpl>(gImpl.load()); }
-
-bool parseGemvImpl(const char* s, GemvImpl* impl) {
-  if (std::strcmp(s, "v1") == 0) return *impl = GemvImpl::kV1, true;
-  if (std::strcmp(s, "v2") == 0) return *impl = GemvImpl::kV2, true;
-  return false;
-}
-
-const char* gemvImplName(GemvImpl impl) { return impl == GemvImpl::kV1 ? "v1" : "v2"; }
 
 bool prepareGemv() {
   // cudaFuncGetAttributes loads a kernel (CUDA's lazy loading would otherwise load it at its
@@ -193,7 +260,7 @@ bool prepareGemv() {
                            cudaFuncGetAttributes(&fa, gemvKernel<true, false, false, kResidual>)};
   for (cudaError_t x : e)
     if (x != cudaSuccess) return false;
-  return gemvV2Prepare();
+  return true;
 }
 
 bool gemvVectorizable(const void* W, const void* X, int in) {
@@ -205,8 +272,6 @@ bool gemvBf16(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, i
   if (n < 1 || n > kGemvMaxTokens || out < 0 || in < 0) return false;
   if (out == 0) return true;
   const bool vec = gemvVectorizable(W, X, in);
-  if (gemvImpl() == GemvImpl::kV2 && vec && in > 0 && gemvV2Launch(W, out, in, X, n, Y, yF32, nullptr, 0.f, kStore, s))
-    return true;
   const int units = (in + 31) / 32;
   // Split `in` over up to 8 warps, each with at least 2 unrolled rounds of units when possible.
   const int warps = std::max(1, std::min(kGemvMaxWarps, units / (2 * kGemvUnroll)));
@@ -224,17 +289,14 @@ bool gemvBf16(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, i
 
 namespace {
 
-// v2: one launch. v1: one launch per group of up to kGemvMaxTokens tokens (rows are independent:
-// a token's bits do not depend on its group); rowsOut: output rows per block (16, or 8 act
-// columns with kSwiglu).
+// One launch per group of up to kGemvMaxTokens tokens (rows are independent: a token's bits do
+// not depend on its group); rowsOut: output rows per block (16, or 8 act columns with kSwiglu).
 template <bool kNorm, int kEpi>
 bool gemvFused(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, __nv_bfloat16* Y,
                const GemvFuse& fuse, cudaStream_t s) {
   if (n < 1 || n > kGemvFusedMaxTokens || out <= 0 || !gemvVectorizable(W, X, in) ||
       (kNorm && (reinterpret_cast<uintptr_t>(fuse.normW) % 16 != 0 || in > kGemvNormMaxIn)))
     return false;
-  if (gemvImpl() == GemvImpl::kV2 && gemvV2Launch(W, out, in, X, n, Y, false, kNorm ? fuse.normW : nullptr, fuse.eps, kEpi, s))
-    return true;
   const int units = (in + 31) / 32, rowsOut = kEpi == kSwiglu ? 8 : 16;
   const int warps = std::max(1, std::min(kGemvMaxWarps, units / (2 * kGemvUnroll)));
   for (int t0 = 0; t0 < n; t0 += kGemvMaxTokens)

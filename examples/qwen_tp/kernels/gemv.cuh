@@ -13,12 +13,12 @@ namespace gpu {
 /// HBM bandwidth: Y[t, o] = sum_i X[t, i] * W[o, i] for t < n, o < out; W bf16 [out, in] and X
 /// bf16 [n, in] row-major (row stride = in), Y [n, out] fp32 (yF32) or bf16 (round to nearest).
 /// The same product as GpuModel::gemm's cublasGemmEx, for decode and MTP verify (n = 1..8).
-/// Deterministic: the order of every sum depends on `in` and the kernel version (GemvImpl) only,
-/// so a token's row is also the same whatever the other tokens of the call are, whatever the
-/// grid. v1 and v2 sum in different orders (their bits differ by fp32 rounding). Any `in` and any
-/// alignment are correct; the fast paths need gemvVectorizable(W, X, in), else every element is
-/// loaded alone (v1's scalar path, whichever version is selected).
-/// Needs sm_80+ (v2 runs on sm_90+; elsewhere v1 runs). Returns false (and launches nothing) when n is outside
+/// A block per 16 rows of W, up to 8 warps splitting `in` into 32-column units (warp w takes
+/// units w, w + warps, ...; warps a function of `in`), 4 units of loads in flight per warp, the
+/// warps' sums added in warp order. Deterministic: the order of every sum depends on `in` only,
+/// so a token's row is also the same whatever the other tokens of the call are. Any `in` and any
+/// alignment are correct; the fast path needs gemvVectorizable(W, X, in), else every element is
+/// loaded alone. Needs sm_80+. Returns false (and launches nothing) when n is outside
 /// 1..kGemvMaxTokens.
 constexpr int kGemvMaxTokens = 8;
 bool gemvBf16(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32,
@@ -26,40 +26,18 @@ bool gemvBf16(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, i
 /// in % 8 == 0 and W, X 16-byte aligned: gemvBf16 runs on 16-byte vector loads.
 bool gemvVectorizable(const void* W, const void* X, int in);
 
-/// Which kernels gemvBf16 and the fused products below launch (process-wide, like setPdl; read
-/// at each call, so a captured graph keeps the version it was captured with):
-///  kV1 (gemv.cu): a block per 16 rows of W, up to 8 warps splitting `in` into 32-column units
-///   (warp w takes units w, w + warps, ...; warps a function of `in`), 4 units of loads in
-///   flight per warp, the warps' sums added in warp order; the normed products sum each token's
-///   squares in every block. Calls of 9..16 tokens run as two launches.
-///  kV2 (gemv_v2.cu, the default): persistent blocks (<= one per SM, whole rounds of 16-row
-///   tiles) fed by cp.async.bulk through a shared-memory ring of 5..12 stages of 512 columns,
-///   a producer warp and 8 consumer warps; in every stage warp w takes units w and w + 8; the
-///   warps' sums added in warp order; 1 / rms once per token per block; up to 16 tokens in one
-///   launch. Needs sm_90; vectorizable operands (else gemvBf16 runs v1's scalar path).
-/// Both: the normed operand bf16((x * inv) * w) and inv itself are the same bits in v1 and v2.
-enum class GemvImpl { kV1, kV2 };
-void setGemvImpl(GemvImpl impl);
-GemvImpl gemvImpl();
-/// "v1" or "v2" (QWEN_GEMV, GpuModel::init; gemv_bench); false, *impl untouched, otherwise.
-bool parseGemvImpl(const char* s, GemvImpl* impl);
-const char* gemvImplName(GemvImpl impl);
-/// Loads every GEMV kernel and raises v2's shared-memory limit on the current device. Call it
-/// once per device before capturing and before any rank may be inside a collective (GpuModel::init
-/// does): both wait for the device as a whole, and ranks sharing a GPU must never do that while a
-/// peer's all-reduce spins (docs/reliability.md). v2 calls it itself on a device that has not.
+/// Loads every GEMV kernel on the current device. Call it once per device before capturing and
+/// before any rank may be inside a collective (GpuModel::init does): loading waits for the device
+/// as a whole, and ranks sharing a GPU must never do that while a peer's all-reduce spins
+/// (docs/reliability.md).
 bool prepareGemv();
-/// For tests: v2 launches at most maxBlocks blocks with rings of at most maxStages stages (0: the
-/// device's bounds), process-wide. A token's bits must not change (the sums' order is a function
-/// of `in` only): QwenGemvGpu.V2BitsIndependentOfGridAndRing.
-void setGemvV2Limits(int maxBlocks, int maxStages);
 
-/// The fused decode step's products (GpuModelOptions::decode = kFused; n <= kGemvFusedMaxTokens;
-/// v1: in launches of up to kGemvMaxTokens tokens), gemvBf16's arithmetic with a prologue or an
+/// The fused decode step's products (GpuModelOptions::decode = kFused; n <= kGemvFusedMaxTokens,
+/// in launches of up to kGemvMaxTokens tokens), gemvBf16's arithmetic with a prologue or an
 /// epilogue. X is then the bf16 residual stream [n, in], and the MMAs take
 /// hn = bf16((X * inv_rms) * normW) (addRmsNorm's rounding; each block sums a token's squares
-/// itself, in a fixed order). A product's sums are gemvBf16's (same version), so gemvResidual is
-/// bit for bit gemvBf16 followed by the bf16 add. Returns false, launching nothing, unless the operands are
+/// itself, in a fixed order). A product's sums are gemvBf16's, so gemvResidual is bit for bit
+/// gemvBf16 followed by the bf16 add. Returns false, launching nothing, unless the operands are
 /// vectorizable (gemvVectorizable, normW 16-byte aligned), in <= 8192 for the normed ones, and
 /// 1 <= n <= kGemvFusedMaxTokens.
 constexpr int kGemvFusedMaxTokens = 16;

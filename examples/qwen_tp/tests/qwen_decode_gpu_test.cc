@@ -8,10 +8,10 @@
 //    Tolerance per element: 2^-7 |ref| + 4e-3 (P is rounded to bf16 before P V, as in prefill).
 //  - attentionDecodeTcRope (q/k norm + RoPE + KV store inside) against qkNormRopeStore followed
 //    by attentionDecodeTc, and a verify call's bits equal to one-token calls reading the cache.
-//  - The fused GEMVs (gemvNormBf16, gemvNormSwiglu, gemvResidual), v1 and v2, against an fp64
-//    reference of RMSNorm -> product -> SwiGLU / residual add; gemvResidual bit-exact against
-//    gemvBf16 plus the bf16 add; tokens >= n never written; a token's bits the same whatever n
-//    (1..16). v2 at the model's shapes and its grid / ring independence: qwen_gemv_gpu_test.cc.
+//  - The fused GEMVs (gemvNormBf16, gemvNormSwiglu, gemvResidual) against an fp64 reference of
+//    RMSNorm -> product -> SwiGLU / residual add; gemvResidual bit-exact against gemvBf16 plus
+//    the bf16 add; tokens >= n never written; a token's bits the same whatever n (1..16). The
+//    model's shapes: qwen_gemv_gpu_test.cc.
 // The model on every path: qwen_decode_model_gpu_test.cc.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -249,10 +249,10 @@ struct GemvCase {
   int out, in;
 };
 
-// Both GEMV versions (gpu::setGemvImpl) on every fused form, n = 1..16: against the fp64
-// reference, gemvResidual bit for bit gemvBf16 + the bf16 add (same version), tokens >= n never
-// written, and a token's bits the n = 16 call's. Shapes: in a multiple of 512 or not (v2's
-// stages: 264, 1032 and 2056 end in a partial stage), out not a multiple of 16 or of 8.
+// Every fused form, n = 1..16 (two launches past kGemvMaxTokens): against the fp64 reference,
+// gemvResidual bit for bit gemvBf16 + the bf16 add, tokens >= n never written, and a token's bits
+// the n = 16 call's. Shapes: in a multiple of 32 or not (264, 1032 and 2056 end in a unit of 8
+// columns), out not a multiple of 16 or of 8.
 TEST(QwenDecodeGpu, FusedGemvsMatchReference) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   const GemvCase cases[] = {{384, 512}, {40, 264}, {96, 64}, {1024, 4096}, {136, 1032}, {21, 2056}};
@@ -295,61 +295,58 @@ TEST(QwenDecodeGpu, FusedGemvsMatchReference) {
       CK(cudaDeviceSynchronize());
       CK(cudaMemcpy(h->data(), d, h->size() * 2, cudaMemcpyDeviceToHost));
     };
-    for (gpu::GemvImpl impl : {gpu::GemvImpl::kV1, gpu::GemvImpl::kV2}) {
-      gpu::setGemvImpl(impl);
-      std::vector<uint16_t> y16(R.size()), a16(R.size());  // the n = 16 call's rows
-      for (int n = N; n >= 1; --n) {
-        const std::string what = std::string(gpu::gemvImplName(impl)) + " out " + std::to_string(c.out) + " in " +
-                                 std::to_string(c.in) + " n " + std::to_string(n);
-        std::vector<uint16_t> y(R.size()), a(R.size()), r(R.size());
-        // gemvNormBf16 (out rows) and gemvNormSwiglu (W = [gate; up], I = out)
-        CK(cudaMemset(dY.p, 0xFF, R.size() * 2));
-        CK(cudaMemset(dP.p, 0xFF, R.size() * 2));
-        ASSERT_TRUE(gpu::gemvNormBf16(bf(dW.p), c.out, c.in, bf(dX.p), n, bf(dnw.p), eps, bf(dY.p), nullptr)) << what;
-        ASSERT_TRUE(gpu::gemvNormSwiglu(bf(dW.p), c.out, c.in, bf(dX.p), n, bf(dnw.p), eps, bf(dP.p), nullptr)) << what;
-        fetch(dY.p, &y);
-        fetch(dP.p, &a);
-        // gemvResidual against gemvBf16 + the bf16 add, bit for bit
-        CK(cudaMemcpy(dR.p, R.data(), R.size() * 2, cudaMemcpyHostToDevice));
-        ASSERT_TRUE(gpu::gemvResidual(bf(dW.p), c.out, c.in, bf(dX.p), n, bf(dR.p), nullptr)) << what;
-        fetch(dR.p, &r);
-        for (int t0 = 0; t0 < n; t0 += gpu::kGemvMaxTokens)
-          ASSERT_TRUE(gpu::gemvBf16(bf(dW.p), c.out, c.in, bf(dX.p) + static_cast<size_t>(t0) * c.in,
-                                    std::min(gpu::kGemvMaxTokens, n - t0), bf(dY.p) + static_cast<size_t>(t0) * c.out,
-                                    false, nullptr));
-        std::vector<uint16_t> plain(R.size());
-        fetch(dY.p, &plain);
-        int bad = 0;
-        for (int t = 0; t < N; ++t)
-          for (int o = 0; o < c.out; ++o) {
-            const size_t i = static_cast<size_t>(t) * c.out + o;
-            if (t >= n) {  // never written
-              EXPECT_TRUE(y[i] == kPoison && a[i] == kPoison && r[i] == R[i]) << what << ": token " << t << " written";
-              continue;
-            }
-            const uint16_t want = floatToBf16(bf16ToFloat(R[i]) + bf16ToFloat(plain[i]));
-            if (r[i] != want && ++bad <= 3) ADD_FAILURE() << what << ": residual t " << t << " o " << o;
-            const size_t at = static_cast<size_t>(t) * 2 * c.out + o;
-            const double g = prod[at], u = prod[at + c.out], sg = mag[at], su = mag[at + c.out];
-            const double eg = 4e-3 * sg + std::ldexp(std::fabs(g), -7), eu = 4e-3 * su + std::ldexp(std::fabs(u), -7);
-            const double silu = g / (1 + std::exp(-g)), ra = silu * u;
-            if (!(std::fabs(bf16ToFloat(y[i]) - g) <= eg) && ++bad <= 3)
-              ADD_FAILURE() << what << ": norm gemv t " << t << " o " << o << " " << bf16ToFloat(y[i]) << " vs " << g;
-            if (!(std::fabs(bf16ToFloat(a[i]) - ra) <= 1.2 * eg * std::fabs(u) + std::fabs(silu) * eu + eg * eu +
-                                                            std::ldexp(std::fabs(ra), -7)) && ++bad <= 3)
-              ADD_FAILURE() << what << ": swiglu t " << t << " o " << o << " " << bf16ToFloat(a[i]) << " vs " << ra;
+    std::vector<uint16_t> y16(R.size()), a16(R.size());  // the n = 16 call's rows
+    for (int n = N; n >= 1; --n) {
+      const std::string what =
+          "out " + std::to_string(c.out) + " in " + std::to_string(c.in) + " n " + std::to_string(n);
+      std::vector<uint16_t> y(R.size()), a(R.size()), r(R.size());
+      // gemvNormBf16 (out rows) and gemvNormSwiglu (W = [gate; up], I = out)
+      CK(cudaMemset(dY.p, 0xFF, R.size() * 2));
+      CK(cudaMemset(dP.p, 0xFF, R.size() * 2));
+      ASSERT_TRUE(gpu::gemvNormBf16(bf(dW.p), c.out, c.in, bf(dX.p), n, bf(dnw.p), eps, bf(dY.p), nullptr)) << what;
+      ASSERT_TRUE(gpu::gemvNormSwiglu(bf(dW.p), c.out, c.in, bf(dX.p), n, bf(dnw.p), eps, bf(dP.p), nullptr)) << what;
+      fetch(dY.p, &y);
+      fetch(dP.p, &a);
+      // gemvResidual against gemvBf16 + the bf16 add, bit for bit
+      CK(cudaMemcpy(dR.p, R.data(), R.size() * 2, cudaMemcpyHostToDevice));
+      ASSERT_TRUE(gpu::gemvResidual(bf(dW.p), c.out, c.in, bf(dX.p), n, bf(dR.p), nullptr)) << what;
+      fetch(dR.p, &r);
+      for (int t0 = 0; t0 < n; t0 += gpu::kGemvMaxTokens)
+        ASSERT_TRUE(gpu::gemvBf16(bf(dW.p), c.out, c.in, bf(dX.p) + static_cast<size_t>(t0) * c.in,
+                                  std::min(gpu::kGemvMaxTokens, n - t0), bf(dY.p) + static_cast<size_t>(t0) * c.out,
+                                  false, nullptr));
+      std::vector<uint16_t> plain(R.size());
+      fetch(dY.p, &plain);
+      int bad = 0;
+      for (int t = 0; t < N; ++t)
+        for (int o = 0; o < c.out; ++o) {
+          const size_t i = static_cast<size_t>(t) * c.out + o;
+          if (t >= n) {  // never written
+            EXPECT_TRUE(y[i] == kPoison && a[i] == kPoison && r[i] == R[i]) << what << ": token " << t << " written";
+            continue;
           }
-        EXPECT_EQ(bad, 0) << what;
-        // A token's bits whatever n: the n = 16 call's rows are the n-token call's rows.
-        if (n == N) {
-          y16 = y, a16 = a;
-        } else {
-          EXPECT_EQ(0, std::memcmp(y16.data(), y.data(), static_cast<size_t>(n) * c.out * 2)) << what;
-          EXPECT_EQ(0, std::memcmp(a16.data(), a.data(), static_cast<size_t>(n) * c.out * 2)) << what;
+          const uint16_t want = floatToBf16(bf16ToFloat(R[i]) + bf16ToFloat(plain[i]));
+          if (r[i] != want && ++bad <= 3) ADD_FAILURE() << what << ": residual t " << t << " o " << o;
+          const size_t at = static_cast<size_t>(t) * 2 * c.out + o;
+          const double g = prod[at], u = prod[at + c.out], sg = mag[at], su = mag[at + c.out];
+          const double eg = 4e-3 * sg + std::ldexp(std::fabs(g), -7), eu = 4e-3 * su + std::ldexp(std::fabs(u), -7);
+          const double silu = g / (1 + std::exp(-g)), ra = silu * u;
+          if (!(std::fabs(bf16ToFloat(y[i]) - g) <= eg) && ++bad <= 3)
+            ADD_FAILURE() << what << ": norm gemv t " << t << " o " << o << " " << bf16ToFloat(y[i]) << " vs " << g;
+          if (!(std::fabs(bf16ToFloat(a[i]) - ra) <=
+                1.2 * eg * std::fabs(u) + std::fabs(silu) * eu + eg * eu + std::ldexp(std::fabs(ra), -7)) &&
+              ++bad <= 3)
+            ADD_FAILURE() << what << ": swiglu t " << t << " o " << o << " " << bf16ToFloat(a[i]) << " vs " << ra;
         }
+      EXPECT_EQ(bad, 0) << what;
+      // A token's bits whatever n: the n = 16 call's rows are the n-token call's rows.
+      if (n == N) {
+        y16 = y, a16 = a;
+      } else {
+        EXPECT_EQ(0, std::memcmp(y16.data(), y.data(), static_cast<size_t>(n) * c.out * 2)) << what;
+        EXPECT_EQ(0, std::memcmp(a16.data(), a.data(), static_cast<size_t>(n) * c.out * 2)) << what;
       }
     }
-    gpu::setGemvImpl(gpu::GemvImpl::kV2);
   }
 }
 

@@ -2,8 +2,7 @@
 // gpu), on a tiny Qwen3 with head_dim 128 and 4 query heads per KV head (the qwen3-8b group), so
 // the tensor-core attention and the fused step serve it: logits against the fp32 CPU reference
 // (the bound of LogitsMatchTheCpuReference), MTP speculative output token-identical to greedy
-// at short and long (multi-chunk) context (the fused step with both GEMV versions), and the
-// kernels one decode step launches.
+// at short and long (multi-chunk) context, and the kernels one decode step launches.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -48,9 +47,8 @@ std::vector<int32_t> promptIds(int n, int vocab) {
 // position, the greedy token equal where the reference's top-2 margin exceeds twice that): the
 // prompt in chunks (`chunks`: > 16 tokens take the prefill kernel, <= 16 the decode path under
 // test), then decode steps through the graphs.
-void checkAgainstCpu(Kernels kernels, const std::vector<int>& chunks, int gemv = 2) {
-  unsetenv("QWEN_DECODE");  // the options under test, not the environment's
-  unsetenv("QWEN_GEMV");
+void checkAgainstCpu(Kernels kernels, const std::vector<int>& chunks) {
+  unsetenv("QWEN_DECODE");  // the option under test, not the environment's
   const ModelConfig c = tiny128();
   const uint64_t seed = 31;
   HostWeights w;
@@ -65,10 +63,8 @@ void checkAgainstCpu(Kernels kernels, const std::vector<int>& chunks, int gemv =
   o.maxTokensPerCall = 32;
   o.seed = seed;
   o.decode = kernels;
-  o.gemv = gemv;
   ASSERT_TRUE(gpu.init(o, &err)) << err;
   ASSERT_STREQ(gpu.decodeKernels(), kernelsName(kernels));
-  ASSERT_STREQ(gpu.gemvKernels(), gemv == 1 ? "v1" : "v2");
   int total = 0;
   for (int len : chunks) total += len;
   const auto p = promptIds(total, c.vocabSize);
@@ -78,7 +74,7 @@ void checkAgainstCpu(Kernels kernels, const std::vector<int>& chunks, int gemv =
   auto compare = [&](const float* lc, const std::vector<float>& lg, const std::string& what) {
     float mx = 0, e1 = 0;
     for (int i = 0; i < V; ++i) mx = std::max(mx, std::fabs(lc[i])), e1 = std::max(e1, std::fabs(lg[i] - lc[i]));
-    EXPECT_LE(e1, 0.03f * mx) << kernelsName(kernels) << " gemv v" << gemv << " " << what;
+    EXPECT_LE(e1, 0.03f * mx) << kernelsName(kernels) << " " << what;
   };
   for (int len : chunks) {
     ASSERT_TRUE(cpu.target(p.data() + pos, len, pos, nc.data() + pos, &err)) << err;
@@ -105,7 +101,6 @@ TEST(QwenDecodeGpu, EveryPathMatchesTheCpuReference) {
     checkAgainstCpu(k, {20});        // prefill kernel, then decode steps
     checkAgainstCpu(k, {8, 7, 16});  // the decode path for the prompt's chunks too
   }
-  for (Kernels k : {Kernels::kFusedGemv, Kernels::kFused}) checkAgainstCpu(k, {8, 7, 16}, /*gemv=*/1);  // v1 GEMVs
 }
 
 // What one decode step's graph launches on each path (printed for the results page): fused
@@ -139,7 +134,7 @@ TEST(QwenDecodeGpu, DecodeStepKernelCounts) {
 // token equal. A query's attention bits depend on its length only, and a fused GEMV's on the
 // token's row only, so a verify call of N + 1 tokens reproduces N + 1 one-token steps.
 bool generateOn(Kernels kernels, int promptLen, int ctx, const GenerateOptions& g, std::vector<int32_t>* out,
-                GenerateStats* st, std::string* err, int gemv = 2) {
+                GenerateStats* st, std::string* err) {
   const ModelConfig c = tiny128();
   TpShape s;
   if (!makeTpShape(c, 1, 0, &s, err)) return false;
@@ -149,7 +144,6 @@ bool generateOn(Kernels kernels, int promptLen, int ctx, const GenerateOptions& 
   o.maxTokensPerCall = 256;
   o.seed = 5;
   o.decode = kernels;
-  o.gemv = gemv;
   if (!m.init(o, err)) return false;
   if (std::strcmp(m.decodeKernels(), kernelsName(kernels)) != 0) return *err = "decode kernels " + std::string(m.decodeKernels()), false;
   return generate(m, promptIds(promptLen, c.vocabSize), g, out, st, err);
@@ -157,20 +151,13 @@ bool generateOn(Kernels kernels, int promptLen, int ctx, const GenerateOptions& 
 
 TEST(QwenDecodeGpu, SpeculativeEqualsGreedyOnTheNewPaths) {
   unsetenv("QWEN_DECODE");
-  unsetenv("QWEN_GEMV");
   struct Ctx {
     int prompt, predict;
     std::vector<int> drafts;
   };
   // Short: one chunk per query. Long: about 12 chunks of 64 slots, merged by the last CTA.
   const Ctx ctxs[] = {{24, 160, {1, 2, 3, 4, 5, 6}}, {700, 64, {3, 5}}};
-  struct Path {
-    Kernels k;
-    int gemv;
-  };
-  for (const Path& path : {Path{Kernels::kAttention, 2}, Path{Kernels::kFusedGemv, 2}, Path{Kernels::kFused, 2},
-                           Path{Kernels::kFused, 1}}) {
-    const Kernels k = path.k;
+  for (Kernels k : {Kernels::kAttention, Kernels::kFusedGemv, Kernels::kFused}) {
     for (const Ctx& cx : ctxs) {
       const int ctx = cx.prompt + cx.predict + 16;
       std::vector<int32_t> ref;
@@ -178,7 +165,7 @@ TEST(QwenDecodeGpu, SpeculativeEqualsGreedyOnTheNewPaths) {
       std::string err;
       GenerateOptions g;
       g.nPredict = cx.predict;
-      ASSERT_TRUE(generateOn(k, cx.prompt, ctx, g, &ref, &st, &err, path.gemv)) << err;
+      ASSERT_TRUE(generateOn(k, cx.prompt, ctx, g, &ref, &st, &err)) << err;
       for (int n : cx.drafts)
         for (double sim : {-1.0, 0.6}) {
           GenerateOptions gs = g;
@@ -186,9 +173,8 @@ TEST(QwenDecodeGpu, SpeculativeEqualsGreedyOnTheNewPaths) {
           gs.simAcceptance = sim;
           gs.reference = &ref;
           std::vector<int32_t> out;
-          ASSERT_TRUE(generateOn(k, cx.prompt, ctx, gs, &out, &st, &err, path.gemv)) << err;
-          EXPECT_EQ(out, ref) << kernelsName(k) << " gemv v" << path.gemv << " prompt " << cx.prompt << " N " << n
-                              << " sim " << sim;
+          ASSERT_TRUE(generateOn(k, cx.prompt, ctx, gs, &out, &st, &err)) << err;
+          EXPECT_EQ(out, ref) << kernelsName(k) << " prompt " << cx.prompt << " N " << n << " sim " << sim;
           if (sim > 0) EXPECT_GT(st.accepted, 0);
         }
     }

@@ -1,16 +1,13 @@
-// GPU tests of the small-n GEMV's versions at the decoder's own shapes (part of qwen_gpu_test;
-// label gpu). qwen_gpu_test.cc (CustomGemvMatchesCublas) and qwen_decode_gpu_test.cc
-// (FusedGemvsMatchReference) cover small and odd shapes; these cover what only large ones reach
-// in v2 (gemv_v2.cu): several tiles a block, the ring wrapping many times, the grid's whole rounds.
+// GPU tests of the small-n GEMV at the decoder's own shapes (part of qwen_gpu_test; label gpu).
+// qwen_gpu_test.cc (CustomGemvMatchesCublas) and qwen_decode_gpu_test.cc (FusedGemvsMatchReference)
+// cover small and odd shapes; these cover the model's: thousands of blocks (the lm_head's 9496),
+// `in` up to 25600 (100 units a warp), the fused forms at the 8b layer's shapes.
 //  - ModelShapesMatchReference: qwen3-8b and qwen3-32b layer products at TP=1 (qkv, o_proj,
-//    gate/up, down; the lm_head at n = 1, fp32 out), v1 and v2, n = 1 and 5, against an fp64 host
+//    gate/up, down; the lm_head at n = 1, fp32 out), n = 1 and 5, against an fp64 host
 //    reference: |y - ref| <= 2e-4 sum_i |x_i w_i| + 2^-8 |ref| for bf16 outputs (the bound of
 //    CustomGemvMatchesCublas); a token's bits the same at n = 1 and 5; the fused forms on the 8b
 //    shapes (norm + qkv, norm + gate/up + SwiGLU against the reference; o_proj and down with the
 //    residual add bit for bit gemvBf16 + the bf16 add).
-//  - V2BitsIndependentOfGridAndRing: every form, n = 1, 7, 16, under setGemvV2Limits (1 block with
-//    a 1-stage ring, 3 blocks with 2 stages, ...): the same bits as the default launch, and every
-//    element of rows < n written (outputs poisoned first).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -140,35 +137,29 @@ TEST(QwenGemvGpu, ModelShapesMatchReference) {
       DevBuf<float> dY(static_cast<size_t>(nMax) * sh.out);
       CK(cudaMemcpy(dW.p, W.data(), W.size() * 2, cudaMemcpyHostToDevice));
       CK(cudaMemcpy(dX.p, X.data(), X.size() * 2, cudaMemcpyHostToDevice));
-      for (gpu::GemvImpl impl : {gpu::GemvImpl::kV1, gpu::GemvImpl::kV2}) {
-        gpu::setGemvImpl(impl);
-        std::vector<uint16_t> first;  // n = 1's row
-        for (int n : {1, nMax}) {
-          const std::string what =
-              std::string(preset) + " " + sh.name + " " + gpu::gemvImplName(impl) + " n " + std::to_string(n);
-          CK(cudaMemset(dY.p, 0xFF, static_cast<size_t>(nMax) * sh.out * 4));
-          ASSERT_TRUE(gpu::gemvBf16(dW.bf(), sh.out, sh.in, dX.bf(), n, dY.p, head, nullptr)) << what;
-          const std::vector<float> y32 = head ? fetch(dY.p, static_cast<size_t>(n) * sh.out) : std::vector<float>();
-          const std::vector<uint16_t> y16 =
-              head ? std::vector<uint16_t>()
-                   : fetch(reinterpret_cast<uint16_t*>(dY.p), static_cast<size_t>(n) * sh.out);
-          int bad = 0;
-          double worst = 0;
-          for (size_t i = 0; i < static_cast<size_t>(n) * sh.out; ++i) {
-            const double y = head ? y32[i] : bf16ToFloat(y16[i]), r = ref[i];
-            const double tol = 2e-4 * mag[i] + (head ? 0.0 : std::ldexp(std::fabs(r), -8)) + 1e-30;
-            worst = std::max(worst, std::fabs(y - r) / (mag[i] + 1e-30));
-            if (!(std::fabs(y - r) <= tol) && ++bad <= 3)
-              ADD_FAILURE() << what << ": t " << i / sh.out << " o " << i % sh.out << " " << y << " vs " << r;
-          }
-          EXPECT_EQ(bad, 0) << what << ": worst |y - ref| / sum|xw| " << worst;
-          if (!head && n == 1) first.assign(y16.begin(), y16.begin() + sh.out);
-          if (!head && n > 1)
-            EXPECT_EQ(0, std::memcmp(first.data(), y16.data(), sh.out * 2)) << what << ": token 0's bits depend on n";
+      std::vector<uint16_t> first;  // n = 1's row
+      for (int n : {1, nMax}) {
+        const std::string what = std::string(preset) + " " + sh.name + " n " + std::to_string(n);
+        CK(cudaMemset(dY.p, 0xFF, static_cast<size_t>(nMax) * sh.out * 4));
+        ASSERT_TRUE(gpu::gemvBf16(dW.bf(), sh.out, sh.in, dX.bf(), n, dY.p, head, nullptr)) << what;
+        const std::vector<float> y32 = head ? fetch(dY.p, static_cast<size_t>(n) * sh.out) : std::vector<float>();
+        const std::vector<uint16_t> y16 =
+            head ? std::vector<uint16_t>() : fetch(reinterpret_cast<uint16_t*>(dY.p), static_cast<size_t>(n) * sh.out);
+        int bad = 0;
+        double worst = 0;
+        for (size_t i = 0; i < static_cast<size_t>(n) * sh.out; ++i) {
+          const double y = head ? y32[i] : bf16ToFloat(y16[i]), r = ref[i];
+          const double tol = 2e-4 * mag[i] + (head ? 0.0 : std::ldexp(std::fabs(r), -8)) + 1e-30;
+          worst = std::max(worst, std::fabs(y - r) / (mag[i] + 1e-30));
+          if (!(std::fabs(y - r) <= tol) && ++bad <= 3)
+            ADD_FAILURE() << what << ": t " << i / sh.out << " o " << i % sh.out << " " << y << " vs " << r;
         }
+        EXPECT_EQ(bad, 0) << what << ": worst |y - ref| / sum|xw| " << worst;
+        if (!head && n == 1) first.assign(y16.begin(), y16.begin() + sh.out);
+        if (!head && n > 1)
+          EXPECT_EQ(0, std::memcmp(first.data(), y16.data(), sh.out * 2)) << what << ": token 0's bits depend on n";
       }
     }
-  gpu::setGemvImpl(gpu::GemvImpl::kV2);
 }
 
 // The fused forms on the qwen3-8b layer: norm + qkv and norm + gate/up + SwiGLU against the fp64
@@ -203,135 +194,44 @@ TEST(QwenGemvGpu, FusedFormsAtModelShapes) {
     const bool norm = f.in == H && std::strncmp(f.name, "norm", 4) == 0, swiglu = f.out == 2 * I;
     std::vector<double> ref, mag;
     if (norm) reference(W, f.out, f.in, hn, kN, &ref, &mag);
-    for (gpu::GemvImpl impl : {gpu::GemvImpl::kV1, gpu::GemvImpl::kV2}) {
-      gpu::setGemvImpl(impl);
-      const std::string what = std::string(f.name) + " " + gpu::gemvImplName(impl);
-      int bad = 0;
-      if (norm && !swiglu) {
-        CK(cudaMemset(dY.p, 0xFF, static_cast<size_t>(kN) * f.out * 2));
-        ASSERT_TRUE(gpu::gemvNormBf16(dW.bf(), f.out, H, dXh.bf(), kN, dnw.bf(), eps, dY.bf(), nullptr)) << what;
-        const std::vector<uint16_t> y = fetch(dY.p, static_cast<size_t>(kN) * f.out);
-        for (size_t i = 0; i < y.size(); ++i)
-          if (!(std::fabs(bf16ToFloat(y[i]) - ref[i]) <= 4e-3 * mag[i] + std::ldexp(std::fabs(ref[i]), -7)) &&
+    const std::string what = f.name;
+    int bad = 0;
+    if (norm && !swiglu) {
+      CK(cudaMemset(dY.p, 0xFF, static_cast<size_t>(kN) * f.out * 2));
+      ASSERT_TRUE(gpu::gemvNormBf16(dW.bf(), f.out, H, dXh.bf(), kN, dnw.bf(), eps, dY.bf(), nullptr)) << what;
+      const std::vector<uint16_t> y = fetch(dY.p, static_cast<size_t>(kN) * f.out);
+      for (size_t i = 0; i < y.size(); ++i)
+        if (!(std::fabs(bf16ToFloat(y[i]) - ref[i]) <= 4e-3 * mag[i] + std::ldexp(std::fabs(ref[i]), -7)) && ++bad <= 3)
+          ADD_FAILURE() << what << ": t " << i / f.out << " o " << i % f.out << " " << bf16ToFloat(y[i]) << " vs "
+                        << ref[i];
+    } else if (swiglu) {
+      CK(cudaMemset(dY.p, 0xFF, static_cast<size_t>(kN) * I * 2));
+      ASSERT_TRUE(gpu::gemvNormSwiglu(dW.bf(), I, H, dXh.bf(), kN, dnw.bf(), eps, dY.bf(), nullptr)) << what;
+      const std::vector<uint16_t> a = fetch(dY.p, static_cast<size_t>(kN) * I);
+      for (int t = 0; t < kN; ++t)
+        for (int o = 0; o < I; ++o) {
+          const size_t gi = static_cast<size_t>(t) * 2 * I + o, ui = gi + I;
+          const double g = ref[gi], u = ref[ui];
+          const double eg = 4e-3 * mag[gi] + std::ldexp(std::fabs(g), -7),
+                       eu = 4e-3 * mag[ui] + std::ldexp(std::fabs(u), -7);
+          const double silu = g / (1 + std::exp(-g)), ra = silu * u, v = bf16ToFloat(a[static_cast<size_t>(t) * I + o]);
+          if (!(std::fabs(v - ra) <=
+                1.2 * eg * std::fabs(u) + std::fabs(silu) * eu + eg * eu + std::ldexp(std::fabs(ra), -7)) &&
               ++bad <= 3)
-            ADD_FAILURE() << what << ": t " << i / f.out << " o " << i % f.out << " " << bf16ToFloat(y[i]) << " vs "
-                          << ref[i];
-      } else if (swiglu) {
-        CK(cudaMemset(dY.p, 0xFF, static_cast<size_t>(kN) * I * 2));
-        ASSERT_TRUE(gpu::gemvNormSwiglu(dW.bf(), I, H, dXh.bf(), kN, dnw.bf(), eps, dY.bf(), nullptr)) << what;
-        const std::vector<uint16_t> a = fetch(dY.p, static_cast<size_t>(kN) * I);
-        for (int t = 0; t < kN; ++t)
-          for (int o = 0; o < I; ++o) {
-            const size_t gi = static_cast<size_t>(t) * 2 * I + o, ui = gi + I;
-            const double g = ref[gi], u = ref[ui];
-            const double eg = 4e-3 * mag[gi] + std::ldexp(std::fabs(g), -7),
-                         eu = 4e-3 * mag[ui] + std::ldexp(std::fabs(u), -7);
-            const double silu = g / (1 + std::exp(-g)), ra = silu * u,
-                         v = bf16ToFloat(a[static_cast<size_t>(t) * I + o]);
-            if (!(std::fabs(v - ra) <=
-                  1.2 * eg * std::fabs(u) + std::fabs(silu) * eu + eg * eu + std::ldexp(std::fabs(ra), -7)) &&
-                ++bad <= 3)
-              ADD_FAILURE() << what << ": t " << t << " o " << o << " " << v << " vs " << ra;
-          }
-      } else {
-        CK(cudaMemcpy(dR.p, R.data(), static_cast<size_t>(kN) * H * 2, cudaMemcpyHostToDevice));
-        ASSERT_TRUE(gpu::gemvResidual(dW.bf(), H, f.in, dX.bf(), kN, dR.bf(), nullptr)) << what;
-        ASSERT_TRUE(gpu::gemvBf16(dW.bf(), H, f.in, dX.bf(), kN, dP.p, false, nullptr)) << what;
-        const std::vector<uint16_t> r = fetch(dR.p, static_cast<size_t>(kN) * H),
-                                    p = fetch(dP.p, static_cast<size_t>(kN) * H);
-        for (size_t i = 0; i < r.size(); ++i)
-          if (r[i] != floatToBf16(bf16ToFloat(R[i]) + bf16ToFloat(p[i])) && ++bad <= 3)
-            ADD_FAILURE() << what << ": element " << i;
-      }
-      EXPECT_EQ(bad, 0) << what;
+            ADD_FAILURE() << what << ": t " << t << " o " << o << " " << v << " vs " << ra;
+        }
+    } else {
+      CK(cudaMemcpy(dR.p, R.data(), static_cast<size_t>(kN) * H * 2, cudaMemcpyHostToDevice));
+      ASSERT_TRUE(gpu::gemvResidual(dW.bf(), H, f.in, dX.bf(), kN, dR.bf(), nullptr)) << what;
+      ASSERT_TRUE(gpu::gemvBf16(dW.bf(), H, f.in, dX.bf(), kN, dP.p, false, nullptr)) << what;
+      const std::vector<uint16_t> r = fetch(dR.p, static_cast<size_t>(kN) * H),
+                                  p = fetch(dP.p, static_cast<size_t>(kN) * H);
+      for (size_t i = 0; i < r.size(); ++i)
+        if (r[i] != floatToBf16(bf16ToFloat(R[i]) + bf16ToFloat(p[i])) && ++bad <= 3)
+          ADD_FAILURE() << what << ": element " << i;
     }
+    EXPECT_EQ(bad, 0) << what;
   }
-  gpu::setGemvImpl(gpu::GemvImpl::kV2);
-}
-
-// v2 under bounds on its grid and ring (setGemvV2Limits): the same bits as the default launch.
-TEST(QwenGemvGpu, V2BitsIndependentOfGridAndRing) {
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  int major = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
-  if (major < 9) GTEST_SKIP() << "v2 runs on sm_90+ (v1 elsewhere)";
-  gpu::setGemvImpl(gpu::GemvImpl::kV2);
-  struct Limits {
-    int blocks, stages;
-  };
-  const Limits limits[] = {{1, 1}, {1, 3}, {3, 2}, {5, 12}, {0, 1}, {2, 0}, {7, 5}};
-  const Shape shapes[] = {{"", 1024, 4096}, {"", 136, 1032}, {"", 40, 264}, {"", 6144, 512}};
-  const float eps = 1e-6f;
-  constexpr int kN = gpu::kGemvFusedMaxTokens;
-  uint64_t seed = 50;
-  for (const Shape& sh : shapes) {
-    const std::vector<uint16_t> W = randomBf16(static_cast<size_t>(2) * sh.out * sh.in, seed += 101, 0.1f),
-                                X = randomBf16(static_cast<size_t>(kN) * sh.in, seed += 101, 2.f),
-                                nw = randomBf16(sh.in, seed += 101, 1.5f),
-                                R = randomBf16(static_cast<size_t>(kN) * sh.out, seed += 101, 1.f);
-    DevBuf<uint16_t> dW(W.size()), dX(X.size()), dnw(nw.size());
-    DevBuf<float> dY(static_cast<size_t>(kN) * sh.out);
-    CK(cudaMemcpy(dW.p, W.data(), W.size() * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dX.p, X.data(), X.size() * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dnw.p, nw.data(), nw.size() * 2, cudaMemcpyHostToDevice));
-    // One form's output bytes (poisoned first; the residual form starts from R).
-    const size_t out16 = static_cast<size_t>(kN) * sh.out * 2;
-    auto run = [&](int form, int n, std::vector<uint8_t>* y) {
-      const bool f32 = form == 1;
-      if (form == 4)
-        CK(cudaMemcpy(dY.p, R.data(), out16, cudaMemcpyHostToDevice));
-      else
-        CK(cudaMemset(dY.p, 0xFF, static_cast<size_t>(kN) * sh.out * 4));
-      const __nv_bfloat16* w = dW.bf();
-      __nv_bfloat16* y16 = reinterpret_cast<__nv_bfloat16*>(dY.p);
-      bool ok = false;
-      switch (form) {
-        case 0:
-        case 1:
-          ok = gpu::gemvBf16(w, sh.out, sh.in, dX.bf(), n, dY.p, f32, nullptr);
-          break;
-        case 2:
-          ok = gpu::gemvNormBf16(w, sh.out, sh.in, dX.bf(), n, dnw.bf(), eps, y16, nullptr);
-          break;
-        case 3:
-          ok = gpu::gemvNormSwiglu(w, sh.out, sh.in, dX.bf(), n, dnw.bf(), eps, y16, nullptr);
-          break;
-        case 4:
-          ok = gpu::gemvResidual(w, sh.out, sh.in, dX.bf(), n, y16, nullptr);
-          break;
-      }
-      ASSERT_TRUE(ok);
-      *y = fetch(reinterpret_cast<uint8_t*>(dY.p), f32 ? out16 * 2 : out16);
-    };
-    const char* forms[] = {"bf16", "f32", "norm", "norm swiglu", "residual"};
-    for (int form = 0; form < 5; ++form)
-      for (int n : {1, 7, 16}) {
-        if (form <= 1 && n > gpu::kGemvMaxTokens) continue;
-        const std::string what =
-            std::to_string(sh.out) + "x" + std::to_string(sh.in) + " " + forms[form] + " n " + std::to_string(n);
-        std::vector<uint8_t> base, y;
-        gpu::setGemvV2Limits(0, 0);
-        run(form, n, &base);
-        const size_t es = form == 1 ? 4 : 2, used = static_cast<size_t>(n) * sh.out * es;
-        if (form != 4) {                     // every element of rows < n written, none past
-          size_t poisoned = 0, written = 0;  // rows < n still poisoned; rows >= n no longer
-          for (size_t i = 0; i < base.size(); i += es) {
-            const bool p = std::all_of(base.begin() + i, base.begin() + i + es, [](uint8_t b) { return b == 0xFF; });
-            if (i < used && p) ++poisoned;
-            if (i >= used && !p) ++written;
-          }
-          EXPECT_EQ(poisoned, 0u) << what << ": elements of rows < n left unwritten";
-          EXPECT_EQ(written, 0u) << what << ": elements of rows >= n written";
-        }
-        for (const Limits& l : limits) {
-          gpu::setGemvV2Limits(l.blocks, l.stages);
-          run(form, n, &y);
-          EXPECT_EQ(0, std::memcmp(base.data(), y.data(), used))
-              << what << ": bits differ at " << l.blocks << " blocks, " << l.stages << " stages";
-        }
-      }
-  }
-  gpu::setGemvV2Limits(0, 0);
 }
 
 }  // namespace

@@ -17,9 +17,8 @@
 //  - The fused all-reduce + residual + RMSNorm (allReduceResidualRmsNorm, the default) and the
 //    unfused path (--no-fused-norm: allReduce + addRmsNorm) give the same greedy tokens at TP=2
 //    on every algorithm, and the fused call names the algorithm expected.
-//  - The small-n GEMV (gpu::gemvBf16, GpuModelOptions::customGemv), both versions (v1, v2):
-//    against an fp64 host reference and cublasGemmEx (as GpuModel::gemm calls it) on random bf16
-//    matrices, n = 1..8,
+//  - The small-n GEMV (gpu::gemvBf16, GpuModelOptions::customGemv): against an fp64 host
+//    reference and cublasGemmEx (as GpuModel::gemm calls it) on random bf16 matrices, n = 1..8,
 //    tiny-model shapes, 256x4096, 1000x1000, 64x25600, 5120x3200 and odd ones (in % 8 != 0,
 //    misaligned X: the scalar path). Tolerance per output: |y - ref| <= 2e-4 * sum_i |x_i w_i|
 //    (fp32 accumulation chains of <= a few hundred MMAs stay below ~3e-5 of that sum; a wrong k
@@ -27,7 +26,7 @@
 //    for bf16 outputs (one rounding); custom vs cuBLAS within twice that. Also bitwise
 //    deterministic, the same bits for a token whatever n, and rows t >= n never written. Then
 //    the tiny model with customGemv against the CPU reference (prompt in chunks of 8, 7, 5 so the
-//    GEMV serves prefill too) and speculative == greedy with customGemv (N = 2, 5; v2 and v1).
+//    GEMV serves prefill too) and speculative == greedy with customGemv (N = 2, 5).
 //  - Ranks sharing a GPU: CUDA's module loading is eager (SharedGpuLoadsModulesEagerly), else a
 //    rank's first launch of a kernel can wait for the device while the other rank's all-reduce
 //    spins on it (a 10 s kTimeout naming the late rank).
@@ -487,8 +486,8 @@ TEST(QwenGpu, CustomGemvMatchesCublas) {
       {1000, 1000, false},
       {64, 25600, false},
       {5120, 3200, false},
-      // odd: in % 32 != 0, in % 8 != 0 (scalar), out % 16 != 0, one row, misaligned X (scalar);
-      // v2's 512-column stages: a last stage of 8 columns (520, 2056), of 264 (1800)
+      // odd: in % 32 != 0 (520, 2056, 1800: a last unit of 8 columns), in % 8 != 0 (scalar),
+      // out % 16 != 0, one row, misaligned X (scalar)
       {300, 520, false},
       {77, 2056, false},
       {1040, 1800, false},
@@ -537,15 +536,13 @@ TEST(QwenGpu, CustomGemvMatchesCublas) {
     ASSERT_TRUE(cudaCheck(cudaMemcpy(dX, X.data(), X.size() * 2, cudaMemcpyHostToDevice), &err)) << err;
     const __nv_bfloat16* xPtr = dX + off;
     EXPECT_EQ(gpu::gemvVectorizable(dW, xPtr, in), in % 8 == 0 && !sh.misalignX) << out << "x" << in;
-    for (gpu::GemvImpl impl : {gpu::GemvImpl::kV1, gpu::GemvImpl::kV2})
     for (bool f32 : {true, false}) {
-      gpu::setGemvImpl(impl);
       const size_t es = f32 ? 4 : 2;
       std::vector<uint8_t> first;  // n = kN result, for the across-n comparison
       for (int n = kN; n >= 1; --n) {
-        const std::string what = std::string(gpu::gemvImplName(impl)) + " " + std::to_string(out) + "x" +
-                                 std::to_string(in) + (sh.misalignX ? " misaligned X" : "") + " n " +
-                                 std::to_string(n) + (f32 ? " f32" : " bf16");
+        const std::string what = std::to_string(out) + "x" + std::to_string(in) +
+                                 (sh.misalignX ? " misaligned X" : "") + " n " + std::to_string(n) +
+                                 (f32 ? " f32" : " bf16");
         // custom, twice (0xff fill: rows t >= n must keep it)
         std::vector<uint8_t> y1(yBytes), y2(yBytes), yc(static_cast<size_t>(n) * out * es);
         for (std::vector<uint8_t>* y : {&y1, &y2}) {
@@ -604,7 +601,6 @@ TEST(QwenGpu, CustomGemvMatchesCublas) {
     cudaFree(dY);
     cudaFree(dYc);
   }
-  gpu::setGemvImpl(gpu::GemvImpl::kV2);
   EXPECT_FALSE(gpu::gemvBf16(nullptr, 16, 16, nullptr, 0, nullptr, true, nullptr));
   EXPECT_FALSE(gpu::gemvBf16(nullptr, 16, 16, nullptr, kN + 1, nullptr, true, nullptr));
   cublasDestroy(h);
@@ -695,7 +691,7 @@ TEST(QwenGpu, AttentionMatchesReference) {
 // Runs generate() on tp GPUs (createGroup, one thread per GPU) and returns rank 0's output.
 bool runGpu(int tp, const std::string& algo, int draftN, double sim, const std::vector<int32_t>* ref, int nPredict,
             std::vector<int32_t>* out, GenerateStats* stats, std::string* err, bool fusedNorm = true,
-            std::string* normAlgo = nullptr, bool customGemv = false, int gemv = 2) {
+            std::string* normAlgo = nullptr, bool customGemv = false) {
   const auto p = prompt(24, tiny().vocabSize);
   auto options = [&](GpuModelOptions* o) {
     o->ctxSize = 24 + nPredict + 16;
@@ -703,7 +699,6 @@ bool runGpu(int tp, const std::string& algo, int draftN, double sim, const std::
     o->seed = 5;
     o->fusedNorm = fusedNorm;
     o->customGemv = customGemv;
-    o->gemv = gemv;
     o->useGraphs = algo != "staged_host";  // not capturable: under capture tpcomm would pick P2P
   };
   auto body = [&](int r, GpuModel& m, std::string* e) {
@@ -947,20 +942,17 @@ TEST(QwenGpu, SpeculativeEqualsGreedyOnEveryAllReducePath) {
 // tokens of the call (CustomGemvMatchesCublas), so verifying N drafts in one call must reproduce
 // plain greedy exactly.
 TEST(QwenGpu, CustomGemvSpeculativeEqualsGreedy) {
-  unsetenv("QWEN_GEMV");  // the option under test, not the environment's
   const int tp = 2;
-  for (int gemv : {2, 1}) {
-    std::vector<int32_t> ref;
-    GenerateStats s;
-    std::string err;
-    ASSERT_TRUE(runGpu(tp, "", 0, -1, nullptr, 256, &ref, &s, &err, true, nullptr, true, gemv)) << "v" << gemv << ": " << err;
-    for (int n : {2, 5}) {  // verify calls of 3 and 6 tokens (SpeculativeEqualsGreedy covers 1..6 on cuBLAS)
-      for (double sim : {-1.0, 0.6}) {
-        std::vector<int32_t> out;
-        ASSERT_TRUE(runGpu(tp, "", n, sim, &ref, 256, &out, &s, &err, true, nullptr, true, gemv)) << "v" << gemv << ": " << err;
-        EXPECT_EQ(out, ref) << "v" << gemv << " N " << n << " sim " << sim;
-        if (sim > 0) EXPECT_GT(s.accepted, 0);
-      }
+  std::vector<int32_t> ref;
+  GenerateStats s;
+  std::string err;
+  ASSERT_TRUE(runGpu(tp, "", 0, -1, nullptr, 256, &ref, &s, &err, true, nullptr, true)) << err;
+  for (int n : {2, 5}) {  // verify calls of 3 and 6 tokens (SpeculativeEqualsGreedy covers 1..6 on cuBLAS)
+    for (double sim : {-1.0, 0.6}) {
+      std::vector<int32_t> out;
+      ASSERT_TRUE(runGpu(tp, "", n, sim, &ref, 256, &out, &s, &err, true, nullptr, true)) << err;
+      EXPECT_EQ(out, ref) << "N " << n << " sim " << sim;
+      if (sim > 0) EXPECT_GT(s.accepted, 0);
     }
   }
 }
