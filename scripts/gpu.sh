@@ -31,9 +31,10 @@
 #                the rows), eager and CUDA graphs, auto and each P2P algorithm forced.
 #   ranks        every multi-rank path on ONE GPU in one call (scripts/gpu.d/ranks.sh): the GPU
 #                tests at 2, 3, 4 and 8 ranks sharing the GPU (TPCOMM_TEST_RANKS, quick sizes), the
-#                MPI tests at 2 and 4 processes, the decoder at TP=2 (20 runs) and TP=4; a table of
-#                passed / failed / skipped / not reached per rank count and algorithm. RANKS,
-#                STEPS, BUDGET narrow it.
+#                MPI tests at 2 and 4 processes, the NCCL drop-in over the NCCL test double, the
+#                decoder at TP=2 (20 runs) and TP=4; a table of passed / failed / skipped / not
+#                reached per rank count and algorithm. RANKS, STEPS, BUDGET narrow it; PACKED=tgz
+#                (scripts/gpu.d/pack_build.sh, built off the GPU machine) skips the build.
 #   python       the Python package on GPUs (torch, no pip install): libtpcomm built as the wheel
 #                builds it, laid out in /tmp/tpcomm-py-site, tests/python/torch_gpu_check.py under
 #                torchrun on min(GPUs, 2) ranks (ARGS go to it); on failure a crash report.

@@ -2,12 +2,13 @@
 # scripts/gpu.d/ranks.sh [OUTDIR] (run as `scripts/gpu.sh ranks [OUTDIR]`): every multi-rank path on ONE GPU, in one device call (~8 min on
 # 1x H200 after a ~2 min build): the GPU test binary at 2, 3, 4 and 8 ranks sharing the GPU
 # (TPCOMM_TEST_RANKS; TPCOMM_TEST_SIZES=quick keeps the size tables' kinds of edges), the MPI
-# test binary at 2 and 4 processes sharing it (CUDA IPC), and the decoder at TP=2 and TP=4 on the
-# prompt that once timed out. Proves protocols, slicing, epochs and residency at every rank count;
+# test binary at 2 and 4 processes sharing it (CUDA IPC), the NCCL drop-in and ring_nccl over the
+# NCCL test double, and the decoder at TP=2 and TP=4 on the prompt that once timed out. Proves protocols, slicing, epochs and residency at every rank count;
 # not speed, not NCCL (it needs one GPU per rank), not cross-GPU memory ordering. Prints a table
 # last (N, algorithm, passed, failed, skipped); logs in OUTDIR/ranks.tgz, each log opening with
 # the commit, the date and the command. COMMIT=<hash> names the commit of a tree without .git;
-# RANKS="2 3 4 8" and STEPS="tests mpi decoder" narrow the run.
+# RANKS="2 3 4 8" and STEPS="decoder mpi shim tests" narrow the run; PACKED=file.tgz
+# (scripts/gpu.d/pack_build.sh) runs binaries built off the GPU machine instead of building.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -24,11 +25,21 @@ gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 if [ "$gpus" -lt 1 ]; then echo "scripts/gpu.sh ranks: no GPU visible (nvidia-smi -L lists none)"; exit 2; fi
 { header "scripts/gpu.sh ranks"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } > "$L/env.txt"
 
+# PACKED=file.tgz (scripts/gpu.d/pack_build.sh, made off the GPU machine from the same commit):
+# unpacked into $BUILD instead of building; the binaries find their libraries on LD_LIBRARY_PATH.
+if [ -n "${PACKED:-}" ]; then
+  mkdir -p "$B" && tar xzf "$PACKED" -C "$B" || { echo "PACKED=$PACKED: cannot unpack into $B"; exit 1; }
+  header "tar xzf $PACKED -C $B (built off this machine)" > "$L/build.log"
+  SKIP_BUILD=1
+  echo "unpacked $PACKED into $B $(el)"
+fi
+export LD_LIBRARY_PATH="$B:$B/tests/shim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   header "cmake -S . -B $B -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DTPCOMM_BUILD_TESTS=ON && ninja" > "$L/build.log"
   cmake -S "$root" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
     -DTPCOMM_BUILD_TESTS=ON >> "$L/build.log" 2>&1 &&
-    ninja -C "$B" -j"$(nproc)" tpcomm_gpu_tests tpcomm_gpu_mpi_tests qwen_tp >> "$L/build.log" 2>&1
+    ninja -C "$B" -j"$(nproc)" tpcomm_gpu_tests tpcomm_gpu_mpi_tests qwen_tp tpcomm_shim_fake tpcomm_nccl_transport_fake \
+      tpcomm_nccl fake_nccl >> "$L/build.log" 2>&1
   rc=$?
   echo "build rc=$rc $(el)"
   [ $rc = 0 ] || { grep -a -B2 -A6 " error" "$L/build.log" | head -30; exit 1; }
@@ -38,7 +49,7 @@ fi
 # count); every module is loaded up front (a lazy load waits for the GPU to go idle while a rank
 # spins); one hardware queue per stream.
 export CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32 TPCOMM_TEST_SIZES=${TPCOMM_TEST_SIZES:-quick}
-steps=" ${STEPS:-decoder mpi tests} "
+steps=" ${STEPS:-decoder mpi shim tests} "
 left() { echo $((${BUDGET:-570} - ($(date +%s) - T0))); }  # seconds left of the call
 if [[ $steps == *" decoder "* ]]; then
   # The case that once timed out: a 1524-token prompt through a 2048-token micro-batch, 20 times
@@ -73,7 +84,17 @@ if [[ $steps == *" mpi "* ]]; then
   for np in 2 4; do
     run_gtest mpi_np$np "${MPI_SECONDS:-45}" mpirun -np "$np" --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE \
       -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x TPCOMM_MULTICAST -x CUDA_MODULE_LOADING \
-      -x TPCOMM_TEST_SIZES "$B/tests/gpu/tpcomm_gpu_mpi_tests"
+      -x TPCOMM_TEST_SIZES -x LD_LIBRARY_PATH "$B/tests/gpu/tpcomm_gpu_mpi_tests"
+  done
+fi
+if [[ $steps == *" shim "* ]]; then
+  # The NCCL drop-in's routing and ring_nccl's glue over the NCCL test double, ranks sharing the
+  # GPU (real NCCL refuses two ranks on one GPU): the ctest entries of label gpu with "fake".
+  run_gtest shim_trans 60 env TPCOMM_ALLOW_SHARED_DEVICE=1 "$B/tests/shim/tpcomm_nccl_transport_fake" --gpu
+  for algo in ring_nccl '^ring_nccl'; do
+    tag=shim_ring; [ "$algo" = ring_nccl ] || tag=shim_noring
+    run_gtest "$tag" 60 env LD_PRELOAD="$B/libtpcomm_nccl.so" TPCOMM_NCCL_LIBRARY="$B/tests/shim/libfake_nccl.so.2" \
+      TPCOMM_ALGO="$algo" TPCOMM_ALLOW_SHARED_DEVICE=1 "$B/tests/shim/tpcomm_shim_fake" --gpu
   done
 fi
 if [[ $steps == *" tests "* ]]; then
