@@ -28,10 +28,10 @@
 # unlikelihood's passes over the logits included), a sequence-level step ~0.6 s more (a greedy
 # token is ~780 small kernels, 64 of them, then one forward and backward of 128 x 191 tokens):
 # MINUTES=6 stopped that run at step 1681, so it was not the deterministic run of its seed. The
-# default below, 1500 steps with a sequence-level step every 8th, predicts 27 + 750 x 0.141 +
-# 750 x (0.141 + 0.6 / 8) + ~20 s of validation, probe, evaluation and save = ~321 s, inside the
-# 366 s cap; then teacher-forced ~28 s, free-running ~30 s, the replays ~16-47 s per shape:
-# ~440 s of DEADLINE_S=560.
+# default below, 1400 steps with a sequence-level step every 6th from 40% of them (140 of them,
+# as many as that run made), predicts 27 + 560 x 0.141 + 840 x (0.141 + 0.6 / 6) + ~20 s of
+# validation, probe, evaluation and save = ~330 s, inside the 366 s cap; then teacher-forced
+# ~28 s, free-running ~30 s, the replays ~16-47 s per shape: ~450 s of DEADLINE_S=560.
 # A smoke test without a GPU (numbers meaningless): DEVICE=cpu STEPS=20 TRAIN_ARGS="--tiny --mtp-chain 2
 # --mtp-distill 0.5 --unlikelihood 1 --seq-unlikelihood 1 --seq-ul-rows 8 --seq-ul-prefix 64 --seq-ul-tokens 16
 # --probe 2" SKIP_BUILD=1 BUILD=build-cpu TF_CHARS=3000 TF_WINDOW=256 PREFIXES=2 PREFIX_PREDICT=16 FREE_NMAX="3 5"
@@ -44,11 +44,11 @@ B=${BUILD:-$SRC/build-h200}
 PY=${PY:-python3}
 DEVICE=${DEVICE:-cuda}
 CORPUS=${CORPUS:-$SRC/.scratch/corpus}
-STEPS=${STEPS:-1500}
+STEPS=${STEPS:-1400}
 MINUTES=${MINUTES:-6}
 SEED=${SEED:-1234}
 TRAIN_ARGS=${TRAIN_ARGS-"--preset base --mtp-chain 3 --mtp-distill 0.5 --keep-best --unlikelihood 1.0 \
---seq-unlikelihood 1.0 --seq-ul-from 0.5 --seq-ul-every 8 --seq-ul-rows 128 --probe 16 --probe-during"}
+--seq-unlikelihood 1.0 --seq-ul-from 0.4 --seq-ul-every 6 --seq-ul-rows 128 --probe 16 --probe-during"}
 CKPT=${CKPT:-${XDG_CACHE_HOME:-$HOME/.cache}/qwen_tp/draft}
 NMAX_TF=${NMAX_TF:-6}
 TF_CHARS=${TF_CHARS:-150000}
