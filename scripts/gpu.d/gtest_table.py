@@ -3,8 +3,9 @@
 
 For every DIR/<run>.list (the output of --gtest_list_tests, which names each parameterised
 test's parameters) and DIR/<run>.txt (the run's output, possibly cut short by a timeout), counts
-per algorithm the tests that passed, failed, were skipped and were not reached; then prints the
-last line of each DIR/decoder_tp*.txt."""
+per algorithm the tests that passed, failed, were skipped and were not reached; then, per run,
+the seconds its finished test suites took and the slowest four; then the last line of each
+DIR/decoder_tp*.txt."""
 import glob
 import os
 import re
@@ -50,6 +51,18 @@ def main(d):
     for (tag, a), v in sorted(rows.items()):
         print("%-10s %-18s %7d %7d %7d %11d" % (tag, a, *v))
     print("%-10s %-18s %7d %7d %7d %11d" % ("all", "", *tot))
+    # Where each run's time went: its slowest test suites (gtest's "(N ms total)" lines), to size
+    # the shares of a call.
+    for log in sorted(glob.glob(os.path.join(d, "*.txt"))):
+        suites = []
+        for line in open(log, errors="replace"):
+            m = re.match(r"\[-+\] (\d+) tests? from (\S+) \((\d+) ms total\)", re.sub(r"\x1b\[[0-9;]*m", "", line))
+            if m:
+                suites.append((int(m.group(3)), m.group(2), int(m.group(1))))
+        if suites:
+            suites.sort(reverse=True)
+            top = ", ".join("%s %.1f s (%d)" % (name, ms / 1000, n) for ms, name, n in suites[:4])
+            print("%-10s suites %.1f s; slowest: %s" % (os.path.basename(log)[:-4], sum(x[0] for x in suites) / 1000, top))
     for f in sorted(glob.glob(os.path.join(d, "decoder_tp*.txt"))):
         lines = open(f, errors="replace").read().strip().splitlines()
         if lines:
