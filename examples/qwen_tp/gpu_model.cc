@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "gpu_kernels.h"
+#include "rank_gate.h"
 #include "safetensors.h"
 #include "tpcomm/communicator.h"
 #include "weights.h"
@@ -541,27 +542,40 @@ bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* ou
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       GraphOwner g;
+      mark("capturing a CUDA graph");
       QWEN_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       std::string captureError;
       bool ok = enqueue(kind, n, &captureError);
       cudaError_t e = cudaStreamEndCapture(stream_, &g.graph);
       if (!ok) return *error = "during graph capture: " + captureError, false;
       QWEN_CUDA(e);
+      mark("instantiating a CUDA graph");
       QWEN_CUDA(cudaGraphInstantiate(&g.exec, g.graph, 0));
       it = graphs_.emplace(key, Captured{g.graph, g.exec}).first;
       g.graph = nullptr, g.exec = nullptr;  // owned by graphs_ now
+      if (!graphReady(it->second.exec, error)) return false;
     }
+    mark("launching a CUDA graph");
     QWEN_CUDA(cudaGraphLaunch(it->second.exec, stream_));
-  } else if (!enqueue(kind, n, error)) {
-    if (commStream_) cudaStreamSynchronize(commStream_);  // nothing of this call left in flight
-    cudaStreamSynchronize(stream_);                          // (its copies read the pinned inputs)
-    return false;
+  } else {
+    mark("enqueueing an eager call");
+    if (!enqueue(kind, n, error)) {
+      if (commStream_) cudaStreamSynchronize(commStream_);  // nothing of this call left in flight
+      cudaStreamSynchronize(stream_);                          // (its copies read the pinned inputs)
+      return false;
+    }
   }
+  mark("waiting for its streams");
   if (commStream_) QWEN_CUDA(cudaStreamSynchronize(commStream_));
   QWEN_CUDA(cudaStreamSynchronize(stream_));
+  mark("between calls");
   if (comm_) {
     tpcomm::Status s = comm_->checkError();
-    if (s != tpcomm::Status::kOk) return *error = std::string("tpcomm: ") + tpcomm::lastErrorMessage(), false;
+    if (s != tpcomm::Status::kOk) {
+      *error = std::string("tpcomm: ") + tpcomm::lastErrorMessage();
+      if (gate_) *error += "; " + gate_->describe();
+      return false;
+    }
   }
   lastLogitsRows_ = kind == kTarget ? (n - 1) % kLogitsRows + 1 : 1;
   const int outs = kind == kTarget || kind == kMtpChainRun ? n : 1;
@@ -725,8 +739,24 @@ bool GpuModel::timeStepGemms(int n, int iters, double* ms, size_t* bytes, std::s
   enqueue();
   QWEN_CUDA(cudaStreamEndCapture(stream_, &g.graph));
   QWEN_CUDA(cudaGraphInstantiate(&g.exec, g.graph, 0));
+  if (!graphReady(g.exec, error)) return false;
   QWEN_CUDA(cudaGraphLaunch(g.exec, stream_));  // warm-up
   return medianGraphMs(g.exec, iters, ms, error);
+}
+
+void GpuModel::mark(const char* step) {
+  if (gate_) gate_->mark(gateRank_, step);
+}
+
+bool GpuModel::graphReady(cudaGraphExec_t exec, std::string* error) {
+  if (!gate_) return true;
+  // Uploaded here, so the first launch does not make (and wait for) the device copy of the graph.
+  mark("uploading a CUDA graph");
+  QWEN_CUDA(cudaGraphUpload(exec, stream_));
+  QWEN_CUDA(cudaStreamSynchronize(stream_));
+  mark("at the graph gate");
+  return gate_->arrive(gateRank_, "graph gate (every rank's new CUDA graph made before any rank launches its own)",
+                       error);
 }
 
 size_t GpuModel::decodeStepBytes(int pos) const {

@@ -34,6 +34,8 @@ class Communicator;
 
 namespace qwen {
 
+class RankGate;
+
 class SafetensorsModel;
 
 struct GpuModelOptions {
@@ -133,6 +135,10 @@ class GpuModel : public DecoderEngine {
   /// Replaces every all-reduce by nothing (numerically wrong; for measuring the all-reduce share
   /// of a step). Drops the captured graphs.
   void setSkipAllReduce(bool skip);
+  /// Ranks that are threads of one process (rank_gate.h): every CUDA graph this rank makes waits
+  /// at gate->arrive() before its first launch, each host step is marked, and a collective's
+  /// error names where the ranks' hosts were. Null (one rank, ranks as MPI processes): none.
+  void setRankGate(RankGate* gate, int rank) { gate_ = gate, gateRank_ = rank; }
   /// Median milliseconds of `iters` replays of the target step of n tokens at position pos.
   bool timeTargetStep(int n, int pos, int iters, double* ms, std::string* error);
   /// Median milliseconds of `iters` replays of one chained MTP draft (mtpChain: the MTP layer,
@@ -237,6 +243,11 @@ class GpuModel : public DecoderEngine {
   tpcomm::Communicator* comm_;
   GpuModelOptions opt_;
   bool skipAllReduce_ = false;
+  RankGate* gate_ = nullptr;
+  int gateRank_ = 0;
+  void mark(const char* step);
+  // A graph just instantiated: uploaded, then every rank's graph made before this rank goes on.
+  bool graphReady(cudaGraphExec_t exec, std::string* error);
   cudaStream_t stream_ = nullptr;
   // Overlapped prefill (opt_.prefillOverlap, tp > 1): the all-reduces' stream, and per row half
   // the events "its GEMM output is ready" (stream_ -> commStream_) and "its sum + norm is done"

@@ -250,11 +250,14 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
 // `dump`), run, profile; rank 0 reports.
 // `agreeInit` (called once, with whether this rank's init succeeded; true when every rank's
 // did): no rank starts a collective before every rank's init is done (rank_gate.h says why).
+// `gate` (ranks as threads of this process; null for MPI): every new CUDA graph waits for every
+// rank's before its first launch, and a collective's error says where each rank's host was.
 bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm, LogitsTable* dump,
-             const std::function<bool(bool)>& agreeInit, std::string* err) {
+             const std::function<bool(bool)>& agreeInit, RankGate* gate, std::string* err) {
   TpShape shape;
   const bool shaped = makeTpShape(sh.cfg, sh.flags.tp, rank, &shape, err);
   GpuModel model(sh.cfg, shape, device, comm);
+  if (gate && sh.flags.tp > 1) model.setRankGate(gate, rank);
   const GpuModelOptions o = modelOptions(sh);
   const bool ready = shaped && model.init(o, err);
   if (!agreeInit(ready)) {
@@ -317,7 +320,8 @@ int runOnGpu(RunSetup& sh, int argc, char** argv) {
       return MPI_Allreduce(&in, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) == MPI_SUCCESS && all == 1;
     };
     if (ok)
-      ok = runRank(sh, rank, rank % std::max(ndev, 1), f.tp > 1 ? comm.get() : nullptr, nullptr, agree, &err);
+      ok = runRank(sh, rank, rank % std::max(ndev, 1), f.tp > 1 ? comm.get() : nullptr, nullptr, agree, nullptr,
+                   &err);
     else
       agree(false);
     if (!ok) std::fprintf(stderr, "qwen_tp rank %d: %s\n", rank, err.c_str());
@@ -390,7 +394,8 @@ int runOnGpu(RunSetup& sh, int argc, char** argv) {
     threads.emplace_back([&, r] {
       oks[r] = runRank(
           sh, r, devices[r], f.tp > 1 ? comms[r].get() : nullptr, dumpPtr,
-          [&gate](bool mine) { return gate.pass(mine); }, &errors[r]);
+          [&gate](bool mine) { return gate.pass(mine); }, &gate, &errors[r]);
+      if (!oks[r]) gate.leave(r);  // a peer waiting at the graph gate stops at once
     });
   for (auto& t : threads) t.join();
   int rc = 0;
