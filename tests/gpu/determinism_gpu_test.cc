@@ -156,11 +156,12 @@ INSTANTIATE_TEST_SUITE_P(
                                         {16, 4096 + 12, (1u << 20) + 20}),
                               std::vector<bool>{false, true}, capturable)));
 
-// 64 MB: bf16 sum, the case where a schedule's chunking and pipelining matter most.
+// 64 MB (TPCOMM_TEST_SIZES=quick: 16 MB, still many chunks of every schedule): bf16 sum, the
+// case where a schedule's chunking and pipelining matter most.
 INSTANTIATE_TEST_SUITE_P(Large, DeterminismProperty,
                          testing::ValuesIn(product(kDetAlgoList, std::vector<DataType>{DataType::kBF16},
                                                    std::vector<ReduceOp>{ReduceOp::kSum},
-                                                   std::vector<size_t>{64u << 20}, std::vector<bool>{false, true},
+                                                   testSizes({64u << 20}, {16u << 20}), std::vector<bool>{false, true},
                                                    capturable)));
 
 // Row r of the fused residual + RMSNorm has the same bits whatever the call's row count: the same

@@ -32,6 +32,10 @@ const char* copyEnginesOf(const char* param) { return std::strstr(param, "/ce") 
 const DataType kDtypes[] = {DataType::kF32, DataType::kF16, DataType::kBF16};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin};
 const size_t kSizes[] = {1, 7, 1023, 4096, (1u << 20) + 3, 16u << 20};  // elements
+// TPCOMM_TEST_SIZES=quick: 4M + 1 elements instead of 16M (still many staging chunks).
+std::vector<size_t> sizes() {
+  return tpcomm_test::testSizes({std::begin(kSizes), std::end(kSizes)}, {1, 7, 1023, 4096, (1u << 20) + 3, (4u << 20) + 1});
+}
 
 int deviceCount() {
   int n = 0;
@@ -112,7 +116,7 @@ TEST_P(StagedHostGpu, AllReduceBitExactOnEveryRank) {
   const uint64_t ceBefore = stagedCopyEngineCalls();
 
   for (DataType dt : kDtypes)
-    for (size_t count : kSizes) {
+    for (size_t count : sizes()) {
       const size_t bytes = count * dataTypeSize(dt);
       for (int r = 0; r < n; ++r) {
         inputs[r] = test::makeBuffer(count, dt);
