@@ -173,8 +173,10 @@ TEST_P(CompressedGpu, DefinitionBitsOnEveryRankWithinTheBound) {
   else if (count < 1000000) EXPECT_EQ(ceCalls, static_cast<uint64_t>(g->n())) << "calls in copy-engine mode";
 }
 
-// Odd counts, below / around the 64-element block, and counts spanning many 64 KiB chunks.
-const auto kCounts = testing::Values<size_t>(1, 63, 65, 1000, 4097, 65536 + 3, 300001, (1u << 22) + 17);
+// Odd counts, below / around the 64-element block, and counts spanning many 64 KiB chunks
+// (TPCOMM_TEST_SIZES=quick: 1M + 17 elements instead of 4M + 17, still 16-64 chunks).
+const auto kCounts = testing::ValuesIn(testSizes({1, 63, 65, 1000, 4097, 65536 + 3, 300001, (1u << 22) + 17},
+                                                 {1, 63, 65, 1000, 4097, 65536 + 3, 300001, (1u << 20) + 17}));
 INSTANTIATE_TEST_SUITE_P(Sizes, CompressedGpu,
                          testing::Combine(testing::Values(std::string(kP2p)),
                                           testing::Values(Compression::kFp8, Compression::kInt8),
