@@ -7,7 +7,8 @@
 # not speed, not NCCL (it needs one GPU per rank), not cross-GPU memory ordering. Prints a table
 # last (N, algorithm, passed, failed, skipped); logs in OUTDIR/ranks.tgz, each log opening with
 # the commit, the date and the command. COMMIT=<hash> names the commit of a tree without .git;
-# RANKS="2 3 4 8" and STEPS="decoder mpi shim tests" narrow the run; PACKED=file.tgz
+# RANKS="2 3 4 8" and STEPS="decoder mpi shim tests" narrow the run (the rank counts run as
+# concurrent processes; PARALLEL=0: one after another); PACKED=file.tgz
 # (scripts/gpu.d/pack_build.sh) runs binaries built off the GPU machine instead of building.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
@@ -99,11 +100,23 @@ if [[ $steps == *" shim "* ]]; then
 fi
 if [[ $steps == *" tests "* ]]; then
   set -- ${RANKS:-2 3 4 8}
-  for n in "$@"; do
-    share=$(( $(left) / $# )); shift  # an equal share of what is left, per remaining rank count
-    [ "$share" -gt 20 ] || { echo "tests N=$n: no time left"; continue; }
-    run_gtest tests_n$n "$share" env TPCOMM_TEST_RANKS=$n "$B/tests/gpu/tpcomm_gpu_tests"
-  done
+  if [ "${PARALLEL:-1}" = 1 ] && [ $# -gt 1 ]; then
+    # One process per rank count, all at once, each with the whole time left: the suite's time is
+    # mostly host work (inputs, references, comparisons) on one core per process, and processes
+    # sharing a GPU take turns on it (time slices), so one process's ranks never wait for SMs
+    # that another process holds. PARALLEL=0 runs them one after another with equal shares.
+    t=$(( $(left) - 5 ))
+    for n in "$@"; do
+      run_gtest tests_n$n "$t" env TPCOMM_TEST_RANKS=$n "$B/tests/gpu/tpcomm_gpu_tests" &
+    done
+    wait
+  else
+    for n in "$@"; do
+      share=$(( $(left) / $# )); shift  # an equal share of what is left, per remaining rank count
+      [ "$share" -gt 20 ] || { echo "tests N=$n: no time left"; continue; }
+      run_gtest tests_n$n "$share" env TPCOMM_TEST_RANKS=$n "$B/tests/gpu/tpcomm_gpu_tests"
+    done
+  fi
 fi
 
 # The table: per run and algorithm, gtest's passed / failed / skipped / not reached (test names
