@@ -53,13 +53,14 @@ export CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32 TPCOMM_TEST_SIZE
 steps=" ${STEPS:-decoder mpi shim tests} "
 left() { echo $((${BUDGET:-570} - ($(date +%s) - T0))); }  # seconds left of the call
 if [[ $steps == *" decoder "* ]]; then
-  # The case that once timed out: a 1524-token prompt through a 2048-token micro-batch, 20 times
-  # at TP=2 and 5 times at TP=4, every run's tokens equal to the first's.
+  # The case that once timed out: a 1524-token prompt through a 2048-token micro-batch,
+  # DECODER_RUNS (20) times at TP=2 and at TP=4, every run's tokens equal to the first's (on one
+  # H200 a run takes ~3 s at TP=2 and ~7 s at TP=4).
   Q="$B/examples/qwen_tp/qwen_tp --model-preset qwen3-0.6b --prompt-tokens 1524 --ubatch-size 2048 --n-predict 16 --no-profile"
   for tp in 2 4; do
     log=$L/decoder_tp$tp.txt
     header "$Q --tp $tp --output-ids run<i>.ids (TPCOMM_ALLOW_SHARED_DEVICE=1)" > "$log"
-    runs=$([ "$tp" = 2 ] && echo 20 || echo 5)
+    runs=${DECODER_RUNS:-20}
     pass=0
     for i in $(seq 1 "$runs"); do
       TPCOMM_ALLOW_SHARED_DEVICE=1 timeout -k 5 60 $Q --tp "$tp" --output-ids "$L/tp${tp}_$i.ids" >> "$log" 2>&1
