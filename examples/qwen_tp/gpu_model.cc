@@ -6,10 +6,12 @@
 
 #include <cstdint>
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "gpu_kernels.h"
+#include "kernels/attention_prefill_cudnn.h"
 #include "rank_gate.h"
 #include "safetensors.h"
 #include "tpcomm/communicator.h"
@@ -146,13 +148,27 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
     return *error = "prefill attention: cudaFuncSetAttribute failed", false;
   if (const char* e = std::getenv("QWEN_PREFILL_ATTN")) {
     const std::string v = e;
-    if (v != "fa2" && v != "fa3") return *error = "QWEN_PREFILL_ATTN=" + v + ": expected fa2 or fa3", false;
+    if (v != "fa2" && v != "fa3" && v != "cudnn")
+      return *error = "QWEN_PREFILL_ATTN=" + v + ": expected fa2, fa3 or cudnn", false;
     opt_.prefillFa3 = v == "fa3";
+    opt_.prefillCudnn = v == "cudnn";
   }
   prefillFa3_ = prefillAttn_ && opt_.prefillFa3 &&
                 gpu::attentionPrefillFa3Supported(cfg_.headDim, shape_.heads, shape_.kvHeads, device_);
   if (prefillFa3_ && !gpu::prepareAttentionPrefillFa3())
     return *error = "prefill attention (fa3): cudaFuncSetAttribute or cuTensorMapEncodeTiled failed", false;
+  if (prefillAttn_ && opt_.prefillCudnn) {
+    if (shape_.tp > 1)
+      return *error = "prefill attention (cudnn) runs at --tp 1 only: a shape's first call builds a cuDNN plan, "
+                      "which may load kernels while another rank's all-reduce spins", false;
+    const size_t wsBytes = 64u << 20;  // lent to every call; a plan that needs more declines
+    void* ws = nullptr;
+    if (!alloc(&ws, wsBytes, error)) return false;
+    cudnnAttn_ = std::make_unique<gpu::CudnnPrefillAttention>();
+    std::string why;
+    if (!cudnnAttn_->init(shape_.heads, shape_.kvHeads, cfg_.headDim, opt_.ctxSize, ws, wsBytes, &why))
+      return *error = "prefill attention (cudnn): " + why, false;
+  }
   int major = 0;
   QWEN_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
   if (opt_.customGemv && major < 8) return *error = "customGemv needs compute capability 8.0+ (mma.sync bf16)", false;
@@ -410,6 +426,14 @@ void GpuModel::enqueueAttention(const Layer& L, int n) {
   if (prefillAttn_ && n > kGraphMaxTokens) {
     // fa3 launches nothing and returns false only when a tensor map cannot be encoded (a buffer
     // not 16-byte aligned): then fa2 runs this call, as it would every call of the run.
+    std::string why;
+    if (cudnnAttn_) {
+      if (cudnnAttn_->run(q_, L.kCache, L.vCache, hostPos_, n, att_, stream_, &why)) return;
+      if (!cudnnDeclinedSaid_)  // once per model: the run goes on with fa2 for such calls
+        std::fprintf(stderr, "qwen_tp: cuDNN prefill attention declined %d queries at position %d (%s): fa2 runs them\n",
+                     n, hostPos_, why.c_str());
+      cudnnDeclinedSaid_ = true;
+    }
     if (!prefillFa3_ ||
         !gpu::attentionPrefillFa3(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, opt_.ctxSize, att_, stream_))
       gpu::attentionPrefill(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, att_, stream_);
@@ -536,6 +560,7 @@ bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* ou
     if (tokens[i] < 0 || tokens[i] >= cfg_.vocabSize) return *error = "token id " + std::to_string(tokens[i]) + " out of range", false;
   std::memcpy(hTokens_, tokens, static_cast<size_t>(nTokens) * 4);
   const int m = kind == kMtpChainRun ? n : 1;  // positions, just before the tokens (gpu_model.h)
+  hostPos_ = pos;
   for (int k = 0; k < m; ++k) hTokens_[k - m] = pos + k;
   if (opt_.useGraphs && n <= kGraphMaxTokens) {
     auto key = std::make_pair(static_cast<int>(kind), n);

@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,9 @@ class Communicator;
 namespace qwen {
 
 class RankGate;
+namespace gpu {
+class CudnnPrefillAttention;
+}
 
 class SafetensorsModel;
 
@@ -62,6 +66,12 @@ struct GpuModelOptions {
   /// QWEN_PREFILL_ATTN=fa2|fa3, when set, overrides this at init (A/B timing of one binary); any
   /// other value fails init. Off until measured (docs/prefill_attention.md).
   bool prefillFa3 = false;
+  /// With prefillAttention: those calls through cuDNN's fused attention
+  /// (gpu::CudnnPrefillAttention), for A/B against the project's kernels; init fails where the
+  /// build has no cuDNN path, cuDNN does not load, or tp > 1 (a shape's first call builds a cuDNN
+  /// plan, which may load kernels while a peer spins). A shape cuDNN declines runs fa2 (said
+  /// once). QWEN_PREFILL_ATTN=cudnn sets it at init.
+  bool prefillCudnn = false;
   /// Calls of 64+ tokens (prefill chunks, and target() calls that long; never the captured
   /// decode and verify calls of <= kGraphMaxTokens), tp > 1, in two row halves whose
   /// all-reduces run on a second, high-priority stream: half A's sum runs while half B's o_proj
@@ -172,7 +182,9 @@ class GpuModel : public DecoderEngine {
   bool prefillAttention() const { return prefillAttn_; }
   /// The prefill attention kernel after init: "fa3", "fa2", or "decode" (prefillAttention off or
   /// an unsupported head_dim).
-  const char* prefillKernel() const { return !prefillAttn_ ? "decode" : prefillFa3_ ? "fa3" : "fa2"; }
+  const char* prefillKernel() const {
+    return !prefillAttn_ ? "decode" : cudnnAttn_ ? "cudnn" : prefillFa3_ ? "fa3" : "fa2";
+  }
   /// The decode kernels in use after init: "old", "attn", "gemv" or "fused" (GpuModelOptions::decode;
   /// tp > 1 or an unsupported shape turns "gemv" and "fused" into "attn", head_dim != 128 any into "old").
   const char* decodeKernels() const;
@@ -260,6 +272,9 @@ class GpuModel : public DecoderEngine {
   size_t weightBytes_ = 0, kvBytes_ = 0, allocBytes_ = 0;
   bool prefillAttn_ = false;
   bool prefillFa3_ = false;  // prefillAttn_ calls through gpu::attentionPrefillFa3
+  std::unique_ptr<gpu::CudnnPrefillAttention> cudnnAttn_;  // prefillAttn_ calls through cuDNN
+  bool cudnnDeclinedSaid_ = false;
+  int hostPos_ = 0;  // run()'s pos: the first position of the call being enqueued
   int lastLogitsRows_ = 0;
   int qkvRows_ = 0, splits_ = 1, chunk_ = 256;
   // DecodeKernels: the tensor-core attention (its split bound, partials, tickets) and the fused step.

@@ -1,12 +1,15 @@
 #!/bin/bash
-# prefill_ab.sh: the FlashAttention-3-style prefill attention (docs/prefill_attention.md) against the
-# FlashAttention-2 kernel on one H200, in one device call. Builds qwen_tp and qwen_gpu_test, runs
+# prefill_ab.sh: the FlashAttention-3-style prefill attention (docs/prefill_attention.md) and
+# cuDNN's fused attention against the FlashAttention-2 kernel on one H200, in one device call. Builds qwen_tp and qwen_gpu_test, runs
 # the fa3 GPU tests (QwenPrefillFa3Gpu.*: fp64 reference, fa2, chunking bits, the model) and the
 # chunked-prefill model tests with QWEN_PREFILL_ATTN=fa3, times the attention alone
 # (QwenPrefillFa3Gpu.DISABLED_Bench: one qwen3-8b layer over a 32000-token prompt in chunks of
 # 2048 and 8192; TFLOP/s of the causal work), then qwen_tp's prefill at 32000/8192/2048/512 tokens
 # (qwen3-8b, synthetic weights, --ubatch-size $UBATCH) with QWEN_PREFILL_ATTN=fa2 and fa3 from one
-# binary, A B B A per length. A time budget (BUDGET_S, default 290 s) skips what would not fit,
+# binary, A B B A per length; with cuDNN (a build that found its headers: carry third_party/ from
+# examples/qwen_tp/tools/fetch_cudnn_frontend.sh; libcudnn.so.9 from python3's nvidia-cudnn package
+# put on LD_LIBRARY_PATH here), its tests (QwenPrefillCudnnGpu.*) and QWEN_PREFILL_ATTN=cudnn
+# runs too, in the order fa2 fa3 cudnn cudnn fa3 fa2. A time budget (BUDGET_S, default 420 s) skips what would not fit,
 # lowest priority last. Logs go to $OUT/logs.tgz (each log opens with commit, date, command and
 # GPU), the table to $OUT/summary.md and to stdout, last. Usage, from the repository root:
 #   OUT=/path/to/out bash examples/qwen_tp/prefill_ab.sh
@@ -22,7 +25,7 @@ OUT=${OUT:?set OUT}
 L=$OUT/logs
 mkdir -p "$L"
 B=${BUILD:-$SRC/build-h200}
-BUDGET=${BUDGET_S:-290}
+BUDGET=${BUDGET_S:-420}
 UB=${UBATCH:-2048}
 T0=$(date +%s)
 REV=${COMMIT:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)}
@@ -52,9 +55,14 @@ if command -v cuobjdump > /dev/null && [ -f "$O3" ]; then
   cuobjdump -sass "$O3" > "$L/sass.txt" 2>&1
   echo "HGMMA $(grep -c HGMMA "$L/sass.txt"), HGMMA with gsb0 $(grep -c 'HGMMA.*gsb0' "$L/sass.txt"), local loads/stores $(grep -c 'STL\|LDL' "$L/sass.txt"), UTMALDG $(grep -c UTMALDG "$L/sass.txt") (expected 64, 8, 0, 12)" >> "$L/sass.log"
 fi
-# 1. Correctness first: the new kernel alone and in the model, then the chunked-prefill model
+# cuDNN, where python3 has it (PyTorch's nvidia-cudnn package): the frontend opens libcudnn.so.9.
+CUDNN_LIB=$(python3 -c "import os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], 'lib'))" 2>/dev/null)
+[ -n "$CUDNN_LIB" ] && export LD_LIBRARY_PATH="$CUDNN_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# 1. Correctness first: the new kernels alone and in the model, then the chunked-prefill model
 #    tests (written for fa2) with fa3 selected through the environment.
-run tests 120 "$T" --gtest_filter='QwenPrefillFa3Gpu.*'
+run tests 150 "$T" --gtest_filter='QwenPrefillFa3Gpu.*:QwenPrefillCudnnGpu.*'
+CUDNN_OK=0
+grep -aq '^\[       OK \] QwenPrefillCudnnGpu.MatchesFa2' "$L/tests.log" && CUDNN_OK=1
 # A hang (the timeout's rc 124) would hang every fa3 run after it: time only fa2 then.
 FA3_OK=1
 if [ "$LAST_RC" = 124 ]; then FA3_OK=0; echo "## fa3 tests timed out: fa3 runs skipped" >> "$L/skipped.log"; fi
@@ -65,13 +73,15 @@ if [ "$LAST_RC" = 124 ]; then FA3_OK=0; echo "## fa3 tests timed out: fa3 runs s
 q8() {  # q8 <tag> <kernel> <prompt> [extra]
   local tag=$1 k=$2 P=$3; shift 3
   [ "$k" = fa3 ] && [ $FA3_OK != 1 ] && return
+  [ "$k" = cudnn ] && [ $CUDNN_OK != 1 ] && return
   run "q8_${P}_$tag" 60 env QWEN_PREFILL_ATTN="$k" "$Q" --model-preset qwen3-8b --prompt-tokens "$P" --n-predict 4 \
     --ubatch-size "$UB" --no-profile "$@"
 }
 for P in 32000 8192 2048 512; do
   extra=""; [ "$P" = 32000 ] && extra="--ctx-size 32768"
   # shellcheck disable=SC2086
-  { q8 a_fa2 fa2 $P $extra; q8 a_fa3 fa3 $P $extra; q8 b_fa3 fa3 $P $extra; q8 b_fa2 fa2 $P $extra; }
+  { q8 a_fa2 fa2 $P $extra; q8 a_fa3 fa3 $P $extra; q8 a_cudnn cudnn $P $extra; q8 b_cudnn cudnn $P $extra
+    q8 b_fa3 fa3 $P $extra; q8 b_fa2 fa2 $P $extra; }
 done
 # 4. Lowest priority: PyTorch's SDPA prefill on the same shape (the 1.3x target's denominator).
 if [ "${TORCH:-1}" = 1 ] && [ -f "$TB" ]; then
@@ -86,15 +96,16 @@ fi
   echo
   echo "qwen_tp prefill, qwen3-8b, warm tok/s (prompt eval time):"
   echo
-  echo "| prompt | fa2 (a, b) | fa3 (a, b) | fa3 / fa2 (means) | kernel each run reported |"
-  echo "|---|---|---|---|---|"
+  echo "| prompt | fa2 (a, b) | fa3 (a, b) | cudnn (a, b) | fa3 / fa2 | cudnn / fa2 (means) | kernel each run reported |"
+  echo "|---|---|---|---|---|---|---|"
   for P in 32000 8192 2048 512; do
-    line=$(for r in a_fa2 b_fa2 a_fa3 b_fa3; do
+    line=$(for r in a_fa2 b_fa2 a_fa3 b_fa3 a_cudnn b_cudnn; do
       f=$L/q8_${P}_$r.log
       if [ -f "$f" ]; then
         awk -v r="$r" '
           /prompt eval time/ && !pf { for (i = 1; i <= NF; ++i) if ($i == "tokens" && $(i+1) == "per") pf = $(i-1) }
           /prefill attention tensor-core FA3/ { k = "FA3" } /prefill attention tensor-core FA2/ { k = "FA2" }
+          /prefill attention cuDNN/ { k = "cuDNN" }
           /rc=[1-9]/ { bad = 1 }
           END { printf "%s=%s:%s%s ", r, pf ? pf : "-", k ? k : "?", bad ? "!" : "" }' "$f"
       else
@@ -104,12 +115,17 @@ fi
     echo "$line" | awk -v P="$P" '{
       for (i = 1; i <= NF; ++i) { split($i, a, "[=:]"); v[a[1]] = a[2]; k[a[1]] = a[3] }
       n2 = (v["a_fa2"] != "-") + (v["b_fa2"] != "-"); n3 = (v["a_fa3"] != "-") + (v["b_fa3"] != "-")
+      nc = (v["a_cudnn"] != "-") + (v["b_cudnn"] != "-")
       m2 = n2 ? (v["a_fa2"] + v["b_fa2"]) / n2 : 0; m3 = n3 ? (v["a_fa3"] + v["b_fa3"]) / n3 : 0
-      printf "| %s | %s, %s | %s, %s | %s | fa2 runs: %s %s; fa3 runs: %s %s |\n", P, v["a_fa2"], v["b_fa2"], v["a_fa3"], v["b_fa3"],
-        (m2 > 0 && m3 > 0) ? sprintf("%.3fx", m3 / m2) : "-", k["a_fa2"], k["b_fa2"], k["a_fa3"], k["b_fa3"] }'
+      mc = nc ? (v["a_cudnn"] + v["b_cudnn"]) / nc : 0
+      printf "| %s | %s, %s | %s, %s | %s, %s | %s | %s | fa2: %s %s; fa3: %s %s; cudnn: %s %s |\n", P,
+        v["a_fa2"], v["b_fa2"], v["a_fa3"], v["b_fa3"], v["a_cudnn"], v["b_cudnn"],
+        (m2 > 0 && m3 > 0) ? sprintf("%.3fx", m3 / m2) : "-", (m2 > 0 && mc > 0) ? sprintf("%.3fx", mc / m2) : "-",
+        k["a_fa2"], k["b_fa2"], k["a_fa3"], k["b_fa3"], k["a_cudnn"], k["b_cudnn"] }'
   done
   echo
-  echo "(\"!\": the run failed or timed out; a fa3 run that reports FA2 did not get the new kernel.)"
+  echo "(\"!\": the run failed or timed out; a fa3 or cudnn run that reports FA2 did not get its kernel; cudnn runs"
+  echo " skipped unless QwenPrefillCudnnGpu.MatchesFa2 passed: $([ "${CUDNN_OK:-0}" = 1 ] && echo it did || echo it did not).)"
   echo
   echo "The attention alone (QwenPrefillFa3Gpu.DISABLED_Bench, one qwen3-8b layer, 32000-token prompt):"
   echo

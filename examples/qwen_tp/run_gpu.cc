@@ -182,7 +182,8 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
       sh.cfg.name.c_str(), f.tp, f.allreduce.c_str(), model.lastAlgorithm().c_str(),
       f.fusedNorm ? "fused all-reduce + residual + RMSNorm" : "all-reduce, then residual + RMSNorm kernel",
       model.lastNormAlgorithm().c_str(), P, f.nPredict, o.ctxSize, o.maxTokensPerCall,
-      std::strcmp(model.prefillKernel(), "fa3") == 0 ? "tensor-core FA3 kernel, wgmma + TMA (calls > 16 tokens)"
+      std::strcmp(model.prefillKernel(), "cudnn") == 0 ? "cuDNN fused attention (calls > 16 tokens)"
+      : std::strcmp(model.prefillKernel(), "fa3") == 0 ? "tensor-core FA3 kernel, wgmma + TMA (calls > 16 tokens)"
       : model.prefillAttention()                     ? "tensor-core FA2 kernel (calls > 16 tokens)"
                                                      : "decode kernel for every call",
       o.prefillOverlap && f.tp > 1 ? ", prefill all-reduces overlapped (two row halves)" : "",

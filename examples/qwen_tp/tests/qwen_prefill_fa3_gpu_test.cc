@@ -24,6 +24,10 @@
 //    output equal to greedy on a 700-token prompt prefilled in chunks of 256.
 //  - DISABLED_Bench (prefill_ab.sh runs it): both kernels on a qwen3-8b layer over a 32000-token
 //    prompt in chunks, TFLOP/s of the causal work.
+//  - cuDNN's fused attention (gpu::CudnnPrefillAttention, QWEN_PREFILL_ATTN=cudnn) against
+//    FlashAttention-2 on the same problems, within the same bound as fa3's (2^-7 (1 + |fa2|)), every
+//    element finite; skipped, with the reason, where the build has no cuDNN path or cuDNN does not
+//    load; and the model's logits with it against the CPU reference.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -39,6 +43,7 @@
 #include "cpu_model.h"
 #include "gpu_kernels.h"
 #include "gpu_model.h"
+#include "kernels/attention_prefill_cudnn.h"
 #include "safetensors.h"
 #include "speculative.h"
 
@@ -81,7 +86,7 @@ struct Problem {
   }
 };
 
-enum class Kernel { kFa3, kFa2 };
+enum class Kernel { kFa3, kFa2, kCudnn };
 
 // The kernel's output for p's rows [t0, t0 + len) as one call at position p.pos + t0, with the cache
 // slots past that call's last one set to NaN (the slots a real chunked prefill has not written).
@@ -101,6 +106,14 @@ std::vector<uint16_t> runAttention(Kernel kern, const Problem& p, int t0, int le
   if (kern == Kernel::kFa3) {
     EXPECT_TRUE(gpu::attentionPrefillFa3(dq.bf(), dk.bf(), dv.bf(), static_cast<int32_t*>(dpos.p), len, p.hq, p.hk, kD,
                                          p.ctx, dout.bf(), nullptr));
+  } else if (kern == Kernel::kCudnn) {
+    const size_t wsBytes = 64u << 20;
+    DevBuf ws(wsBytes);
+    gpu::CudnnPrefillAttention cudnn;
+    std::string why;
+    EXPECT_TRUE(cudnn.init(p.hq, p.hk, kD, p.ctx, ws.p, wsBytes, &why)) << why;
+    EXPECT_TRUE(cudnn.run(dq.bf(), dk.bf(), dv.bf(), pos, len, dout.bf(), nullptr, &why)) << why;
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // before the workspace goes
   } else {
     EXPECT_TRUE(gpu::prepareAttentionPrefill());
     gpu::attentionPrefill(dq.bf(), dk.bf(), dv.bf(), static_cast<int32_t*>(dpos.p), len, p.hq, p.hk, kD, dout.bf(),
@@ -140,36 +153,46 @@ void reference(const Problem& p, int t, int h, std::vector<double>* acc) {
 struct Case {
   int hq, hk, pos, n, extra;
 };
+const Case kCases[] = {
+    {8, 8, 0, 1, 0},     {32, 8, 0, 7, 0},     {32, 8, 0, 129, 37},   {32, 8, 2048, 1000, 0},
+    {8, 1, 0, 1000, 37}, {64, 8, 100, 300, 0}, {40, 8, 0, 200, 37},   {16, 8, 5, 257, 0},
+    {24, 8, 0, 33, 37},  {128, 1, 0, 20, 200}, {8, 2, 8191, 1999, 0}, {32, 8, 28000, 4096, 37},
+};
+std::string tagOf(const Case& c, const Problem& p) {
+  return "hq " + std::to_string(c.hq) + " hk " + std::to_string(c.hk) + " pos " + std::to_string(c.pos) + " n " +
+         std::to_string(c.n) + " ctx " + std::to_string(p.ctx);
+}
+
+// Every element of `o` (kernel `name`) written and a number, and within the two kernels' bounds
+// of fa2's `o2`: |o - o2| <= 2^-7 (1 + |o2|). Returns the largest difference.
+double againstFa2(const char* name, const std::vector<uint16_t>& o, const std::vector<uint16_t>& o2,
+                  const std::string& tag) {
+  int bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < o.size(); ++i) {
+    const double a = bf16ToFloat(o[i]), b = bf16ToFloat(o2[i]), e = std::fabs(a - b);
+    if (!std::isfinite(a)) {
+      ADD_FAILURE() << tag << ": element " << i << " is " << a << " (unwritten or NaN)";
+      break;
+    }
+    worst = std::max(worst, e);
+    if (!(e <= std::ldexp(1.0 + std::fabs(b), -7)) && ++bad == 1)
+      ADD_FAILURE() << tag << ": element " << i << " " << name << " " << a << " fa2 " << b;
+  }
+  EXPECT_EQ(bad, 0) << tag;
+  return worst;
+}
 
 TEST(QwenPrefillFa3Gpu, MatchesFp64ReferenceAndFa2) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   if (!fa3Here()) GTEST_SKIP() << "attentionPrefillFa3 needs compute capability 9.0 and an sm_90a build";
-  const Case cases[] = {
-      {8, 8, 0, 1, 0},     {32, 8, 0, 7, 0},     {32, 8, 0, 129, 37},   {32, 8, 2048, 1000, 0},
-      {8, 1, 0, 1000, 37}, {64, 8, 100, 300, 0}, {40, 8, 0, 200, 37},   {16, 8, 5, 257, 0},
-      {24, 8, 0, 33, 37},  {128, 1, 0, 20, 200}, {8, 2, 8191, 1999, 0}, {32, 8, 28000, 4096, 37},
-  };
   uint64_t seed = 0x9e3779b97f4a7c15ull;
-  for (const Case& c : cases) {
+  for (const Case& c : kCases) {
     const Problem p(c.hq, c.hk, c.pos, c.n, c.extra, seed++);
-    const std::string tag = "hq " + std::to_string(c.hq) + " hk " + std::to_string(c.hk) + " pos " +
-                            std::to_string(c.pos) + " n " + std::to_string(c.n) + " ctx " + std::to_string(p.ctx);
+    const std::string tag = tagOf(c, p);
     const std::vector<uint16_t> o3 = runAttention(Kernel::kFa3, p, 0, c.n);
     const std::vector<uint16_t> o2 = runAttention(Kernel::kFa2, p, 0, c.n);
-    // Every element written and a number; every element within the two kernels' bounds of each other.
-    int bad2 = 0;
-    double worst2 = 0;
-    for (size_t i = 0; i < o3.size(); ++i) {
-      const double a = bf16ToFloat(o3[i]), b = bf16ToFloat(o2[i]), e = std::fabs(a - b);
-      if (!std::isfinite(a)) {
-        ADD_FAILURE() << tag << ": element " << i << " is " << a << " (unwritten or NaN)";
-        break;
-      }
-      worst2 = std::max(worst2, e);
-      if (!(e <= std::ldexp(1.0 + std::fabs(b), -7)) && ++bad2 == 1)
-        ADD_FAILURE() << tag << ": element " << i << " fa3 " << a << " fa2 " << b;
-    }
-    EXPECT_EQ(bad2, 0) << tag;
+    const double worst2 = againstFa2("fa3", o3, o2, tag);
     // fp64 reference on a subset of rows, spread over the host's threads.
     std::vector<int> rows;
     Rng r{seed * 31};
@@ -291,10 +314,9 @@ TEST(QwenPrefillFa3Gpu, ModelSelectsTheKernel) {
 }
 
 // Logits of each prompt chunk's last row against the fp32 CPU reference: 3% of max |logit|
-// (QwenDecodeGpu.EveryPathMatchesTheCpuReference's bound).
-TEST(QwenPrefillFa3Gpu, ModelLogitsMatchTheCpuReference) {
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  if (!fa3Here()) GTEST_SKIP() << "attentionPrefillFa3 needs compute capability 9.0 and an sm_90a build";
+// (QwenDecodeGpu.EveryPathMatchesTheCpuReference's bound), the prefill attention through
+// `kernel` ("fa3" or "cudnn").
+void modelLogitsMatchTheCpuReference(const std::string& kernel) {
   unsetenv("QWEN_PREFILL_ATTN");
   const ModelConfig c = tiny128();
   HostWeights w;
@@ -311,9 +333,10 @@ TEST(QwenPrefillFa3Gpu, ModelLogitsMatchTheCpuReference) {
     o.ctxSize = total + 8;
     o.maxTokensPerCall = 512;
     o.seed = 31;
-    o.prefillFa3 = true;
+    o.prefillFa3 = kernel == "fa3";
+    o.prefillCudnn = kernel == "cudnn";
     ASSERT_TRUE(gpu.init(o, &err)) << err;
-    ASSERT_STREQ(gpu.prefillKernel(), "fa3");
+    ASSERT_EQ(gpu.prefillKernel(), kernel);
     const auto ids = promptIds(total, c.vocabSize);
     std::vector<int32_t> nc(total), ng(total);
     int pos = 0;
@@ -329,10 +352,16 @@ TEST(QwenPrefillFa3Gpu, ModelLogitsMatchTheCpuReference) {
         mx = std::max(mx, std::fabs(lc[i]));
         e = std::max(e, std::fabs(lg[i] - lc[i]));
       }
-      EXPECT_LE(e, 0.03f * mx) << "chunk ending at " << pos + len - 1;
+      EXPECT_LE(e, 0.03f * mx) << kernel << ": chunk ending at " << pos + len - 1;
       pos += len;
     }
   }
+}
+
+TEST(QwenPrefillFa3Gpu, ModelLogitsMatchTheCpuReference) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  if (!fa3Here()) GTEST_SKIP() << "attentionPrefillFa3 needs compute capability 9.0 and an sm_90a build";
+  modelLogitsMatchTheCpuReference("fa3");
 }
 
 // Greedy, then MTP speculation (real drafts and simulated acceptance): every token equal. The
@@ -458,6 +487,44 @@ TEST(QwenPrefillFa3Gpu, DISABLED_Bench) {
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
+}
+
+}  // namespace
+}  // namespace qwen
+
+namespace qwen {
+namespace {
+
+// Why cuDNN's attention cannot run here, or "" when it can.
+std::string cudnnMissing() {
+  if (!gpu::CudnnPrefillAttention::built()) return "this build has no cuDNN path (QWEN_TP_CUDNN headers not found)";
+  void* ws = nullptr;
+  if (cudaMalloc(&ws, 1 << 20) != cudaSuccess) return "cudaMalloc failed";
+  gpu::CudnnPrefillAttention c;
+  std::string why;
+  const bool ok = c.init(32, 8, kD, 64, ws, 1 << 20, &why);
+  cudaFree(ws);
+  return ok ? "" : why;
+}
+
+TEST(QwenPrefillCudnnGpu, MatchesFa2) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const std::string missing = cudnnMissing();
+  if (!missing.empty()) GTEST_SKIP() << missing;
+  for (size_t i = 0; i < sizeof(kCases) / sizeof(kCases[0]); ++i) {
+    const Case& c = kCases[i];
+    const Problem p(c.hq, c.hk, c.pos, c.n, c.extra, 0x2545f4914f6cdd1dull + i);
+    const double worst = againstFa2("cudnn", runAttention(Kernel::kCudnn, p, 0, c.n),
+                                    runAttention(Kernel::kFa2, p, 0, c.n), tagOf(c, p));
+    std::printf("cudnn %s: all rows against fa2, worst %.2e\n", tagOf(c, p).c_str(), worst);
+  }
+}
+
+TEST(QwenPrefillCudnnGpu, ModelLogitsMatchTheCpuReference) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const std::string missing = cudnnMissing();
+  if (!missing.empty()) GTEST_SKIP() << missing;
+  modelLogitsMatchTheCpuReference("cudnn");
 }
 
 }  // namespace
