@@ -9,7 +9,8 @@
 # the commit, the date and the command. COMMIT=<hash> names the commit of a tree without .git;
 # RANKS="2 3 4 8" and STEPS="decoder mpi shim tests" narrow the run (the rank counts run as
 # concurrent processes; PARALLEL=0: one after another); PACKED=file.tgz
-# (scripts/gpu.d/pack_build.sh) runs binaries built off the GPU machine instead of building.
+# (scripts/gpu.d/pack_build.sh) runs binaries built off the GPU machine instead of building;
+# STEPS=mutants with MUTANTS=file.tgz (scripts/gpu.d/pack_mutants.py) runs library mutants' tests.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -50,7 +51,7 @@ fi
 # count); every module is loaded up front (a lazy load waits for the GPU to go idle while a rank
 # spins); one hardware queue per stream.
 export CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32 TPCOMM_TEST_SIZES=${TPCOMM_TEST_SIZES:-quick}
-steps=" ${STEPS:-decoder mpi shim tests} "
+steps=" ${STEPS:-decoder mpi shim${MUTANTS:+ mutants} tests} "
 left() { echo $((${BUDGET:-570} - ($(date +%s) - T0))); }  # seconds left of the call
 if [[ $steps == *" decoder "* ]]; then
   # The case that once timed out: a 1524-token prompt through a 2048-token micro-batch,
@@ -99,6 +100,34 @@ if [[ $steps == *" shim "* ]]; then
       TPCOMM_ALGO="$algo" TPCOMM_ALLOW_SHARED_DEVICE=1 "$B/tests/shim/tpcomm_shim_fake" --gpu
   done
 fi
+if [[ $steps == *" mutants "* ]]; then
+  # Library mutants built off this machine (scripts/gpu.d/pack_mutants.py, same commit): each
+  # puts a fixed defect back; its tests, at 3 ranks, must fail. The same filters then run on the
+  # unmutated library and must pass.
+  if [ -z "${MUTANTS:-}" ] || ! tar xzf "$MUTANTS" -C "$B"; then
+    echo "mutants: MUTANTS=<tarball of scripts/gpu.d/pack_mutants.py> needed" | tee -a "$L/mutants.log"
+  else
+    all=""
+    while IFS=$'\t' read -r name filter; do
+      [[ -z "$name" || "$name" == \#* ]] && continue
+      log=$L/mutant_$name.log
+      header "LD_LIBRARY_PATH=$B/mutants/$name:... TPCOMM_TEST_RANKS=3 tpcomm_gpu_tests --gtest_filter=$filter" > "$log"
+      LD_LIBRARY_PATH="$B/mutants/$name:$LD_LIBRARY_PATH" TPCOMM_TEST_RANKS=3 timeout -k 5 180 \
+        "$B/tests/gpu/tpcomm_gpu_tests" --gtest_filter="$filter" >> "$log" 2>&1
+      rc=$?
+      verdict="NOT caught (rc 0)"
+      grep -aq "^\[==========\] 0 tests" "$log" && verdict="no test matched"
+      [ $rc != 0 ] && verdict="caught (rc $rc, $(grep -a -c '^\[  FAILED  \]' "$log") FAILED lines)"
+      echo "mutant $name: $verdict" | tee -a "$L/mutants.log"
+      all="$all${all:+:}$filter"
+    done < "$B/mutants/MANIFEST"
+    log=$L/mutant_none.log
+    header "TPCOMM_TEST_RANKS=3 tpcomm_gpu_tests --gtest_filter=$all (unmutated)" > "$log"
+    TPCOMM_TEST_RANKS=3 timeout -k 5 180 "$B/tests/gpu/tpcomm_gpu_tests" --gtest_filter="$all" >> "$log" 2>&1
+    echo "unmutated, the same filters: rc $? ($(grep -a 'passed,' "$log" | tail -1))" | tee -a "$L/mutants.log"
+  fi
+fi
+
 if [[ $steps == *" tests "* ]]; then
   set -- ${RANKS:-2 3 4 8}
   if [ "${PARALLEL:-1}" = 1 ] && [ $# -gt 1 ]; then
@@ -122,7 +151,7 @@ fi
 
 # The table: per run and algorithm, gtest's passed / failed / skipped / not reached (test names
 # mapped to their parameters through the --gtest_list_tests files), then the decoder lines.
-python3 "$root/scripts/gpu.d/gtest_table.py" "$L" | tee "$L/summary.txt"
+{ python3 "$root/scripts/gpu.d/gtest_table.py" "$L"; cat "$L/mutants.log" 2>/dev/null; } | tee "$L/summary.txt"
 rm -f "$L"/tp*_*.ids
 cp "$L/summary.txt" "$OUTDIR/ranks_summary.txt"
 tar czf "$OUTDIR/ranks.tgz" -C "$OUTDIR" ranks && rm -rf "$L"
