@@ -70,9 +70,12 @@ if [[ $steps == *" decoder "* ]]; then
       [ "$i" = 1 ] || cmp -s "$L/tp${tp}_1.ids" "$L/tp${tp}_$i.ids" || same=0
       [ $rc = 0 ] && [ -s "$L/tp${tp}_$i.ids" ] && [ $same = 1 ] && pass=$((pass + 1))
       echo "# run $i rc=$rc same-ids=$same" >> "$log"
+      done_runs=$i
+      # A timeout costs ~15 s: after 3 failed runs the rest would only spend the call.
+      if [ $((i - pass)) -ge 3 ] && [ "$i" -lt "$runs" ]; then echo "# stopped after 3 failed runs" >> "$log"; break; fi
     done
-    echo "# decoder TP=$tp: $pass of $runs passed" >> "$log"
-    echo "decoder TP=$tp: $pass of $runs passed $(el)"
+    echo "# decoder TP=$tp: $pass of $done_runs passed (of $runs asked)" >> "$log"
+    echo "decoder TP=$tp: $pass of $done_runs passed (of $runs asked) $(el)"
   done
 fi
 run_gtest() {  # run_gtest <tag> <seconds> <command...>: the test list (names and parameters), then the run
