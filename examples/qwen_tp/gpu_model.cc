@@ -424,8 +424,6 @@ bool GpuModel::enqueueLayerOverlapped(const Layer& L, int n, const __nv_bfloat16
 void GpuModel::enqueueAttention(const Layer& L, int n) {
   const int D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads;
   if (prefillAttn_ && n > kGraphMaxTokens) {
-    // fa3 launches nothing and returns false only when a tensor map cannot be encoded (a buffer
-    // not 16-byte aligned): then fa2 runs this call, as it would every call of the run.
     std::string why;
     if (cudnnAttn_) {
       if (cudnnAttn_->run(q_, L.kCache, L.vCache, hostPos_, n, att_, stream_, &why)) return;
@@ -434,6 +432,8 @@ void GpuModel::enqueueAttention(const Layer& L, int n) {
                      n, hostPos_, why.c_str());
       cudnnDeclinedSaid_ = true;
     }
+    // fa3 launches nothing and returns false only when a tensor map cannot be encoded (a buffer
+    // not 16-byte aligned): then fa2 runs this call, as it would every call of the run.
     if (!prefillFa3_ ||
         !gpu::attentionPrefillFa3(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, opt_.ctxSize, att_, stream_))
       gpu::attentionPrefill(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, att_, stream_);
