@@ -1,10 +1,12 @@
-# ab_common.sh: what decode_ab.sh and prefill_ab.sh share, sourced after they set OUT, L (the log
+# ab_common.sh: what decode_ab.sh, prefill_ab.sh and bench_h200x1.sh share, sourced after they set OUT, L (the log
 # folder), BUDGET (seconds), T0 (start) and REV (the commit): pack (the logs into $OUT/logs.tgz at
 # exit, unless PART=summary), left (seconds of the budget left), header (a log's commit, date,
 # command and GPU lines) and run (one budgeted, logged step; its exit status in LAST_RC and as
 # its own, 0 when skipped).
 pack() { tar -czf "$OUT/logs.tgz" -C "$OUT" logs 2>/dev/null && rm -rf "$L"; }
-[ "${PART:-all}" = summary ] || trap pack EXIT  # PART=summary: the table of the logs in $OUT/logs only
+# PART=summary: the table of the logs in $OUT/logs only. L=$OUT (bench_h200x1.sh): the logs stay
+# as they are, nothing is packed or removed.
+[ "${PART:-all}" = summary ] || [ "$L" = "$OUT" ] || trap pack EXIT
 
 left() { echo $((BUDGET - ($(date +%s) - T0))); }
 header() {  # header <log> <command...>

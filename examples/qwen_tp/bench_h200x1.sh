@@ -16,21 +16,9 @@ REV=${COMMIT:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)}
 Q=$B/examples/qwen_tp/qwen_tp
 T="python3 -u $SRC/bench/baselines/torch_qwen_tp1.py"
 
-header() {  # header <log> <command...>
-  local log=$1; shift
-  { echo "# commit $REV"; echo "# date $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "# command: $*";
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/# gpu /'; } > "$log"
-}
-run() {  # run <name> <timeout s> <command...>: appends to $OUT/<name>.log
-  local name=$1 t=$2; shift 2
-  local log=$OUT/$name.log
-  [ -f "$log" ] || header "$log" "$@"
-  echo "## $(date -u +%H:%M:%S) $*" >> "$log"
-  timeout "$t" "$@" >> "$log" 2>&1
-  local rc=$?
-  echo "## rc=$rc" >> "$log"
-  echo "$name rc=$rc"
-}
+# header and run (one logged step, appending to $OUT/<name>.log) from ab_common.sh; no budget.
+L=$OUT BUDGET=1000000 T0=$(date +%s)
+. "$SRC/examples/qwen_tp/ab_common.sh"
 
 if [ ! -x "$Q" ] || [ "$PART" = all ] || [ "$PART" = test ]; then
   header "$OUT/build.log" cmake build
