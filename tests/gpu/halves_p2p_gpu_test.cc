@@ -49,14 +49,26 @@ std::string expectedAlgo(const std::string& algo, size_t count, size_t es, int n
   return algo == "ll_p2p" && count * es * static_cast<size_t>(n) > kLlMaxBytes ? "twoshot_p2p" : algo;
 }
 
-float randomValue(std::mt19937& rng) {
-  std::uniform_int_distribution<int> kind(0, 19);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int k = kind(rng);
-  return k == 0   ? 0.0f
-         : k == 1 ? -0.0f
-                  : normal(rng) * std::ldexp(1.0f, std::uniform_int_distribution<int>(-6, 6)(rng));
-}
+// Random non-integer values with signed zeros: one in ten +0.0 or -0.0, the rest normal(0, 1)
+// times 2^-6 .. 2^6. Drawn by index from a pool of 65536 such values: the largest rows need tens
+// of millions of inputs a case, which drawn one by one took seconds a case at 8 ranks.
+class RandomValues {
+ public:
+  explicit RandomValues(uint32_t seed) : rng_(seed), pool_(kPool) {
+    std::uniform_int_distribution<int> kind(0, 19), exponent(-6, 6);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& v : pool_) {
+      const int k = kind(rng_);
+      v = k == 0 ? 0.0f : k == 1 ? -0.0f : normal(rng_) * std::ldexp(1.0f, exponent(rng_));
+    }
+  }
+  float operator()() { return pool_[rng_() % kPool]; }
+
+ private:
+  static constexpr uint32_t kPool = 65536;
+  std::mt19937 rng_;
+  std::vector<float> pool_;
+};
 
 struct DeviceBuffers {
   std::vector<void*> send, recv;
@@ -127,10 +139,10 @@ void runCase(const std::string& algo, Kind kind, DataType dtype, ReduceOp op, si
     b.send.push_back(s);
     b.recv.push_back(d);
   }
-  std::mt19937 rng(static_cast<uint32_t>(count * 131 + static_cast<int>(dtype) * 7 + static_cast<int>(op)));
+  RandomValues random(static_cast<uint32_t>(count * 131 + static_cast<int>(dtype) * 7 + static_cast<int>(op)));
   auto fresh = [&](std::vector<std::vector<uint8_t>>* inputs) {
     inputs->clear();
-    for (int r = 0; r < n; ++r) inputs->push_back(makeHost(dtype, sendCount, [&](size_t) { return randomValue(rng); }));
+    for (int r = 0; r < n; ++r) inputs->push_back(makeHost(dtype, sendCount, [&](size_t) { return random(); }));
     for (int r = 0; r < n; ++r) {
       CUDA_OK(cudaSetDevice(g->devices[r]));
       CUDA_OK(cudaMemsetAsync(b.recv[r], 0xff, recvCount * es, g->streams[r]));
@@ -198,14 +210,17 @@ TEST_P(HalvesP2pGather, AllGatherBitwise) {
 // 1 element .. several two-shot chunks per piece (the default inbox slot is 4 MB / n), odd
 // counts so that pieces after the first start unaligned; for ll_p2p, 65536 / 65537 elements of
 // 2 bytes on 2-4 ranks sit at and just past its 512 KB limit (the call then runs twoshot_p2p).
-// TPCOMM_TEST_SIZES=quick: 1.5M elements instead of 1M and 6M (6 MB of f32 is still two chunks
-// per piece at every rank count; the 6M rows were most of the suite's time on one GPU).
+// TPCOMM_TEST_SIZES=quick: one large row of 3M / n + 5 elements instead of 1M and 6M, the same
+// chunk geometry at every rank count (1.5 chunks a piece in f16, 3 in f32) and the same bytes in
+// all (the host builds and checks n^2 pieces: at 8 ranks the 6M rows took 10-25 s a case).
+// Built when gtest registers the tests, after main() read TPCOMM_TEST_RANKS.
 testing::internal::ParamGenerator<HalvesP2p::ParamType> halvesTable(std::vector<ReduceOp> ops) {
+  const size_t quickLarge = (size_t{3} << 20) / static_cast<size_t>(testRanks()) + 5;
   return testing::Combine(
       testing::Values(std::string("twoshot_p2p"), std::string("ll_p2p")),
       testing::Values(DataType::kF32, DataType::kF16, DataType::kBF16), testing::ValuesIn(ops),
       testing::ValuesIn(testSizes({1, 2, 3, 7, 8, 1000, 4096 + 3, 65536, 65537, (1u << 20) + 5, 3u << 21},
-                                  {1, 2, 3, 7, 8, 1000, 4096 + 3, 65536, 65537, (3u << 19) + 5})),
+                                  {1, 2, 3, 7, 8, 1000, 4096 + 3, 65536, 65537, quickLarge})),
       testing::Bool());
 }
 std::string halvesName(const testing::TestParamInfo<HalvesP2p::ParamType>& i) {
@@ -390,8 +405,9 @@ INSTANTIATE_TEST_SUITE_P(Algos, HalvesP2pTimeout, testing::Values(std::string("t
 // inputs are small integers (intInput), so every partial sum is exact in any order and NCCL's
 // order and tpcomm's give the same bits; counts from 1 element to 1M per rank, bf16, f16, f32.
 // NCCL is driven through its own API (ncclCommInitAll), not through tpcomm. NCCL needs one GPU
-// per rank, so with one GPU (two ranks sharing it) these skip and say so. Multicast stays off
-// (NCCL_NVLS_ENABLE=0 is forced before NCCL initialises).
+// per rank: the table exists only where the ranks are one per GPU (on ranks sharing a GPU it is
+// left out, not skipped). Multicast stays off (NCCL_NVLS_ENABLE=0 is forced before NCCL
+// initialises).
 
 // NCCL communicators over every GPU, made once; null when there are fewer than 2 GPUs or NCCL
 // fails (the reason in *why).
@@ -500,12 +516,22 @@ TEST_P(HalvesVsNccl, BitwiseEqual) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, HalvesVsNccl,
-                         testing::Combine(testing::Values(std::string("ll_p2p"), std::string("twoshot_p2p")),
-                                          testing::Values(Kind::kReduceScatter, Kind::kAllGather),
-                                          testing::Values(DataType::kBF16, DataType::kF16, DataType::kF32),
-                                          testing::Values(size_t{1}, size_t{7}, size_t{4099}, size_t{65541},
-                                                          size_t{1} << 20)),
+// Every combination where each rank has its own GPU and they are all the GPUs (ncclGroup's
+// communicator), else none. Built when gtest registers the tests, after main() read
+// TPCOMM_TEST_RANKS.
+std::vector<Param> ncclCases() {
+  std::vector<Param> out;
+  if (gpuCount() < 2 || testRanks() != gpuCount()) return out;
+  for (const char* algo : {"ll_p2p", "twoshot_p2p"})
+    for (Kind kind : {Kind::kReduceScatter, Kind::kAllGather})
+      for (DataType dtype : {DataType::kBF16, DataType::kF16, DataType::kF32})
+        for (size_t count : {size_t{1}, size_t{7}, size_t{4099}, size_t{65541}, size_t{1} << 20})
+          out.emplace_back(algo, kind, dtype, count);
+  return out;
+}
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(HalvesVsNccl);  // ranks sharing a GPU: no cases
+INSTANTIATE_TEST_SUITE_P(All, HalvesVsNccl, testing::ValuesIn(ncclCases()),
                          [](const testing::TestParamInfo<Param>& i) {
                            return std::get<0>(i.param) +
                                   (std::get<1>(i.param) == Kind::kReduceScatter ? "_rs_" : "_ag_") +
