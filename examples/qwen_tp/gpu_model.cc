@@ -184,6 +184,12 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   // waits for the whole device).
   if (major >= 8 && !gpu::prepareGemv()) return *error = "GEMV kernels: cudaFuncGetAttributes failed", false;
   gpu::setPdl(opt_.pdl);
+  {  // QWEN_NORM=loop|regs: A/B of addRmsNorm's two kernels (the same bits); unset: regs
+    const char* e = std::getenv("QWEN_NORM");
+    const std::string v = e ? e : "regs";
+    if (v != "loop" && v != "regs") return *error = "QWEN_NORM=" + v + ": expected loop or regs", false;
+    gpu::setNormLoop(v == "loop");
+  }
   QWEN_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   if (opt_.prefillOverlap && shape_.tp > 1) {
     // The sums' stream gets the highest priority: its kernels take SMs as the GEMM's blocks

@@ -15,8 +15,58 @@ namespace {
 // residual rounded to bf16 after the add, the norm over the rounded values in fp32, and
 // out = bf16((r * inv) * w). Only the order of the sum of squares differs from tpcomm's kernels
 // (so the two paths agree to within an ulp of bf16, not bitwise).
+//
+// Thread t owns elements t, t + 512, ... (norm_rows.cuh's order; at most kNormPerThread of them,
+// rows up to 8192). Every load is issued before its first use: w's before the PDL wait (weights,
+// which no kernel writes), x's and add's together after it, so a row costs one L2 round trip
+// where a loop of dependent loads and stores cost one per element (8 at hidden 4096, ~9 us a
+// launch under ncu). The sum of squares runs in the loop's order: the same bits.
+constexpr int kNormPerThread = 16;
+
+template <bool kAdd>
 __global__ void addRmsNormKernel(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int H, float eps,
                                  __nv_bfloat16* out) {
+  pdlLaunch();
+  // Straight-line loads (an index past the row reads its last element, unused): no branch
+  // between them, so they are all in flight together.
+  auto at = [H](int k) { return min(static_cast<int>(threadIdx.x) + k * kNormThreads, H - 1); };
+  __nv_bfloat16 wv[kNormPerThread], xv[kNormPerThread], av[kNormPerThread];
+#pragma unroll
+  for (int k = 0; k < kNormPerThread; ++k) wv[k] = w[at(k)];
+  pdlWait();
+  __nv_bfloat16* xr = x + static_cast<int64_t>(blockIdx.x) * H;
+  const __nv_bfloat16* ar = add + static_cast<int64_t>(blockIdx.x) * H;
+#pragma unroll
+  for (int k = 0; k < kNormPerThread; ++k) {
+    xv[k] = xr[at(k)];
+    if (kAdd) av[k] = ar[at(k)];
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < kNormPerThread; ++k) {
+    const int i = threadIdx.x + k * kNormThreads;
+    if (i >= H) break;
+    float v = __bfloat162float(xv[k]);
+    if (kAdd) {
+      xv[k] = __float2bfloat16_rn(__fadd_rn(v, __bfloat162float(av[k])));
+      xr[i] = xv[k];
+      v = __bfloat162float(xv[k]);
+    }
+    ss = __fmaf_rn(v, v, ss);
+  }
+  const float inv = invRmsRn(ss, H, eps);
+  __nv_bfloat16* outr = out + static_cast<int64_t>(blockIdx.x) * H;
+#pragma unroll
+  for (int k = 0; k < kNormPerThread; ++k) {
+    const int i = threadIdx.x + k * kNormThreads;
+    if (i < H) outr[i] = scaleRn(__bfloat162float(xv[k]), inv, wv[k]);
+  }
+}
+
+// Rows longer than kNormPerThread * kNormThreads, and QWEN_NORM=loop: the same arithmetic as a
+// loop of dependent loads and stores.
+__global__ void addRmsNormLoopKernel(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int H,
+                                     float eps, __nv_bfloat16* out) {
   pdlLaunch();
   pdlWait();
   __nv_bfloat16* xr = x + static_cast<int64_t>(blockIdx.x) * H;
@@ -54,9 +104,20 @@ __global__ void rmsNormKernel(const T* in, int ldIn, const __nv_bfloat16* w, int
 
 }  // namespace
 
+namespace {
+bool gNormLoop = false;
+}  // namespace
+
+void setNormLoop(bool on) { gNormLoop = on; }
+
 void addRmsNorm(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int n, int H, float eps,
                 __nv_bfloat16* out, cudaStream_t s) {
-  launch(addRmsNormKernel, n, kNormThreads, s, x, add, w, H, eps, out);
+  if (gNormLoop || H > kNormPerThread * kNormThreads)
+    launch(addRmsNormLoopKernel, n, kNormThreads, s, x, add, w, H, eps, out);
+  else if (add)
+    launch(addRmsNormKernel<true>, n, kNormThreads, s, x, add, w, H, eps, out);
+  else
+    launch(addRmsNormKernel<false>, n, kNormThreads, s, x, add, w, H, eps, out);
 }
 
 void rmsNormBf16(const __nv_bfloat16* in, int ldIn, const __nv_bfloat16* w, int n, int H, float eps, __nv_bfloat16* out,

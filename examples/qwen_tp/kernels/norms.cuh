@@ -14,6 +14,10 @@ namespace gpu {
 /// Communicator::allReduceResidualRmsNorm computes in one call, up to the sum-of-squares order).
 void addRmsNorm(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int n, int H, float eps,
                 __nv_bfloat16* out, cudaStream_t s);
+/// addRmsNorm's kernel, process-wide (the same bits either way): false (default) loads each
+/// thread's elements of a row at once (rows up to 8192), true runs the per-element loop, for
+/// A/B timing (QWEN_NORM=loop).
+void setNormLoop(bool on);
 /// out[t, :] = bf16(rmsnorm(in[t, :]) * w) with in bf16 and an output row stride.
 void rmsNormBf16(const __nv_bfloat16* in, int ldIn, const __nv_bfloat16* w, int n, int H, float eps, __nv_bfloat16* out,
                  int ldOut, cudaStream_t s);

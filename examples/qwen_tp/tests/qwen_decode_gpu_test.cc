@@ -12,6 +12,10 @@
 //    RMSNorm -> product -> SwiGLU / residual add; gemvResidual bit-exact against gemvBf16 plus
 //    the bf16 add; tokens >= n never written; a token's bits the same whatever n (1..16). The
 //    model's shapes: qwen_gemv_gpu_test.cc.
+//  - gpu::addRmsNorm's two kernels (each thread's elements loaded at once; the per-element loop,
+//    QWEN_NORM=loop) give the same bits, the residual bit-exact against the host's bf16 add and
+//    the output within bf16 rounding of an fp64 norm: rows of 1..8200 (past 8192 both run the
+//    loop), 1 and 5 rows, with and without the add, signed zeros among the inputs.
 // The model on every path: qwen_decode_model_gpu_test.cc.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -348,6 +352,66 @@ TEST(QwenDecodeGpu, FusedGemvsMatchReference) {
       }
     }
   }
+}
+
+// ---- gpu::addRmsNorm ----
+
+TEST(QwenDecodeGpu, AddRmsNormKernelsSameBitsAndReference) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  struct Unset {  // the process-wide switch back to the default, even on a failure
+    ~Unset() { gpu::setNormLoop(false); }
+  } unset;
+  const float eps = 1e-6f;
+  Rng rng{0x9e3779b97f4a7c15ull};
+  auto bf = [](uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); };
+  for (int H : {1, 64, 513, 1000, 4096, 5120, 8192, 8200})
+    for (int n : {1, 5})
+      for (bool withAdd : {false, true}) {
+        const std::string what = "H " + std::to_string(H) + " n " + std::to_string(n) + (withAdd ? " add" : "");
+        const size_t count = static_cast<size_t>(n) * H;
+        std::vector<uint16_t> x(count), add(count), w(H);
+        for (size_t i = 0; i < count; ++i) {
+          x[i] = i % 97 == 0 ? 0x8000 : i % 89 == 0 ? 0x0000 : rng.bf16(4.f);  // -0.0, +0.0 among them
+          add[i] = i % 83 == 0 ? 0x8000 : rng.bf16(4.f);
+        }
+        for (auto& v : w) v = rng.bf16(2.f);
+        std::vector<uint16_t> gotX[2], gotOut[2];
+        for (int loop = 0; loop < 2; ++loop) {
+          DevBuf<uint16_t> dx(count), da(count), dw(H), dout(count);
+          CK(cudaMemcpy(dx.p, x.data(), count * 2, cudaMemcpyHostToDevice));
+          CK(cudaMemcpy(da.p, add.data(), count * 2, cudaMemcpyHostToDevice));
+          CK(cudaMemcpy(dw.p, w.data(), H * 2, cudaMemcpyHostToDevice));
+          CK(cudaMemset(dout.p, 0xff, count * 2));
+          gpu::setNormLoop(loop == 1);
+          gpu::addRmsNorm(bf(dx.p), withAdd ? bf(da.p) : nullptr, bf(dw.p), n, H, eps, bf(dout.p), nullptr);
+          CK(cudaDeviceSynchronize());
+          gotX[loop].resize(count);
+          gotOut[loop].resize(count);
+          CK(cudaMemcpy(gotX[loop].data(), dx.p, count * 2, cudaMemcpyDeviceToHost));
+          CK(cudaMemcpy(gotOut[loop].data(), dout.p, count * 2, cudaMemcpyDeviceToHost));
+        }
+        ASSERT_EQ(gotX[0], gotX[1]) << what << ": the residual differs between the kernels";
+        ASSERT_EQ(gotOut[0], gotOut[1]) << what << ": the output differs between the kernels";
+        for (int t = 0; t < n; ++t) {
+          std::vector<double> r(H);
+          double ss = 0;
+          for (int i = 0; i < H; ++i) {
+            const size_t at = static_cast<size_t>(t) * H + i;
+            const uint16_t want =
+                withAdd ? floatToBf16(bf16ToFloat(x[at]) + bf16ToFloat(add[at])) : x[at];  // fp32 add, one rounding
+            ASSERT_EQ(gotX[0][at], want) << what << " row " << t << " element " << i;
+            r[i] = bf16ToFloat(want);
+            ss += r[i] * r[i];
+          }
+          const double inv = 1.0 / std::sqrt(ss / H + eps);
+          for (int i = 0; i < H; ++i) {
+            const double ref = r[i] * inv * bf16ToFloat(w[i]);
+            const double got = bf16ToFloat(gotOut[0][static_cast<size_t>(t) * H + i]);
+            ASSERT_LE(std::fabs(got - ref), std::ldexp(std::fabs(ref), -7) + 1e-6)
+                << what << " row " << t << " element " << i << ": got " << got << " expected " << ref;
+          }
+        }
+      }
 }
 
 }  // namespace
