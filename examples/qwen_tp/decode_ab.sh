@@ -8,12 +8,15 @@
 # PyTorch's decoder (torch_tp_decode.py: eager ops in a CUDA graph, then --compile) on the same
 # shapes; and an `ncu --clock-control none` profile of one decode step (fused, old). A time
 # budget (BUDGET_S, default 450 s) skips what would not fit, lowest priority last; PART=gemv
-# stops after the GEMV steps (build, tests, the A/B at 512, gemv_bench, the fused steps' ncu).
+# stops after the GEMV steps (build, tests, the A/B at 512, gemv_bench, the fused steps' ncu);
+# PART=norm times addRmsNorm's two kernels instead (QWEN_NORM=regs|loop, A B B A at 8b and 32b
+# 512 and 8b 32000), PyTorch eager and torch.compile at 8b 512, one 8b step under ncu.
 # Logs go to $OUT/logs.tgz (each log opens with commit, date, command), the table to
 # $OUT/summary.md and to stdout, last. Usage, from the repository root:
 #   OUT=/path/to/out bash examples/qwen_tp/decode_ab.sh
 # TORCH_BASELINE: torch_tp_decode.py (default .scratch/baselines/ in the tree, then
-# ../shared/baselines/). BUILD: the build folder (default build-h200).
+# ../shared/baselines/). BUILD: the build folder (default build-h200); SKIP_BUILD=1 uses what is
+# there (binaries built elsewhere: scripts/gpu.d/pack_build.sh).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TPCOMM_MULTICAST=0
 SRC=$(pwd)
@@ -32,17 +35,48 @@ SUM=$OUT/summary.md
 . "$SRC/examples/qwen_tp/ab_common.sh"
 
 if [ "${PART:-all}" != summary ]; then
-header "$L/build.log" cmake build
-{ cmake -S "$SRC" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DTPCOMM_BUILD_TESTS=ON &&
-  cmake --build "$B" -j16 --target qwen_tp qwen_gpu_test gemv_bench; } >> "$L/build.log" 2>&1 ||
-  { echo "BUILD FAILED"; tail -30 "$L/build.log"; exit 1; }
-echo "build done ($(left) s left)"
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  header "$L/build.log" cmake build
+  { cmake -S "$SRC" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DTPCOMM_BUILD_TESTS=ON &&
+    cmake --build "$B" -j16 --target qwen_tp qwen_gpu_test gemv_bench; } >> "$L/build.log" 2>&1 ||
+    { echo "BUILD FAILED"; tail -30 "$L/build.log"; exit 1; }
+  echo "build done ($(left) s left)"
+fi
 
 # 1. Correctness first: the new kernels, the model on every path, and the old tests they touch;
 # CustomGemvSpeculativeEqualsGreedy is the first TP=2 case there (two ranks on the one GPU).
 run tests 200 "$B/examples/qwen_tp/tests/qwen_gpu_test" \
   --gtest_filter='QwenDecodeGpu.*:QwenGemvGpu.*:QwenGpu.LogitsMatch*:QwenGpu.AttentionMatchesReference:QwenGpu.CustomGemv*:QwenGpu.ChainedDraftsInOneGraphEqualSingleSteps:QwenGpu.SharedGpuLoadsModulesEagerly'
 
+S8="--hidden 4096 --layers 36 --heads 32 --kv 8 --head-dim 128 --inter 12288 --vocab 151936"
+S32="--hidden 5120 --layers 64 --heads 64 --kv 8 --head-dim 128 --inter 25600 --vocab 151936"
+NCU_M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed
+ncu_step() {  # ncu_step <mode> <preset> <prompt> [extra]
+  local mode=$1 preset=$2 P=$3; shift 3
+  if ! command -v ncu > /dev/null; then echo "ncu not found: ncu_${mode}_${preset#qwen3-}_$P" >> "$L/skipped.log"; return; fi
+  run "ncu_${mode}_${preset#qwen3-}_$P" 90 env QWEN_DECODE=$mode QWEN_NCU_STEP=1 ncu --clock-control none --profile-from-start off \
+    --graph-profiling node --metrics $NCU_M --csv --page raw --print-units base --kernel-name-base demangled \
+    $Q --model-preset $preset --prompt-tokens $P --n-predict 2 --ubatch-size 2048 "$@"
+}
+
+if [ "${PART:-all}" = norm ]; then
+# PART=norm: addRmsNorm's two kernels in one binary (QWEN_NORM=regs|loop, the default decode
+# kernels), A B B A at qwen3-8b 512, qwen3-32b 512 and qwen3-8b 32000; PyTorch eager (graph) and
+# torch.compile at 8b 512 for the ratio; one 8b step under ncu.
+qn() {  # qn <preset> <prompt> <tag> <norm> [extra]
+  local preset=$1 P=$2 tag=$3 norm=$4; shift 4
+  local short=${preset#qwen3-}; local N=64; [ "$short" = 32b ] && N=32
+  run "q${short%b}_${P}_$tag" 120 env QWEN_NORM=$norm $Q --model-preset $preset --prompt-tokens $P --n-predict $N \
+    --ubatch-size 2048 "$@"
+}
+for c in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
+  # shellcheck disable=SC2086
+  { qn $c a_regs regs; qn $c a_loop loop; qn $c b_loop loop; qn $c b_regs regs; }
+done
+run torch8_512 90 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64
+run torch8_compile_512 150 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64 --compile
+ncu_step attn qwen3-8b 512
+else
 # 2. qwen_tp decode at 512 in one binary: the gemv and fused paths, A B B A, with old and attn as
 # the baselines; then qwen3-32b the same way.
 q8() {  # q8 <tag> <mode> <prompt> [extra]
@@ -61,14 +95,6 @@ for m in fused old; do q32 b_$m $m; done
 run gemv_bench 120 "$B/examples/qwen_tp/gemv_bench" --preset qwen3-8b,qwen3-32b --tp 1 --tokens 1,4,8
 
 # 4. One decode step under Nsight Compute: every kernel's time, DRAM bytes, SM throughput.
-NCU_M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed
-ncu_step() {  # ncu_step <mode> <preset> <prompt> [extra]
-  local mode=$1 preset=$2 P=$3; shift 3
-  if ! command -v ncu > /dev/null; then echo "ncu not found: ncu_${mode}_${preset#qwen3-}_$P" >> "$L/skipped.log"; return; fi
-  run "ncu_${mode}_${preset#qwen3-}_$P" 90 env QWEN_DECODE=$mode QWEN_NCU_STEP=1 ncu --clock-control none --profile-from-start off \
-    --graph-profiling node --metrics $NCU_M --csv --page raw --print-units base --kernel-name-base demangled \
-    $Q --model-preset $preset --prompt-tokens $P --n-predict 2 --ubatch-size 2048 "$@"
-}
 ncu_step fused qwen3-8b 512
 ncu_step fused qwen3-32b 512
 
@@ -76,8 +102,6 @@ if [ "${PART:-all}" != gemv ]; then
 # 5. Position 32000 (qwen3-8b), PyTorch, the old step's profile; lowest priority last.
 for m in old attn fused; do q8 a_$m $m 32000 --ctx-size 32768; done
 for m in fused attn old; do q8 b_$m $m 32000 --ctx-size 32768; done
-S8="--hidden 4096 --layers 36 --heads 32 --kv 8 --head-dim 128 --inter 12288 --vocab 151936"
-S32="--hidden 5120 --layers 64 --heads 64 --kv 8 --head-dim 128 --inter 25600 --vocab 151936"
 run torch8_512 90 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64
 ncu_step fused qwen3-8b 32000 --ctx-size 32768
 ncu_step old qwen3-8b 512
@@ -92,6 +116,7 @@ for m in fused old; do
 done
 # Prefill at 2048 and 8192 (the decode kernels do not change it: old path only).
 for P in 2048 8192; do q8 pf_old old $P; done
+fi
 fi
 fi
 
