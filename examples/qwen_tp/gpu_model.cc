@@ -765,6 +765,29 @@ bool GpuModel::timeStepGemms(int n, int iters, double* ms, size_t* bytes, std::s
     }
     gemm(lmHead_, shape_.vocab, H, hn_, n, logits_, true);
   };
+  return timeCaptured(enqueue, iters, ms, error);
+}
+
+bool GpuModel::timeChunkGemms(int n, int iters, double* ms, double* flop, std::string* error) {
+  if (n <= kGraphMaxTokens || n > opt_.maxTokensPerCall)
+    return *error = "timeChunkGemms: n must be a prefill chunk (" + std::to_string(kGraphMaxTokens + 1) + ".." +
+                    std::to_string(opt_.maxTokensPerCall) + " rows)", false;
+  const int H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, I = shape_.inter;
+  *flop = 2.0 * n * static_cast<double>(layers_.size()) *
+          (static_cast<double>(qkvRows_) * H + static_cast<double>(H) * hq * D + 2.0 * I * H + static_cast<double>(H) * I);
+  // enqueueLayer's gemm() calls at n rows, buffers sized by the chunk (contents do not matter).
+  auto enqueue = [&] {
+    for (const Layer& L : layers_) {
+      gemm(L.wqkv, qkvRows_, H, hn_, n, qkv_, false);
+      gemm(L.wo, H, hq * D, att_, n, proj_, false);
+      gemm(L.wgu, 2 * I, H, hn_, n, gu_, false);
+      gemm(L.wd, H, I, act_, n, proj_, false);
+    }
+  };
+  return timeCaptured(enqueue, iters, ms, error);
+}
+
+bool GpuModel::timeCaptured(const std::function<void()>& enqueue, int iters, double* ms, std::string* error) {
   GraphOwner g;  // graph and exec destroyed on every return
   QWEN_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   enqueue();

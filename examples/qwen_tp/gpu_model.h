@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -166,6 +167,10 @@ class GpuModel : public DecoderEngine {
   /// down, and the lm_head), captured in one CUDA graph and replayed iters times: median ms, and
   /// the weight bytes they read (what a decode step must read; the roofline's numerator).
   bool timeStepGemms(int n, int iters, double* ms, size_t* bytes, std::string* error);
+  /// The layers' weight GEMMs of one prefill chunk of n rows (kGraphMaxTokens < n <=
+  /// maxTokensPerCall; the lm_head, which prefill runs for one row, left out) in one CUDA graph,
+  /// replayed iters times: median ms, and the FLOPs they do.
+  bool timeChunkGemms(int n, int iters, double* ms, double* flop, std::string* error);
   /// This rank's logits of the last `rows` rows of the last call, [rows, shape.vocab] (copied to
   /// the host). Only the last slice of kLogitsRows rows is kept (one row after prefill() and the
   /// MTP passes): fails when rows exceeds it.
@@ -249,6 +254,8 @@ class GpuModel : public DecoderEngine {
   bool run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* out, std::string* error);
   // Median of `iters` timed launches of exec on stream_ (CUDA events), in ms.
   bool medianGraphMs(cudaGraphExec_t exec, int iters, double* ms, std::string* error);
+  // enqueue() captured into one graph, uploaded (and gated), launched once, then timed.
+  bool timeCaptured(const std::function<void()>& enqueue, int iters, double* ms, std::string* error);
 
   ModelConfig cfg_;
   TpShape shape_;

@@ -48,6 +48,8 @@ struct RankResult {
   // profile (decode step from its CUDA graph)
   double stepMs = 0, stepNoArMs = 0, verifyMs = 0, verifyNoArMs = 0, gemmMs = 0, draftMs = 0, chainMs = 0;
   size_t gemmBytes = 0;
+  int chunkRows = 0;  // the prefill chunk whose GEMMs were timed alone (0: none)
+  double chunkGemmMs = 0, chunkGemmFlop = 0;
   GraphNodes stepNodes, draftNodes;  // what the decode step's and the draft step's graphs launch
 };
 
@@ -125,7 +127,12 @@ bool profileStep(const Shared& sh, GpuModel& model, RankResult* r, std::string* 
   if (!model.timeTargetStep(1, pos, 50, &r->stepNoArMs, err)) return false;
   if (verify && !model.timeTargetStep(nv, pos, 50, &r->verifyNoArMs, err)) return false;
   model.setSkipAllReduce(false);
-  return model.timeStepGemms(1, 20, &r->gemmMs, &r->gemmBytes, err);
+  if (!model.timeStepGemms(1, 20, &r->gemmMs, &r->gemmBytes, err)) return false;
+  // The prefill's weight GEMMs at its chunk size: their share of a chunk and their TFLOP/s.
+  const int chunk = std::min(f.ubatch, pos);
+  if (chunk <= GpuModel::kGraphMaxTokens) return true;
+  r->chunkRows = chunk;
+  return model.timeChunkGemms(chunk, 10, &r->chunkGemmMs, &r->chunkGemmFlop, err);
 }
 
 // Device copy rate (read + write bytes per second) of 1 GiB copies, for the roofline.
@@ -221,6 +228,12 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
         "rate); everything else in the step: %.3f ms\n",
         gemmLabel(f, model).c_str(), r.gemmMs, r.gemmBytes / 1e9, r.gemmBytes / (r.gemmMs * 1e-3) / 1e9,
         bw > 0 ? r.gemmBytes / (r.gemmMs * 1e-3) / bw * 100 : 0, r.stepMs - r.gemmMs);
+  if (r.chunkGemmMs > 0)
+    std::printf(
+        "prefill chunk's weight GEMMs alone (%d rows, every layer's qkv, o, gate/up and down in one graph): %.3f ms "
+        "= %.0f TFLOP/s; x %.2f chunks of the prompt = %.1f ms of its prefill\n",
+        r.chunkRows, r.chunkGemmMs, r.chunkGemmFlop / (r.chunkGemmMs * 1e-3) / 1e12,
+        static_cast<double>(P) / r.chunkRows, r.chunkGemmMs * P / r.chunkRows);
   if (r.verifyMs > 0)
     std::printf("verify step (%d tokens) %.3f ms, without all-reduce %.3f ms -> all-reduce share %.1f%%\n",
                 f.draftNMax + 1, r.verifyMs, r.verifyNoArMs, (r.verifyMs - r.verifyNoArMs) / r.verifyMs * 100);
