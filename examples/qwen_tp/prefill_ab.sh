@@ -15,7 +15,7 @@
 # GPU), the table to $OUT/summary.md and to stdout, last. Usage, from the repository root:
 #   OUT=/path/to/out bash examples/qwen_tp/prefill_ab.sh
 # BUILD: the build folder (default build-h200); SKIP_BUILD=1 uses what is there. UBATCH: qwen_tp's
-# --ubatch-size (default 2048). Last, when the budget allows, PyTorch's SDPA prefill at 32000 on
+# --ubatch-size (default 2048). PART=ubatch: only fa3 at --ubatch-size 2048 against 8192 (below). Last, when the budget allows, PyTorch's SDPA prefill at 32000 on
 # the same shape (torch_tp_decode.py: TORCH_BASELINE, else .scratch/baselines/ in the tree, else
 # ../shared/baselines/; about 10 s; TORCH=0 leaves it out).
 set -u
@@ -59,6 +59,33 @@ fi
 # cuDNN, where python3 has it (PyTorch's nvidia-cudnn package): the frontend opens libcudnn.so.9.
 CUDNN_LIB=$(python3 -c "import os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], 'lib'))" 2>/dev/null)
 [ -n "$CUDNN_LIB" ] && export LD_LIBRARY_PATH="$CUDNN_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [ "${PART:-all}" = ubatch ]; then
+# PART=ubatch: the default kernel (fa3) at 32000 and 8192 tokens with --ubatch-size 2048 against
+# 8192, A B B A, profiled (the chunk's weight GEMMs alone: their TFLOP/s), then PyTorch's SDPA
+# prefill at 32000; the table lists each run's warm prefill and its GEMM line.
+for P in 32000 8192; do
+  for r in a_2048 a_8192 b_8192 b_2048; do
+    run "ub_${P}_$r" 90 "$Q" --model-preset qwen3-8b --prompt-tokens "$P" --n-predict 4 --ubatch-size "${r#*_}" \
+      --ctx-size 32768
+  done
+done
+if [ "${TORCH:-1}" = 1 ] && [ -f "$TB" ]; then
+  run torch8_32000 90 python3 -u "$TB" --hidden 4096 --layers 36 --heads 32 --kv 8 --head-dim 128 --inter 12288 \
+    --vocab 151936 --prompt 32000 --ctx 32768 --gen 12
+fi
+{
+  echo "# prefill_ab.sh PART=ubatch at $REV ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
+  echo
+  for f in "$L"/ub_*.log; do
+    echo "- $(basename "$f" .log): $(grep -a 'prompt eval time' "$f" | head -1 | sed 's/^ *//')"
+    echo "  $(grep -a "prefill chunk's weight GEMMs" "$f" | head -1)$(grep -q 'rc=[1-9]' "$f" && echo ' (FAILED or timed out)')"
+  done
+  [ -f "$L/torch8_32000.log" ] && echo "PyTorch, 32000: $(grep -a '^torch TP=' "$L/torch8_32000.log" | tail -1)"
+  echo "total $(( $(date +%s) - T0 )) s"
+} > "$SUM" 2>&1
+cat "$SUM"  # the logs are packed on exit (ab_common.sh)
+exit 0
+fi
 # 1. Correctness first: the kernels alone and in the model, then the chunked-prefill model tests
 #    with fa2, the kernel that is not the default, selected through the environment.
 run tests 150 "$T" --gtest_filter='QwenPrefillFa3Gpu.*:QwenPrefillCudnnGpu.*'
