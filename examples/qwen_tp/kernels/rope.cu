@@ -15,8 +15,13 @@ __global__ void qkNormRopeKernel(const __nv_bfloat16* qkv, int hq, int hk, int D
                                  const __nv_bfloat16* kNorm, float eps, float theta, const int32_t* pos, int ropeOffset,
                                  __nv_bfloat16* q, __nv_bfloat16* kCache, __nv_bfloat16* vCache) {
   pdlLaunch();
-  pdlWait();
   const int t = blockIdx.x, h = blockIdx.y, half = D / 2, i = threadIdx.x;
+  // The norm weights before the PDL wait (no kernel writes them): their round trip overlaps the
+  // previous kernel's tail instead of following the sum of squares.
+  const __nv_bfloat16* nw = h < hq ? qNorm : kNorm;
+  const bool normed = h < hq + hk && i < half;
+  const float w1 = normed ? __bfloat162float(nw[i]) : 0.f, w2 = normed ? __bfloat162float(nw[i + half]) : 0.f;
+  pdlWait();
   const int width = (hq + 2 * hk) * D;
   const __nv_bfloat16* src = qkv + static_cast<int64_t>(t) * width + static_cast<int64_t>(h) * D;
   const int slot = *pos + t;
@@ -29,10 +34,9 @@ __global__ void qkNormRopeKernel(const __nv_bfloat16* qkv, int hq, int hk, int D
   float x1 = i < half ? __bfloat162float(src[i]) : 0.f, x2 = i < half ? __bfloat162float(src[i + half]) : 0.f;
   const float inv = rsqrtf(blockSum(x1 * x1 + x2 * x2) / D + eps);
   if (i >= half) return;
-  const __nv_bfloat16* nw = h < hq ? qNorm : kNorm;
   // HF rounds the normed head to bf16 before rotary; so do we.
-  x1 = __bfloat162float(__float2bfloat16_rn(__bfloat162float(nw[i]) * (x1 * inv)));
-  x2 = __bfloat162float(__float2bfloat16_rn(__bfloat162float(nw[i + half]) * (x2 * inv)));
+  x1 = __bfloat162float(__float2bfloat16_rn(w1 * (x1 * inv)));
+  x2 = __bfloat162float(__float2bfloat16_rn(w2 * (x2 * inv)));
   const float invFreq = 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(D));
   float sn, cs;
   sincosf(static_cast<float>(*pos + ropeOffset + t) * invFreq, &sn, &cs);
