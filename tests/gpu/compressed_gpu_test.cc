@@ -174,18 +174,23 @@ TEST_P(CompressedGpu, DefinitionBitsOnEveryRankWithinTheBound) {
 }
 
 // Odd counts, below / around the 64-element block, and counts spanning many 64 KiB chunks
-// (TPCOMM_TEST_SIZES=quick: 1M + 17 elements instead of 4M + 17, still 16-64 chunks).
-const auto kCounts = testing::ValuesIn(testSizes({1, 63, 65, 1000, 4097, 65536 + 3, 300001, (1u << 22) + 17},
-                                                 {1, 63, 65, 1000, 4097, 65536 + 3, 300001, (1u << 20) + 17}));
+// (TPCOMM_TEST_SIZES=quick: 2M / n + 17 elements instead of 4M + 17: 8-32 chunks at 8 ranks, the
+// host's reference work, n pieces of the count, the same at every rank count). Built when gtest
+// registers the tests, after main() read TPCOMM_TEST_RANKS.
+testing::internal::ParamGenerator<size_t> counts() {
+  const size_t quickLarge = (size_t{2} << 20) / static_cast<size_t>(testRanks()) + 17;
+  return testing::ValuesIn(testSizes({1, 63, 65, 1000, 4097, 65536 + 3, 300001, (1u << 22) + 17},
+                                     {1, 63, 65, 1000, 4097, 65536 + 3, 300001, quickLarge}));
+}
 INSTANTIATE_TEST_SUITE_P(Sizes, CompressedGpu,
                          testing::Combine(testing::Values(std::string(kP2p)),
                                           testing::Values(Compression::kFp8, Compression::kInt8),
-                                          testing::Values(DataType::kF32, DataType::kF16, DataType::kBF16), kCounts,
+                                          testing::Values(DataType::kF32, DataType::kF16, DataType::kBF16), counts(),
                                           testing::Bool()));
 INSTANTIATE_TEST_SUITE_P(StagedSizes, CompressedGpu,  // eager only: staged_host is not capturable
                          testing::Combine(testing::Values(std::string(kStaged), std::string(kStagedCe)),
                                           testing::Values(Compression::kFp8, Compression::kInt8),
-                                          testing::Values(DataType::kF32, DataType::kF16, DataType::kBF16), kCounts,
+                                          testing::Values(DataType::kF32, DataType::kF16, DataType::kBF16), counts(),
                                           testing::Values(false)));
 
 // 200 calls (TPCOMM_TEST_SIZES=quick: 50) rotating over three input sets: every one the
