@@ -35,7 +35,7 @@ __global__ void addRmsNormKernel(__nv_bfloat16* x, const __nv_bfloat16* add, con
   for (int k = 0; k < kNormPerThread; ++k) wv[k] = w[at(k)];
   pdlWait();
   __nv_bfloat16* xr = x + static_cast<int64_t>(blockIdx.x) * H;
-  const __nv_bfloat16* ar = add + static_cast<int64_t>(blockIdx.x) * H;
+  const __nv_bfloat16* ar = kAdd ? add + static_cast<int64_t>(blockIdx.x) * H : nullptr;
 #pragma unroll
   for (int k = 0; k < kNormPerThread; ++k) {
     xv[k] = xr[at(k)];
