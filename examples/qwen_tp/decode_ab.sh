@@ -9,8 +9,8 @@
 # shapes; and an `ncu --clock-control none` profile of one decode step (fused, old). A time
 # budget (BUDGET_S, default 450 s) skips what would not fit, lowest priority last; PART=gemv
 # stops after the GEMV steps (build, tests, the A/B at 512, gemv_bench, the fused steps' ncu);
-# PART=norm times addRmsNorm's two kernels instead (QWEN_NORM=regs|loop, A B B A at 8b and 32b
-# 512 and 8b 32000), PyTorch eager and torch.compile at 8b 512, one 8b step under ncu.
+# PART=norm times addRmsNorm's two kernels and QWEN_DECODE=attnrope instead (8b and 32b at 512,
+# 8b at 32000), PyTorch eager and torch.compile at 8b 512, one 8b step under ncu.
 # Logs go to $OUT/logs.tgz (each log opens with commit, date, command), the table to
 # $OUT/summary.md and to stdout, last. Usage, from the repository root:
 #   OUT=/path/to/out bash examples/qwen_tp/decode_ab.sh
@@ -60,19 +60,24 @@ ncu_step() {  # ncu_step <mode> <preset> <prompt> [extra]
 }
 
 if [ "${PART:-all}" = norm ]; then
-# PART=norm: addRmsNorm's two kernels in one binary (QWEN_NORM=regs|loop, the default decode
-# kernels), A B B A at qwen3-8b 512, qwen3-32b 512 and qwen3-8b 32000; PyTorch eager (graph) and
-# torch.compile at 8b 512 for the ratio; one 8b step under ncu.
-qn() {  # qn <preset> <prompt> <tag> <norm> [extra]
-  local preset=$1 P=$2 tag=$3 norm=$4; shift 4
+# PART=norm: addRmsNorm's two kernels in one binary (QWEN_NORM=regs|loop with the default decode
+# kernels, attn) and QWEN_DECODE=attnrope, A B C C B A at qwen3-8b and qwen3-32b 512, A B B A at
+# qwen3-8b 32000; PyTorch eager (graph) and torch.compile at 8b 512 for the ratio; one 8b step
+# under ncu.
+qn() {  # qn <preset> <prompt> <tag> <norm> <decode> [extra]
+  local preset=$1 P=$2 tag=$3 norm=$4 dec=$5; shift 5
   local short=${preset#qwen3-}; local N=64; [ "$short" = 32b ] && N=32
-  run "q${short%b}_${P}_$tag" 120 env QWEN_NORM=$norm $Q --model-preset $preset --prompt-tokens $P --n-predict $N \
-    --ubatch-size 2048 "$@"
+  run "q${short%b}_${P}_$tag" 120 env QWEN_NORM=$norm QWEN_DECODE=$dec $Q --model-preset $preset --prompt-tokens $P \
+    --n-predict $N --ubatch-size 2048 "$@"
 }
-for c in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
+for c in "qwen3-8b 512" "qwen3-32b 512"; do
   # shellcheck disable=SC2086
-  { qn $c a_regs regs; qn $c a_loop loop; qn $c b_loop loop; qn $c b_regs regs; }
+  { qn $c a_regs regs attn; qn $c a_loop loop attn; qn $c a_attnrope regs attnrope
+    qn $c b_attnrope regs attnrope; qn $c b_loop loop attn; qn $c b_regs regs attn; }
 done
+c="qwen3-8b 32000 --ctx-size 32768"
+# shellcheck disable=SC2086
+{ qn $c a_regs regs attn; qn $c a_loop loop attn; qn $c b_loop loop attn; qn $c b_regs regs attn; }
 run torch8_512 90 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64
 run torch8_compile_512 150 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64 --compile
 ncu_step attn qwen3-8b 512

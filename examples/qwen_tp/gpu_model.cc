@@ -176,9 +176,10 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
     const std::string v = e;
     if (v == "old") opt_.decode = GpuModelOptions::DecodeKernels::kOld;
     else if (v == "attn") opt_.decode = GpuModelOptions::DecodeKernels::kAttention;
+    else if (v == "attnrope") opt_.decode = GpuModelOptions::DecodeKernels::kAttentionRope;
     else if (v == "gemv") opt_.decode = GpuModelOptions::DecodeKernels::kFusedGemv;
     else if (v == "fused") opt_.decode = GpuModelOptions::DecodeKernels::kFused;
-    else return *error = "QWEN_DECODE=" + v + ": expected old, attn, gemv or fused", false;
+    else return *error = "QWEN_DECODE=" + v + ": expected old, attn, attnrope, gemv or fused", false;
   }
   // Every GEMV kernel loaded here, before any rank's first collective and before capture (loading
   // waits for the whole device).
@@ -249,7 +250,10 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   // The fused step needs no all-reduce inside a layer (tp == 1) and 16-byte rows for the GEMVs.
   fusedStep_ = tcAttn_ && opt_.decode >= GpuModelOptions::DecodeKernels::kFusedGemv && shape_.tp == 1 && H % 8 == 0 &&
                H <= gpu::kGemvNormMaxIn && I % 8 == 0 && (hq * D) % 8 == 0;
-  ropeInAttn_ = fusedStep_ && opt_.decode == GpuModelOptions::DecodeKernels::kFused;
+  // q/k norm + RoPE + KV store inside the decode attention: kFused's step, or kAttentionRope's
+  // (cuBLAS products, any tp).
+  ropeInAttn_ = fusedStep_ ? opt_.decode == GpuModelOptions::DecodeKernels::kFused
+                           : tcAttn_ && opt_.decode == GpuModelOptions::DecodeKernels::kAttentionRope;
   // The decode kernel's partials serve calls of up to kGraphMaxTokens tokens (all calls when the
   // prefill kernel does not run this head_dim); logits kLogitsRows rows at a time.
   const int64_t attnRows = prefillAttn_ ? kGraphMaxTokens : T;
@@ -326,9 +330,13 @@ bool GpuModel::enqueueLayer(const Layer& L, int n, int ropeOffset, const __nv_bf
   if (fusedStep(n)) return enqueueLayerFused(L, n, ropeOffset, nextNorm, normOut, error);
   const int H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads, I = shape_.inter;
   gemm(L.wqkv, qkvRows_, H, hn_, n, qkv_, false);
-  gpu::qkNormRopeStore(qkv_, n, hq, hk, D, L.qn, L.kn, cfg_.rmsNormEps, cfg_.ropeTheta, dPos_, ropeOffset, q_, L.kCache,
-                       L.vCache, stream_);
-  enqueueAttention(L, n);
+  if (ropeInAttn_ && n <= kGraphMaxTokens) {
+    enqueueAttentionRope(L, n, ropeOffset);
+  } else {
+    gpu::qkNormRopeStore(qkv_, n, hq, hk, D, L.qn, L.kn, cfg_.rmsNormEps, cfg_.ropeTheta, dPos_, ropeOffset, q_,
+                         L.kCache, L.vCache, stream_);
+    enqueueAttention(L, n);
+  }
   gemm(L.wo, H, hq * D, att_, n, proj_, false);
   if (!allReduceAddNorm(L.ln2, n, hn_, error)) return false;  // all-reduce + residual add + norm
   gemm(L.wgu, 2 * I, H, hn_, n, gu_, false);
@@ -347,10 +355,7 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
   if (!gpu::gemvNormBf16(L.wqkv, qkvRows_, H, x_, n, L.ln1, eps, qkv_, stream_))
     return *error = "fused decode: qkv GEMV refused its operands", false;
   if (ropeInAttn_) {
-    gpu::DecodeRope rope;
-    rope.qkv = qkv_, rope.qNorm = L.qn, rope.kNorm = L.kn, rope.eps = eps, rope.theta = cfg_.ropeTheta;
-    rope.ropeOffset = ropeOffset;
-    gpu::attentionDecodeTcRope(rope, L.kCache, L.vCache, dPos_, n, hq, hk, tcSplits_, tcPart_, tcTickets_, att_, stream_);
+    enqueueAttentionRope(L, n, ropeOffset);
   } else {
     gpu::qkNormRopeStore(qkv_, n, hq, hk, D, L.qn, L.kn, eps, cfg_.ropeTheta, dPos_, ropeOffset, q_, L.kCache, L.vCache,
                          stream_);
@@ -364,8 +369,18 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
   return true;
 }
 
+// A decode call's attention from the raw qkv (gpu::attentionDecodeTcRope): q/k norm, RoPE and the
+// KV store of the call's slots inside it.
+void GpuModel::enqueueAttentionRope(const Layer& L, int n, int ropeOffset) {
+  gpu::DecodeRope rope;
+  rope.qkv = qkv_, rope.qNorm = L.qn, rope.kNorm = L.kn, rope.eps = cfg_.rmsNormEps, rope.theta = cfg_.ropeTheta;
+  rope.ropeOffset = ropeOffset;
+  gpu::attentionDecodeTcRope(rope, L.kCache, L.vCache, dPos_, n, shape_.heads, shape_.kvHeads, tcSplits_, tcPart_,
+                             tcTickets_, att_, stream_);
+}
+
 const char* GpuModel::decodeKernels() const {
-  return ropeInAttn_ ? "fused" : fusedStep_ ? "gemv" : tcAttn_ ? "attn" : "old";
+  return fusedStep_ ? (ropeInAttn_ ? "fused" : "gemv") : tcAttn_ ? (ropeInAttn_ ? "attnrope" : "attn") : "old";
 }
 
 bool GpuModel::overlapPrefill(int n) const {

@@ -94,16 +94,19 @@ struct GpuModelOptions {
   ///   through gemm(); q/k norm + RoPE, SwiGLU and the residual add + RMSNorm as their own kernels.
   ///  kAttention: attention on the tensor cores, the splits merged by the last CTA
   ///   (gpu::attentionDecodeTc; head_dim 128, else kOld's), the rest as kOld. Any tp.
+  ///  kAttentionRope: kAttention with q/k norm + RoPE + KV store inside the attention
+  ///   (gpu::attentionDecodeTcRope, kFused's) and cuBLAS for the products: one launch a layer
+  ///   fewer than kAttention, any tp.
   ///  kFusedGemv: kAttention, and at tp == 1 each layer in 6 launches: RMSNorm in the qkv and
   ///   gate/up GEMVs' prologue, SwiGLU in gate/up's epilogue, the residual add in o_proj's and
   ///   down_proj's (gemvNormBf16, gemvNormSwiglu, gemvResidual); tp > 1 runs kAttention.
   ///  kFused: kFusedGemv with q/k norm + RoPE + KV store inside the attention
   ///   (gpu::attentionDecodeTcRope): 5 launches a layer.
   /// A query's bits depend on its length only on every path (speculative == greedy). The
-  /// environment's QWEN_DECODE=old|attn|gemv|fused, when set, overrides this at init (A/B timing
+  /// environment's QWEN_DECODE=old|attn|attnrope|gemv|fused, when set, overrides this at init (A/B timing
   /// of one binary); any other value fails init.
   /// kAttention is the default: the fastest measured (docs/decode_kernels.md, "Measured").
-  enum class DecodeKernels { kOld, kAttention, kFusedGemv, kFused };
+  enum class DecodeKernels { kOld, kAttention, kAttentionRope, kFusedGemv, kFused };
   DecodeKernels decode = DecodeKernels::kAttention;
 };
 
@@ -242,6 +245,8 @@ class GpuModel : public DecoderEngine {
   bool fuseTp1() const { return opt_.fusedKernels && shape_.tp == 1; }
   void dropGraphs();
   void enqueueAttention(const Layer& L, int n);
+  // A decode call's attention with the q/k norm, RoPE and KV store inside (kAttentionRope, kFused).
+  void enqueueAttentionRope(const Layer& L, int n, int ropeOffset);
   /// Sums buf (f32 or bf16) over the ranks. exact: never compressed, whatever the
   /// communicator's compression: the argmax table (ids) and the vocab-parallel embedding.
   bool allReduce(void* buf, size_t count, bool f32, std::string* error, bool exact = false,

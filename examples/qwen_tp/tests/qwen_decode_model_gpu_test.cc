@@ -34,7 +34,11 @@ ModelConfig tiny128() {
 
 using Kernels = GpuModelOptions::DecodeKernels;
 const char* kernelsName(Kernels k) {
-  return k == Kernels::kOld ? "old" : k == Kernels::kAttention ? "attn" : k == Kernels::kFusedGemv ? "gemv" : "fused";
+  return k == Kernels::kOld             ? "old"
+         : k == Kernels::kAttention     ? "attn"
+         : k == Kernels::kAttentionRope ? "attnrope"
+         : k == Kernels::kFusedGemv     ? "gemv"
+                                        : "fused";
 }
 
 std::vector<int32_t> promptIds(int n, int vocab) {
@@ -97,7 +101,7 @@ void checkAgainstCpu(Kernels kernels, const std::vector<int>& chunks) {
 }
 
 TEST(QwenDecodeGpu, EveryPathMatchesTheCpuReference) {
-  for (Kernels k : {Kernels::kOld, Kernels::kAttention, Kernels::kFusedGemv, Kernels::kFused}) {
+  for (Kernels k : {Kernels::kOld, Kernels::kAttention, Kernels::kAttentionRope, Kernels::kFusedGemv, Kernels::kFused}) {
     checkAgainstCpu(k, {20});        // prefill kernel, then decode steps
     checkAgainstCpu(k, {8, 7, 16});  // the decode path for the prompt's chunks too
   }
@@ -105,15 +109,15 @@ TEST(QwenDecodeGpu, EveryPathMatchesTheCpuReference) {
 
 // What one decode step's graph launches on each path (printed for the results page): fused
 // launches 5 kernels a layer plus the embedding + first norm, the final norm, the lm_head and the
-// argmax; every new path launches fewer than old.
+// argmax; attnrope one a layer fewer than attn; every new path launches fewer than old.
 TEST(QwenDecodeGpu, DecodeStepKernelCounts) {
   unsetenv("QWEN_DECODE");
   const ModelConfig c = tiny128();
   TpShape s;
   std::string err;
   ASSERT_TRUE(makeTpShape(c, 1, 0, &s, &err));
-  int old = 0;
-  for (Kernels k : {Kernels::kOld, Kernels::kAttention, Kernels::kFusedGemv, Kernels::kFused}) {
+  int old = 0, attn = 0;
+  for (Kernels k : {Kernels::kOld, Kernels::kAttention, Kernels::kAttentionRope, Kernels::kFusedGemv, Kernels::kFused}) {
     GpuModel m(c, s, 0, nullptr);
     GpuModelOptions o;
     o.ctxSize = 64;
@@ -126,6 +130,8 @@ TEST(QwenDecodeGpu, DecodeStepKernelCounts) {
     std::printf("decode step, %d layers, %s: %d kernels, %d copies\n", c.numLayers, kernelsName(k), g.kernels, g.copies);
     if (k == Kernels::kOld) old = g.kernels;
     else EXPECT_LT(g.kernels, old) << kernelsName(k);
+    if (k == Kernels::kAttention) attn = g.kernels;
+    if (k == Kernels::kAttentionRope) EXPECT_EQ(g.kernels, attn - c.numLayers) << "one qkNormRopeStore a layer fewer";
     if (k == Kernels::kFused) EXPECT_LE(g.kernels, 5 * c.numLayers + 6);
   }
 }
@@ -157,7 +163,7 @@ TEST(QwenDecodeGpu, SpeculativeEqualsGreedyOnTheNewPaths) {
   };
   // Short: one chunk per query. Long: about 12 chunks of 64 slots, merged by the last CTA.
   const Ctx ctxs[] = {{24, 160, {1, 2, 3, 4, 5, 6}}, {700, 64, {3, 5}}};
-  for (Kernels k : {Kernels::kAttention, Kernels::kFusedGemv, Kernels::kFused}) {
+  for (Kernels k : {Kernels::kAttention, Kernels::kAttentionRope, Kernels::kFusedGemv, Kernels::kFused}) {
     for (const Ctx& cx : ctxs) {
       const int ctx = cx.prompt + cx.predict + 16;
       std::vector<int32_t> ref;
