@@ -281,11 +281,25 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     shSum[r] = 1.f / L;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < G * D; i += kWarps * 32) {
-    const int r = i / D, d = i % D;
-    float acc = 0.f;
-    for (int c = 0; c < active; ++c) acc += __ldcg(all + (c * G + r) * (D + 2) + 2 + d) * shW[c * G + r];
-    out[(static_cast<int64_t>(t) * hq + kvh * G + r) * D + d] = __float2bfloat16_rn(acc * shSum[r]);
+  // G outputs a thread (G x D over 128 threads), summed over the chunks in chunk order as before;
+  // the chunk loop outside, so each chunk's G loads are in flight together and no store sits
+  // between them (a store per output between the loads cost one L2 round trip an output).
+  static_assert(G * D % (kWarps * 32) == 0, "G x D splits evenly over the CTA");
+  constexpr int kPer = G * D / (kWarps * 32);
+  float acc[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) acc[k] = 0.f;
+  for (int c = 0; c < active; ++c) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int i = threadIdx.x + k * kWarps * 32, r = i / D, d = i % D;
+      acc[k] += __ldcg(all + (c * G + r) * (D + 2) + 2 + d) * shW[c * G + r];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = threadIdx.x + k * kWarps * 32, r = i / D, d = i % D;
+    out[(static_cast<int64_t>(t) * hq + kvh * G + r) * D + d] = __float2bfloat16_rn(acc[k] * shSum[r]);
   }
   if (threadIdx.x == 0) tickets[group] = 0;  // ready for the next call
 }
