@@ -139,10 +139,10 @@ void runCase(const std::string& algo, Kind kind, DataType dtype, ReduceOp op, si
     b.send.push_back(s);
     b.recv.push_back(d);
   }
-  RandomValues random(static_cast<uint32_t>(count * 131 + static_cast<int>(dtype) * 7 + static_cast<int>(op)));
+  RandomValues draw(static_cast<uint32_t>(count * 131 + static_cast<int>(dtype) * 7 + static_cast<int>(op)));
   auto fresh = [&](std::vector<std::vector<uint8_t>>* inputs) {
     inputs->clear();
-    for (int r = 0; r < n; ++r) inputs->push_back(makeHost(dtype, sendCount, [&](size_t) { return random(); }));
+    for (int r = 0; r < n; ++r) inputs->push_back(makeHost(dtype, sendCount, [&](size_t) { return draw(); }));
     for (int r = 0; r < n; ++r) {
       CUDA_OK(cudaSetDevice(g->devices[r]));
       CUDA_OK(cudaMemsetAsync(b.recv[r], 0xff, recvCount * es, g->streams[r]));
