@@ -75,9 +75,7 @@ for c in "qwen3-8b 512" "qwen3-32b 512"; do
   { qn $c a_regs regs attn; qn $c a_loop loop attn; qn $c a_attnrope regs attnrope
     qn $c b_attnrope regs attnrope; qn $c b_loop loop attn; qn $c b_regs regs attn; }
 done
-c="qwen3-8b 32000 --ctx-size 32768"
-# shellcheck disable=SC2086
-{ qn $c a_regs regs attn; qn $c a_loop loop attn; qn $c b_loop loop attn; qn $c b_regs regs attn; }
+for r in a_regs a_loop b_loop b_regs; do qn qwen3-8b 32000 "$r" "${r#*_}" attn --ctx-size 32768; done
 run torch8_512 90 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64
 run torch8_compile_512 150 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64 --compile
 ncu_step attn qwen3-8b 512

@@ -20,7 +20,9 @@
 #include <tuple>
 #include <utility>
 
+#include "algos/compressed/quantize.h"
 #include "algos/staged_host/staged_host_ce.h"
+#include "algos/staged_host/staged_pieces.h"
 #include "gpu_allreduce_util.h"
 #include "unit/compressed_check.h"
 #include "unit/test_util.h"
@@ -167,10 +169,14 @@ TEST_P(CompressedGpu, DefinitionBitsOnEveryRankWithinTheBound) {
   runAndCompare(g, base, c, dtype, count, graph, graph ? 3 : 1,
                 [&](int rep) { return randomInputs(g->n(), dtype, count, static_cast<uint32_t>(count * 7 + rep)); },
                 true);
-  // The copy-engine mode ran where it should (up to kCeMaxChunks chunks; beyond, the SM kernel).
+  // The copy-engine mode ran where it should: up to kCeMaxChunks of its chunks (the 64 KiB slots
+  // of dense codes, split in 4 as TPCOMM_STAGED_CE_SPLIT's default), else the SM kernel.
   const uint64_t ceCalls = tpcomm::stagedCopyEngineCalls() - ceBefore;
+  const size_t ceChunk = tpcomm::stagedCeChunkElems(count, tpcomm::dataTypeSize(dtype),
+                                                    tpcomm::stagedDenseElems(65536, tpcomm::kQuantBlockElems), 4);
+  const bool ceFits = (count + ceChunk - 1) / ceChunk <= tpcomm::kCeMaxChunks;
   if (base != kStagedCe) EXPECT_EQ(ceCalls, 0u);
-  else if (count < 1000000) EXPECT_EQ(ceCalls, static_cast<uint64_t>(g->n())) << "calls in copy-engine mode";
+  else EXPECT_EQ(ceCalls, ceFits ? static_cast<uint64_t>(g->n()) : 0u) << "calls in copy-engine mode";
 }
 
 // Odd counts, below / around the 64-element block, and counts spanning many 64 KiB chunks

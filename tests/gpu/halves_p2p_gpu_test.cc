@@ -211,7 +211,7 @@ TEST_P(HalvesP2pGather, AllGatherBitwise) {
 // counts so that pieces after the first start unaligned; for ll_p2p, 65536 / 65537 elements of
 // 2 bytes on 2-4 ranks sit at and just past its 512 KB limit (the call then runs twoshot_p2p).
 // TPCOMM_TEST_SIZES=quick: one large row of 3M / n + 5 elements instead of 1M and 6M, the same
-// chunk geometry at every rank count (1.5 chunks a piece in f16, 3 in f32) and the same bytes in
+// chunk geometry at every rank count (1.5 chunks a piece in f16, 3 and a tail in f32) and the same bytes in
 // all (the host builds and checks n^2 pieces: at 8 ranks the 6M rows took 10-25 s a case).
 // Built when gtest registers the tests, after main() read TPCOMM_TEST_RANKS.
 testing::internal::ParamGenerator<HalvesP2p::ParamType> halvesTable(std::vector<ReduceOp> ops) {

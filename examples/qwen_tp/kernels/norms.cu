@@ -27,8 +27,8 @@ template <bool kAdd>
 __global__ void addRmsNormKernel(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int H, float eps,
                                  __nv_bfloat16* out) {
   pdlLaunch();
-  // Straight-line loads (an index past the row reads its last element, unused): no branch
-  // between them, so they are all in flight together.
+  // Straight-line loads (an index past the row reads its last element, unused; of x with the add
+  // the add's, which no thread writes): no branch between them, so they are all in flight together.
   auto at = [H](int k) { return min(static_cast<int>(threadIdx.x) + k * kNormThreads, H - 1); };
   __nv_bfloat16 wv[kNormPerThread], xv[kNormPerThread], av[kNormPerThread];
 #pragma unroll
@@ -38,7 +38,8 @@ __global__ void addRmsNormKernel(__nv_bfloat16* x, const __nv_bfloat16* add, con
   const __nv_bfloat16* ar = kAdd ? add + static_cast<int64_t>(blockIdx.x) * H : nullptr;
 #pragma unroll
   for (int k = 0; k < kNormPerThread; ++k) {
-    xv[k] = xr[at(k)];
+    const bool past = static_cast<int>(threadIdx.x) + k * kNormThreads >= H;
+    xv[k] = *(kAdd && past ? ar + (H - 1) : xr + at(k));
     if (kAdd) av[k] = ar[at(k)];
   }
   float ss = 0.f;
