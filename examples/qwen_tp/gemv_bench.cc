@@ -5,7 +5,13 @@
 // qwen_tp roofline counts it). Each timed graph runs the product over a ring of weight copies
 // larger than L2, so every launch streams its weights from HBM as a decode step does; launches
 // follow each other in the graph (with PDL when --pdl), as in the step.
+// --lt-tokens N[,N]: then, per layer product and token count (decode's 1..16, a prefill chunk's
+// rows), every algorithm cuBLASLt's heuristics offer (up to 16, 32 MB of workspace) timed the
+// same way against cublasGemmEx's choice: whether picking by measurement beats the heuristic
+// (split-K and its reduction kernel, tile shapes), before GpuModel::gemm is made to do it.
 //   gemv_bench [--preset qwen3-8b,qwen3-32b] [--tp 1] [--tokens 1,4,8] [--iters 20] [--no-pdl]
+//              [--lt-tokens 1,2048]
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -116,6 +122,142 @@ double relDiff(const std::vector<float>& a, const std::vector<float>& b) {
   return mx > 0 ? d / mx : d;
 }
 
+// cuBLASLt's descriptors of Y [n, out] = X [n, in] W [out, in]^T (cublasGemmEx's call in
+// GpuModel::gemm: column-major Y^T = op_T(W^T) X^T), and the algorithms its heuristics offer.
+struct LtProblem {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  std::vector<cublasLtMatmulHeuristicResult_t> algos;
+  ~LtProblem() {
+    if (op) cublasLtMatmulDescDestroy(op);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+  }
+};
+
+bool ltProblem(cublasLtHandle_t lt, int out, int in, int n, bool f32, size_t wsBytes, int want, LtProblem* p) {
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, in, out, in) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, in, n, in) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatrixLayoutCreate(&p->c, f32 ? CUDA_R_32F : CUDA_R_16BF, out, n, out) != CUBLAS_STATUS_SUCCESS)
+    return false;
+  cublasLtMatmulPreference_t pref = nullptr;
+  if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return false;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsBytes, sizeof(wsBytes));
+  std::vector<cublasLtMatmulHeuristicResult_t> r(want);
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->a, p->b, p->c, p->c, pref, want, r.data(), &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS) return false;
+  for (int i = 0; i < found; ++i)
+    if (r[i].state == CUBLAS_STATUS_SUCCESS) p->algos.push_back(r[i]);
+  return true;
+}
+
+// "id T tile S splitK R reduction" of an algorithm, for the table.
+std::string ltAlgoName(const cublasLtMatmulAlgo_t& algo) {
+  int id = 0, tile = 0, splitK = 0, red = 0;
+  size_t got = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &got);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &got);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitK, sizeof(splitK), &got);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof(red), &got);
+  return "id " + std::to_string(id) + " tile " + std::to_string(tile) + " splitK " + std::to_string(splitK) +
+         " red " + std::to_string(red);
+}
+
+// The --lt-tokens table, per layer product and n (the lm_head only for n <= 16: prefill runs it
+// for one row): cublasGemmEx's time, then each cuBLASLt algorithm's (the heuristic's order, the
+// fastest marked), in us, GB/s of weights and TFLOP/s, and its outputs' largest difference from
+// cublasGemmEx's relative to their largest magnitude.
+void ltSection(const std::string& preset, const qwen::ModelConfig& cfg, int tp, const std::vector<int>& tokens,
+               int iters, double copyGBs, cublasHandle_t cublas, void* ws, __nv_bfloat16* W, size_t pool,
+               cudaStream_t s) {
+  cublasLtHandle_t lt = nullptr;
+  if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
+    std::printf("\n## %s: cublasLtCreate failed\n", preset.c_str());
+    return;
+  }
+  const size_t wsBytes = 32u << 20;
+  const int H = cfg.hiddenSize, D = cfg.headDim, hq = cfg.numHeads / tp, hk = cfg.numKvHeads / tp,
+            I = cfg.intermediateSize / tp, V = cfg.vocabSize / tp;
+  const Shape shapes[] = {
+      {"qkv", (hq + 2 * hk) * D, H}, {"o", H, hq * D}, {"gate_up", 2 * I, H}, {"down", H, I}, {"lm_head", V, H}};
+  const int nMax = *std::max_element(tokens.begin(), tokens.end());
+  size_t xElems = 0, yBytes = size_t(16) * V * 4;
+  for (const Shape& sh : shapes) {
+    xElems = std::max(xElems, size_t(nMax) * sh.in);
+    if (std::strcmp(sh.name, "lm_head") != 0) yBytes = std::max(yBytes, size_t(nMax) * sh.out * 2);
+  }
+  __nv_bfloat16* X = nullptr;
+  void* Y = nullptr;
+  CK(cudaMalloc(&X, xElems * 2));
+  CK(cudaMalloc(&Y, yBytes));
+  qwen::gpu::initSynthetic(X, 1, static_cast<int64_t>(xElems), static_cast<int64_t>(xElems), 0, 0, 1, 5, 1.f, 0.f, s);
+  CK(cudaStreamSynchronize(s));
+  std::printf("\n## %s: cuBLASLt's algorithms against cublasGemmEx (us per launch, GB/s of weights, TFLOP/s)\n",
+              preset.c_str());
+  std::printf("%-8s %6s %6s %5s | %-40s | %9s %6s %5s %7s | %8s\n", "shape", "out", "in", "n", "algorithm", "us", "GB/s",
+              "%", "TFLOP/s", "vs Ex");
+  for (const Shape& sh : shapes) {
+    const bool f32 = std::strcmp(sh.name, "lm_head") == 0;
+    const size_t wBytes = size_t(sh.out) * sh.in * 2;
+    const int copies = static_cast<int>(std::max<size_t>(1, pool / wBytes));
+    auto w = [&](int i) { return W + static_cast<size_t>(i % copies) * sh.out * sh.in; };
+    for (int n : tokens) {
+      if (f32 && n > 16) continue;
+      const int launches = n > 16 ? 8 : std::max(copies, 16);
+      const float alpha = 1.f, beta = 0.f;
+      auto line = [&](const std::string& name, double us, double diff, bool best) {
+        const double gbs = wBytes / (us * 1e3), tflops = 2.0 * sh.out * sh.in * n / (us * 1e6);
+        std::printf("%-8s %6d %6d %5d | %-40s | %9.2f %6.0f %5.1f %7.1f | %8.1e%s\n", sh.name, sh.out, sh.in, n,
+                    name.c_str(), us, gbs, 100 * gbs / copyGBs, tflops, diff, best ? "  <- fastest" : "");
+      };
+      auto exOne = [&](int i) {
+        cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, sh.out, n, sh.in, &alpha, w(i), CUDA_R_16BF, sh.in, X, CUDA_R_16BF,
+                     sh.in, &beta, Y, f32 ? CUDA_R_32F : CUDA_R_16BF, sh.out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      };
+      const double exUs = timeGraph(s, launches, iters, exOne);
+      exOne(0);
+      CK(cudaStreamSynchronize(s));
+      const std::vector<float> y0 = fetchY(Y, size_t(n) * sh.out, f32);
+      LtProblem p;
+      if (!ltProblem(lt, sh.out, sh.in, n, f32, wsBytes, 16, &p)) {
+        line("cublasGemmEx (cuBLASLt heuristics failed)", exUs, 0.0, false);
+        continue;
+      }
+      std::vector<double> us(p.algos.size(), 0.0), diff(p.algos.size(), 0.0);
+      for (size_t k = 0; k < p.algos.size(); ++k) {
+        const cublasLtMatmulAlgo_t* algo = &p.algos[k].algo;
+        auto ltOne = [&](int i) {
+          return cublasLtMatmul(lt, p.op, &alpha, w(i), p.a, X, p.b, &beta, Y, p.c, Y, p.c, algo, ws, wsBytes, s);
+        };
+        if (ltOne(0) != CUBLAS_STATUS_SUCCESS || cudaStreamSynchronize(s) != cudaSuccess) continue;  // us stays 0
+        diff[k] = relDiff(fetchY(Y, size_t(n) * sh.out, f32), y0);
+        us[k] = timeGraph(s, launches, iters, ltOne);
+      }
+      size_t best = us.size();
+      for (size_t k = 0; k < us.size(); ++k)
+        if (us[k] > 0 && (best == us.size() || us[k] < us[best])) best = k;
+      line("cublasGemmEx (CUBLAS_GEMM_DEFAULT)", exUs, 0.0, best == us.size() || exUs <= us[best]);
+      for (size_t k = 0; k < us.size(); ++k)
+        if (us[k] > 0)
+          line("lt " + std::to_string(k) + ": " + ltAlgoName(p.algos[k].algo), us[k], diff[k],
+               k == best && us[k] < exUs);
+        else
+          std::printf("%-8s %6d %6d %5d | lt %zu: %s failed\n", sh.name, sh.out, sh.in, n, k,
+                      ltAlgoName(p.algos[k].algo).c_str());
+    }
+  }
+  cudaFree(X);
+  cudaFree(Y);
+  cublasLtDestroy(lt);
+}
+
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> v;
   std::stringstream ss(s);
@@ -126,7 +268,7 @@ std::vector<std::string> split(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string presets = "qwen3-8b,qwen3-32b", tokenList = "1,4,8";
+  std::string presets = "qwen3-8b,qwen3-32b", tokenList = "1,4,8", ltTokenList;
   int tp = 1, iters = 20;
   bool pdl = true;
   for (int i = 1; i < argc; ++i) {
@@ -141,10 +283,12 @@ int main(int argc, char** argv) {
       tokenList = argv[++i];
     } else if (a == "--no-pdl") {
       pdl = false;
+    } else if (a == "--lt-tokens" && i + 1 < argc) {
+      ltTokenList = argv[++i];
     } else {
       std::fprintf(stderr,
-                   "usage: gemv_bench [--preset NAME[,NAME]] [--tp N] [--tokens 1,4,8] [--iters N] [--no-pdl] (unknown "
-                   "argument '%s')\n",
+                   "usage: gemv_bench [--preset NAME[,NAME]] [--tp N] [--tokens 1,4,8] [--iters N] [--no-pdl] "
+                   "[--lt-tokens 1,2048] (unknown argument '%s')\n",
                    a.c_str());
       return 2;
     }
@@ -156,6 +300,13 @@ int main(int argc, char** argv) {
       return std::fprintf(stderr, "gemv_bench: --tokens: %s is outside 1..%d\n", t.c_str(), qwen::gpu::kGemvMaxTokens),
              2;
     tokens.push_back(n);
+  }
+  std::vector<int> ltTokens;
+  for (const std::string& t : split(ltTokenList)) {
+    const int n = std::atoi(t.c_str());
+    if (n < 1 || n > 8192)
+      return std::fprintf(stderr, "gemv_bench: --lt-tokens: %s is outside 1..8192\n", t.c_str()), 2;
+    ltTokens.push_back(n);
   }
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return std::fprintf(stderr, "gemv_bench: no CUDA device\n"), 77;
@@ -262,6 +413,7 @@ int main(int argc, char** argv) {
         std::printf("%-20s %6d %6d %2d | %8.2f %6.0f %5.1f\n", f.name, f.rows, f.in, n, us, gbs, 100 * gbs / copyGBs);
       }
     }
+    if (!ltTokens.empty()) ltSection(preset, cfg, tp, ltTokens, iters, copyGBs, cublas, ws, W, pool, s);
   }
   CK(cudaGetLastError());
   return 0;
