@@ -773,10 +773,7 @@ bool GpuModel::timeStepGemms(int n, int iters, double* ms, size_t* bytes, std::s
         gpu::gemvResidual(L.wd, H, I, act_, n, proj_, stream_);
         continue;
       }
-      gemm(L.wqkv, qkvRows_, H, hn_, n, qkv_, false);
-      gemm(L.wo, H, hq * D, att_, n, proj_, false);
-      gemm(L.wgu, 2 * I, H, hn_, n, gu_, false);
-      gemm(L.wd, H, I, act_, n, proj_, false);
+      enqueueLayerGemms(L, n);
     }
     gemm(lmHead_, shape_.vocab, H, hn_, n, logits_, true);
   };
@@ -790,16 +787,19 @@ bool GpuModel::timeChunkGemms(int n, int iters, double* ms, double* flop, std::s
   const int H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, I = shape_.inter;
   *flop = 2.0 * n * static_cast<double>(layers_.size()) *
           (static_cast<double>(qkvRows_) * H + static_cast<double>(H) * hq * D + 2.0 * I * H + static_cast<double>(H) * I);
-  // enqueueLayer's gemm() calls at n rows, buffers sized by the chunk (contents do not matter).
   auto enqueue = [&] {
-    for (const Layer& L : layers_) {
-      gemm(L.wqkv, qkvRows_, H, hn_, n, qkv_, false);
-      gemm(L.wo, H, hq * D, att_, n, proj_, false);
-      gemm(L.wgu, 2 * I, H, hn_, n, gu_, false);
-      gemm(L.wd, H, I, act_, n, proj_, false);
-    }
+    for (const Layer& L : layers_) enqueueLayerGemms(L, n);
   };
   return timeCaptured(enqueue, iters, ms, error);
+}
+
+// enqueueLayer's four gemm() calls at n rows, on their own buffers (contents do not matter).
+void GpuModel::enqueueLayerGemms(const Layer& L, int n) {
+  const int H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, I = shape_.inter;
+  gemm(L.wqkv, qkvRows_, H, hn_, n, qkv_, false);
+  gemm(L.wo, H, hq * D, att_, n, proj_, false);
+  gemm(L.wgu, 2 * I, H, hn_, n, gu_, false);
+  gemm(L.wd, H, I, act_, n, proj_, false);
 }
 
 bool GpuModel::timeCaptured(const std::function<void()>& enqueue, int iters, double* ms, std::string* error) {

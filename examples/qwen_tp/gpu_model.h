@@ -259,6 +259,8 @@ class GpuModel : public DecoderEngine {
   bool run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* out, std::string* error);
   // Median of `iters` timed launches of exec on stream_ (CUDA events), in ms.
   bool medianGraphMs(cudaGraphExec_t exec, int iters, double* ms, std::string* error);
+  // The layer's four weight products alone at n rows (the timing helpers').
+  void enqueueLayerGemms(const Layer& L, int n);
   // enqueue() captured into one graph, uploaded (and gated), launched once, then timed.
   bool timeCaptured(const std::function<void()>& enqueue, int iters, double* ms, std::string* error);
 

@@ -103,10 +103,8 @@ __global__ void rmsNormKernel(const T* in, int ldIn, const __nv_bfloat16* w, int
   rmsNormRow([&](int i) { return toF(r[i]); }, w, H, eps, out + static_cast<int64_t>(blockIdx.x) * ldOut);
 }
 
-}  // namespace
+bool gNormLoop = false;  // setNormLoop
 
-namespace {
-bool gNormLoop = false;
 }  // namespace
 
 void setNormLoop(bool on) { gNormLoop = on; }
