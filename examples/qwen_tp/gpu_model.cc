@@ -283,17 +283,21 @@ void GpuModel::gemm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16
       gpu::gemvBf16(W, out, in, X, n, Y, yF32, stream_))
     return;
   const float alpha = 1.f, beta = 0.f;
+  mark("in cublasGemmEx");
   cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, W, CUDA_R_16BF, in, X, CUDA_R_16BF, in, &beta, Y,
                yF32 ? CUDA_R_32F : CUDA_R_16BF, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  mark(enqueueStep_);
 }
 
 bool GpuModel::allReduce(void* buf, size_t count, bool f32, std::string* error, bool exact, cudaStream_t stream) {
   if (shape_.tp == 1 || skipAllReduce_) return true;
   if (!stream) stream = stream_;
   const tpcomm::DataType dt = f32 ? tpcomm::DataType::kF32 : tpcomm::DataType::kBF16;
+  mark("in a tpcomm allReduce");
   tpcomm::Status s =
       exact ? comm_->allReduce(buf, buf, count, dt, tpcomm::ReduceOp::kSum, stream, tpcomm::Compression::kNone)
             : comm_->allReduce(buf, buf, count, dt, tpcomm::ReduceOp::kSum, stream);
+  mark(enqueueStep_);
   if (s == tpcomm::Status::kOk) return true;
   if (error) *error = std::string("tpcomm allReduce: ") + tpcomm::statusName(s) + ": " + tpcomm::lastErrorMessage();
   return false;
@@ -308,8 +312,10 @@ bool GpuModel::allReduceAddNorm(const __nv_bfloat16* w, int n, __nv_bfloat16* ou
   out += off;
   if (opt_.fusedNorm && shape_.tp > 1 && !skipAllReduce_) {
     // in = proj, residual = x, out: three distinct buffers, as the call requires.
+    mark("in a tpcomm allReduceResidualRmsNorm");
     tpcomm::Status s = comm_->allReduceResidualRmsNorm(proj, x, w, cfg_.rmsNormEps, out, static_cast<size_t>(n),
                                                        static_cast<size_t>(H), tpcomm::DataType::kBF16, stream);
+    mark(enqueueStep_);
     if (s == tpcomm::Status::kOk) return normAlgo_ = comm_->lastAlgorithm(), true;
     if (error)
       *error = std::string("tpcomm allReduceResidualRmsNorm: ") + tpcomm::statusName(s) + ": " + tpcomm::lastErrorMessage();
@@ -445,6 +451,7 @@ bool GpuModel::enqueueLayerOverlapped(const Layer& L, int n, const __nv_bfloat16
 void GpuModel::enqueueAttention(const Layer& L, int n) {
   const int D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads;
   if (prefillAttn_ && n > kGraphMaxTokens) {
+    mark("enqueueing prefill attention");
     std::string why;
     if (cudnnAttn_) {
       if (cudnnAttn_->run(q_, L.kCache, L.vCache, hostPos_, n, att_, stream_, &why)) return;
@@ -458,6 +465,7 @@ void GpuModel::enqueueAttention(const Layer& L, int n) {
     if (!prefillFa3_ ||
         !gpu::attentionPrefillFa3(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, opt_.ctxSize, att_, stream_))
       gpu::attentionPrefill(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, att_, stream_);
+    mark(enqueueStep_);
   } else if (tcAttn_ && n <= kGraphMaxTokens)
     gpu::attentionDecodeTc(q_, L.kCache, L.vCache, dPos_, n, hq, hk, tcSplits_, tcPart_, tcTickets_, att_, stream_);
   else
@@ -588,7 +596,7 @@ bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* ou
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       GraphOwner g;
-      mark("capturing a CUDA graph");
+      mark(enqueueStep_ = "capturing a CUDA graph");
       QWEN_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       std::string captureError;
       bool ok = enqueue(kind, n, &captureError);
@@ -604,8 +612,9 @@ bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* ou
     mark("launching a CUDA graph");
     QWEN_CUDA(cudaGraphLaunch(it->second.exec, stream_));
   } else {
-    mark("enqueueing an eager call");
+    mark(enqueueStep_ = "enqueueing an eager call");
     if (!enqueue(kind, n, error)) {
+      if (gate_) *error += "; " + gate_->describe();  // before this rank's own steps below move on
       if (commStream_) cudaStreamSynchronize(commStream_);  // nothing of this call left in flight
       cudaStreamSynchronize(stream_);                          // (its copies read the pinned inputs)
       return false;

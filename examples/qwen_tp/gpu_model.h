@@ -272,6 +272,10 @@ class GpuModel : public DecoderEngine {
   bool skipAllReduce_ = false;
   RankGate* gate_ = nullptr;
   int gateRank_ = 0;
+  // The step a call's enqueue is in (capturing a graph, or an eager call): marked again after each
+  // cuBLAS, attention or tpcomm call inside it, which mark their own steps, so a timeout's message
+  // names the one a late rank's host was stuck in.
+  const char* enqueueStep_ = "enqueueing an eager call";
   void mark(const char* step);
   // A graph just instantiated: uploaded, then every rank's graph made before this rank goes on.
   bool graphReady(cudaGraphExec_t exec, std::string* error);
