@@ -293,6 +293,7 @@ bool GpuModel::allReduce(void* buf, size_t count, bool f32, std::string* error, 
   if (shape_.tp == 1 || skipAllReduce_) return true;
   if (!stream) stream = stream_;
   const tpcomm::DataType dt = f32 ? tpcomm::DataType::kF32 : tpcomm::DataType::kBF16;
+  if (!collectiveGate(error)) return false;
   mark("in a tpcomm allReduce");
   tpcomm::Status s =
       exact ? comm_->allReduce(buf, buf, count, dt, tpcomm::ReduceOp::kSum, stream, tpcomm::Compression::kNone)
@@ -312,6 +313,7 @@ bool GpuModel::allReduceAddNorm(const __nv_bfloat16* w, int n, __nv_bfloat16* ou
   out += off;
   if (opt_.fusedNorm && shape_.tp > 1 && !skipAllReduce_) {
     // in = proj, residual = x, out: three distinct buffers, as the call requires.
+    if (!collectiveGate(error)) return false;
     mark("in a tpcomm allReduceResidualRmsNorm");
     tpcomm::Status s = comm_->allReduceResidualRmsNorm(proj, x, w, cfg_.rmsNormEps, out, static_cast<size_t>(n),
                                                        static_cast<size_t>(H), tpcomm::DataType::kBF16, stream);
@@ -613,7 +615,10 @@ bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* ou
     QWEN_CUDA(cudaGraphLaunch(it->second.exec, stream_));
   } else {
     mark(enqueueStep_ = "enqueueing an eager call");
-    if (!enqueue(kind, n, error)) {
+    eagerGate_ = gate_ && shape_.tp > 1;
+    const bool ok = enqueue(kind, n, error);
+    eagerGate_ = false;
+    if (!ok) {
       if (gate_) *error += "; " + gate_->describe();  // before this rank's own steps below move on
       if (commStream_) cudaStreamSynchronize(commStream_);  // nothing of this call left in flight
       cudaStreamSynchronize(stream_);                          // (its copies read the pinned inputs)
@@ -824,6 +829,17 @@ bool GpuModel::timeCaptured(const std::function<void()>& enqueue, int iters, dou
 
 void GpuModel::mark(const char* step) {
   if (gate_) gate_->mark(gateRank_, step);
+}
+
+bool GpuModel::collectiveGate(std::string* error) {
+  if (!eagerGate_) return true;
+  mark("at the collective gate");
+  std::string why;
+  if (gate_->arrive(gateRank_, "collective gate (every rank's host at an eager call's all-reduce before any rank "
+                               "launches it)", &why))
+    return true;
+  if (error) *error = why;
+  return false;
 }
 
 bool GpuModel::graphReady(cudaGraphExec_t exec, std::string* error) {

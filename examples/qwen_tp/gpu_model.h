@@ -277,6 +277,12 @@ class GpuModel : public DecoderEngine {
   // names the one a late rank's host was stuck in.
   const char* enqueueStep_ = "enqueueing an eager call";
   void mark(const char* step);
+  // Ranks as threads of one process (gate_), in an eager call: no rank launches an all-reduce
+  // before every rank's host has come to it (RankGate::arrive). cuBLAS may block a thread's
+  // cublasGemmEx until the device drains; a peer's all-reduce already spinning for a rank whose
+  // host is blocked there never drains. False (with *error) when a rank left or the bound passed.
+  bool eagerGate_ = false;
+  bool collectiveGate(std::string* error);
   // A graph just instantiated: uploaded, then every rank's graph made before this rank goes on.
   bool graphReady(cudaGraphExec_t exec, std::string* error);
   cudaStream_t stream_ = nullptr;

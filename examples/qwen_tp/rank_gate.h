@@ -3,11 +3,15 @@
 //
 // Why: ranks in one process share the CUDA driver (and, sharing a GPU, one context). Some host
 // calls wait for the whole device or a driver lock: module loads, cuBLAS handle creation, pinned
-// allocations at init, and making a CUDA graph (instantiate, upload). A rank that got there
-// first has an all-reduce spinning on the device that waits for this very rank, so the call
-// times out ("rank 1 never made this call"). So no rank starts a collective before every rank's
-// init is done (pass), and no rank launches a newly made graph before every rank has made its
-// own (arrive). Both cost microseconds; graphs are made a handful of times per run.
+// allocations at init, making a CUDA graph (instantiate, upload), and now and then a
+// cublasGemmEx (seen on an H200: every rank's host in it for the whole 10 s timeout). A rank
+// that got there first has an all-reduce spinning on the device that waits for this very rank,
+// so the call times out ("rank 1 never made this call"). So no rank starts a collective before
+// every rank's init is done (pass), no rank launches a newly made graph before every rank has
+// made its own (arrive), and in an eager call no rank launches an all-reduce before every rank's
+// host has come to it (arrive, GpuModel::collectiveGate): then every all-reduce on the device has
+// all its ranks' kernels queued, and the device drains without any host's help. Each costs
+// microseconds of host time; graph replays (the decode steps) pass none of them.
 //
 // Every wait is bounded: arrive() gives up after `bound` with the ranks that did not come and
 // where their hosts were; a rank that fails calls leave(), and its peers' waits end at once.
