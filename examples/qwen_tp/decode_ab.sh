@@ -137,7 +137,7 @@ fi
       /^ +eval time/ && !dc { for (i = 1; i <= NF; ++i) if ($i == "tokens" && $(i+1) == "per") dc = $(i-1) }
       /^decode step [0-9]/ { st = $3; match($0, /\(([0-9.]+)% of roofline/); rf = substr($0, RSTART + 1, RLENGTH - 14);
                              match($0, /graph: [0-9]+ kernels/); gr = substr($0, RSTART + 7, RLENGTH - 7) }
-      /weight GEMMs alone/ { match($0, /\): [0-9.]+ ms/); gm = substr($0, RSTART + 3, RLENGTH - 6);
+      /decode step's weight GEMMs alone/ { match($0, /\): [0-9.]+ ms/); gm = substr($0, RSTART + 3, RLENGTH - 6);
                              match($0, /everything else in the step: [0-9.]+/); re = substr($0, RSTART + 29, RLENGTH - 29) }
       /rc=[1-9]/ { bad = 1 }
       END { printf "| %s%s | %s | %s | %s | %s | %s | %s | %s | %s |\n", run, bad ? " (FAILED)" : "", k, pf, dc, st, rf, gr, gm, re }' "$f"
