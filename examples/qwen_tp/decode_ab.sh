@@ -10,7 +10,8 @@
 # budget (BUDGET_S, default 450 s) skips what would not fit, lowest priority last; PART=gemv
 # stops after the GEMV steps (build, tests, the A/B at 512, gemv_bench, the fused steps' ncu);
 # PART=norm times addRmsNorm's two kernels and QWEN_DECODE=attnrope instead (8b and 32b at 512,
-# 8b at 32000), PyTorch eager and torch.compile at 8b 512, one 8b step under ncu.
+# 8b at 32000), PyTorch eager and torch.compile at 8b 512, one 8b step under ncu; PART=lt times
+# the weight GEMMs on cublasGemmEx against cuBLASLt timed at init (QWEN_GEMM=gemmex|lt).
 # Logs go to $OUT/logs.tgz (each log opens with commit, date, command), the table to
 # $OUT/summary.md and to stdout, last. Usage, from the repository root:
 #   OUT=/path/to/out bash examples/qwen_tp/decode_ab.sh
@@ -59,17 +60,28 @@ ncu_step() {  # ncu_step <mode> <preset> <prompt> [extra]
     $Q --model-preset $preset --prompt-tokens $P --n-predict 2 --ubatch-size 2048 "$@"
 }
 
-if [ "${PART:-all}" = norm ]; then
+qn() {  # qn <preset> <prompt> <tag> <norm> <decode> [extra]; GEMM=gemmex|lt (QWEN_GEMM), default gemmex
+  local preset=$1 P=$2 tag=$3 norm=$4 dec=$5; shift 5
+  local short=${preset#qwen3-}; local N=64; [ "$short" = 32b ] && N=32
+  run "q${short%b}_${P}_$tag" 120 env QWEN_NORM=$norm QWEN_DECODE=$dec QWEN_GEMM=${GEMM:-gemmex} $Q \
+    --model-preset $preset --prompt-tokens $P --n-predict $N --ubatch-size 2048 "$@"
+}
+if [ "${PART:-all}" = lt ]; then
+# PART=lt: the weight GEMMs through cublasGemmEx against cuBLASLt timed at init (QWEN_GEMM=
+# gemmex|lt), A B B A at qwen3-8b and qwen3-32b 512 and at qwen3-8b 32000 (its prefill too: full
+# 2048-row chunks tuned, the last 1280 rows not); torch.compile at 8b 512 for the ratio.
+for c in "qwen3-8b 512" "qwen3-32b 512"; do
+  # shellcheck disable=SC2086
+  { GEMM=gemmex qn $c a_gemmex regs attn; GEMM=lt qn $c a_lt regs attn
+    GEMM=lt qn $c b_lt regs attn; GEMM=gemmex qn $c b_gemmex regs attn; }
+done
+for r in a_gemmex a_lt b_lt b_gemmex; do GEMM=${r#*_} qn qwen3-8b 32000 "$r" regs attn --ctx-size 32768; done
+run torch8_compile_512 150 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64 --compile
+elif [ "${PART:-all}" = norm ]; then
 # PART=norm: addRmsNorm's two kernels in one binary (QWEN_NORM=regs|loop with the default decode
 # kernels, attn) and QWEN_DECODE=attnrope, A B C C B A at qwen3-8b and qwen3-32b 512, A B B A at
 # qwen3-8b 32000; PyTorch eager (graph) and torch.compile at 8b 512 for the ratio; one 8b step
 # under ncu.
-qn() {  # qn <preset> <prompt> <tag> <norm> <decode> [extra]
-  local preset=$1 P=$2 tag=$3 norm=$4 dec=$5; shift 5
-  local short=${preset#qwen3-}; local N=64; [ "$short" = 32b ] && N=32
-  run "q${short%b}_${P}_$tag" 120 env QWEN_NORM=$norm QWEN_DECODE=$dec $Q --model-preset $preset --prompt-tokens $P \
-    --n-predict $N --ubatch-size 2048 "$@"
-}
 for c in "qwen3-8b 512" "qwen3-32b 512"; do
   # shellcheck disable=SC2086
   { qn $c a_regs regs attn; qn $c a_loop loop attn; qn $c a_attnrope regs attnrope
@@ -137,7 +149,7 @@ fi
       /^ +eval time/ && !dc { for (i = 1; i <= NF; ++i) if ($i == "tokens" && $(i+1) == "per") dc = $(i-1) }
       /^decode step [0-9]/ { st = $3; match($0, /\(([0-9.]+)% of roofline/); rf = substr($0, RSTART + 1, RLENGTH - 14);
                              match($0, /graph: [0-9]+ kernels/); gr = substr($0, RSTART + 7, RLENGTH - 7) }
-      /decode step's weight GEMMs alone/ { match($0, /\): [0-9.]+ ms/); gm = substr($0, RSTART + 3, RLENGTH - 6);
+      /decode step.s weight GEMMs alone/ { match($0, /\): [0-9.]+ ms/); gm = substr($0, RSTART + 3, RLENGTH - 6);
                              match($0, /everything else in the step: [0-9.]+/); re = substr($0, RSTART + 29, RLENGTH - 29) }
       /rc=[1-9]/ { bad = 1 }
       END { printf "| %s%s | %s | %s | %s | %s | %s | %s | %s | %s |\n", run, bad ? " (FAILED)" : "", k, pf, dc, st, rf, gr, gm, re }' "$f"
