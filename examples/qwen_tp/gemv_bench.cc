@@ -11,7 +11,6 @@
 // (split-K and its reduction kernel, tile shapes), before GpuModel::gemm is made to do it.
 //   gemv_bench [--preset qwen3-8b,qwen3-32b] [--tp 1] [--tokens 1,4,8] [--iters 20] [--no-pdl]
 //              [--lt-tokens 1,2048]
-#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -27,6 +26,7 @@
 
 #include "config.h"
 #include "gpu_kernels.h"
+#include "lt_gemm.h"
 
 namespace {
 
@@ -122,53 +122,9 @@ double relDiff(const std::vector<float>& a, const std::vector<float>& b) {
   return mx > 0 ? d / mx : d;
 }
 
-// cuBLASLt's descriptors of Y [n, out] = X [n, in] W [out, in]^T (cublasGemmEx's call in
-// GpuModel::gemm: column-major Y^T = op_T(W^T) X^T), and the algorithms its heuristics offer.
-struct LtProblem {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  std::vector<cublasLtMatmulHeuristicResult_t> algos;
-  ~LtProblem() {
-    if (op) cublasLtMatmulDescDestroy(op);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-  }
-};
-
-bool ltProblem(cublasLtHandle_t lt, int out, int in, int n, bool f32, size_t wsBytes, int want, LtProblem* p) {
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS ||
-      cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)) != CUBLAS_STATUS_SUCCESS ||
-      cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)) != CUBLAS_STATUS_SUCCESS ||
-      cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, in, out, in) != CUBLAS_STATUS_SUCCESS ||
-      cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, in, n, in) != CUBLAS_STATUS_SUCCESS ||
-      cublasLtMatrixLayoutCreate(&p->c, f32 ? CUDA_R_32F : CUDA_R_16BF, out, n, out) != CUBLAS_STATUS_SUCCESS)
-    return false;
-  cublasLtMatmulPreference_t pref = nullptr;
-  if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return false;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsBytes, sizeof(wsBytes));
-  std::vector<cublasLtMatmulHeuristicResult_t> r(want);
-  int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->a, p->b, p->c, p->c, pref, want, r.data(), &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS) return false;
-  for (int i = 0; i < found; ++i)
-    if (r[i].state == CUBLAS_STATUS_SUCCESS) p->algos.push_back(r[i]);
-  return true;
-}
-
-// "id T tile S splitK R reduction" of an algorithm, for the table.
-std::string ltAlgoName(const cublasLtMatmulAlgo_t& algo) {
-  int id = 0, tile = 0, splitK = 0, red = 0;
-  size_t got = 0;
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &got);
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &got);
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitK, sizeof(splitK), &got);
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof(red), &got);
-  return "id " + std::to_string(id) + " tile " + std::to_string(tile) + " splitK " + std::to_string(splitK) +
-         " red " + std::to_string(red);
-}
+using qwen::LtProblem;
+using qwen::ltAlgoName;
+using qwen::ltProblem;
 
 // The --lt-tokens table, per layer product and n (the lm_head only for n <= 16: prefill runs it
 // for one row): cublasGemmEx's time, then each cuBLASLt algorithm's (the heuristic's order, the

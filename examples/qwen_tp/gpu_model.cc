@@ -1,6 +1,7 @@
 // gpu_model.cc: weights (synthetic on the GPU or sliced from a checkpoint), the forward passes
 // as stream-ordered enqueues, CUDA-graph capture and replay, and the tpcomm all-reduces.
 #include "gpu_model.h"
+#include "lt_gemm.h"
 
 #include <cuda_profiler_api.h>
 
@@ -273,8 +274,61 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   hTokens_ = hIn_ + T;
   hOut_ = hIn_ + 3 * T;
   hProbEnd_ = reinterpret_cast<float*>(hIn_ + 2 * T) + T;
+  {  // QWEN_GEMM=gemmex|lt|lt-always: the weight GEMMs through cublasGemmEx (unset) or cuBLASLt
+     // timed here (lt-always: on cuBLASLt even where cublasGemmEx timed faster; for the tests)
+    const char* e = std::getenv("QWEN_GEMM");
+    const std::string v = e ? e : "gemmex";
+    if (v != "gemmex" && v != "lt" && v != "lt-always")
+      return *error = "QWEN_GEMM=" + v + ": expected gemmex, lt or lt-always", false;
+    if (v != "gemmex") {
+      lt_ = std::make_unique<LtGemms>();
+      if (!lt_->init(cublasWorkspace_, wsBytes, error) || !tuneGemms(v == "lt-always", error)) return false;
+    }
+  }
   QWEN_CUDA(cudaStreamSynchronize(stream_));
   return true;
+}
+
+// QWEN_GEMM=lt: every weight product at the row counts the run's calls use most (1..8 tokens:
+// decode, verify and draft steps; a full prefill chunk and, overlapped, its two halves), timed
+// here, before any collective and outside capture. Each pass launches a product once per layer
+// for up to kTuneLayers layers (distinct weights: none found in L2). Inputs are zeroed scratch;
+// outputs land in scratch that every call rewrites before it reads.
+bool GpuModel::tuneGemms(bool keepAlways, std::string* error) {
+  constexpr int kTuneLayers = 8;
+  const int H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, I = shape_.inter, Vl = shape_.vocab,
+            T = std::max(opt_.maxTokensPerCall, kGraphMaxTokens);
+  QWEN_CUDA(cudaMemsetAsync(hn_, 0, static_cast<size_t>(T) * H * 2, stream_));
+  QWEN_CUDA(cudaMemsetAsync(att_, 0, static_cast<size_t>(T) * hq * D * 2, stream_));
+  QWEN_CUDA(cudaMemsetAsync(act_, 0, static_cast<size_t>(T) * I * 2, stream_));
+  QWEN_CUDA(cudaMemsetAsync(cat_, 0, static_cast<size_t>(T) * 2 * H * 2, stream_));
+  std::vector<int> rows;
+  for (int n = 1; n <= std::min(8, T); ++n) rows.push_back(n);
+  if (opt_.maxTokensPerCall > kGraphMaxTokens) {
+    const int n = opt_.maxTokensPerCall, m = (n / 2) & ~15;
+    rows.push_back(n);
+    if (commStream_ && n >= 64) rows.insert(rows.end(), {m, n - m});  // overlapPrefill's halves
+  }
+  std::vector<const __nv_bfloat16*> wqkv, wo, wgu, wd;
+  for (int l = 0; l < std::min<int>(kTuneLayers, cfg_.numLayers); ++l) {
+    const Layer& L = layers_[static_cast<size_t>(l)];
+    wqkv.push_back(L.wqkv), wo.push_back(L.wo), wgu.push_back(L.wgu), wd.push_back(L.wd);
+  }
+  for (int n : rows) {
+    if (!lt_->tune(cublas_, wqkv, qkvRows_, H, hn_, n, qkv_, false, stream_, error, keepAlways) ||
+        !lt_->tune(cublas_, wo, H, hq * D, att_, n, proj_, false, stream_, error, keepAlways) ||
+        !lt_->tune(cublas_, wgu, 2 * I, H, hn_, n, gu_, false, stream_, error, keepAlways) ||
+        !lt_->tune(cublas_, wd, H, I, act_, n, proj_, false, stream_, error, keepAlways))
+      return false;
+    if (n <= kLogitsRows && !lt_->tune(cublas_, {lmHead_}, Vl, H, hn_, n, logits_, true, stream_, error, keepAlways)) return false;
+    if (hasMtp() && n <= kGraphMaxTokens && !lt_->tune(cublas_, {mtpFc_}, H, 2 * H, cat_, n, x_, false, stream_, error, keepAlways))
+      return false;
+  }
+  return true;
+}
+
+std::string GpuModel::gemmLibrary() const {
+  return lt_ ? "cuBLASLt timed at init (QWEN_GEMM=lt): " + lt_->describe() : std::string("cublasGemmEx");
 }
 
 void GpuModel::gemm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32) {
@@ -282,6 +336,12 @@ void GpuModel::gemm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16
   if (opt_.customGemv && n <= gpu::kGemvMaxTokens && gpu::gemvVectorizable(W, X, in) &&
       gpu::gemvBf16(W, out, in, X, n, Y, yF32, stream_))
     return;
+  if (lt_) {
+    mark("in cublasLtMatmul");
+    const bool ran = lt_->run(W, out, in, X, n, Y, yF32, stream_);
+    mark(enqueueStep_);
+    if (ran) return;
+  }
   const float alpha = 1.f, beta = 0.f;
   mark("in cublasGemmEx");
   cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, W, CUDA_R_16BF, in, X, CUDA_R_16BF, in, &beta, Y,

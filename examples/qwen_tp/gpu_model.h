@@ -37,6 +37,7 @@ class Communicator;
 namespace qwen {
 
 class RankGate;
+class LtGemms;
 namespace gpu {
 class CudnnPrefillAttention;
 }
@@ -194,6 +195,9 @@ class GpuModel : public DecoderEngine {
   const char* prefillKernel() const {
     return !prefillAttn_ ? "decode" : cudnnAttn_ ? "cudnn" : prefillFa3_ ? "fa3" : "fa2";
   }
+  /// The weight GEMMs' library after init: "cublasGemmEx", or "cuBLASLt timed at init: K of N
+  /// shapes on cuBLASLt (...)" under QWEN_GEMM=lt (lt_gemm.h).
+  std::string gemmLibrary() const;
   /// The decode kernels in use after init: "old", "attn", "gemv" or "fused" (GpuModelOptions::decode;
   /// tp > 1 or an unsupported shape turns "gemv" and "fused" into "attn", head_dim != 128 any into "old").
   const char* decodeKernels() const;
@@ -297,6 +301,8 @@ class GpuModel : public DecoderEngine {
   size_t weightBytes_ = 0, kvBytes_ = 0, allocBytes_ = 0;
   bool prefillAttn_ = false;
   bool prefillFa3_ = false;  // prefillAttn_ calls through gpu::attentionPrefillFa3
+  std::unique_ptr<LtGemms> lt_;  // QWEN_GEMM=lt: the shapes tuneGemms() found faster on cuBLASLt
+  bool tuneGemms(bool keepAlways, std::string* error);
   std::unique_ptr<gpu::CudnnPrefillAttention> cudnnAttn_;  // prefillAttn_ calls through cuDNN
   bool cudnnDeclinedSaid_ = false;
   int hostPos_ = 0;  // run()'s pos: the first position of the call being enqueued

@@ -51,7 +51,7 @@ std::vector<int32_t> promptIds(int n, int vocab) {
 // position, the greedy token equal where the reference's top-2 margin exceeds twice that): the
 // prompt in chunks (`chunks`: > 16 tokens take the prefill kernel, <= 16 the decode path under
 // test), then decode steps through the graphs.
-void checkAgainstCpu(Kernels kernels, const std::vector<int>& chunks) {
+void checkAgainstCpu(Kernels kernels, const std::vector<int>& chunks, const char* gemmLibrary = "cublasGemmEx") {
   unsetenv("QWEN_DECODE");  // the option under test, not the environment's
   const ModelConfig c = tiny128();
   const uint64_t seed = 31;
@@ -69,6 +69,7 @@ void checkAgainstCpu(Kernels kernels, const std::vector<int>& chunks) {
   o.decode = kernels;
   ASSERT_TRUE(gpu.init(o, &err)) << err;
   ASSERT_STREQ(gpu.decodeKernels(), kernelsName(kernels));
+  ASSERT_EQ(gpu.gemmLibrary().rfind(gemmLibrary, 0), 0u) << gpu.gemmLibrary();
   int total = 0;
   for (int len : chunks) total += len;
   const auto p = promptIds(total, c.vocabSize);
@@ -104,6 +105,33 @@ TEST(QwenDecodeGpu, EveryPathMatchesTheCpuReference) {
   for (Kernels k : {Kernels::kOld, Kernels::kAttention, Kernels::kAttentionRope, Kernels::kFusedGemv, Kernels::kFused}) {
     checkAgainstCpu(k, {20});        // prefill kernel, then decode steps
     checkAgainstCpu(k, {8, 7, 16});  // the decode path for the prompt's chunks too
+  }
+}
+
+// QWEN_GEMM=lt-always: every weight product the run tunes (1..8 rows and the 32-row chunk) on
+// cuBLASLt's fastest algorithm whatever cublasGemmEx timed, so gemm()'s cuBLASLt path serves the
+// prompt chunks and the decode graphs; QWEN_GEMM=lt keeps only the faster shapes. Untuned row
+// counts (16, 20) run cublasGemmEx in the same model; an unknown value is refused at init.
+TEST(QwenDecodeGpu, CublasLtGemmsMatchTheCpuReference) {
+  struct Env {
+    ~Env() { unsetenv("QWEN_GEMM"); }
+  } restore;
+  setenv("QWEN_GEMM", "lt-always", 1);
+  checkAgainstCpu(Kernels::kAttention, {20}, "cuBLASLt timed at init");
+  checkAgainstCpu(Kernels::kAttention, {8, 7, 32}, "cuBLASLt timed at init");
+  setenv("QWEN_GEMM", "lt", 1);
+  checkAgainstCpu(Kernels::kAttention, {8, 7, 16}, "cuBLASLt timed at init");
+  setenv("QWEN_GEMM", "cublasLt", 1);
+  {
+    const ModelConfig c = tiny128();
+    TpShape sh;
+    std::string err;
+    ASSERT_TRUE(makeTpShape(c, 1, 0, &sh, &err));
+    GpuModel gpu(c, sh, 0, nullptr);
+    GpuModelOptions o;
+    o.ctxSize = 64;
+    EXPECT_FALSE(gpu.init(o, &err));
+    EXPECT_NE(err.find("QWEN_GEMM=cublasLt: expected gemmex, lt or lt-always"), std::string::npos) << err;
   }
 }
 

@@ -8,6 +8,7 @@
 //    CustomGemvMatchesCublas); a token's bits the same at n = 1 and 5; the fused forms on the 8b
 //    shapes (norm + qkv, norm + gate/up + SwiGLU against the reference; o_proj and down with the
 //    residual add bit for bit gemvBf16 + the bf16 add).
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -21,6 +22,7 @@
 
 #include "config.h"
 #include "gpu_kernels.h"
+#include "lt_gemm.h"
 #include "safetensors.h"
 
 namespace qwen {
@@ -232,6 +234,95 @@ TEST(QwenGemvGpu, FusedFormsAtModelShapes) {
     }
     EXPECT_EQ(bad, 0) << what;
   }
+}
+
+// QWEN_GEMM=lt (lt_gemm.h): every algorithm cuBLASLt's heuristics offer for the decoder's product
+// layout gives cublasGemmEx's result (|y - y_Ex| <= 2^-7 |y_Ex| + 1e-3 max |y_Ex|: split-K sums in
+// another order, then one bf16 rounding each), at decode rows, a prefill chunk's and the fp32
+// lm_head output; LtGemms keeps a tuned shape (keepAlways) and runs it with the same result, and
+// declines a shape it never tuned.
+TEST(QwenGemvGpu, CublasLtAlgorithmsMatchGemmEx) {
+  struct Case {
+    int out, in, n;
+    bool f32;
+  };
+  const Case cases[] = {{6144, 4096, 1, false}, {4096, 12288, 1, false}, {4096, 4096, 5, false},
+                        {24576, 4096, 64, false}, {8192, 4096, 3, true}};
+  cublasHandle_t cublas = nullptr;
+  ASSERT_EQ(cublasCreate(&cublas), CUBLAS_STATUS_SUCCESS);
+  cudaStream_t s = nullptr;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cublasSetStream(cublas, s);
+  const size_t wsBytes = 32u << 20;
+  DevBuf<char> ws(wsBytes);
+  cublasSetWorkspace(cublas, ws.p, wsBytes);
+  LtGemms lt;
+  std::string err;
+  ASSERT_TRUE(lt.init(ws.p, wsBytes, &err)) << err;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::to_string(c.out) + " x " + std::to_string(c.in) + " at " + std::to_string(c.n) + " rows" +
+                 (c.f32 ? ", fp32 out" : ""));
+    const size_t wN = size_t(c.out) * c.in, xN = size_t(c.n) * c.in, yN = size_t(c.n) * c.out;
+    const std::vector<uint16_t> hw = randomBf16(wN, 7 + c.out, 0.05f), hx = randomBf16(xN, 99 + c.n, 1.f);
+    DevBuf<uint16_t> W(wN), X(xN);
+    DevBuf<float> Y(yN);
+    CK(cudaMemcpy(W.p, hw.data(), wN * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(X.p, hx.data(), xN * 2, cudaMemcpyHostToDevice));
+    auto fetch = [&] {
+      std::vector<float> y(yN);
+      if (c.f32) {
+        EXPECT_EQ(cudaMemcpy(y.data(), Y.p, yN * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      } else {
+        std::vector<uint16_t> h(yN);
+        EXPECT_EQ(cudaMemcpy(h.data(), Y.p, yN * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (size_t i = 0; i < yN; ++i) y[i] = bf16ToFloat(h[i]);
+      }
+      return y;
+    };
+    const float alpha = 1.f, beta = 0.f;
+    ASSERT_EQ(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, c.out, c.n, c.in, &alpha, W.p, CUDA_R_16BF, c.in, X.p,
+                           CUDA_R_16BF, c.in, &beta, Y.p, c.f32 ? CUDA_R_32F : CUDA_R_16BF, c.out, CUBLAS_COMPUTE_32F,
+                           CUBLAS_GEMM_DEFAULT),
+              CUBLAS_STATUS_SUCCESS);
+    CK(cudaStreamSynchronize(s));
+    const std::vector<float> y0 = fetch();
+    float mx = 0;
+    for (float v : y0) mx = std::max(mx, std::fabs(v));
+    ASSERT_GT(mx, 0.f);
+    auto expectClose = [&](const std::vector<float>& y, const std::string& what) {
+      size_t bad = 0, first = 0;
+      for (size_t i = 0; i < yN; ++i)
+        if (!(std::fabs(y[i] - y0[i]) <= 0.0078125f * std::fabs(y0[i]) + 1e-3f * mx) && bad++ == 0) first = i;
+      EXPECT_EQ(bad, 0u) << what << ": first at " << first << ": " << y[first] << " against " << y0[first];
+    };
+    LtProblem p;
+    {
+      cublasLtHandle_t h = nullptr;
+      ASSERT_EQ(cublasLtCreate(&h), CUBLAS_STATUS_SUCCESS);
+      ASSERT_TRUE(ltProblem(h, c.out, c.in, c.n, c.f32, wsBytes, LtGemms::kMaxCandidates, &p));
+      ASSERT_FALSE(p.algos.empty());
+      for (const auto& a : p.algos) {
+        CK(cudaMemset(Y.p, 0xff, yN * 4));  // NaN: an algorithm that writes nothing fails
+        ASSERT_EQ(cublasLtMatmul(h, p.op, &alpha, W.p, p.a, X.p, p.b, &beta, Y.p, p.c, Y.p, p.c, &a.algo, ws.p, wsBytes,
+                                 s),
+                  CUBLAS_STATUS_SUCCESS)
+            << ltAlgoName(a.algo);
+        CK(cudaStreamSynchronize(s));
+        expectClose(fetch(), ltAlgoName(a.algo));
+      }
+      cublasLtDestroy(h);
+    }
+    const std::vector<const __nv_bfloat16*> ws1{W.bf(), W.bf()};
+    ASSERT_TRUE(lt.tune(cublas, ws1, c.out, c.in, X.bf(), c.n, Y.p, c.f32, s, &err, /*keepAlways=*/true)) << err;
+    CK(cudaMemset(Y.p, 0xff, yN * 4));
+    ASSERT_TRUE(lt.run(W.bf(), c.out, c.in, X.bf(), c.n, Y.p, c.f32, s));
+    CK(cudaStreamSynchronize(s));
+    expectClose(fetch(), "LtGemms::run");
+    EXPECT_FALSE(lt.run(W.bf(), c.out, c.in, X.bf(), c.n + 1, Y.p, c.f32, s)) << "a shape never tuned";
+  }
+  EXPECT_NE(lt.describe().find("5 of 5 shapes on cuBLASLt"), std::string::npos) << lt.describe();
+  cudaStreamDestroy(s);
+  cublasDestroy(cublas);
 }
 
 }  // namespace
