@@ -876,6 +876,26 @@ void GpuModel::enqueueLayerGemms(const Layer& L, int n) {
   gemm(L.wd, H, I, act_, n, proj_, false);
 }
 
+bool GpuModel::timeChunkAttention(int n, int pos, int iters, double* ms, double* flop, std::string* error) {
+  if (!prefillAttn_ || cudnnAttn_ || n <= kGraphMaxTokens || n > opt_.maxTokensPerCall || pos < 0 ||
+      pos + n > opt_.ctxSize)
+    return *error = "timeChunkAttention: " + std::to_string(n) + " rows at position " + std::to_string(pos) +
+                    ": not a chunk the fa2 / fa3 prefill kernel runs within the KV cache",
+           false;
+  const int T = std::max(opt_.maxTokensPerCall, kGraphMaxTokens);
+  hTokens_[-1] = pos;  // the call's position, where enqueue() puts it (dIn_[T - 1])
+  QWEN_CUDA(cudaMemcpyAsync(dIn_ + T - 1, hIn_ + T - 1, 4, cudaMemcpyHostToDevice, stream_));
+  QWEN_CUDA(cudaStreamSynchronize(stream_));
+  dPos_ = dIn_ + T - 1;
+  hostPos_ = pos;
+  const double keys = static_cast<double>(n) * pos + 0.5 * n * (n + 1.0);  // query i sees i + 1 keys
+  *flop = 4.0 * cfg_.headDim * shape_.heads * keys * static_cast<double>(layers_.size());
+  auto enqueue = [&] {
+    for (const Layer& L : layers_) enqueueAttention(L, n);
+  };
+  return timeCaptured(enqueue, iters, ms, error);
+}
+
 bool GpuModel::timeCaptured(const std::function<void()>& enqueue, int iters, double* ms, std::string* error) {
   GraphOwner g;  // graph and exec destroyed on every return
   QWEN_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));

@@ -175,6 +175,12 @@ class GpuModel : public DecoderEngine {
   /// maxTokensPerCall; the lm_head, which prefill runs for one row, left out) in one CUDA graph,
   /// replayed iters times: median ms, and the FLOPs they do.
   bool timeChunkGemms(int n, int iters, double* ms, double* flop, std::string* error);
+  /// The prefill attention alone for a chunk of n rows at position pos: every layer's
+  /// enqueueAttention in one graph, median of `iters` replays, over whatever q_ and the KV cache
+  /// hold; *flop its causal FLOPs (4 x head_dim x heads x the keys each query sees, every layer).
+  /// False when the prefill kernel is cuDNN's (its plans are not built under capture) or n is not
+  /// a chunk the prefill kernel runs.
+  bool timeChunkAttention(int n, int pos, int iters, double* ms, double* flop, std::string* error);
   /// This rank's logits of the last `rows` rows of the last call, [rows, shape.vocab] (copied to
   /// the host). Only the last slice of kLogitsRows rows is kept (one row after prefill() and the
   /// MTP passes): fails when rows exceeds it.

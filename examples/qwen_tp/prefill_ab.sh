@@ -61,8 +61,9 @@ CUDNN_LIB=$(python3 -c "import os, nvidia.cudnn as c; print(os.path.join(list(c.
 [ -n "$CUDNN_LIB" ] && export LD_LIBRARY_PATH="$CUDNN_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if [ "${PART:-all}" = ubatch ]; then
 # PART=ubatch: the default kernel (fa3) at 32000 and 8192 tokens with --ubatch-size 2048 against
-# 8192, A B B A, profiled (the chunk's weight GEMMs alone: their TFLOP/s), then PyTorch's SDPA
-# prefill at 32000; the table lists each run's warm prefill and its GEMM line.
+# 8192, A B B A, profiled (the chunk's weight GEMMs alone: their TFLOP/s; the prompt's attention
+# alone, chunk by chunk), then PyTorch's SDPA prefill at 32000; the table lists each run's warm
+# prefill, its GEMM line and its attention line.
 for P in 32000 8192; do
   for r in a_2048 a_8192 b_8192 b_2048; do
     run "ub_${P}_$r" 90 "$Q" --model-preset qwen3-8b --prompt-tokens "$P" --n-predict 4 --ubatch-size "${r#*_}" \
@@ -79,6 +80,7 @@ fi
   for f in "$L"/ub_*.log; do
     echo "- $(basename "$f" .log): $(grep -a 'prompt eval time' "$f" | head -1 | sed 's/^ *//')"
     echo "  $(grep -a "prefill chunk's weight GEMMs" "$f" | head -1)$(grep -q 'rc=[1-9]' "$f" && echo ' (FAILED or timed out)')"
+    echo "  $(grep -a "prefill attention alone" "$f" | head -1)"
   done
   [ -f "$L/torch8_32000.log" ] && echo "PyTorch, 32000: $(grep -a '^torch TP=' "$L/torch8_32000.log" | tail -1)"
   echo "total $(( $(date +%s) - T0 )) s"

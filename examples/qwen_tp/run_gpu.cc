@@ -50,6 +50,9 @@ struct RankResult {
   size_t gemmBytes = 0;
   int chunkRows = 0;  // the prefill chunk whose GEMMs were timed alone (0: none)
   double chunkGemmMs = 0, chunkGemmFlop = 0;
+  // The prompt's prefill attention alone: each chunk the prefill kernel ran, at its position.
+  double prefillAttnMs = 0, prefillAttnFlop = 0;
+  int prefillAttnChunks = 0;
   GraphNodes stepNodes, draftNodes;  // what the decode step's and the draft step's graphs launch
 };
 
@@ -132,7 +135,17 @@ bool profileStep(const Shared& sh, GpuModel& model, RankResult* r, std::string* 
   const int chunk = std::min(f.ubatch, pos);
   if (chunk <= GpuModel::kGraphMaxTokens) return true;
   r->chunkRows = chunk;
-  return model.timeChunkGemms(chunk, 10, &r->chunkGemmMs, &r->chunkGemmFlop, err);
+  if (!model.timeChunkGemms(chunk, 10, &r->chunkGemmMs, &r->chunkGemmFlop, err)) return false;
+  // The prefill's attention alone, chunk by chunk as the prompt ran (cuDNN's is not timed).
+  if (std::strcmp(model.prefillKernel(), "fa3") != 0 && std::strcmp(model.prefillKernel(), "fa2") != 0) return true;
+  for (int c = 0; c < pos; c += chunk) {
+    const int n = std::min(chunk, pos - c);
+    if (n <= GpuModel::kGraphMaxTokens) break;  // a short last chunk runs the decode kernels
+    double ms = 0, flop = 0;
+    if (!model.timeChunkAttention(n, c, 3, &ms, &flop, err)) return false;
+    r->prefillAttnMs += ms, r->prefillAttnFlop += flop, ++r->prefillAttnChunks;
+  }
+  return true;
 }
 
 // Device copy rate (read + write bytes per second) of 1 GiB copies, for the roofline.
@@ -235,6 +248,11 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
         "= %.0f TFLOP/s; x %.2f chunks of the prompt = %.1f ms of its prefill\n",
         r.chunkRows, r.chunkGemmMs, r.chunkGemmFlop / (r.chunkGemmMs * 1e-3) / 1e12,
         static_cast<double>(P) / r.chunkRows, r.chunkGemmMs * P / r.chunkRows);
+  if (r.prefillAttnMs > 0)
+    std::printf("prefill attention alone (%s, the prompt's %d chunks each at its position, every layer): %.1f ms = %.0f "
+                "TFLOP/s causal\n",
+                model.prefillKernel(), r.prefillAttnChunks, r.prefillAttnMs,
+                r.prefillAttnFlop / (r.prefillAttnMs * 1e-3) / 1e12);
   if (r.verifyMs > 0)
     std::printf("verify step (%d tokens) %.3f ms, without all-reduce %.3f ms -> all-reduce share %.1f%%\n",
                 f.draftNMax + 1, r.verifyMs, r.verifyNoArMs, (r.verifyMs - r.verifyNoArMs) / r.verifyMs * 100);

@@ -263,6 +263,39 @@ TEST(QwenPrefillGpu, ChunkedPrefillEqualsOneCallTiny) {
   }
 }
 
+// The profile's prefill attention timing (GpuModel::timeChunkAttention): a chunk's causal FLOPs
+// are 4 x head_dim x heads x the keys its queries see (query i sees i + 1), every layer; it times
+// something (> 0 ms) at positions 0 and 100, and refuses a call the prefill kernel does not run
+// (16 rows: the decode kernels'), one past the KV cache and one past the micro-batch.
+TEST(QwenPrefillGpu, ChunkAttentionTimingCountsCausalFlops) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ModelConfig c;
+  std::string err;
+  ASSERT_TRUE(presetConfig("qwen3-0.6b", &c, &err));
+  c.numLayers = 3;
+  c.mtpLayers = 0;
+  TpShape s;
+  ASSERT_TRUE(makeTpShape(c, 1, 0, &s, &err)) << err;
+  GpuModel m(c, s, 0, nullptr);
+  GpuModelOptions o;
+  o.ctxSize = 200;
+  o.maxTokensPerCall = 64;
+  o.seed = 5;
+  ASSERT_TRUE(m.init(o, &err)) << err;
+  for (int pos : {0, 100}) {
+    double ms = 0, flop = 0;
+    ASSERT_TRUE(m.timeChunkAttention(64, pos, 3, &ms, &flop, &err)) << err;
+    EXPECT_GT(ms, 0.0);
+    const double keys = 64.0 * pos + 64.0 * 65.0 / 2;
+    EXPECT_DOUBLE_EQ(flop, 4.0 * c.headDim * c.numHeads * keys * c.numLayers) << "position " << pos;
+  }
+  double ms = 0, flop = 0;
+  EXPECT_FALSE(m.timeChunkAttention(16, 0, 1, &ms, &flop, &err));
+  EXPECT_FALSE(m.timeChunkAttention(64, 137, 1, &ms, &flop, &err));
+  EXPECT_FALSE(m.timeChunkAttention(65, 0, 1, &ms, &flop, &err));
+  EXPECT_NE(err.find("not a chunk the fa2 / fa3 prefill kernel runs"), std::string::npos) << err;
+}
+
 TEST(QwenPrefillGpu, ChunkedPrefillEqualsOneCallHeadDim128) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   ModelConfig c;
