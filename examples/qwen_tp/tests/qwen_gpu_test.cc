@@ -114,6 +114,7 @@ bool onRanks(int tp, const std::string& algo, const std::function<void(GpuModelO
       TpShape s;
       const bool shaped = makeTpShape(c, tp, r, &s, &errs[r]);
       GpuModel m(c, s, devs[r], tp > 1 ? comms[r].get() : nullptr);
+      m.setRankGate(&gate, r);  // as qwen_tp runs: graph gate, host gate before each eager all-reduce
       GpuModelOptions o;
       o.pdl = pdlFor(tp);
       options(&o);
@@ -123,6 +124,7 @@ bool onRanks(int tp, const std::string& algo, const std::function<void(GpuModelO
         return;
       }
       ok[r] = body(r, m, &errs[r]);
+      if (!ok[r]) gate.leave(r);  // a peer at a gate stops at once
     });
   for (auto& t : th) t.join();
   for (auto& cm : comms) cm->destroy();

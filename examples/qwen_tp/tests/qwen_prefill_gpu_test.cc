@@ -341,6 +341,7 @@ void runTp2Variant(const ModelConfig& c, int ubatch, bool overlap, bool fusedNor
       TpShape s;
       const bool shaped = makeTpShape(c, tp, r, &s, &errs[r]);
       GpuModel m(c, s, devs[r], comms[r].get());
+      m.setRankGate(&gate, r);  // as qwen_tp runs: graph gate, host gate before each eager all-reduce
       GpuModelOptions o;
       o.ctxSize = static_cast<int>(prompt.size()) + 16;
       o.maxTokensPerCall = ubatch;
@@ -358,8 +359,9 @@ void runTp2Variant(const ModelConfig& c, int ubatch, bool overlap, bool fusedNor
       std::vector<float> lg;
       for (int st = 0; st < steps; ++st) {
         const int pos = static_cast<int>(prompt.size()) + st - 1;
-        if (st == 0 ? !prefillChunked(m, &toks, false, &draft, &errs[r]) : !m.target(&in, 1, pos, &next, &errs[r])) return;
-        if (!m.lastLogits(1, &lg, &errs[r])) return;
+        if (st == 0 ? !prefillChunked(m, &toks, false, &draft, &errs[r]) : !m.target(&in, 1, pos, &next, &errs[r]))
+          return gate.leave(r);  // a peer at a gate stops at once
+        if (!m.lastLogits(1, &lg, &errs[r])) return gate.leave(r);
         std::copy(lg.begin(), lg.end(), (*logits)[st].begin() + s.vocabBegin());  // disjoint shards
         const int32_t tok = st == 0 ? toks.back() : next;
         if (r == 0) (*tokens)[st] = tok;
