@@ -320,8 +320,11 @@ bool GpuModel::tuneGemms(bool keepAlways, std::string* error) {
         !lt_->tune(cublas_, wgu, 2 * I, H, hn_, n, gu_, false, stream_, error, keepAlways) ||
         !lt_->tune(cublas_, wd, H, I, act_, n, proj_, false, stream_, error, keepAlways))
       return false;
-    if (n <= kLogitsRows && !lt_->tune(cublas_, {lmHead_}, Vl, H, hn_, n, logits_, true, stream_, error, keepAlways)) return false;
-    if (hasMtp() && n <= kGraphMaxTokens && !lt_->tune(cublas_, {mtpFc_}, H, 2 * H, cat_, n, x_, false, stream_, error, keepAlways))
+    if (n <= kLogitsRows &&
+        !lt_->tune(cublas_, {lmHead_}, Vl, H, hn_, n, logits_, true, stream_, error, keepAlways))
+      return false;
+    if (hasMtp() && n <= kGraphMaxTokens &&
+        !lt_->tune(cublas_, {mtpFc_}, H, 2 * H, cat_, n, x_, false, stream_, error, keepAlways))
       return false;
   }
   return true;
