@@ -11,7 +11,8 @@
 # stops after the GEMV steps (build, tests, the A/B at 512, gemv_bench, the fused steps' ncu);
 # PART=norm times addRmsNorm's two kernels and QWEN_DECODE=attnrope instead (8b and 32b at 512,
 # 8b at 32000), PyTorch eager and torch.compile at 8b 512, one 8b step under ncu; PART=lt times
-# the weight GEMMs on cublasGemmEx against cuBLASLt timed at init (QWEN_GEMM=gemmex|lt).
+# the weight GEMMs on cublasGemmEx against cuBLASLt timed at init (QWEN_GEMM=gemmex|lt), each
+# with the L2 prefetch of the next product's weights off and on (QWEN_PREFETCH=off|on).
 # Logs go to $OUT/logs.tgz (each log opens with commit, date, command), the table to
 # $OUT/summary.md and to stdout, last. Usage, from the repository root:
 #   OUT=/path/to/out bash examples/qwen_tp/decode_ab.sh
@@ -60,22 +61,25 @@ ncu_step() {  # ncu_step <mode> <preset> <prompt> [extra]
     $Q --model-preset $preset --prompt-tokens $P --n-predict 2 --ubatch-size 2048 "$@"
 }
 
-qn() {  # qn <preset> <prompt> <tag> <norm> <decode> [extra]; GEMM=gemmex|lt (QWEN_GEMM), default gemmex
+qn() {  # qn <preset> <prompt> <tag> <norm> <decode> [extra]; GEMM=gemmex|lt (QWEN_GEMM), default gemmex;
+        # PF=off|on|<MB> (QWEN_PREFETCH), default off
   local preset=$1 P=$2 tag=$3 norm=$4 dec=$5; shift 5
   local short=${preset#qwen3-}; local N=64; [ "$short" = 32b ] && N=32
-  run "q${short%b}_${P}_$tag" 120 env QWEN_NORM=$norm QWEN_DECODE=$dec QWEN_GEMM=${GEMM:-gemmex} $Q \
+  run "q${short%b}_${P}_$tag" 120 env QWEN_NORM=$norm QWEN_DECODE=$dec QWEN_GEMM=${GEMM:-gemmex} QWEN_PREFETCH=${PF:-off} $Q \
     --model-preset $preset --prompt-tokens $P --n-predict $N --ubatch-size 2048 "$@"
 }
 if [ "${PART:-all}" = lt ]; then
 # PART=lt: the weight GEMMs through cublasGemmEx against cuBLASLt timed at init (QWEN_GEMM=
-# gemmex|lt), A B B A at qwen3-8b and qwen3-32b 512 and at qwen3-8b 32000 (its prefill too: full
-# 2048-row chunks tuned, the last 1280 rows not); torch.compile at 8b 512 for the ratio.
-for c in "qwen3-8b 512" "qwen3-32b 512"; do
-  # shellcheck disable=SC2086
-  { GEMM=gemmex qn $c a_gemmex regs attn; GEMM=lt qn $c a_lt regs attn
-    GEMM=lt qn $c b_lt regs attn; GEMM=gemmex qn $c b_gemmex regs attn; }
+# gemmex|lt), each with the L2 prefetch off and on (QWEN_PREFETCH), in the order A B C D D C B A
+# at qwen3-8b and qwen3-32b 512 and at qwen3-8b 32000 (its prefill too: full 2048-row chunks
+# tuned, the last 1280 rows not); torch.compile at 8b 512 for the ratio.
+for c in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
+  for r in a_gemmex_off a_gemmex_on a_lt_off a_lt_on b_lt_on b_lt_off b_gemmex_on b_gemmex_off; do
+    g=${r#*_}
+    # shellcheck disable=SC2086
+    GEMM=${g%_*} PF=${g#*_} qn $c "$r" regs attn
+  done
 done
-for r in a_gemmex a_lt b_lt b_gemmex; do GEMM=${r#*_} qn qwen3-8b 32000 "$r" regs attn --ctx-size 32768; done
 run torch8_compile_512 150 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64 --compile
 elif [ "${PART:-all}" = norm ]; then
 # PART=norm: addRmsNorm's two kernels in one binary (QWEN_NORM=regs|loop with the default decode
@@ -159,6 +163,12 @@ fi
   for f in "$L"/torch*.log; do
     [ -f "$f" ] || continue
     echo "- $(basename "$f" .log): $(grep -a '^torch TP=' "$f" | sed -E 's/; weights.*(efficiency [0-9]+%).*(peak memory [0-9.]+ GB)/; \1; \2/' | tail -1) $(grep -q 'rc=[1-9]' "$f" && echo '(FAILED or timed out)')"
+  done
+  echo
+  echo "Prefill split, qwen3-8b at 32000 (the profile's lines: the chunk's GEMMs alone, the attention alone):"
+  for f in "$L"/q8_32000_*.log; do
+    [ -f "$f" ] || continue
+    echo "- $(basename "$f" .log): $(grep -a "^prefill chunk's weight GEMMs alone\|^prefill attention alone" "$f" | cut -c1-220 | tr '\n' ' ')"
   done
   echo
   echo "Speculation (n-max 3, simulated acceptance 0.6):"

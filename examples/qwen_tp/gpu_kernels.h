@@ -15,6 +15,7 @@
 #include "kernels/embed_norm.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/gemv.cuh"
+#include "kernels/l2_prefetch.cuh"
 #include "kernels/mtp_prologue.cuh"
 #include "kernels/norms.cuh"
 #include "kernels/rope.cuh"

@@ -68,6 +68,9 @@ GpuModel::~GpuModel() {
   for (cudaEvent_t e : {halfReady_[0], halfReady_[1], halfDone_[0], halfDone_[1]})
     if (e) cudaEventDestroy(e);
   if (commStream_) cudaStreamDestroy(commStream_);
+  for (cudaEvent_t e : {prefetchFork_, prefetchJoin_})
+    if (e) cudaEventDestroy(e);
+  if (prefetchStream_) cudaStreamDestroy(prefetchStream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -285,8 +288,72 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
       if (!lt_->init(cublasWorkspace_, wsBytes, error) || !tuneGemms(v == "lt-always", error)) return false;
     }
   }
+  if (!initL2Prefetch(error)) return false;
   QWEN_CUDA(cudaStreamSynchronize(stream_));
   return true;
+}
+
+// GpuModelOptions::l2Prefetch (QWEN_PREFETCH=off|on|<MB>): the cap, the kernel loaded now (before
+// any collective), the branch stream and its events, and the order of a step's weight products:
+// each layer's qkv, o, gate/up, down, then the next layer's qkv; the last layer's down, then the
+// lm_head; the MTP head's fc, its layer's four, then the lm_head.
+bool GpuModel::initL2Prefetch(std::string* error) {
+  size_t cap = opt_.l2Prefetch;
+  if (const char* e = std::getenv("QWEN_PREFETCH")) {
+    const std::string v = e;
+    char* end = nullptr;
+    const long mb = v.empty() ? 0 : std::strtol(v.c_str(), &end, 10);
+    if (v == "off") cap = 0;
+    else if (v == "on") cap = GpuModelOptions::kL2PrefetchHalfL2;
+    else if (!v.empty() && end && *end == '\0' && mb > 0 && mb <= 4096) cap = static_cast<size_t>(mb) << 20;
+    else return *error = "QWEN_PREFETCH=" + v + ": expected off, on or a size in MB (1..4096)", false;
+  }
+  if (cap == 0) return true;
+  if (cap == GpuModelOptions::kL2PrefetchHalfL2) {
+    int l2 = 0;
+    QWEN_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device_));
+    cap = static_cast<size_t>(std::max(l2, 2 << 20)) / 2;
+  }
+  if (!gpu::prepareL2Prefetch()) return *error = "L2 prefetch: cudaFuncGetAttributes failed", false;
+  QWEN_CUDA(cudaStreamCreateWithFlags(&prefetchStream_, cudaStreamNonBlocking));
+  QWEN_CUDA(cudaEventCreateWithFlags(&prefetchFork_, cudaEventDisableTiming));
+  QWEN_CUDA(cudaEventCreateWithFlags(&prefetchJoin_, cudaEventDisableTiming));
+  const size_t H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, I = shape_.inter, Vl = shape_.vocab;
+  const size_t qkv = qkvRows_ * H * 2, o = H * hq * D * 2, gu = 2 * I * H * 2, down = H * I * 2, lm = Vl * H * 2;
+  auto chain = [&](const Layer& L, const void* after, const void* next, size_t nextBytes) {
+    if (after) nextWeight_[after] = {L.wqkv, qkv};
+    nextWeight_[L.wqkv] = {L.wo, o};
+    nextWeight_[L.wo] = {L.wgu, gu};
+    nextWeight_[L.wgu] = {L.wd, down};
+    nextWeight_[L.wd] = {next, nextBytes};
+  };
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const bool last = l + 1 == layers_.size();
+    chain(layers_[l], nullptr, last ? static_cast<const void*>(lmHead_) : layers_[l + 1].wqkv, last ? lm : qkv);
+  }
+  if (hasMtp()) chain(mtpLayer_, mtpFc_, lmHead_, lm);
+  prefetchBytes_ = cap;
+  return true;
+}
+
+// After the product of W is enqueued in a decode graph's capture: a branch off stream_ (it
+// starts when that product ends) asks L2 for the first prefetchBytes_ of the next product's
+// matrix. The branch's kernels follow each other on prefetchStream_; run() joins the last one.
+void GpuModel::prefetchAfter(const void* W) {
+  if (!prefetching_) return;
+  auto it = nextWeight_.find(W);
+  if (it == nextWeight_.end() || !it->second.first) return;
+  if (cudaEventRecord(prefetchFork_, stream_) != cudaSuccess ||
+      cudaStreamWaitEvent(prefetchStream_, prefetchFork_, 0) != cudaSuccess)
+    return;  // the capture reports the error at its end
+  prefetchPending_ = true;
+  gpu::prefetchL2(it->second.first, std::min(it->second.second, prefetchBytes_), prefetchStream_);
+}
+
+void GpuModel::joinPrefetch() {
+  if (!prefetchPending_) return;
+  prefetchPending_ = false;
+  if (cudaEventRecord(prefetchJoin_, prefetchStream_) == cudaSuccess) cudaStreamWaitEvent(stream_, prefetchJoin_, 0);
 }
 
 // QWEN_GEMM=lt: every weight product at the row counts the run's calls use most (1..8 tokens:
@@ -338,18 +405,19 @@ void GpuModel::gemm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16
   // Row-major Y[n, out] = X[n, in] W[out, in]^T, i.e. column-major Y^T = W^T(op T) X^T.
   if (opt_.customGemv && n <= gpu::kGemvMaxTokens && gpu::gemvVectorizable(W, X, in) &&
       gpu::gemvBf16(W, out, in, X, n, Y, yF32, stream_))
-    return;
+    return prefetchAfter(W);
   if (lt_) {
     mark("in cublasLtMatmul");
     const bool ran = lt_->run(W, out, in, X, n, Y, yF32, stream_);
     mark(enqueueStep_);
-    if (ran) return;
+    if (ran) return prefetchAfter(W);
   }
   const float alpha = 1.f, beta = 0.f;
   mark("in cublasGemmEx");
   cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, W, CUDA_R_16BF, in, X, CUDA_R_16BF, in, &beta, Y,
                yF32 ? CUDA_R_32F : CUDA_R_16BF, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   mark(enqueueStep_);
+  prefetchAfter(W);
 }
 
 bool GpuModel::allReduce(void* buf, size_t count, bool f32, std::string* error, bool exact, cudaStream_t stream) {
@@ -664,7 +732,10 @@ bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* ou
       mark(enqueueStep_ = "capturing a CUDA graph");
       QWEN_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       std::string captureError;
+      prefetching_ = prefetchBytes_ > 0;
       bool ok = enqueue(kind, n, &captureError);
+      prefetching_ = false;
+      joinPrefetch();
       cudaError_t e = cudaStreamEndCapture(stream_, &g.graph);
       if (!ok) return *error = "during graph capture: " + captureError, false;
       QWEN_CUDA(e);

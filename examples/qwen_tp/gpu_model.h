@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "config.h"
@@ -109,6 +110,14 @@ struct GpuModelOptions {
   /// kAttention is the default: the fastest measured (docs/decode_kernels.md, "Measured").
   enum class DecodeKernels { kOld, kAttention, kAttentionRope, kFusedGemv, kFused };
   DecodeKernels decode = DecodeKernels::kAttention;
+  /// Bytes of the next weight product's matrix asked into L2 (gpu::prefetchL2, on a second
+  /// stream branching off the captured graph) when a product of a decode graph (calls of up to
+  /// kGraphMaxTokens tokens) ends, while the norm, RoPE, attention or SwiGLU kernels between two
+  /// products leave device memory idle: 0 is off, kL2PrefetchHalfL2 half the device's L2. Only a
+  /// hint: the same bits either way. The environment's QWEN_PREFETCH=off|on|<MB> overrides it at
+  /// init; any other value fails init.
+  static constexpr size_t kL2PrefetchHalfL2 = ~size_t(0);
+  size_t l2Prefetch = 0;
 };
 
 /// Nodes of a captured CUDA graph by type: what one replay launches. cuBLAS's kernels count.
@@ -204,6 +213,8 @@ class GpuModel : public DecoderEngine {
   /// The weight GEMMs' library after init: "cublasGemmEx", or "cuBLASLt timed at init: K of N
   /// shapes on cuBLASLt (...)" under QWEN_GEMM=lt (lt_gemm.h).
   std::string gemmLibrary() const;
+  /// Bytes a decode graph prefetches into L2 ahead of each weight product after init (0: off).
+  size_t l2PrefetchBytes() const { return prefetchBytes_; }
   /// The decode kernels in use after init: "old", "attn", "gemv" or "fused" (GpuModelOptions::decode;
   /// tp > 1 or an unsupported shape turns "gemv" and "fused" into "attn", head_dim != 128 any into "old").
   const char* decodeKernels() const;
@@ -302,6 +313,18 @@ class GpuModel : public DecoderEngine {
   // was enqueued, so each wait sees the record it means.
   cudaStream_t commStream_ = nullptr;
   cudaEvent_t halfReady_[2] = {nullptr, nullptr}, halfDone_[2] = {nullptr, nullptr};
+  // GpuModelOptions::l2Prefetch: the cap in bytes (0: off); per weight, the product that follows
+  // it in a step and that product's matrix size; the branch stream and its fork and join events.
+  // prefetching_ is set while a decode graph is captured; prefetchPending_ while the branch has
+  // work not yet joined back (run() joins it before the capture ends).
+  size_t prefetchBytes_ = 0;
+  std::unordered_map<const void*, std::pair<const void*, size_t>> nextWeight_;
+  cudaStream_t prefetchStream_ = nullptr;
+  cudaEvent_t prefetchFork_ = nullptr, prefetchJoin_ = nullptr;
+  bool prefetching_ = false, prefetchPending_ = false;
+  bool initL2Prefetch(std::string* error);
+  void prefetchAfter(const void* W);
+  void joinPrefetch();
   cublasHandle_t cublas_ = nullptr;
   std::vector<void*> allocations_;
   size_t weightBytes_ = 0, kvBytes_ = 0, allocBytes_ = 0;

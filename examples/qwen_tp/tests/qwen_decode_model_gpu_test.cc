@@ -215,5 +215,109 @@ TEST(QwenDecodeGpu, SpeculativeEqualsGreedyOnTheNewPaths) {
   }
 }
 
+// GpuModelOptions::l2Prefetch: a hint only, so every logit of the prompt's chunks, of twelve
+// one-token steps and of a four-token verify call has the bits of the run without it; the decode
+// graph holds one prefetch kernel a product that has a next one (4 a layer: qkv -> o -> gate/up
+// -> down -> the next layer's qkv or the lm_head); speculative output (the MTP head's graphs
+// prefetch too) equals greedy output without it. QWEN_PREFETCH overrides the option; a bad value
+// is refused at init.
+TEST(QwenDecodeGpu, L2PrefetchKeepsTheBitsAndAddsItsKernels) {
+  unsetenv("QWEN_DECODE");
+  unsetenv("QWEN_PREFETCH");
+  struct Env {
+    ~Env() { unsetenv("QWEN_PREFETCH"); }
+  } restore;
+  const ModelConfig c = tiny128();
+  TpShape s;
+  std::string err;
+  ASSERT_TRUE(makeTpShape(c, 1, 0, &s, &err));
+  auto options = [](size_t prefetch) {
+    GpuModelOptions o;
+    o.ctxSize = 64;
+    o.maxTokensPerCall = 32;
+    o.seed = 11;
+    o.l2Prefetch = prefetch;
+    return o;
+  };
+  GpuModel off(c, s, 0, nullptr), on(c, s, 0, nullptr);
+  ASSERT_TRUE(off.init(options(0), &err)) << err;
+  ASSERT_TRUE(on.init(options(GpuModelOptions::kL2PrefetchHalfL2), &err)) << err;
+  EXPECT_EQ(off.l2PrefetchBytes(), 0u);
+  int l2 = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0), cudaSuccess);
+  EXPECT_EQ(on.l2PrefetchBytes(), static_cast<size_t>(l2) / 2);
+  const auto p = promptIds(20, c.vocabSize);
+  auto same = [&](int rows, const std::string& what) {
+    std::vector<float> a, b;
+    ASSERT_TRUE(off.lastLogits(rows, &a, &err)) << err;
+    ASSERT_TRUE(on.lastLogits(rows, &b, &err)) << err;
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what;
+  };
+  std::vector<int32_t> ta(20), tb(20);
+  ASSERT_TRUE(off.target(p.data(), 20, 0, ta.data(), &err)) << err;
+  ASSERT_TRUE(on.target(p.data(), 20, 0, tb.data(), &err)) << err;
+  same(1, "prompt");
+  int32_t tok = ta[19];
+  for (int t = 20; t < 32; ++t) {
+    int32_t a = -1, b = -1;
+    ASSERT_TRUE(off.target(&tok, 1, t, &a, &err)) << err;
+    ASSERT_TRUE(on.target(&tok, 1, t, &b, &err)) << err;
+    EXPECT_EQ(a, b) << "position " << t;
+    same(1, "decode position " + std::to_string(t));
+    tok = a;
+  }
+  const int32_t verify[4] = {tok, 3, 5, 7};
+  int32_t va[4], vb[4];
+  ASSERT_TRUE(off.target(verify, 4, 32, va, &err)) << err;
+  ASSERT_TRUE(on.target(verify, 4, 32, vb, &err)) << err;
+  same(4, "a four-token verify call");
+  GraphNodes g0, g1;
+  ASSERT_TRUE(off.graphNodes(GpuModel::StepGraph::kTarget, 1, &g0, &err)) << err;
+  ASSERT_TRUE(on.graphNodes(GpuModel::StepGraph::kTarget, 1, &g1, &err)) << err;
+  EXPECT_EQ(g1.kernels, g0.kernels + 4 * c.numLayers);
+  EXPECT_EQ(g1.copies, g0.copies);
+
+  // Speculative with the prefetch equals greedy without it.
+  {
+    GpuModel ref(c, s, 0, nullptr), spec(c, s, 0, nullptr);
+    GpuModelOptions o = options(0);
+    o.ctxSize = 256;
+    ASSERT_TRUE(ref.init(o, &err)) << err;
+    o.l2Prefetch = size_t(1) << 20;
+    ASSERT_TRUE(spec.init(o, &err)) << err;
+    GenerateOptions g;
+    g.nPredict = 96;
+    std::vector<int32_t> greedy, out;
+    GenerateStats st;
+    ASSERT_TRUE(generate(ref, promptIds(40, c.vocabSize), g, &greedy, &st, &err)) << err;
+    g.draftNMax = 3;
+    g.reference = &greedy;
+    ASSERT_TRUE(generate(spec, promptIds(40, c.vocabSize), g, &out, &st, &err)) << err;
+    EXPECT_EQ(out, greedy);
+  }
+
+  setenv("QWEN_PREFETCH", "8", 1);
+  {
+    GpuModel m(c, s, 0, nullptr);
+    ASSERT_TRUE(m.init(options(0), &err)) << err;
+    EXPECT_EQ(m.l2PrefetchBytes(), size_t(8) << 20);
+  }
+  setenv("QWEN_PREFETCH", "off", 1);
+  {
+    GpuModel m(c, s, 0, nullptr);
+    ASSERT_TRUE(m.init(options(GpuModelOptions::kL2PrefetchHalfL2), &err)) << err;
+    EXPECT_EQ(m.l2PrefetchBytes(), 0u);
+  }
+  for (const char* bad : {"yes", "0", "-4", "12MB", ""}) {
+    setenv("QWEN_PREFETCH", bad, 1);
+    GpuModel m(c, s, 0, nullptr);
+    EXPECT_FALSE(m.init(options(0), &err)) << bad;
+    EXPECT_NE(err.find("QWEN_PREFETCH=" + std::string(bad) + ": expected off, on or a size in MB (1..4096)"),
+              std::string::npos)
+        << err;
+  }
+}
+
 }  // namespace
 }  // namespace qwen
