@@ -15,6 +15,8 @@ MUTANTS = [
      "  if (!impl.haveLastStream || a.stream == impl.lastStream) {",
      "  if (true) {",
      "All/FaultEach.TwoStreams/*"),
+    # Survives where ranks share a GPU (1x H200): bring_up.cc turns PDL off there, so the
+    # all-reduce starts only after the spin kernel ends and both clocks agree; two GPUs catch it.
     ("pdl_wait_counted", 16, "src/algos/p2p/oneshot_p2p.cu",
      "  dev::pdlWait();  // inputs and the epoch may come from the previous kernel\n"
      "  uint64_t deadline;\n  if (!dev::p2pBegin(p, &deadline)) return;",

@@ -330,9 +330,12 @@ TEST_P(HalvesP2pStress, TenThousandRotating) {
       ASSERT_NE(slab[r], nullptr) << "cudaMalloc";
       CUDA_OK(cudaMemset(slab[r], 0xff, recvBytes * iters));
     }
-    for (int r = 0; r < n; ++r) {  // the set-up copies and memsets done before the first call
+    // The set-up copies and memsets done before the first call. cudaMemset returns before it
+    // ends and runs on the legacy stream, which the ranks' non-blocking streams do not wait for:
+    // a stream sync here let a slab's 0xff fill land over a first call's output.
+    for (int r = 0; r < n; ++r) {
       CUDA_OK(cudaSetDevice(g->devices[r]));
-      CUDA_OK(cudaStreamSynchronize(g->streams[r]));
+      CUDA_OK(cudaDeviceSynchronize());
     }
     for (int it = 0; it < iters; ++it) {
       ASSERT_EQ(Communicator::groupStart(), Status::kOk);
@@ -486,6 +489,10 @@ TEST_P(HalvesVsNccl, BitwiseEqual) {
     CUDA_OK(cudaMemcpy(send[r], in.data(), in.size(), cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemset(ours[r], 0xff, recvCount * es));  // NaN patterns: an element not written shows
     CUDA_OK(cudaMemset(theirs[r], 0xff, recvCount * es));
+  }
+  for (int r = 0; r < n; ++r) {  // the memsets (legacy stream, not ordered before the ranks' streams) done
+    CUDA_OK(cudaSetDevice(g->devices[r]));
+    CUDA_OK(cudaDeviceSynchronize());
   }
   ASSERT_EQ(Communicator::groupStart(), Status::kOk);
   for (int r = 0; r < n; ++r) {
