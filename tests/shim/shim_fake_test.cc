@@ -22,6 +22,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <functional>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -470,13 +472,34 @@ TEST(ShimOverFake, EngineSplit) {
   const size_t from = fakeNcclLogCount();
   std::vector<ncclComm_t> comms(n), subs(n);
   std::vector<std::thread> threads;
+  // Every rank's split and stream made before any rank issues: the two halves' communicators
+  // are made independently, and with ranks sharing one GPU a half whose all-reduce already spins
+  // can hold the other half's set-up in a CUDA call that waits for the device (seen once on one
+  // H200: 10 s, then both ranks of a half timed out). A rank that fails its set-up still arrives.
+  std::mutex m;
+  std::condition_variable cv;
+  int ready = 0;
+  auto arrive = [&] {
+    std::unique_lock<std::mutex> lock(m);
+    if (++ready == n) cv.notify_all();
+    cv.wait(lock, [&] { return ready >= n; });
+  };
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
+      bool arrived = false;
+      struct Leave {  // arrives on an early return (a failed ASSERT) so no peer waits forever
+        std::function<void()> f;
+        ~Leave() { f(); }
+      } leave{[&] {
+        if (!arrived) arrive();
+      }};
       if (gGpu) ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
       ASSERT_EQ(ncclCommInitRank(&comms[r], n, id, r), ncclSuccess);
       ASSERT_EQ(ncclCommSplit(comms[r], r % 2, r, &subs[r], nullptr), ncclSuccess);
       ASSERT_NE(subs[r], nullptr);
       cudaStream_t s = makeStream();
+      arrived = true;
+      arrive();
       RankCall rc(kCalls[0], r / 2, 2);
       ASSERT_EQ(rc.issue(subs[r], s), ncclSuccess);
       rc.verify(s);
