@@ -77,7 +77,8 @@ for c in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
   for r in a_gemmex_off a_gemmex_on a_lt_off a_lt_on b_lt_on b_lt_off b_gemmex_on b_gemmex_off; do
     g=${r#*_}
     # shellcheck disable=SC2086
-    GEMM=${g%_*} PF=${g#*_} qn $c "$r" regs attn
+    set -- $c  # preset, prompt, then the extra arguments (--ctx-size) after the tag
+    GEMM=${g%_*} PF=${g#*_} qn "$1" "$2" "$r" regs attn "${@:3}"
   done
 done
 run torch8_compile_512 150 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64 --compile
