@@ -18,7 +18,7 @@ fail() { echo "tune_e2e_test: $*" >&2; exit 1; }
 out=$("$doctor" --tune --host --tune-ranks 2,3 --tune-min-bytes 64 --tune-max-bytes 256K --tune-step 8 \
       --tune-repeats 3 --tune-seconds 120)
 echo "$out"
-echo "$out" | grep -q "tune: wrote $file (2 table(s)" || fail "no file written"
+grep -q "tune: wrote $file (2 table(s)" <<<"$out" || fail "no file written"
 [ "$(stat -c %a "$file")" = 600 ] || fail "$file has mode $(stat -c %a "$file"), want 600"
 [ "$(stat -c %a "$dir/tpcomm")" = 700 ] || fail "$dir/tpcomm has mode $(stat -c %a "$dir/tpcomm"), want 700"
 python3 - "$file" <<'PY'
@@ -39,26 +39,26 @@ PY
 
 # 2. The doctor's report reads it (2 host ranks).
 report=$("$doctor")
-echo "$report" | grep -q "tuning file: $file: measured: 10 sizes for 2 ranks" || { echo "$report"; fail "doctor: not measured"; }
-echo "$report" | grep -qE "^ +4K +staged_host +[0-9.]+ us measured" || { echo "$report"; fail "doctor: 4K not measured"; }
+grep -q "tuning file: $file: measured: 10 sizes for 2 ranks" <<<"$report" || { echo "$report"; fail "doctor: not measured"; }
+grep -qE "^ +4K +staged_host +[0-9.]+ us measured" <<<"$report" || { echo "$report"; fail "doctor: 4K not measured"; }
 
 # 3. A communicator created later: its INFO table says measured (and modelled beyond the sweep).
 run() { TPCOMM_DEBUG=INFO TPCOMM_DEBUG_SUBSYS=INIT,TUNE "$perf" --host -t "$1" -b 1K -e 1K -n 2 -w 1 -K 1 -c 1 2>&1; }
 log=$(run 3)
-echo "$log" | grep -q "tuning file: $file: measured: 10 sizes for 3 ranks" || { echo "$log"; fail "create: not measured"; }
-echo "$log" | grep -qE "^ +4K +staged_host +[0-9.]+ us measured" || { echo "$log"; fail "create: 4K not measured"; }
-echo "$log" | grep -qE "^ +1G +staged_host +[0-9.]+ us modelled" || { echo "$log"; fail "create: 1G not modelled"; }
+grep -q "tuning file: $file: measured: 10 sizes for 3 ranks" <<<"$log" || { echo "$log"; fail "create: not measured"; }
+grep -qE "^ +4K +staged_host +[0-9.]+ us measured" <<<"$log" || { echo "$log"; fail "create: 4K not measured"; }
+grep -qE "^ +1G +staged_host +[0-9.]+ us modelled" <<<"$log" || { echo "$log"; fail "create: 1G not modelled"; }
 [ "$(echo "$log" | grep -c WARN || true)" = 0 ] || { echo "$log"; fail "unexpected WARN"; }
 
 # 4. A topology the file does not cover: one WARN naming the file, every choice modelled.
 log=$(run 4)
 [ "$(echo "$log" | grep -c "tuning file $file ignored: stale: no table for this topology" || true)" = 1 ] ||
   { echo "$log"; fail "4 ranks: want one WARN"; }
-echo "$log" | grep -q " measured" && { echo "$log"; fail "4 ranks: something measured"; }
+grep -q " measured" <<<"$log" && { echo "$log"; fail "4 ranks: something measured"; }
 
 # 5. TPCOMM_TUNE=0: modelled, no warning.
 log=$(TPCOMM_TUNE=0 run 2)
-echo "$log" | grep -q "off (TPCOMM_TUNE=0)" || { echo "$log"; fail "TPCOMM_TUNE=0 not said"; }
+grep -q "off (TPCOMM_TUNE=0)" <<<"$log" || { echo "$log"; fail "TPCOMM_TUNE=0 not said"; }
 [ "$(echo "$log" | grep -c WARN || true)" = 0 ] || { echo "$log"; fail "TPCOMM_TUNE=0: unexpected WARN"; }
 
 # 6. A truncated file: one WARN, modelled; the benchmark still runs and checks.
@@ -66,5 +66,5 @@ head -c 300 "$file" > "$file.cut" && mv "$file.cut" "$file"
 log=$(run 2)
 [ "$(echo "$log" | grep -c "tuning file $file ignored: not valid JSON" || true)" = 1 ] ||
   { echo "$log"; fail "truncated: want one WARN"; }
-echo "$log" | grep -q "Out of bounds values : 0 OK" || { echo "$log"; fail "the benchmark failed"; }
+grep -q "Out of bounds values : 0 OK" <<<"$log" || { echo "$log"; fail "the benchmark failed"; }
 echo "tune_e2e_test: OK"

@@ -43,9 +43,9 @@ prc=0
 log=$(TPCOMM_DEBUG=INFO TPCOMM_DEBUG_SUBSYS=INIT,TUNE "$perf" -t 2 -b 8 -e "$max" -f 4 -d bf16 -c 1 $algos \
   --vs-best-max "$vsBestMax" 2>&1) || prc=$?
 echo "$log"
-echo "$log" | grep -q "tuning file: $file: measured" || fail "the communicator did not use the measured table"
-echo "$log" | grep -qE "^ +[0-9]+[KMG] +[a-z_]+ +[0-9.]+ us measured" || fail "no size bucket says measured"
-echo "$log" | grep -q "auto within $vsBestMax% of the best single algorithm at" || fail "no --vs-best summary"
-echo "$log" | grep -q -- "--vs-best-max $vsBestMax%: met" || fail "auto is not within $vsBestMax% of the best single algorithm at every size"
+grep -q "tuning file: $file: measured" <<<"$log" || fail "the communicator did not use the measured table"
+grep -qE "^ +[0-9]+[KMG] +[a-z_]+ +[0-9.]+ us measured" <<<"$log" || fail "no size bucket says measured"
+grep -q "auto within $vsBestMax% of the best single algorithm at" <<<"$log" || fail "no --vs-best summary"
+grep -q -- "--vs-best-max $vsBestMax%: met" <<<"$log" || fail "auto is not within $vsBestMax% of the best single algorithm at every size"
 [ "$prc" = 0 ] || fail "allreduce_perf failed (exit $prc)"
 echo "tune_gpu_test: OK"

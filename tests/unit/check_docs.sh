@@ -77,7 +77,7 @@ check() {
           machine=$(echo "$rel" | cut -d/ -f2)
           [ -f "bench/results/$machine.md" ] ||
             { echo "check_docs: bench/results/$rel has no results page bench/results/$machine.md" >&2; fail=1; }
-          echo "$cited" | grep -qxF "$rel" ||
+          grep -qxF "$rel" <<<"$cited" ||
             { echo "check_docs: bench/results/$rel is cited by no results page (cite it or remove it)" >&2; fail=1; } ;;
         *) echo "check_docs: bench/results/${f#./} is neither a results page nor a compressed raw log under raw/<machine>/" >&2
            fail=1 ;;

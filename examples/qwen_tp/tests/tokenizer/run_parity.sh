@@ -11,7 +11,7 @@ if ! "$venv/bin/python" -c "import tokenizers" 2>/dev/null; then
   "$py" -m venv "$venv" || { echo "[qwen_tokenizer] '$py -m venv' failed: install python3-venv" >&2; exit 1; }
   if ! log=$("$venv/bin/python" -m pip install -q --disable-pip-version-check tokenizers </dev/null 2>&1); then
     echo "$log" >&2
-    if echo "$log" | grep -qiE "connection|resolve|network|unreachable|timed out|No matching distribution"; then
+    if grep -qiE "connection|resolve|network|unreachable|timed out|No matching distribution" <<<"$log"; then
       echo "[qwen_tokenizer] SKIPPED: pip could not get 'tokenizers' from the package registry (unreachable, or no wheel for this platform); the output above says which" >&2
       exit 77
     fi
