@@ -33,6 +33,13 @@ namespace gpu {
 /// touching anything but constant weights, so results are the same bits either way.
 void setPdl(bool on);
 
+/// Calls of more rows than kWideRows (prefill chunks) take the wide-row forms of swiglu and
+/// qkNormRopeStore: 16-byte accesses, a warp per head instead of a block, the same arithmetic
+/// and so the same bits. On by default; off sends every call to the per-element kernels (the
+/// tests' reference for the wide ones). Process-wide.
+constexpr int kWideRows = 16;
+void setWideRowKernels(bool on);
+
 /// Whether CUDA loads modules lazily (a kernel at its first launch; the default since CUDA 12.2)
 /// as the driver reports it; *known false (and false returned) when the driver cannot say. The
 /// driver reads CUDA_MODULE_LOADING once, when CUDA starts (the process's first CUDA call), so

@@ -1,4 +1,4 @@
-// common.cu: the process-wide PDL switch (gpu::setPdl) and the module loading mode's query.
+// common.cu: the process-wide PDL and wide-row switches (gpu::setPdl, setWideRowKernels) and the module loading mode's query.
 #include <cuda.h>
 
 #include "gpu_kernels.h"
@@ -8,10 +8,13 @@ namespace qwen {
 namespace gpu {
 namespace {
 bool gPdl = false;
+bool gWideRows = true;
 }  // namespace
 
 void setPdl(bool on) { gPdl = on; }
 bool pdlEnabled() { return gPdl; }
+void setWideRowKernels(bool on) { gWideRows = on; }
+bool wideRows(int n) { return gWideRows && n > kWideRows; }
 
 bool lazyModuleLoading(bool* known) {
   // Through the runtime's driver entry point: no link against libcuda.

@@ -13,6 +13,8 @@ namespace gpu {
 
 /// True after setPdl(true) (gpu_kernels.h).
 bool pdlEnabled();
+/// Whether a call of n rows takes the wide-row kernels (setWideRowKernels, gpu_kernels.h).
+bool wideRows(int n);
 
 namespace {
 

@@ -16,6 +16,8 @@
 //    QWEN_NORM=loop) give the same bits, the residual bit-exact against the host's bf16 add and
 //    the output within bf16 rounding of an fp64 norm: rows of 1..8200 (past 8192 both run the
 //    loop), 1 and 5 rows, with and without the add, signed zeros among the inputs.
+//  - the wide-row forms of swiglu and qkNormRopeStore (prefill chunks) against the per-element
+//    kernels, to the bit, special values among the inputs.
 // The model on every path: qwen_decode_model_gpu_test.cc.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -412,6 +414,105 @@ TEST(QwenDecodeGpu, AddRmsNormKernelsSameBitsAndReference) {
           }
         }
       }
+}
+
+// ---- the wide-row kernels (prefill chunks) against the per-element ones ----
+
+// gpu::swiglu and gpu::qkNormRopeStore over more than kWideRows rows take the wide-row forms:
+// their outputs (act; q, the K and V rows) must be the per-element kernels' to the bit, for
+// head_dim 64, 128, 192 and 256 (one to four warp sums per head), GQA and MHA, rows past the
+// threshold and a 2048-row chunk, an odd start position, signed zeros, NaN and +-Inf among the
+// inputs, and nothing written outside the call's rows and slots. swiglu at I % 8 != 0 and at an
+// unaligned row start falls back to the per-element kernel (same bits there trivially).
+TEST(QwenDecodeGpu, WideRowKernelsKeepTheBits) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  struct Unset {  // the process-wide switch back to the default, even on a failure
+    ~Unset() { gpu::setWideRowKernels(true); }
+  } unset;
+  Rng rng{0x2545f4914f6cdd1dull};
+  auto bf = [](uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); };
+  auto special = [&](size_t i, float scale) -> uint16_t {
+    return i % 101 == 0 ? 0x8000 : i % 103 == 0 ? 0x0000 : i % 4099 == 0 ? 0x7FC0 : i % 4111 == 0 ? 0x7F80
+           : i % 4127 == 0 ? 0xFF80 : rng.bf16(scale);
+  };
+  // swiglu: n rows of [gate | up], I columns each.
+  for (int I : {12288, 1000, 24, 13})
+    for (int n : {17, 33, 2048}) {
+      if (I == 13 && n == 2048) continue;
+      const std::string what = "swiglu I " + std::to_string(I) + " n " + std::to_string(n);
+      const size_t in = static_cast<size_t>(n) * 2 * I, out = static_cast<size_t>(n) * I;
+      std::vector<uint16_t> gu(in);
+      for (size_t i = 0; i < in; ++i) gu[i] = special(i, 6.f);
+      std::vector<uint16_t> got[2];
+      for (int wide = 0; wide < 2; ++wide) {
+        DevBuf<uint16_t> dgu(in), dact(out + 16);
+        CK(cudaMemcpy(dgu.p, gu.data(), in * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemset(dact.p, 0xff, (out + 16) * 2));
+        gpu::setWideRowKernels(wide == 1);
+        gpu::swiglu(bf(dgu.p), n, I, bf(dact.p), nullptr);
+        CK(cudaDeviceSynchronize());
+        got[wide].resize(out + 16);
+        CK(cudaMemcpy(got[wide].data(), dact.p, (out + 16) * 2, cudaMemcpyDeviceToHost));
+      }
+      for (size_t i = out; i < out + 16; ++i) ASSERT_EQ(got[1][i], kPoison) << what << ": written past the rows";
+      ASSERT_EQ(got[0], got[1]) << what << ": the wide kernel's bits differ";
+    }
+  // qkNormRopeStore: n rows of [q heads | k heads | v heads] at positions [pos, pos + n).
+  struct RopeCase {
+    int D, hq, hk, n, pos;
+  };
+  for (const RopeCase& c : std::vector<RopeCase>{{128, 32, 8, 2048, 0},
+                                                 {128, 32, 8, 17, 31999},
+                                                 {64, 4, 4, 40, 7},
+                                                 {192, 6, 2, 100, 513},
+                                                 {256, 8, 1, 65, 3}}) {
+    const std::string what = "rope D " + std::to_string(c.D) + " hq " + std::to_string(c.hq) + " hk " +
+                             std::to_string(c.hk) + " n " + std::to_string(c.n) + " pos " + std::to_string(c.pos);
+    const int width = (c.hq + 2 * c.hk) * c.D, slots = c.pos + c.n + 2;
+    const size_t in = static_cast<size_t>(c.n) * width, qn = static_cast<size_t>(c.n) * c.hq * c.D,
+                 kvn = static_cast<size_t>(slots) * c.hk * c.D;
+    std::vector<uint16_t> qkv(in), wq(c.D), wk(c.D);
+    for (size_t i = 0; i < in; ++i) qkv[i] = special(i, 3.f);
+    for (auto& v : wq) v = rng.bf16(2.f);
+    for (auto& v : wk) v = rng.bf16(2.f);
+    const int32_t pos = c.pos;
+    std::vector<uint16_t> gq[2], gk[2], gv[2];
+    for (int wide = 0; wide < 2; ++wide) {
+      DevBuf<uint16_t> dqkv(in), dwq(c.D), dwk(c.D), dq(qn), dk(kvn), dv(kvn);
+      DevBuf<int32_t> dpos(1);
+      CK(cudaMemcpy(dqkv.p, qkv.data(), in * 2, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(dwq.p, wq.data(), c.D * 2, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(dwk.p, wk.data(), c.D * 2, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(dpos.p, &pos, 4, cudaMemcpyHostToDevice));
+      for (uint16_t* p : {dq.p, dk.p, dv.p}) CK(cudaMemset(p, 0xff, (p == dq.p ? qn : kvn) * 2));
+      gpu::setWideRowKernels(wide == 1);
+      gpu::qkNormRopeStore(bf(dqkv.p), c.n, c.hq, c.hk, c.D, bf(dwq.p), bf(dwk.p), 1e-6f, 1e6f, dpos.p, 0, bf(dq.p),
+                           bf(dk.p), bf(dv.p), nullptr);
+      CK(cudaDeviceSynchronize());
+      gq[wide].resize(qn);
+      gk[wide].resize(kvn);
+      gv[wide].resize(kvn);
+      CK(cudaMemcpy(gq[wide].data(), dq.p, qn * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(gk[wide].data(), dk.p, kvn * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(gv[wide].data(), dv.p, kvn * 2, cudaMemcpyDeviceToHost));
+    }
+    const size_t row = static_cast<size_t>(c.hk) * c.D;
+    for (size_t i = 0; i < kvn; ++i) {
+      const bool inCall = i >= static_cast<size_t>(c.pos) * row && i < static_cast<size_t>(c.pos + c.n) * row;
+      if (!inCall) ASSERT_EQ(gk[1][i], kPoison) << what << ": K written outside the call's slots at " << i;
+      if (!inCall) ASSERT_EQ(gv[1][i], kPoison) << what << ": V written outside the call's slots at " << i;
+    }
+    ASSERT_EQ(gq[0], gq[1]) << what << ": q differs";
+    ASSERT_EQ(gk[0], gk[1]) << what << ": K differs";
+    ASSERT_EQ(gv[0], gv[1]) << what << ": V differs";
+    // Not vacuous: every q element written, and some of them finite and nonzero.
+    size_t finite = 0;
+    for (uint16_t v : gq[1]) {
+      ASSERT_NE(v, kPoison) << what << ": a q element left unwritten";
+      finite += (v & 0x7F80) != 0x7F80 && (v & 0x7FFF) != 0;
+    }
+    ASSERT_GT(finite, qn / 2) << what;
+  }
 }
 
 }  // namespace
