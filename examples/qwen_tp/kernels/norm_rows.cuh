@@ -16,9 +16,10 @@ constexpr int kNormThreads = 512;
 // addRmsNorm's arithmetic (round-to-nearest intrinsics, nothing left to contraction): each thread
 // has summed v * v over its elements in stride order with fma; inv = 1 / sqrt(mean + eps), and
 // an output element is bf16((v * inv) * w).
-__device__ __forceinline__ float invRmsRn(float ss, int H, float eps) {
-  return __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(blockSum(ss), static_cast<float>(H)), eps)));
+__device__ __forceinline__ float invRmsOfTotal(float total, int H, float eps) {
+  return __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(total, static_cast<float>(H)), eps)));
 }
+__device__ __forceinline__ float invRmsRn(float ss, int H, float eps) { return invRmsOfTotal(blockSum(ss), H, eps); }
 __device__ __forceinline__ __nv_bfloat16 scaleRn(float v, float inv, __nv_bfloat16 w) {
   return __float2bfloat16_rn(__fmul_rn(__fmul_rn(v, inv), __bfloat162float(w)));
 }

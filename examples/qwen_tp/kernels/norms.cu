@@ -87,6 +87,73 @@ __global__ void addRmsNormLoopKernel(__nv_bfloat16* x, const __nv_bfloat16* add,
     out[static_cast<int64_t>(blockIdx.x) * H + i] = scaleRn(__bfloat162float(xr[i]), inv, w[i]);
 }
 
+// Prefill rows (wideRows): a 128-thread block per row, so that 16 rows a multiprocessor are in
+// flight where the kernel above, its registers holding a row's x, add and w, fits two. The row
+// moves in 16-byte accesses: x (+ add) -> the residual, rounded as above, to x and to shared
+// memory; the sum of squares read back from shared memory in the kernel above's order, each
+// thread standing in for four of its 512 (virtual thread 32 (warp + 4m) + lane, elements
+// every 512th), then each virtual warp's warpSum and blockSum's second stage over the 16 sums
+// as blockSum does it; the output from shared memory and w, 16 bytes at a time. The same bits
+// (QwenDecodeGpu.WideRowKernelsKeepTheBits). Needs H % 8 == 0 and 16-byte aligned rows.
+constexpr int kWideNormThreads = 128;
+
+template <bool kAdd>
+__global__ void addRmsNormWideKernel(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int H,
+                                     float eps, __nv_bfloat16* out) {
+  extern __shared__ __align__(16) unsigned char rowBytes[];
+  __shared__ float warpSums[kNormThreads / 32];
+  __shared__ float total;
+  __nv_bfloat16* r = reinterpret_cast<__nv_bfloat16*>(rowBytes);
+  pdlLaunch();
+  pdlWait();
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * H;
+  const int vecs = H / 8;
+  for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
+    uint4 x8 = reinterpret_cast<const uint4*>(x + base)[v];
+    if (kAdd) {
+      const uint4 a8 = reinterpret_cast<const uint4*>(add + base)[v];
+      __nv_bfloat16* xe = reinterpret_cast<__nv_bfloat16*>(&x8);
+      const __nv_bfloat16* ae = reinterpret_cast<const __nv_bfloat16*>(&a8);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) xe[k] = __float2bfloat16_rn(__fadd_rn(__bfloat162float(xe[k]), __bfloat162float(ae[k])));
+      reinterpret_cast<uint4*>(x + base)[v] = x8;
+    }
+    reinterpret_cast<uint4*>(r)[v] = x8;
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  constexpr int kStandIns = kNormThreads / kWideNormThreads;
+#pragma unroll
+  for (int m = 0; m < kStandIns; ++m) {
+    const int vw = warp + (kWideNormThreads / 32) * m;  // the virtual thread's warp
+    float ss = 0.f;
+    for (int i = 32 * vw + lane; i < H; i += kNormThreads) {
+      const float v = __bfloat162float(r[i]);
+      ss = __fmaf_rn(v, v, ss);
+    }
+    ss = warpSum(ss);
+    if (lane == 0) warpSums[vw] = ss;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    float t = lane < kNormThreads / 32 ? warpSums[lane] : 0.f;
+    t = warpSum(t);
+    if (lane == 0) total = t;
+  }
+  __syncthreads();
+  const float inv = invRmsOfTotal(total, H, eps);
+  for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
+    const uint4 r8 = reinterpret_cast<const uint4*>(r)[v], w8 = reinterpret_cast<const uint4*>(w)[v];
+    const __nv_bfloat16* re = reinterpret_cast<const __nv_bfloat16*>(&r8);
+    const __nv_bfloat16* we = reinterpret_cast<const __nv_bfloat16*>(&w8);
+    uint4 o8;
+    __nv_bfloat16* oe = reinterpret_cast<__nv_bfloat16*>(&o8);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) oe[k] = scaleRn(__bfloat162float(re[k]), inv, we[k]);
+    reinterpret_cast<uint4*>(out + base)[v] = o8;
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ float toF(T v);
 template <>
@@ -111,7 +178,16 @@ void setNormLoop(bool on) { gNormLoop = on; }
 
 void addRmsNorm(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int n, int H, float eps,
                 __nv_bfloat16* out, cudaStream_t s) {
-  if (gNormLoop || H > kNormPerThread * kNormThreads)
+  const bool aligned = H % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(add) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  if (!gNormLoop && wideRows(n) && aligned && H <= 16384) {
+    const size_t smem = static_cast<size_t>(H) * sizeof(__nv_bfloat16);
+    if (add)
+      launchSmem(addRmsNormWideKernel<true>, n, kWideNormThreads, smem, s, x, add, w, H, eps, out);
+    else
+      launchSmem(addRmsNormWideKernel<false>, n, kWideNormThreads, smem, s, x, add, w, H, eps, out);
+  } else if (gNormLoop || H > kNormPerThread * kNormThreads)
     launch(addRmsNormLoopKernel, n, kNormThreads, s, x, add, w, H, eps, out);
   else if (add)
     launch(addRmsNormKernel<true>, n, kNormThreads, s, x, add, w, H, eps, out);

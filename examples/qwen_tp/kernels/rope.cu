@@ -47,68 +47,76 @@ __global__ void qkNormRopeKernel(const __nv_bfloat16* qkv, int hq, int hk, int D
   dst[i + half] = __float2bfloat16_rn(o2);
 }
 
-// Prefill rows: a warp per (token, head), four to a 128-thread block, where the kernel above
-// spends a 64-thread block and three block barriers on each. Lane l holds elements l + 32k of
-// each half (k < kW, kW = warps the kernel above gives a head), so the sum of squares is the
-// kernel above's to the bit: each k a warp sum of the same lanes, then blockSum's second stage
-// (a butterfly over kW warp sums, zeros beyond: (w0 + w2) + (w1 + w3)); the rest per element as
-// above.
+// Prefill rows: a block of 16 warps per token. The rotary angles depend on the token and the
+// element only, so the block computes them once (cos/sin of half elements, in shared memory)
+// where the kernel above computes them again for each of the token's heads (powf and sincosf
+// were most of its time at 2048 rows); then each warp takes heads warp, warp + 16, ... Lane l
+// holds elements l + 32k of each half (k < kW, kW = the warps the kernel above gives a head), so
+// the sum of squares is the kernel above's to the bit: each k a warp sum of the same lanes, then
+// blockSum's second stage (a butterfly over kW warp sums, zeros beyond: (w0 + w2) + (w1 + w3)).
+// The same angle, the same rounding of the normed head, the same rotation: the same bits.
+constexpr int kRopeWarps = 16;
+
 template <int kW>
-__global__ void qkNormRopeWarpKernel(const __nv_bfloat16* qkv, int n, int hq, int hk, int D,
-                                     const __nv_bfloat16* qNorm, const __nv_bfloat16* kNorm, float eps, float theta,
-                                     const int32_t* pos, int ropeOffset, __nv_bfloat16* q, __nv_bfloat16* kCache,
-                                     __nv_bfloat16* vCache) {
+__global__ void qkNormRopeTokenKernel(const __nv_bfloat16* qkv, int hq, int hk, int D, const __nv_bfloat16* qNorm,
+                                      const __nv_bfloat16* kNorm, float eps, float theta, const int32_t* pos,
+                                      int ropeOffset, __nv_bfloat16* q, __nv_bfloat16* kCache,
+                                      __nv_bfloat16* vCache) {
+  __shared__ float cosT[128], sinT[128];
   pdlLaunch();
-  const int heads = hq + 2 * hk, lane = threadIdx.x & 31;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  const bool live = item < static_cast<int64_t>(n) * heads;
-  const int t = live ? static_cast<int>(item / heads) : 0, h = live ? static_cast<int>(item % heads) : 0;
-  const int half = D / 2;
-  const __nv_bfloat16* nw = h < hq ? qNorm : kNorm;
-  float w1[kW], w2[kW];
+  const int t = blockIdx.x, half = D / 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float wq1[kW], wq2[kW], wk1[kW], wk2[kW];
 #pragma unroll
   for (int k = 0; k < kW; ++k) {
     const int i = lane + 32 * k;
-    const bool normed = live && h < hq + hk && i < half;
-    w1[k] = normed ? __bfloat162float(nw[i]) : 0.f;
-    w2[k] = normed ? __bfloat162float(nw[i + half]) : 0.f;
+    wq1[k] = i < half ? __bfloat162float(qNorm[i]) : 0.f;
+    wq2[k] = i < half ? __bfloat162float(qNorm[i + half]) : 0.f;
+    wk1[k] = i < half ? __bfloat162float(kNorm[i]) : 0.f;
+    wk2[k] = i < half ? __bfloat162float(kNorm[i + half]) : 0.f;
   }
   pdlWait();
-  if (!live) return;
-  const int width = heads * D;
-  const __nv_bfloat16* src = qkv + static_cast<int64_t>(t) * width + static_cast<int64_t>(h) * D;
-  const int slot = *pos + t;
-  if (h >= hq + hk) {  // v head: store as is
-    __nv_bfloat16* dst = vCache + (static_cast<int64_t>(slot) * hk + (h - hq - hk)) * D;
+  const int p0 = *pos;
+  if (threadIdx.x < half) {
+    const int i = threadIdx.x;
+    const float invFreq = 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(D));
+    sincosf(static_cast<float>(p0 + ropeOffset + t) * invFreq, &sinT[i], &cosT[i]);
+  }
+  __syncthreads();
+  const int heads = hq + 2 * hk, slot = p0 + t;
+  const __nv_bfloat16* row = qkv + static_cast<int64_t>(t) * heads * D;
+  for (int h = warp; h < heads; h += kRopeWarps) {
+    const __nv_bfloat16* src = row + static_cast<int64_t>(h) * D;
+    if (h >= hq + hk) {  // v head: store as is
+      __nv_bfloat16* dst = vCache + (static_cast<int64_t>(slot) * hk + (h - hq - hk)) * D;
+#pragma unroll
+      for (int k = 0; k < kW; ++k) {
+        const int i = lane + 32 * k;
+        if (i < half) dst[i] = src[i], dst[i + half] = src[i + half];
+      }
+      continue;
+    }
+    float x1[kW], x2[kW], part[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int k = 0; k < kW; ++k) {
       const int i = lane + 32 * k;
-      if (i < half) dst[i] = src[i], dst[i + half] = src[i + half];
+      x1[k] = i < half ? __bfloat162float(src[i]) : 0.f;
+      x2[k] = i < half ? __bfloat162float(src[i + half]) : 0.f;
+      part[k] = warpSum(x1[k] * x1[k] + x2[k] * x2[k]);
     }
-    return;
-  }
-  float x1[kW], x2[kW], part[4] = {0.f, 0.f, 0.f, 0.f};
+    const float inv = rsqrtf(((part[0] + part[2]) + (part[1] + part[3])) / D + eps);
+    const bool isQ = h < hq;
+    __nv_bfloat16* dst =
+        isQ ? q + (static_cast<int64_t>(t) * hq + h) * D : kCache + (static_cast<int64_t>(slot) * hk + (h - hq)) * D;
 #pragma unroll
-  for (int k = 0; k < kW; ++k) {
-    const int i = lane + 32 * k;
-    x1[k] = i < half ? __bfloat162float(src[i]) : 0.f;
-    x2[k] = i < half ? __bfloat162float(src[i + half]) : 0.f;
-    part[k] = warpSum(x1[k] * x1[k] + x2[k] * x2[k]);
-  }
-  const float inv = rsqrtf(((part[0] + part[2]) + (part[1] + part[3])) / D + eps);
-  __nv_bfloat16* dst =
-      h < hq ? q + (static_cast<int64_t>(t) * hq + h) * D : kCache + (static_cast<int64_t>(slot) * hk + (h - hq)) * D;
-#pragma unroll
-  for (int k = 0; k < kW; ++k) {
-    const int i = lane + 32 * k;
-    if (i >= half) break;
-    const float a = __bfloat162float(__float2bfloat16_rn(w1[k] * (x1[k] * inv)));
-    const float b = __bfloat162float(__float2bfloat16_rn(w2[k] * (x2[k] * inv)));
-    const float invFreq = 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(D));
-    float sn, cs;
-    sincosf(static_cast<float>(*pos + ropeOffset + t) * invFreq, &sn, &cs);
-    dst[i] = __float2bfloat16_rn(a * cs - b * sn);
-    dst[i + half] = __float2bfloat16_rn(b * cs + a * sn);
+    for (int k = 0; k < kW; ++k) {
+      const int i = lane + 32 * k;
+      if (i >= half) break;
+      const float a = __bfloat162float(__float2bfloat16_rn((isQ ? wq1[k] : wk1[k]) * (x1[k] * inv)));
+      const float b = __bfloat162float(__float2bfloat16_rn((isQ ? wq2[k] : wk2[k]) * (x2[k] * inv)));
+      const float cs = cosT[i], sn = sinT[i];
+      dst[i] = __float2bfloat16_rn(a * cs - b * sn);
+      dst[i + half] = __float2bfloat16_rn(b * cs + a * sn);
+    }
   }
 }
 
@@ -119,16 +127,15 @@ void qkNormRopeStore(const __nv_bfloat16* qkv, int n, int hq, int hk, int D, con
                      __nv_bfloat16* q, __nv_bfloat16* kCache, __nv_bfloat16* vCache, cudaStream_t s) {
   const int warpsPerHead = roundWarp(D / 2) / 32;  // 1..4 (D <= 256)
   if (wideRows(n)) {
-    const int64_t items = static_cast<int64_t>(n) * (hq + 2 * hk);
-    const dim3 grid(static_cast<unsigned>((items + 3) / 4));
+    const int threads = kRopeWarps * 32;
     switch (warpsPerHead) {
-      case 1: return launch(qkNormRopeWarpKernel<1>, grid, 128, s, qkv, n, hq, hk, D, qNorm, kNorm, eps, theta, pos,
+      case 1: return launch(qkNormRopeTokenKernel<1>, n, threads, s, qkv, hq, hk, D, qNorm, kNorm, eps, theta, pos,
                             ropeOffset, q, kCache, vCache);
-      case 2: return launch(qkNormRopeWarpKernel<2>, grid, 128, s, qkv, n, hq, hk, D, qNorm, kNorm, eps, theta, pos,
+      case 2: return launch(qkNormRopeTokenKernel<2>, n, threads, s, qkv, hq, hk, D, qNorm, kNorm, eps, theta, pos,
                             ropeOffset, q, kCache, vCache);
-      case 3: return launch(qkNormRopeWarpKernel<3>, grid, 128, s, qkv, n, hq, hk, D, qNorm, kNorm, eps, theta, pos,
+      case 3: return launch(qkNormRopeTokenKernel<3>, n, threads, s, qkv, hq, hk, D, qNorm, kNorm, eps, theta, pos,
                             ropeOffset, q, kCache, vCache);
-      default: return launch(qkNormRopeWarpKernel<4>, grid, 128, s, qkv, n, hq, hk, D, qNorm, kNorm, eps, theta, pos,
+      default: return launch(qkNormRopeTokenKernel<4>, n, threads, s, qkv, hq, hk, D, qNorm, kNorm, eps, theta, pos,
                              ropeOffset, q, kCache, vCache);
     }
   }

@@ -418,8 +418,9 @@ TEST(QwenDecodeGpu, AddRmsNormKernelsSameBitsAndReference) {
 
 // ---- the wide-row kernels (prefill chunks) against the per-element ones ----
 
-// gpu::swiglu and gpu::qkNormRopeStore over more than kWideRows rows take the wide-row forms:
-// their outputs (act; q, the K and V rows) must be the per-element kernels' to the bit, for
+// gpu::swiglu, gpu::addRmsNorm and gpu::qkNormRopeStore over more than kWideRows rows take the
+// wide-row forms: their outputs (act; x and the normed rows; q, the K and V rows) must be the
+// per-element kernels' to the bit (addRmsNorm's: H 1000..8200, with and without the add), for
 // head_dim 64, 128, 192 and 256 (one to four warp sums per head), GQA and MHA, rows past the
 // threshold and a 2048-row chunk, an odd start position, signed zeros, NaN and +-Inf among the
 // inputs, and nothing written outside the call's rows and slots. swiglu at I % 8 != 0 and at an
@@ -457,6 +458,38 @@ TEST(QwenDecodeGpu, WideRowKernelsKeepTheBits) {
       for (size_t i = out; i < out + 16; ++i) ASSERT_EQ(got[1][i], kPoison) << what << ": written past the rows";
       ASSERT_EQ(got[0], got[1]) << what << ": the wide kernel's bits differ";
     }
+  // addRmsNorm: the residual written back to x and the normed rows, with and without the add;
+  // H past 8192 compares with the loop kernel, H = 13 takes the per-element kernels both times.
+  for (int H : {4096, 5120, 1000, 8200, 13})
+    for (int n : {17, 2048})
+      for (bool withAdd : {false, true}) {
+        if (H == 8200 && n == 2048) continue;
+        const std::string what =
+            "addRmsNorm H " + std::to_string(H) + " n " + std::to_string(n) + (withAdd ? " add" : "");
+        const size_t count = static_cast<size_t>(n) * H;
+        std::vector<uint16_t> x(count), add(count), w(H);
+        for (size_t i = 0; i < count; ++i) x[i] = special(i, 4.f), add[i] = special(i + 7, 4.f);
+        for (auto& v : w) v = rng.bf16(2.f);
+        std::vector<uint16_t> gotX[2], gotOut[2];
+        for (int wide = 0; wide < 2; ++wide) {
+          DevBuf<uint16_t> dx(count), da(count), dw(H), dout(count + 16);
+          CK(cudaMemcpy(dx.p, x.data(), count * 2, cudaMemcpyHostToDevice));
+          CK(cudaMemcpy(da.p, add.data(), count * 2, cudaMemcpyHostToDevice));
+          CK(cudaMemcpy(dw.p, w.data(), H * 2, cudaMemcpyHostToDevice));
+          CK(cudaMemset(dout.p, 0xff, (count + 16) * 2));
+          gpu::setWideRowKernels(wide == 1);
+          gpu::addRmsNorm(bf(dx.p), withAdd ? bf(da.p) : nullptr, bf(dw.p), n, H, 1e-6f, bf(dout.p), nullptr);
+          CK(cudaDeviceSynchronize());
+          gotX[wide].resize(count);
+          gotOut[wide].resize(count + 16);
+          CK(cudaMemcpy(gotX[wide].data(), dx.p, count * 2, cudaMemcpyDeviceToHost));
+          CK(cudaMemcpy(gotOut[wide].data(), dout.p, (count + 16) * 2, cudaMemcpyDeviceToHost));
+        }
+        for (size_t i = count; i < count + 16; ++i) ASSERT_EQ(gotOut[1][i], kPoison) << what << ": written past the rows";
+        ASSERT_EQ(gotX[0], gotX[1]) << what << ": the residual differs";
+        ASSERT_EQ(gotOut[0], gotOut[1]) << what << ": the output differs";
+        if (!withAdd) ASSERT_EQ(gotX[1], x) << what << ": x changed without an add";
+      }
   // qkNormRopeStore: n rows of [q heads | k heads | v heads] at positions [pos, pos + n).
   struct RopeCase {
     int D, hq, hk, n, pos;
