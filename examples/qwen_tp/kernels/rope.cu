@@ -47,21 +47,24 @@ __global__ void qkNormRopeKernel(const __nv_bfloat16* qkv, int hq, int hk, int D
   dst[i + half] = __float2bfloat16_rn(o2);
 }
 
-// Prefill rows: a block of 16 warps per token. The rotary angles depend on the token and the
-// element only, so the block computes them once (cos/sin of half elements, in shared memory)
-// where the kernel above computes them again for each of the token's heads (powf and sincosf
-// were most of its time at 2048 rows); then each warp takes heads warp, warp + 16, ... Lane l
+// Prefill rows: a block of 8 warps per token. The token's whole qkv row comes into shared memory
+// in 16-byte loads, all in flight at once (one warp a head with 2-byte loads kept too few bytes in
+// flight to stream); the rotary angles depend on the token and the element only, so the block
+// computes them once (cos/sin of half elements) where the kernel above computes them for each of
+// the token's heads. Then each warp takes heads warp, warp + 8, ... from shared memory. Lane l
 // holds elements l + 32k of each half (k < kW, kW = the warps the kernel above gives a head), so
 // the sum of squares is the kernel above's to the bit: each k a warp sum of the same lanes, then
 // blockSum's second stage (a butterfly over kW warp sums, zeros beyond: (w0 + w2) + (w1 + w3)).
 // The same angle, the same rounding of the normed head, the same rotation: the same bits.
-constexpr int kRopeWarps = 16;
+// Needs D % 8 == 0 and 16-byte aligned qkv and V cache (checked by qkNormRopeStore).
+constexpr int kRopeWarps = 8, kRowLoads = 4;
 
 template <int kW>
 __global__ void qkNormRopeTokenKernel(const __nv_bfloat16* qkv, int hq, int hk, int D, const __nv_bfloat16* qNorm,
                                       const __nv_bfloat16* kNorm, float eps, float theta, const int32_t* pos,
                                       int ropeOffset, __nv_bfloat16* q, __nv_bfloat16* kCache,
                                       __nv_bfloat16* vCache) {
+  extern __shared__ uint4 rowVecs[];
   __shared__ float cosT[128], sinT[128];
   pdlLaunch();
   const int t = blockIdx.x, half = D / 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -75,6 +78,17 @@ __global__ void qkNormRopeTokenKernel(const __nv_bfloat16* qkv, int hq, int hk, 
     wk2[k] = i < half ? __bfloat162float(kNorm[i + half]) : 0.f;
   }
   pdlWait();
+  const int heads = hq + 2 * hk, vecs = heads * D / 8;
+  const uint4* src = reinterpret_cast<const uint4*>(qkv + static_cast<int64_t>(t) * heads * D);
+  for (int v0 = threadIdx.x; v0 < vecs; v0 += kRowLoads * blockDim.x) {  // the loads first, then the stores
+    uint4 r[kRowLoads];
+#pragma unroll
+    for (int j = 0; j < kRowLoads; ++j)
+      if (v0 + j * static_cast<int>(blockDim.x) < vecs) r[j] = src[v0 + j * blockDim.x];
+#pragma unroll
+    for (int j = 0; j < kRowLoads; ++j)
+      if (v0 + j * static_cast<int>(blockDim.x) < vecs) rowVecs[v0 + j * blockDim.x] = r[j];
+  }
   const int p0 = *pos;
   if (threadIdx.x < half) {
     const int i = threadIdx.x;
@@ -82,25 +96,21 @@ __global__ void qkNormRopeTokenKernel(const __nv_bfloat16* qkv, int hq, int hk, 
     sincosf(static_cast<float>(p0 + ropeOffset + t) * invFreq, &sinT[i], &cosT[i]);
   }
   __syncthreads();
-  const int heads = hq + 2 * hk, slot = p0 + t;
-  const __nv_bfloat16* row = qkv + static_cast<int64_t>(t) * heads * D;
+  const __nv_bfloat16* row = reinterpret_cast<const __nv_bfloat16*>(rowVecs);
+  const int slot = p0 + t;
   for (int h = warp; h < heads; h += kRopeWarps) {
-    const __nv_bfloat16* src = row + static_cast<int64_t>(h) * D;
-    if (h >= hq + hk) {  // v head: store as is
-      __nv_bfloat16* dst = vCache + (static_cast<int64_t>(slot) * hk + (h - hq - hk)) * D;
-#pragma unroll
-      for (int k = 0; k < kW; ++k) {
-        const int i = lane + 32 * k;
-        if (i < half) dst[i] = src[i], dst[i + half] = src[i + half];
-      }
+    const __nv_bfloat16* x = row + h * D;
+    if (h >= hq + hk) {  // v head: stored as is, 16 bytes a lane
+      uint4* dst = reinterpret_cast<uint4*>(vCache + (static_cast<int64_t>(slot) * hk + (h - hq - hk)) * D);
+      for (int v = lane; v < D / 8; v += 32) dst[v] = rowVecs[(h * D) / 8 + v];
       continue;
     }
     float x1[kW], x2[kW], part[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int k = 0; k < kW; ++k) {
       const int i = lane + 32 * k;
-      x1[k] = i < half ? __bfloat162float(src[i]) : 0.f;
-      x2[k] = i < half ? __bfloat162float(src[i + half]) : 0.f;
+      x1[k] = i < half ? __bfloat162float(x[i]) : 0.f;
+      x2[k] = i < half ? __bfloat162float(x[i + half]) : 0.f;
       part[k] = warpSum(x1[k] * x1[k] + x2[k] * x2[k]);
     }
     const float inv = rsqrtf(((part[0] + part[2]) + (part[1] + part[3])) / D + eps);
@@ -126,17 +136,20 @@ void qkNormRopeStore(const __nv_bfloat16* qkv, int n, int hq, int hk, int D, con
                      const __nv_bfloat16* kNorm, float eps, float theta, const int32_t* pos, int ropeOffset,
                      __nv_bfloat16* q, __nv_bfloat16* kCache, __nv_bfloat16* vCache, cudaStream_t s) {
   const int warpsPerHead = roundWarp(D / 2) / 32;  // 1..4 (D <= 256)
-  if (wideRows(n)) {
+  const bool aligned = D % 8 == 0 && reinterpret_cast<uintptr_t>(qkv) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(vCache) % 16 == 0;
+  const size_t rowBytes = static_cast<size_t>(hq + 2 * hk) * D * sizeof(__nv_bfloat16);
+  if (wideRows(n) && aligned && rowBytes <= 40 * 1024) {
     const int threads = kRopeWarps * 32;
     switch (warpsPerHead) {
-      case 1: return launch(qkNormRopeTokenKernel<1>, n, threads, s, qkv, hq, hk, D, qNorm, kNorm, eps, theta, pos,
-                            ropeOffset, q, kCache, vCache);
-      case 2: return launch(qkNormRopeTokenKernel<2>, n, threads, s, qkv, hq, hk, D, qNorm, kNorm, eps, theta, pos,
-                            ropeOffset, q, kCache, vCache);
-      case 3: return launch(qkNormRopeTokenKernel<3>, n, threads, s, qkv, hq, hk, D, qNorm, kNorm, eps, theta, pos,
-                            ropeOffset, q, kCache, vCache);
-      default: return launch(qkNormRopeTokenKernel<4>, n, threads, s, qkv, hq, hk, D, qNorm, kNorm, eps, theta, pos,
-                             ropeOffset, q, kCache, vCache);
+      case 1: return launchSmem(qkNormRopeTokenKernel<1>, n, threads, rowBytes, s, qkv, hq, hk, D, qNorm, kNorm, eps,
+                                theta, pos, ropeOffset, q, kCache, vCache);
+      case 2: return launchSmem(qkNormRopeTokenKernel<2>, n, threads, rowBytes, s, qkv, hq, hk, D, qNorm, kNorm, eps,
+                                theta, pos, ropeOffset, q, kCache, vCache);
+      case 3: return launchSmem(qkNormRopeTokenKernel<3>, n, threads, rowBytes, s, qkv, hq, hk, D, qNorm, kNorm, eps,
+                                theta, pos, ropeOffset, q, kCache, vCache);
+      default: return launchSmem(qkNormRopeTokenKernel<4>, n, threads, rowBytes, s, qkv, hq, hk, D, qNorm, kNorm, eps,
+                                 theta, pos, ropeOffset, q, kCache, vCache);
     }
   }
   launch(qkNormRopeKernel, dim3(n, hq + 2 * hk), roundWarp(D / 2), s, qkv, hq, hk, D, qNorm, kNorm, eps, theta, pos,
