@@ -1,5 +1,6 @@
 // gemv_bench: the decode step's weight products alone, per layer shape and token count: cuBLAS
-// (cublasGemmEx, what GpuModel::gemm runs by default) against the small-n GEMV (gemv.cuh), then
+// (cublasGemmEx, what GpuModel::gemm runs by default) against the small-n GEMV (gemv.cuh) and, at
+// n = 1, the plain stream of W (gemv_stream.cu, "stream": not in the model), then
 // the fused decode step's four products (norm + qkv, norm + gate/up + SwiGLU, o_proj + residual,
 // down + residual); in GB/s of weight read against the device's copy rate (read + write, as the
 // qwen_tp roofline counts it). Each timed graph runs the product over a ring of weight copies
@@ -268,6 +269,7 @@ int main(int argc, char** argv) {
   if (cudaGetDevice(&dev) != cudaSuccess) return std::fprintf(stderr, "gemv_bench: no CUDA device\n"), 77;
   qwen::gpu::setPdl(pdl);
   if (!qwen::gpu::prepareGemv()) return std::fprintf(stderr, "gemv_bench: prepareGemv failed\n"), 1;
+  if (!qwen::gpu::prepareGemvStream()) return std::fprintf(stderr, "gemv_bench: prepareGemvStream failed\n"), 1;
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cublasHandle_t cublas;
@@ -310,8 +312,9 @@ int main(int argc, char** argv) {
     const Shape shapes[] = {
         {"qkv", (hq + 2 * hk) * D, H}, {"o", H, hq * D}, {"gate_up", 2 * I, H}, {"down", H, I}, {"lm_head", V, H}};
     std::printf("\n## %s: weight products, us per launch and GB/s of weights (%% of the copy rate)\n", preset.c_str());
-    std::printf("%-8s %6s %6s %2s | %8s %6s %5s | %8s %6s %5s | %8s | %8s\n", "shape", "out", "in", "n", "cublas",
-                "GB/s", "%", "gemv", "GB/s", "%", "cub/gemv", "gemv~cub");
+    std::printf("%-8s %6s %6s %2s | %8s %6s %5s | %8s %6s %5s | %8s | %8s | %8s %6s %5s | %8s\n", "shape", "out",
+                "in", "n", "cublas", "GB/s", "%", "gemv", "GB/s", "%", "cub/gemv", "gemv~cub", "stream", "GB/s", "%",
+                "str~cub");
     for (const Shape& sh : shapes) {
       const size_t wBytes = size_t(sh.out) * sh.in * 2;
       const int copies = static_cast<int>(std::max<size_t>(1, pool / wBytes));
@@ -326,8 +329,9 @@ int main(int argc, char** argv) {
                        CUBLAS_GEMM_DEFAULT);
         };
         auto customOne = [&](int i) { qwen::gpu::gemvBf16(w(i), sh.out, sh.in, X, n, Y, f32, s); };
-        double us[2];
-        std::vector<float> y[2];  // copy 0's outputs: cuBLAS, the custom GEMV
+        auto streamOne = [&](int i) { qwen::gpu::gemvStream(w(i), sh.out, sh.in, X, Y, f32, s); };
+        double us[3] = {0, 0, 0};
+        std::vector<float> y[3];  // copy 0's outputs: cuBLAS, the custom GEMV, the stream (n = 1)
         auto measure = [&](auto one, int k) {
           us[k] = timeGraph(s, launches, iters, one);
           one(0);
@@ -336,10 +340,16 @@ int main(int argc, char** argv) {
         };
         measure(cublasOne, 0);
         measure(customOne, 1);
+        const bool stream = n == 1 && qwen::gpu::gemvStreamSupported(W, X, sh.in);
+        if (stream) measure(streamOne, 2);
         auto gbs = [&](double t) { return wBytes / (t * 1e3); };
-        std::printf("%-8s %6d %6d %2d | %8.2f %6.0f %5.1f | %8.2f %6.0f %5.1f | %8.3f | %8.1e\n", sh.name, sh.out,
-                    sh.in, n, us[0], gbs(us[0]), 100 * gbs(us[0]) / copyGBs, us[1], gbs(us[1]),
-                    100 * gbs(us[1]) / copyGBs, us[0] / us[1], relDiff(y[1], y[0]));
+        std::printf("%-8s %6d %6d %2d | %8.2f %6.0f %5.1f | %8.2f %6.0f %5.1f | %8.3f | %8.1e", sh.name, sh.out, sh.in,
+                    n, us[0], gbs(us[0]), 100 * gbs(us[0]) / copyGBs, us[1], gbs(us[1]), 100 * gbs(us[1]) / copyGBs,
+                    us[0] / us[1], relDiff(y[1], y[0]));
+        if (stream)
+          std::printf(" | %8.2f %6.0f %5.1f | %8.1e", us[2], gbs(us[2]), 100 * gbs(us[2]) / copyGBs,
+                      relDiff(y[2], y[0]));
+        std::printf("\n");
       }
     }
     // The fused step's products (GpuModelOptions::decode = fused, tp = 1 shapes).

@@ -54,5 +54,15 @@ bool gemvNormSwiglu(const __nv_bfloat16* W, int I, int in, const __nv_bfloat16* 
 bool gemvResidual(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, __nv_bfloat16* R,
                   cudaStream_t s);
 
+// ---- gemv_stream.cu: the one-token product as a plain stream of W (an experiment: gemv_bench's
+// "stream" column times it against cuBLAS at the model's shapes; the model does not call it) ----
+// Y[o] = sum_i W[o, i] x[i] for one token x [in]: bf16 Y, or fp32 when yF32. A warp per row,
+// 4 KB of W a warp in flight, x in shared memory; the same bits whatever the grid. false (nothing
+// launched) unless gemvStreamSupported and prepareGemvStream ran on this device.
+constexpr int kGemvStreamMaxIn = 32768;
+bool prepareGemvStream();
+bool gemvStreamSupported(const void* W, const void* x, int in);
+bool gemvStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* x, void* Y, bool yF32, cudaStream_t s);
+
 }  // namespace gpu
 }  // namespace qwen

@@ -8,6 +8,8 @@
 //    CustomGemvMatchesCublas); a token's bits the same at n = 1 and 5; the fused forms on the 8b
 //    shapes (norm + qkv, norm + gate/up + SwiGLU against the reference; o_proj and down with the
 //    residual add bit for bit gemvBf16 + the bf16 add).
+//  - StreamGemvMatchesReference: gemvStream (n = 1, the plain stream of W) at the same shapes and
+//    ragged ones, the same bound, the same bits on a second call, bad `in` refused.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -162,6 +164,61 @@ TEST(QwenGemvGpu, ModelShapesMatchReference) {
           EXPECT_EQ(0, std::memcmp(first.data(), y16.data(), sh.out * 2)) << what << ": token 0's bits depend on n";
       }
     }
+}
+
+// gemvStream (gemv_stream.cu, n = 1) at the qwen3-8b and qwen3-32b layer shapes and the 8b lm_head
+// (fp32 out) against the fp64 reference, ModelShapesMatchReference's bound; small and ragged
+// shapes (one row; rows fewer than a block's warps; in = 8, 24 and 2056: a partial chunk); the
+// same bits on a second call; in % 8 != 0 refused with nothing written.
+TEST(QwenGemvGpu, StreamGemvMatchesReference) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_TRUE(gpu::prepareGemvStream());
+  std::vector<Shape> shapes = layerShapes("qwen3-8b", true);
+  for (const Shape& sh : layerShapes("qwen3-32b", false)) shapes.push_back(sh);
+  for (Shape sh : std::vector<Shape>{{"one row", 1, 4096}, {"ragged", 17, 24}, {"tiny", 5, 8}, {"tail", 300, 2056}})
+    shapes.push_back(sh);
+  uint64_t seed = 5000;
+  for (const Shape& sh : shapes) {
+    const bool head = std::strcmp(sh.name, "lm_head") == 0;
+    const std::string what = std::string(sh.name) + " " + std::to_string(sh.out) + " x " + std::to_string(sh.in);
+    const std::vector<uint16_t> W = randomBf16(static_cast<size_t>(sh.out) * sh.in, seed += 7919, 0.05f),
+                                X = randomBf16(sh.in, seed += 7919, 1.f);
+    std::vector<double> ref, mag;
+    reference(W, sh.out, sh.in, toDouble(X), 1, &ref, &mag);
+    DevBuf<uint16_t> dW(W.size()), dX(X.size());
+    DevBuf<float> dY(sh.out + 8);
+    CK(cudaMemcpy(dW.p, W.data(), W.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dX.p, X.data(), X.size() * 2, cudaMemcpyHostToDevice));
+    std::vector<uint8_t> firstBits;
+    for (int call = 0; call < 2; ++call) {
+      CK(cudaMemset(dY.p, 0xFF, (sh.out + 8) * 4));
+      ASSERT_TRUE(gpu::gemvStream(dW.bf(), sh.out, sh.in, dX.bf(), dY.p, head, nullptr)) << what;
+      const size_t bytes = static_cast<size_t>(sh.out) * (head ? 4 : 2);
+      const std::vector<uint8_t> raw = fetch(reinterpret_cast<uint8_t*>(dY.p), (sh.out + 8) * 4);
+      for (size_t b = bytes; b < raw.size(); ++b) ASSERT_EQ(raw[b], 0xFF) << what << ": written past row " << sh.out;
+      if (call == 1) {
+        EXPECT_EQ(0, std::memcmp(firstBits.data(), raw.data(), bytes)) << what << ": a second call's bits differ";
+        break;
+      }
+      firstBits = raw;
+      int bad = 0;
+      double worst = 0;
+      for (int o = 0; o < sh.out; ++o) {
+        float f32;
+        uint16_t b16;
+        std::memcpy(&f32, raw.data() + 4 * o, 4);
+        std::memcpy(&b16, raw.data() + 2 * o, 2);
+        const double y = head ? f32 : bf16ToFloat(b16), r = ref[o];
+        const double tol = 2e-4 * mag[o] + (head ? 0.0 : std::ldexp(std::fabs(r), -8)) + 1e-30;
+        worst = std::max(worst, std::fabs(y - r) / (mag[o] + 1e-30));
+        if (!(std::fabs(y - r) <= tol) && ++bad <= 3) ADD_FAILURE() << what << ": o " << o << " " << y << " vs " << r;
+      }
+      EXPECT_EQ(bad, 0) << what << ": worst |y - ref| / sum|xw| " << worst;
+    }
+  }
+  DevBuf<uint16_t> dW(64), dX(16);
+  EXPECT_FALSE(gpu::gemvStream(dW.bf(), 4, 12, dX.bf(), dW.p, false, nullptr)) << "in % 8 != 0 must be refused";
+  EXPECT_FALSE(gpu::gemvStream(dW.bf() + 1, 4, 16, dX.bf(), dW.p, false, nullptr)) << "unaligned W must be refused";
 }
 
 // The fused forms on the qwen3-8b layer: norm + qkv and norm + gate/up + SwiGLU against the fp64
