@@ -35,8 +35,9 @@ void setPdl(bool on);
 
 /// Calls of more rows than kWideRows (prefill chunks) take the wide-row forms of swiglu,
 /// addRmsNorm and qkNormRopeStore: 16-byte accesses, a 128-thread block per norm row, the rotary
-/// angles once per token; the same arithmetic in the same order, so the same bits. On by default; off sends every call to the per-element kernels (the
-/// tests' reference for the wide ones). Process-wide.
+/// angles once per token; the same arithmetic in the same order, so the same bits. On by
+/// default; off sends every call to the per-element kernels (the tests' reference for the wide
+/// ones). Process-wide.
 constexpr int kWideRows = 16;
 void setWideRowKernels(bool on);
 

@@ -1,4 +1,5 @@
-// common.cu: the process-wide PDL and wide-row switches (gpu::setPdl, setWideRowKernels) and the module loading mode's query.
+// common.cu: the process-wide PDL and wide-row switches (gpu::setPdl, setWideRowKernels) and the
+// module loading mode's query.
 #include <cuda.h>
 
 #include "gpu_kernels.h"

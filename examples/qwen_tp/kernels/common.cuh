@@ -15,6 +15,11 @@ namespace gpu {
 bool pdlEnabled();
 /// Whether a call of n rows takes the wide-row kernels (setWideRowKernels, gpu_kernels.h).
 bool wideRows(int n);
+/// Whether every pointer is 16-byte aligned (the wide-row kernels' uint4 accesses).
+template <typename... P>
+bool aligned16(const P*... p) {
+  return ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
+}
 
 namespace {
 

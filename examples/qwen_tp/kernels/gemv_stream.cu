@@ -105,8 +105,7 @@ bool prepareGemvStream() {
 }
 
 bool gemvStreamSupported(const void* W, const void* x, int in) {
-  return in > 0 && in % 8 == 0 && in <= kGemvStreamMaxIn && reinterpret_cast<uintptr_t>(W) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  return in > 0 && in % 8 == 0 && in <= kGemvStreamMaxIn && aligned16(W, x);
 }
 
 bool gemvStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* x, void* Y, bool yF32, cudaStream_t s) {

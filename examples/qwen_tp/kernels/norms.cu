@@ -178,16 +178,10 @@ void setNormLoop(bool on) { gNormLoop = on; }
 
 void addRmsNorm(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int n, int H, float eps,
                 __nv_bfloat16* out, cudaStream_t s) {
-  const bool aligned = H % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(add) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(out) % 16 == 0;
-  if (!gNormLoop && wideRows(n) && aligned && H <= 16384) {
-    const size_t smem = static_cast<size_t>(H) * sizeof(__nv_bfloat16);
-    if (add)
-      launchSmem(addRmsNormWideKernel<true>, n, kWideNormThreads, smem, s, x, add, w, H, eps, out);
-    else
-      launchSmem(addRmsNormWideKernel<false>, n, kWideNormThreads, smem, s, x, add, w, H, eps, out);
-  } else if (gNormLoop || H > kNormPerThread * kNormThreads)
+  if (!gNormLoop && wideRows(n) && H % 8 == 0 && H <= 16384 && aligned16(x, add, w, out))
+    launchSmem(add ? addRmsNormWideKernel<true> : addRmsNormWideKernel<false>, n, kWideNormThreads,
+               static_cast<size_t>(H) * sizeof(__nv_bfloat16), s, x, add, w, H, eps, out);
+  else if (gNormLoop || H > kNormPerThread * kNormThreads)
     launch(addRmsNormLoopKernel, n, kNormThreads, s, x, add, w, H, eps, out);
   else if (add)
     launch(addRmsNormKernel<true>, n, kNormThreads, s, x, add, w, H, eps, out);

@@ -135,22 +135,13 @@ __global__ void qkNormRopeTokenKernel(const __nv_bfloat16* qkv, int hq, int hk, 
 void qkNormRopeStore(const __nv_bfloat16* qkv, int n, int hq, int hk, int D, const __nv_bfloat16* qNorm,
                      const __nv_bfloat16* kNorm, float eps, float theta, const int32_t* pos, int ropeOffset,
                      __nv_bfloat16* q, __nv_bfloat16* kCache, __nv_bfloat16* vCache, cudaStream_t s) {
-  const int warpsPerHead = roundWarp(D / 2) / 32;  // 1..4 (D <= 256)
-  const bool aligned = D % 8 == 0 && reinterpret_cast<uintptr_t>(qkv) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(vCache) % 16 == 0;
   const size_t rowBytes = static_cast<size_t>(hq + 2 * hk) * D * sizeof(__nv_bfloat16);
-  if (wideRows(n) && aligned && rowBytes <= 40 * 1024) {
-    const int threads = kRopeWarps * 32;
-    switch (warpsPerHead) {
-      case 1: return launchSmem(qkNormRopeTokenKernel<1>, n, threads, rowBytes, s, qkv, hq, hk, D, qNorm, kNorm, eps,
-                                theta, pos, ropeOffset, q, kCache, vCache);
-      case 2: return launchSmem(qkNormRopeTokenKernel<2>, n, threads, rowBytes, s, qkv, hq, hk, D, qNorm, kNorm, eps,
-                                theta, pos, ropeOffset, q, kCache, vCache);
-      case 3: return launchSmem(qkNormRopeTokenKernel<3>, n, threads, rowBytes, s, qkv, hq, hk, D, qNorm, kNorm, eps,
-                                theta, pos, ropeOffset, q, kCache, vCache);
-      default: return launchSmem(qkNormRopeTokenKernel<4>, n, threads, rowBytes, s, qkv, hq, hk, D, qNorm, kNorm, eps,
-                                 theta, pos, ropeOffset, q, kCache, vCache);
-    }
+  if (wideRows(n) && D % 8 == 0 && rowBytes <= 40 * 1024 && aligned16(qkv, vCache)) {
+    decltype(&qkNormRopeTokenKernel<1>) const byWarps[] = {qkNormRopeTokenKernel<1>, qkNormRopeTokenKernel<2>,
+                                                          qkNormRopeTokenKernel<3>, qkNormRopeTokenKernel<4>};
+    const int warpsPerHead = roundWarp(D / 2) / 32;  // 1..4 (D <= 256)
+    return launchSmem(byWarps[warpsPerHead - 1], n, kRopeWarps * 32, rowBytes, s, qkv, hq, hk, D, qNorm, kNorm, eps,
+                      theta, pos, ropeOffset, q, kCache, vCache);
   }
   launch(qkNormRopeKernel, dim3(n, hq + 2 * hk), roundWarp(D / 2), s, qkv, hq, hk, D, qNorm, kNorm, eps, theta, pos,
          ropeOffset, q, kCache, vCache);

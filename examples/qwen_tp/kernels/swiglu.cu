@@ -46,8 +46,7 @@ __global__ void swigluVec8Kernel(const __nv_bfloat16* gu, int I, __nv_bfloat16* 
 }  // namespace
 
 void swiglu(const __nv_bfloat16* gu, int n, int I, __nv_bfloat16* act, cudaStream_t s) {
-  const bool aligned = I % 8 == 0 && reinterpret_cast<uintptr_t>(gu) % 16 == 0 && reinterpret_cast<uintptr_t>(act) % 16 == 0;
-  if (wideRows(n) && aligned)
+  if (wideRows(n) && I % 8 == 0 && aligned16(gu, act))
     launch(swigluVec8Kernel, dim3((I / 8 + 255) / 256, n), 256, s, gu, I, act);
   else
     launch(swigluKernel, dim3((I + 255) / 256, n), 256, s, gu, I, act);
