@@ -101,7 +101,9 @@ void printUsage() {
       "                          (fp32, header: positions, vocab, ids; logits_dump.h), then run as usual\n"
       "  --no-fused-norm         all-reduce, then a separate residual + RMSNorm (default: one\n"
       "                          Communicator::allReduceResidualRmsNorm call after o_proj and down_proj)\n"
-      "  --gemv cublas|custom    GPU GEMMs of <= 8 tokens: cuBLAS (default) or the example's tensor-core GEMV\n"
+      "  --gemv cublas|custom|stream\n"
+      "                          GPU GEMMs of <= 8 tokens: cuBLAS (default), the example's tensor-core GEMV,\n"
+      "                          or a warp-per-row stream of the weights (a token's bits the same at every n)\n"
       "  --no-pdl                launch the decoder's own kernels without programmatic dependent launch\n"
       "  --no-fused-kernels      GPU: the separate kernels the fused ones replace (embedding + norm, MTP\n"
       "                          prologue, argmax + pick, MTP hidden copy); same results, more launches\n"
@@ -317,8 +319,8 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
   tpcomm::Compression wire;
   if (!tpcomm::parseCompression(f->allreduceCompression.c_str(), &wire))
     return fail(err, "--allreduce-compression must be none, fp8 or int8 (got \"" + f->allreduceCompression + "\")");
-  if (f->gemv != "cublas" && f->gemv != "custom")
-    return fail(err, "--gemv must be cublas or custom (got \"" + f->gemv + "\")");
+  if (f->gemv != "cublas" && f->gemv != "custom" && f->gemv != "stream")
+    return fail(err, "--gemv must be cublas, custom or stream (got \"" + f->gemv + "\")");
   const int promptSources = !f->promptText.empty() + !f->promptTextFile.empty() + !f->promptIds.empty();
   if (promptSources > 1) return fail(err, "give one of --prompt, --prompt-file and --prompt-ids");
   if (f->device == "cpu" && f->mpi) return fail(err, "--mpi is for GPU runs (--device cpu runs its ranks as threads)");

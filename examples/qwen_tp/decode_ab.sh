@@ -12,7 +12,8 @@
 # PART=norm times addRmsNorm's two kernels and QWEN_DECODE=attnrope instead (8b and 32b at 512,
 # 8b at 32000), PyTorch eager and torch.compile at 8b 512, one 8b step under ncu; PART=lt times
 # the weight GEMMs on cublasGemmEx against cuBLASLt timed at init (QWEN_GEMM=gemmex|lt), each
-# with the L2 prefetch of the next product's weights off and on (QWEN_PREFETCH=off|on).
+# with the L2 prefetch of the next product's weights off and on (QWEN_PREFETCH=off|on); PART=stream
+# times the products of <= 8 tokens through cuBLAS against gemvStream (QWEN_GEMV=cublas|stream).
 # Logs go to $OUT/logs.tgz (each log opens with commit, date, command), the table to
 # $OUT/summary.md and to stdout, last. Usage, from the repository root:
 #   OUT=/path/to/out bash examples/qwen_tp/decode_ab.sh
@@ -65,7 +66,8 @@ qn() {  # qn <preset> <prompt> <tag> <norm> <decode> [extra]; GEMM=gemmex|lt (QW
         # PF=off|on|<MB> (QWEN_PREFETCH), default off
   local preset=$1 P=$2 tag=$3 norm=$4 dec=$5; shift 5
   local short=${preset#qwen3-}; local N=64; [ "$short" = 32b ] && N=32
-  run "q${short%b}_${P}_$tag" 120 env QWEN_NORM=$norm QWEN_DECODE=$dec QWEN_GEMM=${GEMM:-gemmex} QWEN_PREFETCH=${PF:-off} $Q \
+  run "q${short%b}_${P}_$tag" 120 env QWEN_NORM=$norm QWEN_DECODE=$dec QWEN_GEMM=${GEMM:-gemmex} QWEN_PREFETCH=${PF:-off} \
+    QWEN_GEMV=${GEMV:-cublas} $Q \
     --model-preset $preset --prompt-tokens $P --n-predict $N --ubatch-size 2048 "$@"
 }
 if [ "${PART:-all}" = lt ]; then
@@ -82,6 +84,26 @@ for c in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
   done
 done
 run torch8_compile_512 150 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64 --compile
+elif [ "${PART:-all}" = stream ]; then
+# PART=stream: the products of calls of <= 8 tokens through cuBLAS against gemvStream
+# (QWEN_GEMV=cublas|stream, default decode kernels), A B B A at qwen3-8b and qwen3-32b 512 and at
+# qwen3-8b 32000; MTP speculation (n-max 3, simulated acceptance 0.6) both ways at 8b 512;
+# gemv_bench (each product alone, n = 1, 4, 8); torch.compile at 8b 512 for the ratio; one 8b
+# step with the stream under ncu.
+for c in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
+  for r in a_cublas a_stream b_stream b_cublas; do
+    # shellcheck disable=SC2086
+    set -- $c
+    GEMV=${r#*_} qn "$1" "$2" "$r" regs attn "${@:3}"
+  done
+done
+for r in a_cublas a_stream b_stream b_cublas; do
+  run "q8_512_mtp_$r" 60 env QWEN_GEMV=${r#*_} $Q --model-preset qwen3-8b --prompt-tokens 512 --n-predict 128 \
+    --ubatch-size 2048 --spec-type draft-mtp --spec-draft-n-max 3 --sim-draft-acceptance 0.6
+done
+run gemv_bench 120 "$B/examples/qwen_tp/gemv_bench" --preset qwen3-8b,qwen3-32b --tp 1 --tokens 1,4,8
+run torch8_compile_512 150 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64 --compile
+QWEN_GEMV=stream ncu_step attn qwen3-8b 512
 elif [ "${PART:-all}" = norm ]; then
 # PART=norm: addRmsNorm's two kernels in one binary (QWEN_NORM=regs|loop with the default decode
 # kernels, attn) and QWEN_DECODE=attnrope, A B C C B A at qwen3-8b and qwen3-32b 512, A B B A at

@@ -1,6 +1,6 @@
 // gemv_bench: the decode step's weight products alone, per layer shape and token count: cuBLAS
-// (cublasGemmEx, what GpuModel::gemm runs by default) against the small-n GEMV (gemv.cuh) and, at
-// n = 1, the plain stream of W (gemv_stream.cu, "stream": not in the model), then
+// (cublasGemmEx, what GpuModel::gemm runs by default) against the small-n GEMV (gemv.cuh) and the
+// plain stream of W (gemv_stream.cu, "stream": --gemv stream, n <= 8), then
 // the fused decode step's four products (norm + qkv, norm + gate/up + SwiGLU, o_proj + residual,
 // down + residual); in GB/s of weight read against the device's copy rate (read + write, as the
 // qwen_tp roofline counts it). Each timed graph runs the product over a ring of weight copies
@@ -329,9 +329,9 @@ int main(int argc, char** argv) {
                        CUBLAS_GEMM_DEFAULT);
         };
         auto customOne = [&](int i) { qwen::gpu::gemvBf16(w(i), sh.out, sh.in, X, n, Y, f32, s); };
-        auto streamOne = [&](int i) { qwen::gpu::gemvStream(w(i), sh.out, sh.in, X, Y, f32, s); };
+        auto streamOne = [&](int i) { qwen::gpu::gemvStream(w(i), sh.out, sh.in, X, n, Y, f32, s); };
         double us[3] = {0, 0, 0};
-        std::vector<float> y[3];  // copy 0's outputs: cuBLAS, the custom GEMV, the stream (n = 1)
+        std::vector<float> y[3];  // copy 0's outputs: cuBLAS, the custom GEMV, the stream
         auto measure = [&](auto one, int k) {
           us[k] = timeGraph(s, launches, iters, one);
           one(0);
@@ -340,7 +340,7 @@ int main(int argc, char** argv) {
         };
         measure(cublasOne, 0);
         measure(customOne, 1);
-        const bool stream = n == 1 && qwen::gpu::gemvStreamSupported(W, X, sh.in);
+        const bool stream = n <= qwen::gpu::kGemvStreamMaxTokens && qwen::gpu::gemvStreamSupported(W, X, sh.in);
         if (stream) measure(streamOne, 2);
         auto gbs = [&](double t) { return wBytes / (t * 1e3); };
         std::printf("%-8s %6d %6d %2d | %8.2f %6.0f %5.1f | %8.2f %6.0f %5.1f | %8.3f | %8.1e", sh.name, sh.out, sh.in,

@@ -175,7 +175,17 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   }
   int major = 0;
   QWEN_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+  if (const char* e = std::getenv("QWEN_GEMV")) {
+    const std::string v = e;
+    if (v != "cublas" && v != "custom" && v != "stream")
+      return *error = "QWEN_GEMV=" + v + ": expected cublas, custom or stream", false;
+    opt_.customGemv = v == "custom";
+    opt_.streamGemv = v == "stream";
+  }
+  if (opt_.customGemv && opt_.streamGemv) return *error = "customGemv and streamGemv are both set: pick one", false;
   if (opt_.customGemv && major < 8) return *error = "customGemv needs compute capability 8.0+ (mma.sync bf16)", false;
+  if (opt_.streamGemv && !gpu::prepareGemvStream())
+    return *error = "streamGemv: gemvStream's kernels did not load (cudaFuncSetAttribute failed)", false;
   if (const char* e = std::getenv("QWEN_DECODE")) {
     const std::string v = e;
     if (v == "old") opt_.decode = GpuModelOptions::DecodeKernels::kOld;
@@ -406,6 +416,10 @@ void GpuModel::gemm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16
   if (opt_.customGemv && n <= gpu::kGemvMaxTokens && gpu::gemvVectorizable(W, X, in) &&
       gpu::gemvBf16(W, out, in, X, n, Y, yF32, stream_))
     return prefetchAfter(W);
+  if (opt_.streamGemv && n <= gpu::kGemvStreamMaxTokens && gpu::gemvStream(W, out, in, X, n, Y, yF32, stream_)) {
+    ++streamGemvLaunches_;
+    return prefetchAfter(W);
+  }
   if (lt_) {
     mark("in cublasLtMatmul");
     const bool ran = lt_->run(W, out, in, X, n, Y, yF32, stream_);
@@ -517,6 +531,8 @@ void GpuModel::enqueueAttentionRope(const Layer& L, int n, int ropeOffset) {
   gpu::attentionDecodeTcRope(rope, L.kCache, L.vCache, dPos_, n, shape_.heads, shape_.kvHeads, tcSplits_, tcPart_,
                              tcTickets_, att_, stream_);
 }
+
+const char* GpuModel::smallGemv() const { return opt_.customGemv ? "custom" : opt_.streamGemv ? "stream" : "cublas"; }
 
 const char* GpuModel::decodeKernels() const {
   return fusedStep_ ? (ropeInAttn_ ? "fused" : "gemv") : tcAttn_ ? (ropeInAttn_ ? "attnrope" : "attn") : "old";

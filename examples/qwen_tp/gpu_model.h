@@ -57,6 +57,13 @@ struct GpuModelOptions {
   /// cuBLAS). Off by default: on 2x H200 it measured within 1-5% of cuBLAS per layer shape and
   /// the same tok/s (bench/results/h200x2.md). Needs sm_80+ (init fails otherwise).
   bool customGemv = false;
+  /// GEMMs of n <= gpu::kGemvStreamMaxTokens tokens through gpu::gemvStream (a warp per row of
+  /// W, a plain stream of the weights; no tensor cores) instead of cuBLAS, when the operands are
+  /// 16-byte aligned with in % 8 == 0 (else cuBLAS). A token's row is the same bits at every n,
+  /// so a verify call reproduces one-token steps exactly. The environment's
+  /// QWEN_GEMV=cublas|custom|stream, when set, overrides this and customGemv at init (A/B timing of
+  /// one binary); any other value fails init. customGemv and streamGemv together fail init.
+  bool streamGemv = false;
   /// Programmatic dependent launch for the decoder's own kernels (gpu::setPdl; process-wide).
   /// Same bits either way; no measurable speed difference on 2x H200.
   bool pdl = true;
@@ -218,6 +225,11 @@ class GpuModel : public DecoderEngine {
   /// The decode kernels in use after init: "old", "attn", "gemv" or "fused" (GpuModelOptions::decode;
   /// tp > 1 or an unsupported shape turns "gemv" and "fused" into "attn", head_dim != 128 any into "old").
   const char* decodeKernels() const;
+  /// The GEMMs of at most 8 tokens after init: "cublas", "custom" (gemvBf16) or "stream" (gemvStream).
+  const char* smallGemv() const;
+  /// gemvStream launches gemm() has enqueued (captured ones once, at capture): 0 with streamGemv
+  /// off, or where every operand fell back to cuBLAS.
+  uint64_t streamGemvLaunches() const { return streamGemvLaunches_; }
   /// Name of the algorithm tpcomm ran for the last all-reduce ("" with tp == 1).
   std::string lastAlgorithm() const;
   /// Algorithm of the last layer epilogue (after o_proj / down_proj) as enqueued: tpcomm's name
@@ -324,6 +336,7 @@ class GpuModel : public DecoderEngine {
   bool prefetching_ = false, prefetchPending_ = false;
   bool initL2Prefetch(std::string* error);
   void prefetchAfter(const void* W);
+  uint64_t streamGemvLaunches_ = 0;
   void joinPrefetch();
   cublasHandle_t cublas_ = nullptr;
   std::vector<void*> allocations_;

@@ -68,6 +68,7 @@ GpuModelOptions modelOptions(const Shared& sh) {
   o.useGraphs = !f.noGraphs && f.allreduce != "staged_host";
   o.fusedNorm = f.fusedNorm;
   o.customGemv = f.gemv == "custom";
+  o.streamGemv = f.gemv == "stream";
   o.pdl = f.pdl;
   o.prefillAttention = f.prefillAttn;
   o.prefillOverlap = f.prefillOverlap;
@@ -183,7 +184,8 @@ std::string describeNodes(const GraphNodes& g, bool fused) {
 // else gemm() (--gemv); the lm_head always through gemm().
 std::string gemmLabel(const Flags& f, const GpuModel& model) {
   const std::string d = model.decodeKernels();
-  const std::string head = f.gemv == "custom" ? "custom GEMV" : f.gemv;
+  const std::string g = model.smallGemv();
+  const std::string head = g == "custom" ? "custom GEMV" : g == "stream" ? "streamed GEMV" : g;
   if (d == "gemv" || d == "fused") return "fused GEMVs, lm_head " + head;
   return head;
 }
@@ -208,7 +210,9 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
                                                      : "decode kernel for every call",
       o.prefillOverlap && f.tp > 1 ? ", prefill all-reduces overlapped (two row halves)" : "",
       o.useGraphs ? "decode in CUDA graphs" : "eager decode (no CUDA graphs)",
-      o.customGemv ? "custom GEMV (--gemv custom)" : "cuBLAS", o.pdl ? "on" : "off", model.decodeKernels(),
+      std::strcmp(model.smallGemv(), "custom") == 0   ? "custom GEMV (--gemv custom)"
+      : std::strcmp(model.smallGemv(), "stream") == 0 ? "streamed GEMV (--gemv stream)"
+                                                      : "cuBLAS", o.pdl ? "on" : "off", model.decodeKernels(),
       model.gemmLibrary().c_str(),
       model.l2PrefetchBytes() ? (std::to_string(model.l2PrefetchBytes() >> 20) + " MB (QWEN_PREFETCH)").c_str() : "off");
   std::printf("prefill cold (first call of the process): %.2f ms / %d tokens (%.2f tokens per second); the timed runs "

@@ -54,15 +54,24 @@ bool gemvNormSwiglu(const __nv_bfloat16* W, int I, int in, const __nv_bfloat16* 
 bool gemvResidual(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, __nv_bfloat16* R,
                   cudaStream_t s);
 
-// ---- gemv_stream.cu: the one-token product as a plain stream of W (an experiment: gemv_bench's
-// "stream" column times it against cuBLAS at the model's shapes; the model does not call it) ----
-// Y[o] = sum_i W[o, i] x[i] for one token x [in]: bf16 Y, or fp32 when yF32. A warp per row,
-// 4 KB of W a warp in flight, x in shared memory; the same bits whatever the grid. false (nothing
-// launched) unless gemvStreamSupported and prepareGemvStream ran on this device.
+// ---- gemv_stream.cu: small-n products as a plain stream of W (GpuModelOptions::streamGemv,
+// gemv_bench's "stream" column) ----
+/// Y [n, out] = X [n, in] W^T for 1 <= n <= kGemvStreamMaxTokens: W bf16 [out, in] and X bf16
+/// [n, in] row-major, Y bf16 or fp32 (yF32). A warp per row, 4 KB of W a warp in flight, X in
+/// shared memory (or L1 past 96 KB); every token's sums in an order that depends on `in` only,
+/// so a token's row is the same bits whatever n, the other tokens and the grid. false (nothing
+/// launched) unless gemvStreamSupported and prepareGemvStream ran on this device.
 constexpr int kGemvStreamMaxIn = 32768;
+constexpr int kGemvStreamMaxTokens = 8;
+/// Sets the shared-memory attribute of every form (loading them) on the current device; call
+/// before capture and before any collective (as prepareGemv).
 bool prepareGemvStream();
-bool gemvStreamSupported(const void* W, const void* x, int in);
-bool gemvStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* x, void* Y, bool yF32, cudaStream_t s);
+bool gemvStreamSupported(const void* W, const void* X, int in);
+/// The blocks gemvStream launches for `out` rows on `sms` multiprocessors (every warp the same
+/// number of rows).
+int gemvStreamBlocks(int out, int sms);
+bool gemvStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32,
+                cudaStream_t s);
 
 }  // namespace gpu
 }  // namespace qwen

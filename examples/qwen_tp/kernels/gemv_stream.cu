@@ -1,21 +1,27 @@
-// gemv_stream.cu: a one-token product that streams W (a decode step's weight products, n = 1):
-// Y[o] = sum_i W[o, i] x[i], W [out, in] bf16 row-major, x [in] bf16, fp32 accumulation.
+// gemv_stream.cu: small-n products that stream W (a decode step's weight products, the MTP
+// drafts and verify calls): Y[t, o] = sum_i W[o, i] X[t, i] for t < n <= kGemvStreamMaxTokens,
+// W [out, in] bf16 row-major, X [n, in] bf16, fp32 accumulation, Y [n, out] bf16 or fp32.
 //
 // Why another GEMV: docs/decode_kernels.md, "The GEMVs": cuBLAS streams the qwen3-8b step's
 // weights at ~3.65 TB/s over the step (4.1 on gate/up alone; the small products lose their ramp
 // and tail), gemvBf16 at 2.4-3.3 TB/s (bursts of 4 KB a warp between MMAs, partial waves). This
 // kernel is the plainest stream: a warp owns whole rows (rows g, g + G, g + 2G, ... for global
 // warp g of G), reads a row in chunks of kStreamLoads 16-byte loads a lane (4 KB a warp) all in
-// flight before their FMAs, and the grid is at most kStreamBlocksPerSm blocks a multiprocessor of
-// 16 warps, so up to 128 KB of W a multiprocessor is in flight against the ~33 KB Little's law
-// asks at ~4.4 TB/s and ~1 us. x is staged in shared memory once a block after the PDL wait; each
-// warp's first chunk of W (constant: no kernel writes it) is loaded before the wait, so under PDL
-// a launch's ramp overlaps the previous kernel's tail. No tensor cores: one token is 2 FLOP a
-// weight, far under the FMA rate.
+// flight before their FMAs. The grid is at most kStreamBlocksPerSm blocks a multiprocessor of 16
+// warps (up to 128 KB of W a multiprocessor in flight against the ~33 KB Little's law asks at
+// ~4.4 TB/s and ~1 us), and no more warps than give every warp the same number of rows: a
+// product of 5120 rows runs 2560 warps of 2 rows, not 4224 warps of which 896 take a second row
+// alone. X is staged in shared memory once a block after the PDL wait when n * in * 2 bytes
+// fit kStreamSharedX, else read through L1 (the same values, so the same bits); each warp's first
+// chunk of W (constant: no kernel writes it) is loaded before the wait, so under PDL a launch's
+// ramp overlaps the previous kernel's tail. No tensor cores: a token is 2 FLOP a weight.
 //
-// Order of the sums: lane l accumulates its elements chunk by chunk, 8 bf16 of a load in order,
-// then a warp butterfly; a function of `in` only, so Y[o] is the same bits whatever the grid, the
-// device or the run. Needs in % 8 == 0 and 16-byte aligned W and x (gemvStreamSupported).
+// Order of the sums: for each token, lane l accumulates its elements chunk by chunk, 8 bf16 of a
+// load in order, then a warp butterfly: a function of `in` only. So Y[t, o] is the same bits
+// whatever the grid, n, the other tokens of the call, the device or the run: a verify call of
+// N + 1 tokens reproduces N + 1 one-token steps (speculative == greedy). Needs in % 8 == 0 and
+// 16-byte aligned W and X (gemvStreamSupported). A launch reads W, X and writes Y only; nothing
+// waits on another block, so there is no cross-block protocol to bound.
 #include <algorithm>
 #include <cstdint>
 
@@ -27,6 +33,7 @@ namespace gpu {
 namespace {
 
 constexpr int kStreamWarps = 16, kStreamLoads = 8, kStreamBlocksPerSm = 2;
+constexpr int kStreamSharedX = 96 * 1024;  // two blocks a multiprocessor still fit
 
 __device__ __forceinline__ float dot8(uint4 w, uint4 x, float acc) {
   const uint32_t* ws = &w.x;
@@ -39,15 +46,17 @@ __device__ __forceinline__ float dot8(uint4 w, uint4 x, float acc) {
   return acc;
 }
 
-template <bool kF32>
+// kTok: the accumulators a lane keeps (n <= kTok); kSharedX: X in shared memory, else from L1.
+template <int kTok, bool kSharedX, bool kF32>
 __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm)
-    gemvStreamKernel(const __nv_bfloat16* __restrict__ W, int out, int in, const __nv_bfloat16* __restrict__ x,
+    gemvStreamKernel(const __nv_bfloat16* __restrict__ W, int out, int in, const __nv_bfloat16* __restrict__ X, int n,
                      void* __restrict__ Y) {
   extern __shared__ uint4 xs[];
   pdlLaunch();
   const int lane = threadIdx.x & 31, vecs = in / 8;
   const int warps = gridDim.x * kStreamWarps, first = blockIdx.x * kStreamWarps + (threadIdx.x >> 5);
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  const uint4* xg = reinterpret_cast<const uint4*>(X);
   uint4 w[kStreamLoads];
   // The first chunk of this warp's first row, before the wait.
   if (first < out) {
@@ -59,11 +68,15 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm)
     }
   }
   pdlWait();
-  for (int v = threadIdx.x; v < vecs; v += blockDim.x) xs[v] = reinterpret_cast<const uint4*>(x)[v];
-  __syncthreads();
+  if (kSharedX) {
+    for (int v = threadIdx.x; v < n * vecs; v += blockDim.x) xs[v] = xg[v];
+    __syncthreads();
+  }
   for (int r = first; r < out; r += warps) {
     const uint4* row = reinterpret_cast<const uint4*>(W + static_cast<int64_t>(r) * in);
-    float acc = 0.f;
+    float acc[kTok];
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) acc[t] = 0.f;
     for (int base = 0; base < vecs; base += kStreamLoads * 32) {
       if (r != first || base != 0) {
 #pragma unroll
@@ -75,20 +88,46 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm)
 #pragma unroll
       for (int j = 0; j < kStreamLoads; ++j) {
         const int v = base + j * 32 + lane;
-        if (v < vecs) acc = dot8(w[j], xs[v], acc);
+        if (v < vecs) {
+#pragma unroll
+          for (int t = 0; t < kTok; ++t)
+            if (t < n) acc[t] = dot8(w[j], kSharedX ? xs[t * vecs + v] : __ldg(xg + t * vecs + v), acc[t]);
+        }
       }
     }
-    acc = warpSum(acc);
-    if (lane == 0) {
-      if (kF32)
-        static_cast<float*>(Y)[r] = acc;
-      else
-        static_cast<__nv_bfloat16*>(Y)[r] = __float2bfloat16_rn(acc);
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+      if (t >= n) break;
+      const float sum = warpSum(acc[t]);
+      if (lane == 0) {
+        if (kF32)
+          static_cast<float*>(Y)[static_cast<int64_t>(t) * out + r] = sum;
+        else
+          static_cast<__nv_bfloat16*>(Y)[static_cast<int64_t>(t) * out + r] = __float2bfloat16_rn(sum);
+      }
     }
   }
 }
 
 int gStreamSms = 0;  // prepareGemvStream
+
+template <int kTok, bool kF32>
+void launchStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, int blocks,
+                  cudaStream_t s) {
+  const size_t xBytes = static_cast<size_t>(n) * in * 2;
+  if (xBytes <= static_cast<size_t>(kStreamSharedX))
+    launchSmem(gemvStreamKernel<kTok, true, kF32>, blocks, kStreamWarps * 32, xBytes, s, W, out, in, X, n, Y);
+  else
+    launchSmem(gemvStreamKernel<kTok, false, kF32>, blocks, kStreamWarps * 32, size_t(0), s, W, out, in, X, n, Y);
+}
+
+template <int kTok>
+bool prepareTok() {
+  return cudaFuncSetAttribute(gemvStreamKernel<kTok, true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              kStreamSharedX) == cudaSuccess &&
+         cudaFuncSetAttribute(gemvStreamKernel<kTok, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              kStreamSharedX) == cudaSuccess;
+}
 
 }  // namespace
 
@@ -97,25 +136,42 @@ bool prepareGemvStream() {
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&gStreamSms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
     return false;
-  // x up to kGemvStreamMaxIn bf16 in shared memory: past the default 48 KB.
-  const int smem = kGemvStreamMaxIn * 2;
-  return cudaFuncSetAttribute(gemvStreamKernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
-             cudaSuccess &&
-         cudaFuncSetAttribute(gemvStreamKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess;
+  // X up to kStreamSharedX in shared memory: past the default 48 KB. Setting the attribute loads
+  // every form now, before any capture or collective.
+  cudaFuncAttributes a;
+  return prepareTok<1>() && prepareTok<4>() && prepareTok<kGemvStreamMaxTokens>() &&
+         cudaFuncGetAttributes(&a, gemvStreamKernel<1, false, false>) == cudaSuccess &&
+         cudaFuncGetAttributes(&a, gemvStreamKernel<1, false, true>) == cudaSuccess &&
+         cudaFuncGetAttributes(&a, gemvStreamKernel<4, false, false>) == cudaSuccess &&
+         cudaFuncGetAttributes(&a, gemvStreamKernel<4, false, true>) == cudaSuccess &&
+         cudaFuncGetAttributes(&a, gemvStreamKernel<kGemvStreamMaxTokens, false, false>) == cudaSuccess &&
+         cudaFuncGetAttributes(&a, gemvStreamKernel<kGemvStreamMaxTokens, false, true>) == cudaSuccess;
 }
 
-bool gemvStreamSupported(const void* W, const void* x, int in) {
-  return in > 0 && in % 8 == 0 && in <= kGemvStreamMaxIn && aligned16(W, x);
+bool gemvStreamSupported(const void* W, const void* X, int in) {
+  return in > 0 && in % 8 == 0 && in <= kGemvStreamMaxIn && aligned16(W, X);
 }
 
-bool gemvStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* x, void* Y, bool yF32, cudaStream_t s) {
-  if (gStreamSms <= 0 || out <= 0 || !gemvStreamSupported(W, x, in)) return false;
-  const int blocks = std::min((out + kStreamWarps - 1) / kStreamWarps, gStreamSms * kStreamBlocksPerSm);
-  const size_t smem = static_cast<size_t>(in) * 2;
-  if (yF32)
-    launchSmem(gemvStreamKernel<true>, blocks, kStreamWarps * 32, smem, s, W, out, in, x, Y);
+int gemvStreamBlocks(int out, int sms) {
+  // As many rows for every warp as the full grid would give the busiest one, over as few warps
+  // as that needs: no second round of rows for some warps only.
+  const int maxWarps = sms * kStreamBlocksPerSm * kStreamWarps;
+  const int rowsPerWarp = (out + maxWarps - 1) / maxWarps;
+  const int warps = (out + rowsPerWarp - 1) / rowsPerWarp;
+  return (warps + kStreamWarps - 1) / kStreamWarps;
+}
+
+bool gemvStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32,
+                cudaStream_t s) {
+  if (gStreamSms <= 0 || out <= 0 || n < 1 || n > kGemvStreamMaxTokens || !gemvStreamSupported(W, X, in)) return false;
+  const int blocks = gemvStreamBlocks(out, gStreamSms);
+  if (n == 1)
+    yF32 ? launchStream<1, true>(W, out, in, X, n, Y, blocks, s) : launchStream<1, false>(W, out, in, X, n, Y, blocks, s);
+  else if (n <= 4)
+    yF32 ? launchStream<4, true>(W, out, in, X, n, Y, blocks, s) : launchStream<4, false>(W, out, in, X, n, Y, blocks, s);
   else
-    launchSmem(gemvStreamKernel<false>, blocks, kStreamWarps * 32, smem, s, W, out, in, x, Y);
+    yF32 ? launchStream<kGemvStreamMaxTokens, true>(W, out, in, X, n, Y, blocks, s)
+         : launchStream<kGemvStreamMaxTokens, false>(W, out, in, X, n, Y, blocks, s);
   return cudaPeekAtLastError() == cudaSuccess;
 }
 

@@ -183,35 +183,88 @@ bool generateOn(Kernels kernels, int promptLen, int ctx, const GenerateOptions& 
   return generate(m, promptIds(promptLen, c.vocabSize), g, out, st, err);
 }
 
-TEST(QwenDecodeGpu, SpeculativeEqualsGreedyOnTheNewPaths) {
-  unsetenv("QWEN_DECODE");
-  struct Ctx {
+// On path k: greedy, then speculation at each draft count (real drafts and simulated acceptance)
+// against it, token for token. Short: one chunk per query. Long: about 12 chunks of 64 slots,
+// merged by the last CTA.
+void expectSpeculativeEqualsGreedy(Kernels k, const std::string& label) {
+  const struct {
     int prompt, predict;
     std::vector<int> drafts;
-  };
-  // Short: one chunk per query. Long: about 12 chunks of 64 slots, merged by the last CTA.
-  const Ctx ctxs[] = {{24, 160, {1, 2, 3, 4, 5, 6}}, {700, 64, {3, 5}}};
-  for (Kernels k : {Kernels::kAttention, Kernels::kAttentionRope, Kernels::kFusedGemv, Kernels::kFused}) {
-    for (const Ctx& cx : ctxs) {
-      const int ctx = cx.prompt + cx.predict + 16;
-      std::vector<int32_t> ref;
-      GenerateStats st;
-      std::string err;
-      GenerateOptions g;
-      g.nPredict = cx.predict;
-      ASSERT_TRUE(generateOn(k, cx.prompt, ctx, g, &ref, &st, &err)) << err;
-      for (int n : cx.drafts)
-        for (double sim : {-1.0, 0.6}) {
-          GenerateOptions gs = g;
-          gs.draftNMax = n;
-          gs.simAcceptance = sim;
-          gs.reference = &ref;
-          std::vector<int32_t> out;
-          ASSERT_TRUE(generateOn(k, cx.prompt, ctx, gs, &out, &st, &err)) << err;
-          EXPECT_EQ(out, ref) << kernelsName(k) << " prompt " << cx.prompt << " N " << n << " sim " << sim;
-          if (sim > 0) EXPECT_GT(st.accepted, 0);
-        }
-    }
+  } ctxs[] = {{24, 160, {1, 2, 3, 4, 5, 6}}, {700, 64, {3, 5}}};
+  for (const auto& cx : ctxs) {
+    const int ctx = cx.prompt + cx.predict + 16;
+    std::vector<int32_t> ref;
+    GenerateStats st;
+    std::string err;
+    GenerateOptions g;
+    g.nPredict = cx.predict;
+    ASSERT_TRUE(generateOn(k, cx.prompt, ctx, g, &ref, &st, &err)) << label << ": " << err;
+    for (int n : cx.drafts)
+      for (double sim : {-1.0, 0.6}) {
+        GenerateOptions gs = g;
+        gs.draftNMax = n;
+        gs.simAcceptance = sim;
+        gs.reference = &ref;
+        std::vector<int32_t> out;
+        ASSERT_TRUE(generateOn(k, cx.prompt, ctx, gs, &out, &st, &err)) << label << ": " << err;
+        EXPECT_EQ(out, ref) << label << " prompt " << cx.prompt << " N " << n << " sim " << sim;
+        if (sim > 0) EXPECT_GT(st.accepted, 0);
+      }
+  }
+}
+
+TEST(QwenDecodeGpu, SpeculativeEqualsGreedyOnTheNewPaths) {
+  unsetenv("QWEN_DECODE");
+  for (Kernels k : {Kernels::kAttention, Kernels::kAttentionRope, Kernels::kFusedGemv, Kernels::kFused})
+    expectSpeculativeEqualsGreedy(k, kernelsName(k));
+}
+
+// GpuModelOptions::streamGemv (QWEN_GEMV=stream): the products of calls of up to 8 tokens through
+// gpu::gemvStream, on the default path and the fused one (its lm_head): logits against the CPU
+// reference, the stream really launched, and speculative output (verify calls of 2..7 tokens,
+// chained drafts of 1) token-identical to greedy, short and long context. A bad QWEN_GEMV value
+// and customGemv with streamGemv are refused at init.
+TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReferenceAndSpeculationEqualsGreedy) {
+  unsetenv("QWEN_DECODE");
+  struct Env {
+    ~Env() { unsetenv("QWEN_GEMV"); }
+  } restore;
+  setenv("QWEN_GEMV", "stream", 1);
+  for (Kernels k : {Kernels::kAttention, Kernels::kFused}) {
+    checkAgainstCpu(k, {20});
+    checkAgainstCpu(k, {8, 7, 16});
+  }
+  const ModelConfig c = tiny128();
+  TpShape sh;
+  std::string err;
+  ASSERT_TRUE(makeTpShape(c, 1, 0, &sh, &err));
+  {
+    GpuModel m(c, sh, 0, nullptr);
+    GpuModelOptions o;
+    o.ctxSize = 64;
+    ASSERT_TRUE(m.init(o, &err)) << err;
+    EXPECT_STREQ(m.smallGemv(), "stream");
+    double ms = 0;
+    ASSERT_TRUE(m.timeTargetStep(1, 20, 3, &ms, &err)) << err;
+    // A layer's four products and the lm_head, at least once: none fell back to cuBLAS.
+    EXPECT_GE(m.streamGemvLaunches(), static_cast<uint64_t>(4 * c.numLayers + 1));
+  }
+  for (Kernels k : {Kernels::kAttention, Kernels::kAttentionRope})
+    expectSpeculativeEqualsGreedy(k, std::string("stream ") + kernelsName(k));
+  GpuModelOptions o;
+  o.ctxSize = 64;
+  setenv("QWEN_GEMV", "fast", 1);
+  {
+    GpuModel m(c, sh, 0, nullptr);
+    EXPECT_FALSE(m.init(o, &err));
+    EXPECT_NE(err.find("QWEN_GEMV=fast: expected cublas, custom or stream"), std::string::npos) << err;
+  }
+  unsetenv("QWEN_GEMV");
+  o.customGemv = o.streamGemv = true;
+  {
+    GpuModel m(c, sh, 0, nullptr);
+    EXPECT_FALSE(m.init(o, &err));
+    EXPECT_NE(err.find("customGemv and streamGemv are both set"), std::string::npos) << err;
   }
 }
 

@@ -8,8 +8,8 @@
 //    CustomGemvMatchesCublas); a token's bits the same at n = 1 and 5; the fused forms on the 8b
 //    shapes (norm + qkv, norm + gate/up + SwiGLU against the reference; o_proj and down with the
 //    residual add bit for bit gemvBf16 + the bf16 add).
-//  - StreamGemvMatchesReference: gemvStream (n = 1, the plain stream of W) at the same shapes and
-//    ragged ones, the same bound, the same bits on a second call, bad `in` refused.
+//  - StreamGemvMatchesReference: gemvStream (the plain stream of W, n = 1..8) at the same shapes
+//    and ragged ones, the same bound, a token's bits the same at every n, NaN kept to its token.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -166,13 +166,18 @@ TEST(QwenGemvGpu, ModelShapesMatchReference) {
     }
 }
 
-// gemvStream (gemv_stream.cu, n = 1) at the qwen3-8b and qwen3-32b layer shapes and the 8b lm_head
-// (fp32 out) against the fp64 reference, ModelShapesMatchReference's bound; small and ragged
-// shapes (one row; rows fewer than a block's warps; in = 8, 24 and 2056: a partial chunk); the
-// same bits on a second call; in % 8 != 0 refused with nothing written.
+// gemvStream (gemv_stream.cu) at the qwen3-8b and qwen3-32b layer shapes and the 8b lm_head (fp32
+// out, n <= 4) against the fp64 reference, ModelShapesMatchReference's bound, for n = 1, 3, 4
+// and 8 (its three forms; X in shared memory and, past 96 KB, from L1: the 8b down and the 32b
+// gate/up at n = 8, the 32b down from n = 4); small and ragged shapes (one row; rows fewer than
+// a block's warps; in = 8, 24 and 2056: a partial chunk). Token t's bits the same at every n
+// (n = 1 is token 0 alone; n = 8 gives every token's reference bits); nothing written past the
+// n rows; the same bits on a second call; one NaN in a token's X makes that token's outputs NaN
+// and leaves the other tokens' bits; bad `in`, alignment and n refused.
 TEST(QwenGemvGpu, StreamGemvMatchesReference) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   ASSERT_TRUE(gpu::prepareGemvStream());
+  constexpr int kN = gpu::kGemvStreamMaxTokens;
   std::vector<Shape> shapes = layerShapes("qwen3-8b", true);
   for (const Shape& sh : layerShapes("qwen3-32b", false)) shapes.push_back(sh);
   for (Shape sh : std::vector<Shape>{{"one row", 1, 4096}, {"ragged", 17, 24}, {"tiny", 5, 8}, {"tail", 300, 2056}})
@@ -180,45 +185,73 @@ TEST(QwenGemvGpu, StreamGemvMatchesReference) {
   uint64_t seed = 5000;
   for (const Shape& sh : shapes) {
     const bool head = std::strcmp(sh.name, "lm_head") == 0;
-    const std::string what = std::string(sh.name) + " " + std::to_string(sh.out) + " x " + std::to_string(sh.in);
+    const int nMax = head ? 4 : kN, yb = head ? 4 : 2;
+    const std::string shape = std::string(sh.name) + " " + std::to_string(sh.out) + " x " + std::to_string(sh.in);
     const std::vector<uint16_t> W = randomBf16(static_cast<size_t>(sh.out) * sh.in, seed += 7919, 0.05f),
-                                X = randomBf16(sh.in, seed += 7919, 1.f);
+                                X = randomBf16(static_cast<size_t>(nMax) * sh.in, seed += 7919, 1.f);
     std::vector<double> ref, mag;
-    reference(W, sh.out, sh.in, toDouble(X), 1, &ref, &mag);
+    reference(W, sh.out, sh.in, toDouble(X), nMax, &ref, &mag);
+    const size_t outBytes = static_cast<size_t>(nMax) * sh.out * yb;
     DevBuf<uint16_t> dW(W.size()), dX(X.size());
-    DevBuf<float> dY(sh.out + 8);
+    DevBuf<uint8_t> dY(outBytes + 64);
     CK(cudaMemcpy(dW.p, W.data(), W.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dX.p, X.data(), X.size() * 2, cudaMemcpyHostToDevice));
-    std::vector<uint8_t> firstBits;
-    for (int call = 0; call < 2; ++call) {
-      CK(cudaMemset(dY.p, 0xFF, (sh.out + 8) * 4));
-      ASSERT_TRUE(gpu::gemvStream(dW.bf(), sh.out, sh.in, dX.bf(), dY.p, head, nullptr)) << what;
-      const size_t bytes = static_cast<size_t>(sh.out) * (head ? 4 : 2);
-      const std::vector<uint8_t> raw = fetch(reinterpret_cast<uint8_t*>(dY.p), (sh.out + 8) * 4);
-      for (size_t b = bytes; b < raw.size(); ++b) ASSERT_EQ(raw[b], 0xFF) << what << ": written past row " << sh.out;
-      if (call == 1) {
-        EXPECT_EQ(0, std::memcmp(firstBits.data(), raw.data(), bytes)) << what << ": a second call's bits differ";
-        break;
+    auto run = [&](int n, const std::string& what) {
+      CK(cudaMemset(dY.p, 0xFF, outBytes + 64));
+      EXPECT_TRUE(gpu::gemvStream(dW.bf(), sh.out, sh.in, dX.bf(), n, dY.p, head, nullptr)) << what;
+    };
+    std::vector<uint8_t> full;  // n = nMax: every token's bits
+    for (int n : {nMax, 1, 3, 4, 8}) {
+      if (n > nMax) continue;
+      const std::string what = shape + " n " + std::to_string(n);
+      run(n, what);
+      const size_t bytes = static_cast<size_t>(n) * sh.out * yb;
+      const std::vector<uint8_t> raw = fetch(dY.p, outBytes + 64);
+      int past = 0;
+      for (size_t b = bytes; b < raw.size(); ++b) past += raw[b] != 0xFF;
+      EXPECT_EQ(past, 0) << what << ": written past token " << n;
+      if (n != nMax) {
+        EXPECT_EQ(0, std::memcmp(full.data(), raw.data(), bytes)) << what << ": a token's bits depend on n";
+        continue;
       }
-      firstBits = raw;
+      full = raw;
       int bad = 0;
       double worst = 0;
-      for (int o = 0; o < sh.out; ++o) {
+      for (size_t i = 0; i < static_cast<size_t>(n) * sh.out; ++i) {
         float f32;
         uint16_t b16;
-        std::memcpy(&f32, raw.data() + 4 * o, 4);
-        std::memcpy(&b16, raw.data() + 2 * o, 2);
-        const double y = head ? f32 : bf16ToFloat(b16), r = ref[o];
-        const double tol = 2e-4 * mag[o] + (head ? 0.0 : std::ldexp(std::fabs(r), -8)) + 1e-30;
-        worst = std::max(worst, std::fabs(y - r) / (mag[o] + 1e-30));
-        if (!(std::fabs(y - r) <= tol) && ++bad <= 3) ADD_FAILURE() << what << ": o " << o << " " << y << " vs " << r;
+        std::memcpy(&f32, raw.data() + 4 * i * head, 4);
+        std::memcpy(&b16, raw.data() + 2 * i, 2);
+        const double y = head ? f32 : bf16ToFloat(b16), r = ref[i];
+        const double tol = 2e-4 * mag[i] + (head ? 0.0 : std::ldexp(std::fabs(r), -8)) + 1e-30;
+        worst = std::max(worst, std::fabs(y - r) / (mag[i] + 1e-30));
+        if (!(std::fabs(y - r) <= tol) && ++bad <= 3)
+          ADD_FAILURE() << what << ": t " << i / sh.out << " o " << i % sh.out << " " << y << " vs " << r;
       }
       EXPECT_EQ(bad, 0) << what << ": worst |y - ref| / sum|xw| " << worst;
+      run(n, what + " (second call)");
+      EXPECT_EQ(0, std::memcmp(full.data(), fetch(dY.p, bytes).data(), bytes)) << what << ": a second call's bits differ";
     }
+    if (head || sh.out < 64) continue;
+    // One NaN in token 1's X: token 1's outputs all NaN, the others' bits unchanged.
+    const uint16_t nan = 0x7FC0;
+    CK(cudaMemcpy(dX.bf() + sh.in + sh.in / 3, &nan, 2, cudaMemcpyHostToDevice));
+    run(3, shape + " NaN");
+    const std::vector<uint16_t> y = fetch(reinterpret_cast<uint16_t*>(dY.p), static_cast<size_t>(3) * sh.out);
+    int notNan = 0;
+    for (int o = 0; o < sh.out; ++o) notNan += !std::isnan(bf16ToFloat(y[sh.out + o]));
+    EXPECT_EQ(notNan, 0) << shape << ": token 1's outputs must be NaN";
+    EXPECT_EQ(0, std::memcmp(full.data(), y.data(), sh.out * 2)) << shape << ": token 0 changed by token 1's NaN";
+    EXPECT_EQ(0, std::memcmp(full.data() + 4 * sh.out, y.data() + 2 * sh.out, sh.out * 2)) << shape << ": token 2 changed";
   }
   DevBuf<uint16_t> dW(64), dX(16);
-  EXPECT_FALSE(gpu::gemvStream(dW.bf(), 4, 12, dX.bf(), dW.p, false, nullptr)) << "in % 8 != 0 must be refused";
-  EXPECT_FALSE(gpu::gemvStream(dW.bf() + 1, 4, 16, dX.bf(), dW.p, false, nullptr)) << "unaligned W must be refused";
+  EXPECT_FALSE(gpu::gemvStream(dW.bf(), 4, 12, dX.bf(), 1, dW.p, false, nullptr)) << "in % 8 != 0 must be refused";
+  EXPECT_FALSE(gpu::gemvStream(dW.bf() + 1, 4, 16, dX.bf(), 1, dW.p, false, nullptr)) << "unaligned W must be refused";
+  EXPECT_FALSE(gpu::gemvStream(dW.bf(), 4, 16, dX.bf(), 0, dW.p, false, nullptr)) << "n = 0 must be refused";
+  EXPECT_FALSE(gpu::gemvStream(dW.bf(), 4, 16, dX.bf(), kN + 1, dW.p, false, nullptr)) << "n > max must be refused";
+  EXPECT_EQ(gpu::gemvStreamBlocks(5120, 132), 160) << "5120 rows: 2560 warps of 2 rows";
+  EXPECT_EQ(gpu::gemvStreamBlocks(4096, 132), 256) << "4096 rows: a warp each";
+  EXPECT_EQ(gpu::gemvStreamBlocks(151936, 132), 264);
 }
 
 // The fused forms on the qwen3-8b layer: norm + qkv and norm + gate/up + SwiGLU against the fp64
