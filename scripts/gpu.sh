@@ -285,13 +285,13 @@ bench_compression() {
 }
 
 # The Qwen3-32B TP=2 matrix (examples/qwen_tp). The decoder's own choices first (tpcomm auto, MTP
-# off, 128 tokens): GEMMs of <= 8 tokens on cuBLAS or the custom GEMV, kernels with or without
+# off, 128 tokens): GEMMs of <= 8 tokens on cuBLAS, the custom GEMV or the stream, kernels with or without
 # PDL; the matrix runs with the fastest by decode tok/s (the four picks stay in the logs).
 bench_qwen() {
   local Q="$B/examples/qwen_tp/qwen_tp --model-preset qwen3-32b --tp 2 --prompt-tokens 512 --n-predict 256 --ctx-size 1024"
   local best=0 X="" g p f t ar a
   tps() { grep -a "^ *eval time" "$1" | head -1 | sed -E 's/.*, *([0-9.]+) tokens per second.*/\1/'; }
-  for g in cublas custom; do for p in pdl no-pdl; do
+  for g in cublas custom stream; do for p in pdl no-pdl; do
     f=""; [ $p = no-pdl ] && f=--no-pdl
     step "qwen_pick_${g}_$p" 40 $Q --n-predict 128 --allreduce auto --gemv $g $f --no-profile
     t=$(tps "$L/qwen_pick_${g}_$p.txt"); echo "  $g $p: ${t:-?} tok/s"

@@ -18,7 +18,7 @@ namespace qwen {
 struct Flags {
   std::string device = "cuda";  ///< cuda | cpu (the fp32 CPU reference, ranks as threads)
   std::string preset = "tiny", modelDir, allreduce = "auto", allreduceCompression = "none", metricsFile = "qwen_tp_metrics.prom";
-  std::string gemv = "cublas";
+  std::string gemv = "stream";
   std::string promptText;      ///< --prompt
   std::string promptTextFile;  ///< --prompt-file (text)
   std::string promptIds;       ///< --prompt-ids a,b,c or @FILE

@@ -13,7 +13,9 @@
 # 8b at 32000), PyTorch eager and torch.compile at 8b 512, one 8b step under ncu; PART=lt times
 # the weight GEMMs on cublasGemmEx against cuBLASLt timed at init (QWEN_GEMM=gemmex|lt), each
 # with the L2 prefetch of the next product's weights off and on (QWEN_PREFETCH=off|on); PART=stream
-# times the products of <= 8 tokens through cuBLAS against gemvStream (QWEN_GEMV=cublas|stream).
+# times the one-token products through cuBLAS against gemvStream (QWEN_GEMV=cublas|stream), PART=bench
+# runs gemv_bench alone; TESTS=all|filter|none: the whole qwen_gpu_test, the decode filter (default)
+# or no tests first.
 # Logs go to $OUT/logs.tgz (each log opens with commit, date, command), the table to
 # $OUT/summary.md and to stdout, last. Usage, from the repository root:
 #   OUT=/path/to/out bash examples/qwen_tp/decode_ab.sh
@@ -48,8 +50,13 @@ fi
 
 # 1. Correctness first: the new kernels, the model on every path, and the old tests they touch;
 # CustomGemvSpeculativeEqualsGreedy is the first TP=2 case there (two ranks on the one GPU).
-run tests 200 "$B/examples/qwen_tp/tests/qwen_gpu_test" \
-  --gtest_filter='QwenDecodeGpu.*:QwenGemvGpu.*:QwenGpu.LogitsMatch*:QwenGpu.AttentionMatchesReference:QwenGpu.CustomGemv*:QwenGpu.ChainedDraftsInOneGraphEqualSingleSteps:QwenGpu.SharedGpuLoadsModulesEagerly'
+# TESTS=all runs the whole qwen_gpu_test instead, TESTS=none none.
+case "${TESTS:-filter}" in
+  all) run tests 330 "$B/examples/qwen_tp/tests/qwen_gpu_test" ;;
+  none) ;;
+  *) run tests 200 "$B/examples/qwen_tp/tests/qwen_gpu_test" \
+       --gtest_filter='QwenDecodeGpu.*:QwenGemvGpu.*:QwenGpu.LogitsMatch*:QwenGpu.AttentionMatchesReference:QwenGpu.CustomGemv*:QwenGpu.ChainedDraftsInOneGraphEqualSingleSteps:QwenGpu.SharedGpuLoadsModulesEagerly' ;;
+esac
 
 S8="--hidden 4096 --layers 36 --heads 32 --kv 8 --head-dim 128 --inter 12288 --vocab 151936"
 S32="--hidden 5120 --layers 64 --heads 64 --kv 8 --head-dim 128 --inter 25600 --vocab 151936"
@@ -67,7 +74,7 @@ qn() {  # qn <preset> <prompt> <tag> <norm> <decode> [extra]; GEMM=gemmex|lt (QW
   local preset=$1 P=$2 tag=$3 norm=$4 dec=$5; shift 5
   local short=${preset#qwen3-}; local N=64; [ "$short" = 32b ] && N=32
   run "q${short%b}_${P}_$tag" 120 env QWEN_NORM=$norm QWEN_DECODE=$dec QWEN_GEMM=${GEMM:-gemmex} QWEN_PREFETCH=${PF:-off} \
-    QWEN_GEMV=${GEMV:-cublas} $Q \
+    QWEN_GEMV=${GEMV:-cublas} QWEN_STREAM_PDL=${QWEN_STREAM_PDL:-off} $Q \
     --model-preset $preset --prompt-tokens $P --n-predict $N --ubatch-size 2048 "$@"
 }
 if [ "${PART:-all}" = lt ]; then
@@ -85,12 +92,16 @@ for c in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
 done
 run torch8_compile_512 150 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64 --compile
 elif [ "${PART:-all}" = stream ]; then
-# PART=stream: the products of calls of <= 8 tokens through cuBLAS against gemvStream
-# (QWEN_GEMV=cublas|stream, default decode kernels), A B B A at qwen3-8b and qwen3-32b 512 and at
-# qwen3-8b 32000; MTP speculation (n-max 3, simulated acceptance 0.6) both ways at 8b 512;
-# gemv_bench (each product alone, n = 1, 4, 8); torch.compile at 8b 512 for the ratio; one 8b
-# step with the stream under ncu.
-for c in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
+# PART=stream: the one-token products through cuBLAS against gemvStream (QWEN_GEMV=cublas|stream,
+# default decode kernels), A B B A at qwen3-8b and qwen3-32b 512 and at qwen3-8b 32000 (at 8b 512
+# the stream PDL-launched too); MTP speculation (n-max 3, simulated acceptance 0.6) both ways at
+# 8b 512; torch.compile at 8b 512 for the ratio.
+# The stream launched with PDL too (QWEN_STREAM_PDL=on) at 8b 512: A B C C B A.
+for r in a_cublas a_stream a_streampdl b_streampdl b_stream b_cublas; do
+  g=${r#*_}
+  GEMV=${g%pdl} QWEN_STREAM_PDL=$([ "$g" = streampdl ] && echo on || echo off) qn qwen3-8b 512 "$r" regs attn
+done
+for c in "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
   for r in a_cublas a_stream b_stream b_cublas; do
     # shellcheck disable=SC2086
     set -- $c
@@ -101,9 +112,10 @@ for r in a_cublas a_stream b_stream b_cublas; do
   run "q8_512_mtp_$r" 60 env QWEN_GEMV=${r#*_} $Q --model-preset qwen3-8b --prompt-tokens 512 --n-predict 128 \
     --ubatch-size 2048 --spec-type draft-mtp --spec-draft-n-max 3 --sim-draft-acceptance 0.6
 done
+run torch8_compile_512 240 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64 --compile
+elif [ "${PART:-all}" = bench ]; then
+# PART=bench: gemv_bench alone (each product: cuBLAS, the custom GEMV, the stream; n = 1, 4, 8).
 run gemv_bench 120 "$B/examples/qwen_tp/gemv_bench" --preset qwen3-8b,qwen3-32b --tp 1 --tokens 1,4,8
-run torch8_compile_512 150 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64 --compile
-QWEN_GEMV=stream ncu_step attn qwen3-8b 512
 elif [ "${PART:-all}" = norm ]; then
 # PART=norm: addRmsNorm's two kernels in one binary (QWEN_NORM=regs|loop with the default decode
 # kernels, attn) and QWEN_DECODE=attnrope, A B C C B A at qwen3-8b and qwen3-32b 512, A B B A at

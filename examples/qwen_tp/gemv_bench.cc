@@ -5,12 +5,14 @@
 // down + residual); in GB/s of weight read against the device's copy rate (read + write, as the
 // qwen_tp roofline counts it). Each timed graph runs the product over a ring of weight copies
 // larger than L2, so every launch streams its weights from HBM as a decode step does; launches
-// follow each other in the graph (with PDL when --pdl), as in the step.
+// follow each other in the graph (with PDL unless --no-pdl), as in the step; the stream is
+// launched without PDL as the model launches it, unless --stream-pdl. "cub n-bits": whether
+// cuBLAS gives token 0 the same bits at this n as at n = 1 (the first --tokens entry must be 1).
 // --lt-tokens N[,N]: then, per layer product and token count (decode's 1..16, a prefill chunk's
 // rows), every algorithm cuBLASLt's heuristics offer (up to 16, 32 MB of workspace) timed the
 // same way against cublasGemmEx's choice: whether picking by measurement beats the heuristic
 // (split-K and its reduction kernel, tile shapes), before GpuModel::gemm is made to do it.
-//   gemv_bench [--preset qwen3-8b,qwen3-32b] [--tp 1] [--tokens 1,4,8] [--iters 20] [--no-pdl]
+//   gemv_bench [--preset qwen3-8b,qwen3-32b] [--tp 1] [--tokens 1,4,8] [--iters 20] [--no-pdl] [--stream-pdl]
 //              [--lt-tokens 1,2048]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -227,7 +229,7 @@ std::vector<std::string> split(const std::string& s) {
 int main(int argc, char** argv) {
   std::string presets = "qwen3-8b,qwen3-32b", tokenList = "1,4,8", ltTokenList;
   int tp = 1, iters = 20;
-  bool pdl = true;
+  bool pdl = true, streamPdl = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--preset" && i + 1 < argc) {
@@ -240,11 +242,13 @@ int main(int argc, char** argv) {
       tokenList = argv[++i];
     } else if (a == "--no-pdl") {
       pdl = false;
+    } else if (a == "--stream-pdl") {
+      streamPdl = true;
     } else if (a == "--lt-tokens" && i + 1 < argc) {
       ltTokenList = argv[++i];
     } else {
       std::fprintf(stderr,
-                   "usage: gemv_bench [--preset NAME[,NAME]] [--tp N] [--tokens 1,4,8] [--iters N] [--no-pdl] "
+                   "usage: gemv_bench [--preset NAME[,NAME]] [--tp N] [--tokens 1,4,8] [--iters N] [--no-pdl] [--stream-pdl] "
                    "[--lt-tokens 1,2048] (unknown argument '%s')\n",
                    a.c_str());
       return 2;
@@ -268,6 +272,7 @@ int main(int argc, char** argv) {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return std::fprintf(stderr, "gemv_bench: no CUDA device\n"), 77;
   qwen::gpu::setPdl(pdl);
+  qwen::gpu::setGemvStreamPdl(streamPdl);
   if (!qwen::gpu::prepareGemv()) return std::fprintf(stderr, "gemv_bench: prepareGemv failed\n"), 1;
   if (!qwen::gpu::prepareGemvStream()) return std::fprintf(stderr, "gemv_bench: prepareGemvStream failed\n"), 1;
   cudaStream_t s;
@@ -297,8 +302,9 @@ int main(int argc, char** argv) {
                            4, 1.f, 0.f, s);
   CK(cudaStreamSynchronize(s));
   std::printf(
-      "# gemv_bench: TP=%d, bf16 weights, fp32 accumulation, PDL %s; device copy rate %.0f GB/s (read + write)\n", tp,
-      pdl ? "on" : "off", copyGBs);
+      "# gemv_bench: TP=%d, bf16 weights, fp32 accumulation, PDL %s (the stream: %s); device copy rate %.0f GB/s "
+      "(read + write)\n",
+      tp, pdl ? "on" : "off", pdl && streamPdl ? "on" : "off", copyGBs);
   for (const std::string& preset : split(presets)) {
     qwen::ModelConfig cfg;
     std::string err;
@@ -312,15 +318,16 @@ int main(int argc, char** argv) {
     const Shape shapes[] = {
         {"qkv", (hq + 2 * hk) * D, H}, {"o", H, hq * D}, {"gate_up", 2 * I, H}, {"down", H, I}, {"lm_head", V, H}};
     std::printf("\n## %s: weight products, us per launch and GB/s of weights (%% of the copy rate)\n", preset.c_str());
-    std::printf("%-8s %6s %6s %2s | %8s %6s %5s | %8s %6s %5s | %8s | %8s | %8s %6s %5s | %8s\n", "shape", "out",
-                "in", "n", "cublas", "GB/s", "%", "gemv", "GB/s", "%", "cub/gemv", "gemv~cub", "stream", "GB/s", "%",
-                "str~cub");
+    std::printf("%-8s %6s %6s %2s | %8s %6s %5s | %10s | %8s %6s %5s | %8s | %8s | %8s %6s %5s | %8s\n", "shape",
+                "out", "in", "n", "cublas", "GB/s", "%", "cub n-bits", "gemv", "GB/s", "%", "cub/gemv", "gemv~cub",
+                "stream", "GB/s", "%", "str~cub");
     for (const Shape& sh : shapes) {
       const size_t wBytes = size_t(sh.out) * sh.in * 2;
       const int copies = static_cast<int>(std::max<size_t>(1, pool / wBytes));
       const int launches = std::max(copies, 16);
       auto w = [&](int i) { return W + static_cast<size_t>(i % copies) * sh.out * sh.in; };
       const bool f32 = std::strcmp(sh.name, "lm_head") == 0;  // logits are fp32, as in the model
+      std::vector<float> cublasOneToken;                       // n = 1's outputs
       for (int n : tokens) {
         const float alpha = 1.f, beta = 0.f;
         auto cublasOne = [&](int i) {
@@ -343,9 +350,13 @@ int main(int argc, char** argv) {
         const bool stream = n <= qwen::gpu::kGemvStreamMaxTokens && qwen::gpu::gemvStreamSupported(W, X, sh.in);
         if (stream) measure(streamOne, 2);
         auto gbs = [&](double t) { return wBytes / (t * 1e3); };
-        std::printf("%-8s %6d %6d %2d | %8.2f %6.0f %5.1f | %8.2f %6.0f %5.1f | %8.3f | %8.1e", sh.name, sh.out, sh.in,
-                    n, us[0], gbs(us[0]), 100 * gbs(us[0]) / copyGBs, us[1], gbs(us[1]), 100 * gbs(us[1]) / copyGBs,
-                    us[0] / us[1], relDiff(y[1], y[0]));
+        if (n == 1) cublasOneToken = y[0];
+        const char* nBits = n == 1 || cublasOneToken.empty() ? "-"
+                            : std::memcmp(cublasOneToken.data(), y[0].data(), sh.out * sizeof(float)) == 0 ? "same"
+                                                                                                         : "differ";
+        std::printf("%-8s %6d %6d %2d | %8.2f %6.0f %5.1f | %10s | %8.2f %6.0f %5.1f | %8.3f | %8.1e", sh.name, sh.out,
+                    sh.in, n, us[0], gbs(us[0]), 100 * gbs(us[0]) / copyGBs, nBits, us[1], gbs(us[1]),
+                    100 * gbs(us[1]) / copyGBs, us[0] / us[1], relDiff(y[1], y[0]));
         if (stream)
           std::printf(" | %8.2f %6.0f %5.1f | %8.1e", us[2], gbs(us[2]), 100 * gbs(us[2]) / copyGBs,
                       relDiff(y[2], y[0]));

@@ -182,10 +182,16 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
     opt_.customGemv = v == "custom";
     opt_.streamGemv = v == "stream";
   }
-  if (opt_.customGemv && opt_.streamGemv) return *error = "customGemv and streamGemv are both set: pick one", false;
+  if (opt_.customGemv) opt_.streamGemv = false;
   if (opt_.customGemv && major < 8) return *error = "customGemv needs compute capability 8.0+ (mma.sync bf16)", false;
   if (opt_.streamGemv && !gpu::prepareGemvStream())
     return *error = "streamGemv: gemvStream's kernels did not load (cudaFuncSetAttribute failed)", false;
+  {
+    const char* e = std::getenv("QWEN_STREAM_PDL");
+    const std::string v = e ? e : "off";
+    if (v != "on" && v != "off") return *error = "QWEN_STREAM_PDL=" + v + ": expected on or off", false;
+    gpu::setGemvStreamPdl(v == "on");
+  }
   if (const char* e = std::getenv("QWEN_DECODE")) {
     const std::string v = e;
     if (v == "old") opt_.decode = GpuModelOptions::DecodeKernels::kOld;
@@ -416,7 +422,7 @@ void GpuModel::gemm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16
   if (opt_.customGemv && n <= gpu::kGemvMaxTokens && gpu::gemvVectorizable(W, X, in) &&
       gpu::gemvBf16(W, out, in, X, n, Y, yF32, stream_))
     return prefetchAfter(W);
-  if (opt_.streamGemv && n <= gpu::kGemvStreamMaxTokens && gpu::gemvStream(W, out, in, X, n, Y, yF32, stream_)) {
+  if (opt_.streamGemv && n == 1 && gpu::gemvStream(W, out, in, X, n, Y, yF32, stream_)) {
     ++streamGemvLaunches_;
     return prefetchAfter(W);
   }

@@ -57,13 +57,15 @@ struct GpuModelOptions {
   /// cuBLAS). Off by default: on 2x H200 it measured within 1-5% of cuBLAS per layer shape and
   /// the same tok/s (bench/results/h200x2.md). Needs sm_80+ (init fails otherwise).
   bool customGemv = false;
-  /// GEMMs of n <= gpu::kGemvStreamMaxTokens tokens through gpu::gemvStream (a warp per row of
-  /// W, a plain stream of the weights; no tensor cores) instead of cuBLAS, when the operands are
-  /// 16-byte aligned with in % 8 == 0 (else cuBLAS). A token's row is the same bits at every n,
-  /// so a verify call reproduces one-token steps exactly. The environment's
-  /// QWEN_GEMV=cublas|custom|stream, when set, overrides this and customGemv at init (A/B timing of
-  /// one binary); any other value fails init. customGemv and streamGemv together fail init.
-  bool streamGemv = false;
+  /// One-token GEMMs (decode steps, MTP drafts) through gpu::gemvStream (a warp per row of W, a
+  /// plain stream of the weights, launched without PDL) instead of cuBLAS, when the operands are
+  /// 16-byte aligned with in % 8 == 0 (else cuBLAS); calls of 2+ tokens (verify) stay on cuBLAS,
+  /// where the stream's CUDA-core FMAs cost 1.5-3x (docs/decode_kernels.md). So a verify call's
+  /// token may differ from a one-token step's in the last bits, as cuBLAS's own kernels do
+  /// between token counts. customGemv, when set, wins. The environment's
+  /// QWEN_GEMV=cublas|custom|stream, when set, overrides both at init (A/B timing of one binary),
+  /// QWEN_STREAM_PDL=on|off (default off) launches the stream with PDL; any other value fails init.
+  bool streamGemv = true;
   /// Programmatic dependent launch for the decoder's own kernels (gpu::setPdl; process-wide).
   /// Same bits either way; no measurable speed difference on 2x H200.
   bool pdl = true;

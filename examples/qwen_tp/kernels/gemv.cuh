@@ -66,6 +66,9 @@ constexpr int kGemvStreamMaxTokens = 8;
 /// Sets the shared-memory attribute of every form (loading them) on the current device; call
 /// before capture and before any collective (as prepareGemv).
 bool prepareGemvStream();
+/// Launch gemvStream with programmatic dependent launch (when setPdl is on too); off by default:
+/// a full grid PDL-launched behind early-triggering kernels loses slots (gemv_stream.cu).
+void setGemvStreamPdl(bool on);
 bool gemvStreamSupported(const void* W, const void* X, int in);
 /// The blocks gemvStream launches for `out` rows on `sms` multiprocessors (every warp the same
 /// number of rows).

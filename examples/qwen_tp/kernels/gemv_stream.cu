@@ -11,10 +11,20 @@
 // warps (up to 128 KB of W a multiprocessor in flight against the ~33 KB Little's law asks at
 // ~4.4 TB/s and ~1 us), and no more warps than give every warp the same number of rows: a
 // product of 5120 rows runs 2560 warps of 2 rows, not 4224 warps of which 896 take a second row
-// alone. X is staged in shared memory once a block after the PDL wait when n * in * 2 bytes
-// fit kStreamSharedX, else read through L1 (the same values, so the same bits); each warp's first
-// chunk of W (constant: no kernel writes it) is loaded before the wait, so under PDL a launch's
-// ramp overlaps the previous kernel's tail. No tensor cores: a token is 2 FLOP a weight.
+// alone. X is staged in shared memory once a block when n * in * 2 bytes fit kStreamSharedX, else
+// read through L1 (the same values, so the same bits). No tensor cores: a token is 2 FLOP a weight
+// and, at n = 1, about 25 instructions a 16-byte load (a fifth of the issue rate at 4.4 TB/s);
+// each token more adds ~17 (unpacking x and 8 FMAs), so n = 4 runs ~1.5x and n = 8 ~3x n = 1's
+// time (gemv_bench): GpuModel sends it one-token calls only.
+//
+// PDL: the kernel lets its dependents launch at once, but is itself launched without PDL by
+// default (setGemvStreamPdl): PDL-launched behind a kernel that triggers early, its blocks (a
+// full grid: every slot of 2 blocks a multiprocessor) start while that kernel's blocks and the
+// next kernel's waiting blocks still hold slots, so part of the grid waits for a whole block
+// lifetime (the product's) for a slot. Measured on one H200 (qwen3-8b step at 512): 4.98 ms
+// PDL-launched, 4.57 ms with PDL off everywhere, 4.78 ms for cuBLAS's products. Each warp's first
+// chunk of W (constant: no kernel writes it) is loaded before the wait, which overlaps the
+// previous kernel's tail only when PDL-launched.
 //
 // Order of the sums: for each token, lane l accumulates its elements chunk by chunk, 8 bf16 of a
 // load in order, then a warp butterfly: a function of `in` only. So Y[t, o] is the same bits
@@ -109,16 +119,20 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm)
   }
 }
 
-int gStreamSms = 0;  // prepareGemvStream
+int gStreamSms = 0;      // prepareGemvStream
+bool gStreamPdl = false;  // setGemvStreamPdl
 
 template <int kTok, bool kF32>
 void launchStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, int blocks,
                   cudaStream_t s) {
   const size_t xBytes = static_cast<size_t>(n) * in * 2;
-  if (xBytes <= static_cast<size_t>(kStreamSharedX))
-    launchSmem(gemvStreamKernel<kTok, true, kF32>, blocks, kStreamWarps * 32, xBytes, s, W, out, in, X, n, Y);
+  const bool shared = xBytes <= static_cast<size_t>(kStreamSharedX);
+  auto* kernel = shared ? gemvStreamKernel<kTok, true, kF32> : gemvStreamKernel<kTok, false, kF32>;
+  const size_t smem = shared ? xBytes : 0;
+  if (gStreamPdl)
+    launchSmem(kernel, blocks, kStreamWarps * 32, smem, s, W, out, in, X, n, Y);
   else
-    launchSmem(gemvStreamKernel<kTok, false, kF32>, blocks, kStreamWarps * 32, size_t(0), s, W, out, in, X, n, Y);
+    kernel<<<blocks, kStreamWarps * 32, smem, s>>>(W, out, in, X, n, Y);
 }
 
 template <int kTok>
@@ -147,6 +161,8 @@ bool prepareGemvStream() {
          cudaFuncGetAttributes(&a, gemvStreamKernel<kGemvStreamMaxTokens, false, false>) == cudaSuccess &&
          cudaFuncGetAttributes(&a, gemvStreamKernel<kGemvStreamMaxTokens, false, true>) == cudaSuccess;
 }
+
+void setGemvStreamPdl(bool on) { gStreamPdl = on; }
 
 bool gemvStreamSupported(const void* W, const void* X, int in) {
   return in > 0 && in % 8 == 0 && in <= kGemvStreamMaxIn && aligned16(W, X);

@@ -219,11 +219,12 @@ TEST(QwenDecodeGpu, SpeculativeEqualsGreedyOnTheNewPaths) {
     expectSpeculativeEqualsGreedy(k, kernelsName(k));
 }
 
-// GpuModelOptions::streamGemv (QWEN_GEMV=stream): the products of calls of up to 8 tokens through
-// gpu::gemvStream, on the default path and the fused one (its lm_head): logits against the CPU
-// reference, the stream really launched, and speculative output (verify calls of 2..7 tokens,
-// chained drafts of 1) token-identical to greedy, short and long context. A bad QWEN_GEMV value
-// and customGemv with streamGemv are refused at init.
+// GpuModelOptions::streamGemv (QWEN_GEMV=stream): the one-token products through gpu::gemvStream,
+// on the default path and the fused one (its lm_head): logits against the CPU reference; a
+// one-token step launches the stream for every product (none fell back to cuBLAS), a four-token
+// call none; speculative output (verify calls on cuBLAS, steps and drafts on the stream) equals
+// greedy on the tiny model, short and long context, as on cuBLAS alone. Bad QWEN_GEMV and
+// QWEN_STREAM_PDL values are refused at init; customGemv wins over streamGemv.
 TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReferenceAndSpeculationEqualsGreedy) {
   unsetenv("QWEN_DECODE");
   struct Env {
@@ -247,7 +248,10 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReferenceAndSpeculationEqualsGreedy) 
     double ms = 0;
     ASSERT_TRUE(m.timeTargetStep(1, 20, 3, &ms, &err)) << err;
     // A layer's four products and the lm_head, at least once: none fell back to cuBLAS.
-    EXPECT_GE(m.streamGemvLaunches(), static_cast<uint64_t>(4 * c.numLayers + 1));
+    const uint64_t oneToken = m.streamGemvLaunches();
+    EXPECT_GE(oneToken, static_cast<uint64_t>(4 * c.numLayers + 1));
+    ASSERT_TRUE(m.timeTargetStep(4, 20, 3, &ms, &err)) << err;
+    EXPECT_EQ(m.streamGemvLaunches(), oneToken) << "a four-token call runs cuBLAS";
   }
   for (Kernels k : {Kernels::kAttention, Kernels::kAttentionRope})
     expectSpeculativeEqualsGreedy(k, std::string("stream ") + kernelsName(k));
@@ -259,12 +263,26 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReferenceAndSpeculationEqualsGreedy) 
     EXPECT_FALSE(m.init(o, &err));
     EXPECT_NE(err.find("QWEN_GEMV=fast: expected cublas, custom or stream"), std::string::npos) << err;
   }
+  setenv("QWEN_GEMV", "stream", 1);
+  setenv("QWEN_STREAM_PDL", "yes", 1);
+  {
+    GpuModel m(c, sh, 0, nullptr);
+    EXPECT_FALSE(m.init(o, &err));
+    EXPECT_NE(err.find("QWEN_STREAM_PDL=yes: expected on or off"), std::string::npos) << err;
+  }
+  unsetenv("QWEN_STREAM_PDL");
   unsetenv("QWEN_GEMV");
   o.customGemv = o.streamGemv = true;
   {
     GpuModel m(c, sh, 0, nullptr);
-    EXPECT_FALSE(m.init(o, &err));
-    EXPECT_NE(err.find("customGemv and streamGemv are both set"), std::string::npos) << err;
+    ASSERT_TRUE(m.init(o, &err)) << err;
+    EXPECT_STREQ(m.smallGemv(), "custom") << "customGemv wins over streamGemv";
+  }
+  o.customGemv = o.streamGemv = false;
+  {
+    GpuModel m(c, sh, 0, nullptr);
+    ASSERT_TRUE(m.init(o, &err)) << err;
+    EXPECT_STREQ(m.smallGemv(), "cublas");
   }
 }
 
