@@ -101,9 +101,10 @@ void printUsage() {
       "                          (fp32, header: positions, vocab, ids; logits_dump.h), then run as usual\n"
       "  --no-fused-norm         all-reduce, then a separate residual + RMSNorm (default: one\n"
       "                          Communicator::allReduceResidualRmsNorm call after o_proj and down_proj)\n"
-      "  --gemv cublas|custom|stream\n"
-      "                          GPU GEMMs of <= 8 tokens: cuBLAS, the example's tensor-core GEMV, or (default)\n"
-      "                          one-token calls as a warp-per-row stream of the weights and the rest on cuBLAS\n"
+      "  --gemv auto|cublas|custom|stream\n"
+      "                          GPU GEMMs of <= 8 tokens: cuBLAS, the example's tensor-core GEMV, or one-token\n"
+      "                          calls as a warp-per-row stream of the weights and the rest on cuBLAS; auto\n"
+      "                          (default): stream without speculation, cuBLAS with it (same bits at 1..8 tokens)\n"
       "  --no-pdl                launch the decoder's own kernels without programmatic dependent launch\n"
       "  --no-fused-kernels      GPU: the separate kernels the fused ones replace (embedding + norm, MTP\n"
       "                          prologue, argmax + pick, MTP hidden copy); same results, more launches\n"
@@ -319,8 +320,8 @@ bool parseFlags(int argc, char** argv, Flags* f, std::string* err) {
   tpcomm::Compression wire;
   if (!tpcomm::parseCompression(f->allreduceCompression.c_str(), &wire))
     return fail(err, "--allreduce-compression must be none, fp8 or int8 (got \"" + f->allreduceCompression + "\")");
-  if (f->gemv != "cublas" && f->gemv != "custom" && f->gemv != "stream")
-    return fail(err, "--gemv must be cublas, custom or stream (got \"" + f->gemv + "\")");
+  if (f->gemv != "auto" && f->gemv != "cublas" && f->gemv != "custom" && f->gemv != "stream")
+    return fail(err, "--gemv must be auto, cublas, custom or stream (got \"" + f->gemv + "\")");
   const int promptSources = !f->promptText.empty() + !f->promptTextFile.empty() + !f->promptIds.empty();
   if (promptSources > 1) return fail(err, "give one of --prompt, --prompt-file and --prompt-ids");
   if (f->device == "cpu" && f->mpi) return fail(err, "--mpi is for GPU runs (--device cpu runs its ranks as threads)");
@@ -348,6 +349,11 @@ bool reportOutput(const Flags& f, const std::vector<int32_t>& out, std::string* 
   if (!file) return *err = "--output-ids: cannot write " + f.outputIds, false;
   std::printf("output-ids: %zu ids -> %s\n", out.size(), f.outputIds.c_str());
   return true;
+}
+
+std::string smallGemm(const Flags& f) {
+  if (f.gemv != "auto") return f.gemv;
+  return f.draftNMax > 0 ? "cublas" : "stream";
 }
 
 std::string describeSimulation(const Flags& f) {

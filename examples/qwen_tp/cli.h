@@ -18,7 +18,7 @@ namespace qwen {
 struct Flags {
   std::string device = "cuda";  ///< cuda | cpu (the fp32 CPU reference, ranks as threads)
   std::string preset = "tiny", modelDir, allreduce = "auto", allreduceCompression = "none", metricsFile = "qwen_tp_metrics.prom";
-  std::string gemv = "stream";
+  std::string gemv = "auto";  ///< --gemv auto|cublas|custom|stream (smallGemm)
   std::string promptText;      ///< --prompt
   std::string promptTextFile;  ///< --prompt-file (text)
   std::string promptIds;       ///< --prompt-ids a,b,c or @FILE
@@ -49,6 +49,13 @@ void printUsage();
 
 /// Parses argv. False with a message naming the flag and what it expects.
 bool parseFlags(int argc, char** argv, Flags* f, std::string* err);
+
+/// What --gemv picks for the GEMMs of <= 8 tokens: "cublas", "custom" or "stream". auto is the
+/// stream without speculation and cuBLAS with it: cuBLAS gives a token the same bits in calls of
+/// 1..8 tokens (gemv_bench's "cub n-bits"), so a verify call reproduces the one-token steps, while
+/// the stream serves one-token calls only (2+ tokens cost it 1.5-3x) and its bits differ from
+/// cuBLAS's.
+std::string smallGemm(const Flags& f);
 
 /// One line saying which simulation runs and what it means (llama.cpp's ratio, per-token
 /// probability, expected mean length), or "" without simulation.

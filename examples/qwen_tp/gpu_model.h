@@ -61,11 +61,12 @@ struct GpuModelOptions {
   /// plain stream of the weights, launched without PDL) instead of cuBLAS, when the operands are
   /// 16-byte aligned with in % 8 == 0 (else cuBLAS); calls of 2+ tokens (verify) stay on cuBLAS,
   /// where the stream's CUDA-core FMAs cost 1.5-3x (docs/decode_kernels.md). So a verify call's
-  /// token may differ from a one-token step's in the last bits, as cuBLAS's own kernels do
-  /// between token counts. customGemv, when set, wins. The environment's
+  /// token differs from a one-token step's in the last bits (cuBLAS alone gives a token the same
+  /// bits at 1..8 tokens): for runs without speculation (qwen_tp's --gemv auto). customGemv,
+  /// when set, wins. The environment's
   /// QWEN_GEMV=cublas|custom|stream, when set, overrides both at init (A/B timing of one binary),
   /// QWEN_STREAM_PDL=on|off (default off) launches the stream with PDL; any other value fails init.
-  bool streamGemv = true;
+  bool streamGemv = false;
   /// Programmatic dependent launch for the decoder's own kernels (gpu::setPdl; process-wide).
   /// Same bits either way; no measurable speed difference on 2x H200.
   bool pdl = true;

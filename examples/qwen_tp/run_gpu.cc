@@ -67,8 +67,8 @@ GpuModelOptions modelOptions(const Shared& sh) {
   // instead, so a staged_host run decodes eagerly to measure what it names.
   o.useGraphs = !f.noGraphs && f.allreduce != "staged_host";
   o.fusedNorm = f.fusedNorm;
-  o.customGemv = f.gemv == "custom";
-  o.streamGemv = f.gemv == "stream";
+  o.customGemv = smallGemm(f) == "custom";
+  o.streamGemv = smallGemm(f) == "stream";
   o.pdl = f.pdl;
   o.prefillAttention = f.prefillAttn;
   o.prefillOverlap = f.prefillOverlap;

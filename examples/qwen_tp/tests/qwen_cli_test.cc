@@ -43,6 +43,7 @@ TEST(QwenCli, BadFlagsAreRefusedNamingTheFlag) {
       {{"--device", "cpu", "--mpi"}, "--mpi is for GPU runs"},
       {{"--prompt"}, "--prompt needs a value"},
       {{"--bogus"}, "unknown flag --bogus"},
+      {{"--gemv", "fast"}, "--gemv must be auto, cublas, custom or stream"},
       {{"--temp", "-1"}, "--temp: expected a number in [0, 100]"},
       {{"--temp", "hot"}, "--temp: expected a number"},
       {{"--top-k", "-3"}, "--top-k: expected an integer"},
@@ -131,6 +132,25 @@ TEST(QwenCli, FusedKernelsOnUnlessTurnedOff) {
   EXPECT_TRUE(f.fusedKernels);
   ASSERT_TRUE(parse({"--no-fused-kernels"}, &g, &err)) << err;
   EXPECT_FALSE(g.fusedKernels);
+}
+
+// --gemv auto (default): the one-token stream without speculation, cuBLAS with it (a token's bits
+// the same in a verify call as in a one-token step); an explicit choice is kept either way.
+TEST(QwenCli, SmallGemmAutoIsTheStreamWithoutSpeculation) {
+  Flags f;
+  std::string err;
+  ASSERT_TRUE(parse({}, &f, &err)) << err;
+  EXPECT_EQ(f.gemv, "auto");
+  EXPECT_EQ(smallGemm(f), "stream");
+  ASSERT_TRUE(parse({"--spec-type", "draft-mtp", "--spec-draft-n-max", "3"}, &f, &err)) << err;
+  EXPECT_EQ(smallGemm(f), "cublas");
+  for (const char* g : {"cublas", "custom", "stream"}) {
+    Flags a, b;
+    ASSERT_TRUE(parse({"--gemv", g}, &a, &err)) << err;
+    EXPECT_EQ(smallGemm(a), g);
+    ASSERT_TRUE(parse({"--gemv", g, "--spec-type", "draft-mtp"}, &b, &err)) << err;
+    EXPECT_EQ(smallGemm(b), g);
+  }
 }
 
 std::string tinyTokenizer() {

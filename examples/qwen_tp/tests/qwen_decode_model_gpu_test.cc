@@ -222,10 +222,10 @@ TEST(QwenDecodeGpu, SpeculativeEqualsGreedyOnTheNewPaths) {
 // GpuModelOptions::streamGemv (QWEN_GEMV=stream): the one-token products through gpu::gemvStream,
 // on the default path and the fused one (its lm_head): logits against the CPU reference; a
 // one-token step launches the stream for every product (none fell back to cuBLAS), a four-token
-// call none; speculative output (verify calls on cuBLAS, steps and drafts on the stream) equals
-// greedy on the tiny model, short and long context, as on cuBLAS alone. Bad QWEN_GEMV and
-// QWEN_STREAM_PDL values are refused at init; customGemv wins over streamGemv.
-TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReferenceAndSpeculationEqualsGreedy) {
+// call none (verify calls stay on cuBLAS, whose bits differ from the stream's, so speculative
+// runs do not use it: qwen_tp's --gemv auto). Bad QWEN_GEMV and QWEN_STREAM_PDL values are
+// refused at init; customGemv wins over streamGemv.
+TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
   unsetenv("QWEN_DECODE");
   struct Env {
     ~Env() { unsetenv("QWEN_GEMV"); }
@@ -253,8 +253,6 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReferenceAndSpeculationEqualsGreedy) 
     ASSERT_TRUE(m.timeTargetStep(4, 20, 3, &ms, &err)) << err;
     EXPECT_EQ(m.streamGemvLaunches(), oneToken) << "a four-token call runs cuBLAS";
   }
-  for (Kernels k : {Kernels::kAttention, Kernels::kAttentionRope})
-    expectSpeculativeEqualsGreedy(k, std::string("stream ") + kernelsName(k));
   GpuModelOptions o;
   o.ctxSize = 64;
   setenv("QWEN_GEMV", "fast", 1);
