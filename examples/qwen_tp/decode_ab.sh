@@ -14,7 +14,7 @@
 # the weight GEMMs on cublasGemmEx against cuBLASLt timed at init (QWEN_GEMM=gemmex|lt), each
 # with the L2 prefetch of the next product's weights off and on (QWEN_PREFETCH=off|on); PART=stream
 # times the one-token products through cuBLAS against gemvStream (QWEN_GEMV=cublas|stream), PART=bench
-# runs gemv_bench alone; TESTS=all|filter|none: the whole qwen_gpu_test, the decode filter (default)
+# runs gemv_bench alone, PART=streamfused the stream's fused step forms; TESTS=all|filter|none: the whole qwen_gpu_test, the decode filter (default)
 # or no tests first.
 # Logs go to $OUT/logs.tgz (each log opens with commit, date, command), the table to
 # $OUT/summary.md and to stdout, last. Usage, from the repository root:
@@ -113,6 +113,22 @@ for r in a_cublas a_stream b_stream b_cublas; do
     --ubatch-size 2048 --spec-type draft-mtp --spec-draft-n-max 3 --sim-draft-acceptance 0.6
 done
 run torch8_compile_512 240 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64 --compile
+elif [ "${PART:-all}" = streamfused ]; then
+# PART=streamfused: the stream with the fused step's forms (QWEN_DECODE=gemv|fused: the norm in
+# the qkv and gate/up streams' prologue, SwiGLU and the residual add in their epilogues) against
+# the stream with separate kernels (attn) and cuBLAS (attn): A B C D D C B A at qwen3-8b 512,
+# attn gemv gemv attn at qwen3-32b 512 and qwen3-8b 32000, all streamed.
+for r in a_attn a_gemv a_fused a_cublas b_cublas b_fused b_gemv b_attn; do
+  d=${r#*_}
+  if [ "$d" = cublas ]; then GEMV=cublas qn qwen3-8b 512 "$r" regs attn; else GEMV=stream qn qwen3-8b 512 "$r" regs "$d"; fi
+done
+for c in "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
+  for r in a_attn a_gemv b_gemv b_attn; do
+    # shellcheck disable=SC2086
+    set -- $c
+    GEMV=stream qn "$1" "$2" "$r" regs "${r#*_}" "${@:3}"
+  done
+done
 elif [ "${PART:-all}" = bench ]; then
 # PART=bench: gemv_bench alone (each product: cuBLAS, the custom GEMV, the stream; n = 1, 4, 8).
 run gemv_bench 120 "$B/examples/qwen_tp/gemv_bench" --preset qwen3-8b,qwen3-32b --tp 1 --tokens 1,4,8

@@ -511,7 +511,11 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
                                  __nv_bfloat16* normOut, std::string* error) {
   const int H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads, I = shape_.inter;
   const float eps = cfg_.rmsNormEps;
-  if (!gpu::gemvNormBf16(L.wqkv, qkvRows_, H, x_, n, L.ln1, eps, qkv_, stream_))
+  // One token under streamGemv: the stream's forms, each the bits of the unfused step's pair
+  // (addRmsNorm + the stream; the stream + addRmsNorm's add; + swiglu).
+  const bool stream = opt_.streamGemv && n == 1;
+  if (!(stream ? gpu::gemvStreamNorm(L.wqkv, qkvRows_, H, x_, L.ln1, eps, qkv_, stream_)
+               : gpu::gemvNormBf16(L.wqkv, qkvRows_, H, x_, n, L.ln1, eps, qkv_, stream_)))
     return *error = "fused decode: qkv GEMV refused its operands", false;
   if (ropeInAttn_) {
     enqueueAttentionRope(L, n, ropeOffset);
@@ -520,10 +524,14 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
                          stream_);
     enqueueAttention(L, n);
   }
-  if (!gpu::gemvResidual(L.wo, H, hq * D, att_, n, x_, stream_) ||
-      !gpu::gemvNormSwiglu(L.wgu, I, H, x_, n, L.ln2, eps, act_, stream_) ||
-      !gpu::gemvResidual(L.wd, H, I, act_, n, x_, stream_))
-    return *error = "fused decode: a GEMV refused its operands", false;
+  const bool ok = stream ? gpu::gemvStreamResidual(L.wo, H, hq * D, att_, 1, x_, stream_) &&
+                               gpu::gemvStreamNormSwiglu(L.wgu, I, H, x_, L.ln2, eps, act_, stream_) &&
+                               gpu::gemvStreamResidual(L.wd, H, I, act_, 1, x_, stream_)
+                        : gpu::gemvResidual(L.wo, H, hq * D, att_, n, x_, stream_) &&
+                               gpu::gemvNormSwiglu(L.wgu, I, H, x_, n, L.ln2, eps, act_, stream_) &&
+                               gpu::gemvResidual(L.wd, H, I, act_, n, x_, stream_);
+  if (!ok) return *error = "fused decode: a GEMV refused its operands", false;
+  if (stream) streamGemvLaunches_ += 4;
   if (normOut != hn_) gpu::addRmsNorm(x_, nullptr, nextNorm, n, H, eps, normOut, stream_);
   return true;
 }
@@ -936,6 +944,13 @@ bool GpuModel::timeStepGemms(int n, int iters, double* ms, size_t* bytes, std::s
   const float eps = cfg_.rmsNormEps;
   auto enqueue = [&] {
     for (const Layer& L : layers_) {
+      if (fusedStep(n) && opt_.streamGemv && n == 1) {
+        gpu::gemvStreamNorm(L.wqkv, qkvRows_, H, x_, L.ln1, eps, qkv_, stream_);
+        gpu::gemvStreamResidual(L.wo, H, hq * D, att_, 1, proj_, stream_);
+        gpu::gemvStreamNormSwiglu(L.wgu, I, H, x_, L.ln2, eps, act_, stream_);
+        gpu::gemvStreamResidual(L.wd, H, I, act_, 1, proj_, stream_);
+        continue;
+      }
       if (fusedStep(n)) {
         gpu::gemvNormBf16(L.wqkv, qkvRows_, H, x_, n, L.ln1, eps, qkv_, stream_);
         gpu::gemvResidual(L.wo, H, hq * D, att_, n, proj_, stream_);

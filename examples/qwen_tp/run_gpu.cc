@@ -186,7 +186,7 @@ std::string gemmLabel(const Flags& f, const GpuModel& model) {
   const std::string d = model.decodeKernels();
   const std::string g = model.smallGemv();
   const std::string head = g == "custom" ? "custom GEMV" : g == "stream" ? "streamed GEMV" : g;
-  if (d == "gemv" || d == "fused") return "fused GEMVs, lm_head " + head;
+  if (d == "gemv" || d == "fused") return (g == "stream" ? "streamed fused GEMVs, lm_head " : "fused GEMVs, lm_head ") + head;
   return head;
 }
 

@@ -70,6 +70,18 @@ bool prepareGemvStream();
 /// a full grid PDL-launched behind early-triggering kernels loses slots (gemv_stream.cu).
 void setGemvStreamPdl(bool on);
 bool gemvStreamSupported(const void* W, const void* X, int in);
+/// The fused decode step's forms at one token (GpuModel under streamGemv and decode gemv|fused),
+/// each the bits of its unfused pair: X the bf16 residual row, normed with addRmsNorm's
+/// arithmetic in its order inside every block (in * 2 bytes <= 96 KB); Y = bf16(hn W^T).
+bool gemvStreamNorm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW,
+                    float eps, __nv_bfloat16* Y, cudaStream_t s);
+/// R [n, out] = bf16(R + bf16(X W^T)), addRmsNorm's add (n <= kGemvStreamMaxTokens).
+bool gemvStreamResidual(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, __nv_bfloat16* R,
+                        cudaStream_t s);
+/// W = [gate; up] [2 I, in]: act [I] = bf16(silu(g) * u) of the bf16 products of hn (as
+/// gemvStreamNorm) with the gate and up rows: gpu::swiglu's math.
+bool gemvStreamNormSwiglu(const __nv_bfloat16* W, int I, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW,
+                          float eps, __nv_bfloat16* act, cudaStream_t s);
 /// The blocks gemvStream launches for `out` rows on `sms` multiprocessors (every warp the same
 /// number of rows).
 int gemvStreamBlocks(int out, int sms);

@@ -37,6 +37,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/gemv.cuh"
+#include "kernels/norm_rows.cuh"
 
 namespace qwen {
 namespace gpu {
@@ -56,19 +57,64 @@ __device__ __forceinline__ float dot8(uint4 w, uint4 x, float acc) {
   return acc;
 }
 
-// kTok: the accumulators a lane keeps (n <= kTok); kSharedX: X in shared memory, else from L1.
-template <int kTok, bool kSharedX, bool kF32>
+// One row of W against the call's n tokens: lane l's elements chunk by chunk, then the warp
+// butterfly (every lane gets the sums). w holds the row's first chunk already when `loaded`.
+// X: shared memory (kSharedX) or global through L1.
+template <int kTok, bool kSharedX>
+__device__ __forceinline__ void dotRow(const uint4* __restrict__ row, int vecs, int lane, const uint4* __restrict__ xg,
+                                       int n, bool loaded, uint4 (&w)[kStreamLoads], float (&acc)[kTok]) {
+  extern __shared__ uint4 xs[];
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+  for (int t = 0; t < kTok; ++t) acc[t] = 0.f;
+  for (int base = 0; base < vecs; base += kStreamLoads * 32) {
+    if (!loaded || base != 0) {
+#pragma unroll
+      for (int j = 0; j < kStreamLoads; ++j) {
+        const int v = base + j * 32 + lane;
+        w[j] = v < vecs ? __ldcs(row + v) : zero;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kStreamLoads; ++j) {
+      const int v = base + j * 32 + lane;
+      if (v < vecs) {
+#pragma unroll
+        for (int t = 0; t < kTok; ++t)
+          if (t < n) acc[t] = dot8(w[j], kSharedX ? xs[t * vecs + v] : __ldg(xg + t * vecs + v), acc[t]);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kTok; ++t) acc[t] = warpSum(acc[t]);
+}
+
+// What a launch does around the products (the fused decode step's forms, GpuModel's
+// enqueueLayerFused under streamGemv):
+//  kPlain: Y [n, out] = bf16 or fp32 of the sums.
+//  kNorm: n = 1; X is the residual row, and the products take hn = bf16((x * inv) * normW) with
+//   addRmsNorm's arithmetic in its order (a block of 512 threads = kNormThreads: thread t sums
+//   x[t], x[t + 512], ... with fma, then blockSum), so the bits of addRmsNorm + kPlain. Every
+//   block norms the row itself (8-10 KB from L2, once a block: the blocks live the whole product).
+//  kResidual: Y is the bf16 residual R [n, out]: R = bf16(R + bf16(sum)), addRmsNorm's add; each
+//   element written by the one warp that owns its row, read by no other block.
+//  kNormSwiglu: kNorm's input; W = [gate; up] of 2 * out rows; item r is gate row r then up row
+//   out + r, one warp; Y = act [out] = bf16(silu(g) * u) of the rounded g and u, swiglu's math.
+enum StreamForm { kPlain = 0, kNorm = 1, kResidual = 2, kNormSwiglu = 3 };
+
+template <int kTok, bool kSharedX, bool kF32, int kForm>
 __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm)
     gemvStreamKernel(const __nv_bfloat16* __restrict__ W, int out, int in, const __nv_bfloat16* __restrict__ X, int n,
-                     void* __restrict__ Y) {
+                     void* __restrict__ Y, const __nv_bfloat16* __restrict__ normW, float eps) {
   extern __shared__ uint4 xs[];
+  constexpr bool kNormed = kForm == kNorm || kForm == kNormSwiglu;
   pdlLaunch();
   const int lane = threadIdx.x & 31, vecs = in / 8;
   const int warps = gridDim.x * kStreamWarps, first = blockIdx.x * kStreamWarps + (threadIdx.x >> 5);
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   const uint4* xg = reinterpret_cast<const uint4*>(X);
   uint4 w[kStreamLoads];
-  // The first chunk of this warp's first row, before the wait.
+  // The first chunk of this warp's first row, before the wait (and before the norm's sums).
   if (first < out) {
     const uint4* row = reinterpret_cast<const uint4*>(W + static_cast<int64_t>(first) * in);
 #pragma unroll
@@ -78,42 +124,48 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm)
     }
   }
   pdlWait();
-  if (kSharedX) {
+  if (kNormed) {
+    __nv_bfloat16* hn = reinterpret_cast<__nv_bfloat16*>(xs);
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < in; i += kNormThreads) {
+      const float v = __bfloat162float(X[i]);
+      ss = __fmaf_rn(v, v, ss);
+    }
+    const float inv = invRmsRn(ss, in, eps);  // blockSum: its __syncthreads order the sums
+    for (int i = threadIdx.x; i < in; i += kNormThreads) hn[i] = scaleRn(__bfloat162float(X[i]), inv, normW[i]);
+    __syncthreads();
+  } else if (kSharedX) {
     for (int v = threadIdx.x; v < n * vecs; v += blockDim.x) xs[v] = xg[v];
     __syncthreads();
   }
   for (int r = first; r < out; r += warps) {
-    const uint4* row = reinterpret_cast<const uint4*>(W + static_cast<int64_t>(r) * in);
     float acc[kTok];
-#pragma unroll
-    for (int t = 0; t < kTok; ++t) acc[t] = 0.f;
-    for (int base = 0; base < vecs; base += kStreamLoads * 32) {
-      if (r != first || base != 0) {
-#pragma unroll
-        for (int j = 0; j < kStreamLoads; ++j) {
-          const int v = base + j * 32 + lane;
-          w[j] = v < vecs ? __ldcs(row + v) : zero;
-        }
+    dotRow<kTok, kSharedX>(reinterpret_cast<const uint4*>(W + static_cast<int64_t>(r) * in), vecs, lane, xg, n,
+                           r == first, w, acc);
+    if (kForm == kNormSwiglu) {
+      float up[kTok];
+      dotRow<kTok, kSharedX>(reinterpret_cast<const uint4*>(W + static_cast<int64_t>(out + r) * in), vecs, lane, xg, n,
+                             false, w, up);
+      if (lane == 0) {
+        const float g = __bfloat162float(__float2bfloat16_rn(acc[0]));
+        const float u = __bfloat162float(__float2bfloat16_rn(up[0]));
+        static_cast<__nv_bfloat16*>(Y)[r] = __float2bfloat16_rn(g / (1.f + __expf(-g)) * u);
       }
-#pragma unroll
-      for (int j = 0; j < kStreamLoads; ++j) {
-        const int v = base + j * 32 + lane;
-        if (v < vecs) {
-#pragma unroll
-          for (int t = 0; t < kTok; ++t)
-            if (t < n) acc[t] = dot8(w[j], kSharedX ? xs[t * vecs + v] : __ldg(xg + t * vecs + v), acc[t]);
-        }
-      }
+      continue;
     }
+    if (lane != 0) continue;
 #pragma unroll
     for (int t = 0; t < kTok; ++t) {
       if (t >= n) break;
-      const float sum = warpSum(acc[t]);
-      if (lane == 0) {
-        if (kF32)
-          static_cast<float*>(Y)[static_cast<int64_t>(t) * out + r] = sum;
-        else
-          static_cast<__nv_bfloat16*>(Y)[static_cast<int64_t>(t) * out + r] = __float2bfloat16_rn(sum);
+      const int64_t at = static_cast<int64_t>(t) * out + r;
+      if (kForm == kResidual) {
+        __nv_bfloat16* R = static_cast<__nv_bfloat16*>(Y);
+        const float y = __bfloat162float(__float2bfloat16_rn(acc[t]));
+        R[at] = __float2bfloat16_rn(__fadd_rn(__bfloat162float(R[at]), y));
+      } else if (kF32) {
+        static_cast<float*>(Y)[at] = acc[t];
+      } else {
+        static_cast<__nv_bfloat16*>(Y)[at] = __float2bfloat16_rn(acc[t]);
       }
     }
   }
@@ -122,25 +174,31 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm)
 int gStreamSms = 0;      // prepareGemvStream
 bool gStreamPdl = false;  // setGemvStreamPdl
 
-template <int kTok, bool kF32>
+template <int kTok, bool kF32, int kForm = kPlain>
 void launchStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, int blocks,
-                  cudaStream_t s) {
+                  cudaStream_t s, const __nv_bfloat16* normW = nullptr, float eps = 0.f) {
   const size_t xBytes = static_cast<size_t>(n) * in * 2;
-  const bool shared = xBytes <= static_cast<size_t>(kStreamSharedX);
-  auto* kernel = shared ? gemvStreamKernel<kTok, true, kF32> : gemvStreamKernel<kTok, false, kF32>;
-  const size_t smem = shared ? xBytes : 0;
+  auto* kernel = gemvStreamKernel<kTok, true, kF32, kForm>;  // the normed forms: hn in shared memory always
+  size_t smem = xBytes;
+  if constexpr (kForm != kNorm && kForm != kNormSwiglu) {
+    if (xBytes > static_cast<size_t>(kStreamSharedX)) kernel = gemvStreamKernel<kTok, false, kF32, kForm>, smem = 0;
+  }
   if (gStreamPdl)
-    launchSmem(kernel, blocks, kStreamWarps * 32, smem, s, W, out, in, X, n, Y);
+    launchSmem(kernel, blocks, kStreamWarps * 32, smem, s, W, out, in, X, n, Y, normW, eps);
   else
-    kernel<<<blocks, kStreamWarps * 32, smem, s>>>(W, out, in, X, n, Y);
+    kernel<<<blocks, kStreamWarps * 32, smem, s>>>(W, out, in, X, n, Y, normW, eps);
 }
 
-template <int kTok>
-bool prepareTok() {
-  return cudaFuncSetAttribute(gemvStreamKernel<kTok, true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              kStreamSharedX) == cudaSuccess &&
-         cudaFuncSetAttribute(gemvStreamKernel<kTok, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              kStreamSharedX) == cudaSuccess;
+template <int kTok, bool kF32, int kForm>
+bool prepareForm() {
+  if (cudaFuncSetAttribute(gemvStreamKernel<kTok, true, kF32, kForm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           kStreamSharedX) != cudaSuccess)
+    return false;
+  if constexpr (kForm != kNorm && kForm != kNormSwiglu) {
+    cudaFuncAttributes a;
+    return cudaFuncGetAttributes(&a, gemvStreamKernel<kTok, false, kF32, kForm>) == cudaSuccess;
+  }
+  return true;
 }
 
 }  // namespace
@@ -150,16 +208,13 @@ bool prepareGemvStream() {
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&gStreamSms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
     return false;
-  // X up to kStreamSharedX in shared memory: past the default 48 KB. Setting the attribute loads
-  // every form now, before any capture or collective.
-  cudaFuncAttributes a;
-  return prepareTok<1>() && prepareTok<4>() && prepareTok<kGemvStreamMaxTokens>() &&
-         cudaFuncGetAttributes(&a, gemvStreamKernel<1, false, false>) == cudaSuccess &&
-         cudaFuncGetAttributes(&a, gemvStreamKernel<1, false, true>) == cudaSuccess &&
-         cudaFuncGetAttributes(&a, gemvStreamKernel<4, false, false>) == cudaSuccess &&
-         cudaFuncGetAttributes(&a, gemvStreamKernel<4, false, true>) == cudaSuccess &&
-         cudaFuncGetAttributes(&a, gemvStreamKernel<kGemvStreamMaxTokens, false, false>) == cudaSuccess &&
-         cudaFuncGetAttributes(&a, gemvStreamKernel<kGemvStreamMaxTokens, false, true>) == cudaSuccess;
+  // X up to kStreamSharedX in shared memory: past the default 48 KB. Setting the attribute (or
+  // reading the attributes) loads every form now, before any capture or collective.
+  return prepareForm<1, false, kPlain>() && prepareForm<1, true, kPlain>() && prepareForm<4, false, kPlain>() &&
+         prepareForm<4, true, kPlain>() && prepareForm<kGemvStreamMaxTokens, false, kPlain>() &&
+         prepareForm<kGemvStreamMaxTokens, true, kPlain>() && prepareForm<1, false, kNorm>() &&
+         prepareForm<1, false, kResidual>() && prepareForm<4, false, kResidual>() &&
+         prepareForm<kGemvStreamMaxTokens, false, kResidual>() && prepareForm<1, false, kNormSwiglu>();
 }
 
 void setGemvStreamPdl(bool on) { gStreamPdl = on; }
@@ -188,6 +243,33 @@ bool gemvStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X,
   else
     yF32 ? launchStream<kGemvStreamMaxTokens, true>(W, out, in, X, n, Y, blocks, s)
          : launchStream<kGemvStreamMaxTokens, false>(W, out, in, X, n, Y, blocks, s);
+  return cudaPeekAtLastError() == cudaSuccess;
+}
+
+bool gemvStreamNorm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW,
+                    float eps, __nv_bfloat16* Y, cudaStream_t s) {
+  if (gStreamSms <= 0 || out <= 0 || !gemvStreamSupported(W, X, in) || in * 2 > kStreamSharedX || !normW) return false;
+  launchStream<1, false, kNorm>(W, out, in, X, 1, Y, gemvStreamBlocks(out, gStreamSms), s, normW, eps);
+  return cudaPeekAtLastError() == cudaSuccess;
+}
+
+bool gemvStreamResidual(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, __nv_bfloat16* R,
+                        cudaStream_t s) {
+  if (gStreamSms <= 0 || out <= 0 || n < 1 || n > kGemvStreamMaxTokens || !gemvStreamSupported(W, X, in)) return false;
+  const int blocks = gemvStreamBlocks(out, gStreamSms);
+  if (n == 1)
+    launchStream<1, false, kResidual>(W, out, in, X, n, R, blocks, s);
+  else if (n <= 4)
+    launchStream<4, false, kResidual>(W, out, in, X, n, R, blocks, s);
+  else
+    launchStream<kGemvStreamMaxTokens, false, kResidual>(W, out, in, X, n, R, blocks, s);
+  return cudaPeekAtLastError() == cudaSuccess;
+}
+
+bool gemvStreamNormSwiglu(const __nv_bfloat16* W, int I, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW,
+                          float eps, __nv_bfloat16* act, cudaStream_t s) {
+  if (gStreamSms <= 0 || I <= 0 || !gemvStreamSupported(W, X, in) || in * 2 > kStreamSharedX || !normW) return false;
+  launchStream<1, false, kNormSwiglu>(W, I, in, X, 1, act, gemvStreamBlocks(I, gStreamSms), s, normW, eps);
   return cudaPeekAtLastError() == cudaSuccess;
 }
 

@@ -223,7 +223,8 @@ TEST(QwenDecodeGpu, SpeculativeEqualsGreedyOnTheNewPaths) {
 // on the default path and the fused one (its lm_head): logits against the CPU reference; a
 // one-token step launches the stream for every product (none fell back to cuBLAS), a four-token
 // call none (verify calls stay on cuBLAS, whose bits differ from the stream's, so speculative
-// runs do not use it: qwen_tp's --gemv auto). Bad QWEN_GEMV and QWEN_STREAM_PDL values are
+// runs do not use it: qwen_tp's --gemv auto); the fused step's stream forms (gemv, fused) give
+// the bits of the unfused step (attn, attnrope). Bad QWEN_GEMV and QWEN_STREAM_PDL values are
 // refused at init; customGemv wins over streamGemv.
 TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
   unsetenv("QWEN_DECODE");
@@ -252,6 +253,40 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
     EXPECT_GE(oneToken, static_cast<uint64_t>(4 * c.numLayers + 1));
     ASSERT_TRUE(m.timeTargetStep(4, 20, 3, &ms, &err)) << err;
     EXPECT_EQ(m.streamGemvLaunches(), oneToken) << "a four-token call runs cuBLAS";
+  }
+  // The fused step's stream forms give the unfused step's bits: gemv against attn, fused against
+  // attnrope, logits of twelve one-token steps after a 20-token prompt (the prefill kernels).
+  auto stepLogits = [&](Kernels k, std::vector<std::vector<float>>* all) {
+    GpuModel m(c, sh, 0, nullptr);
+    GpuModelOptions o;
+    o.ctxSize = 64;
+    o.maxTokensPerCall = 32;
+    o.seed = 17;
+    o.decode = k;
+    ASSERT_TRUE(m.init(o, &err)) << err;
+    ASSERT_STREQ(m.decodeKernels(), kernelsName(k));
+    const auto p = promptIds(20, c.vocabSize);
+    std::vector<int32_t> toks(20);
+    ASSERT_TRUE(m.target(p.data(), 20, 0, toks.data(), &err)) << err;
+    int32_t tok = toks[19];
+    const uint64_t before = m.streamGemvLaunches();
+    for (int t = 20; t < 32; ++t) {
+      std::vector<float> lg;
+      ASSERT_TRUE(m.target(&tok, 1, t, &tok, &err)) << err;
+      ASSERT_TRUE(m.lastLogits(1, &lg, &err)) << err;
+      all->push_back(lg);
+    }
+    EXPECT_GT(m.streamGemvLaunches(), before) << kernelsName(k);
+  };
+  for (auto pair : {std::make_pair(Kernels::kFusedGemv, Kernels::kAttention),
+                    std::make_pair(Kernels::kFused, Kernels::kAttentionRope)}) {
+    std::vector<std::vector<float>> fused, plain;
+    stepLogits(pair.first, &fused);
+    stepLogits(pair.second, &plain);
+    ASSERT_EQ(fused.size(), plain.size());
+    for (size_t i = 0; i < fused.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(fused[i].data(), plain[i].data(), fused[i].size() * sizeof(float)))
+          << kernelsName(pair.first) << " against " << kernelsName(pair.second) << ", step " << i;
   }
   GpuModelOptions o;
   o.ctxSize = 64;

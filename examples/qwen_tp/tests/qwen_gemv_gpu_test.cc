@@ -254,6 +254,75 @@ TEST(QwenGemvGpu, StreamGemvMatchesReference) {
   EXPECT_EQ(gpu::gemvStreamBlocks(151936, 132), 264);
 }
 
+// The stream's fused forms (GpuModel's fused step at one token under streamGemv) at the qwen3-8b
+// and qwen3-32b layer shapes, each bit for bit its unfused pair on the device: gemvStreamNorm =
+// addRmsNorm + gemvStream (qkv); gemvStreamResidual = gemvStream + addRmsNorm's add (o_proj,
+// down; n = 1 and 3); gemvStreamNormSwiglu = addRmsNorm + gemvStream over [gate; up] + swiglu. The
+// residual row holds -0 and large values; every output compared, nothing written past it.
+TEST(QwenGemvGpu, StreamFusedFormsKeepTheBits) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_TRUE(gpu::prepareGemvStream());
+  const float eps = 1e-6f;
+  uint64_t seed = 9000;
+  for (const char* preset : {"qwen3-8b", "qwen3-32b"}) {
+    ModelConfig c;
+    std::string err;
+    ASSERT_TRUE(presetConfig(preset, &c, &err)) << err;
+    const int H = c.hiddenSize, I = c.intermediateSize, qkvRows = (c.numHeads + 2 * c.numKvHeads) * c.headDim,
+              attIn = c.numHeads * c.headDim;
+    const int rows = std::max({qkvRows, 2 * I, H}), maxIn = std::max({H, I, attIn});
+    std::vector<uint16_t> W = randomBf16(static_cast<size_t>(rows) * maxIn, seed += 7919, 0.05f),
+                          X = randomBf16(static_cast<size_t>(3) * maxIn, seed += 7919, 4.f),
+                          nw = randomBf16(maxIn, seed += 7919, 1.f);
+    X[5] = 0x8000;  // -0
+    X[7] = floatToBf16(3.0e4f);
+    DevBuf<uint16_t> dW(W.size()), dX(X.size()), dNw(nw.size()), dHn(maxIn), dA(size_t(3) * rows + 64),
+        dB(size_t(3) * rows + 64), dR(size_t(3) * rows), dAct(I + 64);
+    CK(cudaMemcpy(dW.p, W.data(), W.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dX.p, X.data(), X.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dNw.p, nw.data(), nw.size() * 2, cudaMemcpyHostToDevice));
+    auto same = [&](const uint16_t* a, const uint16_t* b, size_t count, const std::string& what) {
+      const std::vector<uint16_t> ha = fetch(a, count + 64), hb = fetch(b, count + 64);
+      EXPECT_EQ(0, std::memcmp(ha.data(), hb.data(), count * 2)) << preset << " " << what;
+      int past = 0;
+      for (size_t i = count; i < count + 64; ++i) past += ha[i] != 0xFFFF;
+      EXPECT_EQ(past, 0) << preset << " " << what << ": written past the output";
+    };
+    // norm + qkv: the residual row X, ln = nw.
+    CK(cudaMemset(dA.p, 0xFF, (size_t(3) * rows + 64) * 2));
+    CK(cudaMemset(dB.p, 0xFF, (size_t(3) * rows + 64) * 2));
+    ASSERT_TRUE(gpu::gemvStreamNorm(dW.bf(), qkvRows, H, dX.bf(), dNw.bf(), eps, dA.bf(), nullptr));
+    gpu::addRmsNorm(dX.bf(), nullptr, dNw.bf(), 1, H, eps, dHn.bf(), nullptr);
+    ASSERT_TRUE(gpu::gemvStream(dW.bf(), qkvRows, H, dHn.bf(), 1, dB.p, false, nullptr));
+    same(dA.p, dB.p, qkvRows, "norm + qkv");
+    // o_proj and down + residual, n = 1 and 3: R from X's rows, the product's input X too.
+    for (const auto& sh : std::vector<std::pair<int, const char*>>{{attIn, "o_proj"}, {I, "down"}})
+      for (int n : {1, 3}) {
+        const std::string what = std::string(sh.second) + " + residual, n " + std::to_string(n);
+        CK(cudaMemcpy(dR.p, X.data(), size_t(n) * H * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemset(dA.p, 0xFF, (size_t(3) * rows + 64) * 2));
+        CK(cudaMemcpy(dA.p, X.data(), size_t(n) * H * 2, cudaMemcpyHostToDevice));  // the fused form's R
+        ASSERT_TRUE(gpu::gemvStreamResidual(dW.bf(), H, sh.first, dX.bf(), n, dA.bf(), nullptr)) << what;
+        ASSERT_TRUE(gpu::gemvStream(dW.bf(), H, sh.first, dX.bf(), n, dB.p, false, nullptr)) << what;
+        gpu::addRmsNorm(dR.bf(), dB.bf(), dNw.bf(), n, H, eps, dHn.bf(), nullptr);  // R += y (and a norm, unused)
+        CK(cudaMemset(dB.p, 0xFF, (size_t(3) * rows + 64) * 2));
+        CK(cudaMemcpy(dB.p, dR.p, size_t(n) * H * 2, cudaMemcpyDeviceToDevice));
+        same(dA.p, dB.p, size_t(n) * H, what);
+      }
+    // norm + gate/up + SwiGLU.
+    CK(cudaMemset(dAct.p, 0xFF, (size_t(I) + 64) * 2));
+    CK(cudaMemset(dB.p, 0xFF, (size_t(3) * rows + 64) * 2));
+    ASSERT_TRUE(gpu::gemvStreamNormSwiglu(dW.bf(), I, H, dX.bf(), dNw.bf(), eps, dAct.bf(), nullptr));
+    gpu::addRmsNorm(dX.bf(), nullptr, dNw.bf(), 1, H, eps, dHn.bf(), nullptr);
+    ASSERT_TRUE(gpu::gemvStream(dW.bf(), 2 * I, H, dHn.bf(), 1, dA.p, false, nullptr));
+    gpu::swiglu(dA.bf(), 1, I, dB.bf(), nullptr);
+    same(dAct.p, dB.p, I, "norm + gate/up + SwiGLU");
+  }
+  DevBuf<uint16_t> dW(64), dX(16);
+  EXPECT_FALSE(gpu::gemvStreamNorm(dW.bf(), 4, 16, dX.bf(), nullptr, 1e-6f, dW.bf(), nullptr)) << "no norm weights";
+  EXPECT_FALSE(gpu::gemvStreamResidual(dW.bf(), 4, 16, dX.bf(), 0, dW.bf(), nullptr)) << "n = 0";
+}
+
 // The fused forms on the qwen3-8b layer: norm + qkv and norm + gate/up + SwiGLU against the fp64
 // reference (FusedGemvsMatchReference's bounds), o_proj and down with the residual bit for bit
 // gemvBf16 + the bf16 add.
