@@ -115,18 +115,25 @@ done
 run torch8_compile_512 240 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64 --compile
 elif [ "${PART:-all}" = streamfused ]; then
 # PART=streamfused: the stream with the fused step's forms (QWEN_DECODE=gemv|fused: the norm in
-# the qkv and gate/up streams' prologue, SwiGLU and the residual add in their epilogues) against
-# the stream with separate kernels (attn) and cuBLAS (attn): A B C D D C B A at qwen3-8b 512,
-# attn gemv gemv attn at qwen3-32b 512 and qwen3-8b 32000, all streamed.
-for r in a_attn a_gemv a_fused a_cublas b_cublas b_fused b_gemv b_attn; do
-  d=${r#*_}
-  if [ "$d" = cublas ]; then GEMV=cublas qn qwen3-8b 512 "$r" regs attn; else GEMV=stream qn qwen3-8b 512 "$r" regs "$d"; fi
+# the qkv and gate/up streams' prologue, SwiGLU and the residual add in their epilogues), without
+# and with PDL between consecutive streams (QWEN_STREAM_PDL=chain), against the stream with
+# separate kernels (attn) and cuBLAS (attn): A B C D E E D C B A at qwen3-8b 512, attn gemv
+# gemv-chain gemv-chain gemv attn at qwen3-32b 512 and qwen3-8b 32000.
+sf() {  # sf <preset> <prompt> <tag> [extra]: tag a_<cublas|attn|gemv|fused>[chain]
+  local preset=$1 P=$2 tag=$3 d=${3#*_}; shift 3
+  local pdl=off g=stream
+  case $d in *chain) pdl=chain; d=${d%chain} ;; esac
+  [ "$d" = cublas ] && { g=cublas; d=attn; }
+  GEMV=$g QWEN_STREAM_PDL=$pdl qn "$preset" "$P" "$tag" regs "$d" "$@"
+}
+for r in a_cublas a_attn a_gemv a_gemvchain a_fusedchain b_fusedchain b_gemvchain b_gemv b_attn b_cublas; do
+  sf qwen3-8b 512 "$r"
 done
 for c in "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
-  for r in a_attn a_gemv b_gemv b_attn; do
+  for r in a_attn a_gemv a_gemvchain b_gemvchain b_gemv b_attn; do
     # shellcheck disable=SC2086
     set -- $c
-    GEMV=stream qn "$1" "$2" "$r" regs "${r#*_}" "${@:3}"
+    sf "$1" "$2" "$r" "${@:3}"
   done
 done
 elif [ "${PART:-all}" = bench ]; then

@@ -189,8 +189,10 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   {
     const char* e = std::getenv("QWEN_STREAM_PDL");
     const std::string v = e ? e : "off";
-    if (v != "on" && v != "off") return *error = "QWEN_STREAM_PDL=" + v + ": expected on or off", false;
+    if (v != "on" && v != "off" && v != "chain")
+      return *error = "QWEN_STREAM_PDL=" + v + ": expected on, off or chain", false;
     gpu::setGemvStreamPdl(v == "on");
+    streamPdlChain_ = v == "chain";
   }
   if (const char* e = std::getenv("QWEN_DECODE")) {
     const std::string v = e;
@@ -514,6 +516,9 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
   // One token under streamGemv: the stream's forms, each the bits of the unfused step's pair
   // (addRmsNorm + the stream; the stream + addRmsNorm's add; + swiglu).
   const bool stream = opt_.streamGemv && n == 1;
+  // QWEN_STREAM_PDL=chain: the streams that follow a stream (qkv after the last layer's down,
+  // gate/up, down) PDL-launched; o_proj, after the attention's many blocks, not.
+  if (stream && streamPdlChain_) gpu::setGemvStreamPdl(true);
   if (!(stream ? gpu::gemvStreamNorm(L.wqkv, qkvRows_, H, x_, L.ln1, eps, qkv_, stream_)
                : gpu::gemvNormBf16(L.wqkv, qkvRows_, H, x_, n, L.ln1, eps, qkv_, stream_)))
     return *error = "fused decode: qkv GEMV refused its operands", false;
@@ -524,14 +529,21 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
                          stream_);
     enqueueAttention(L, n);
   }
-  const bool ok = stream ? gpu::gemvStreamResidual(L.wo, H, hq * D, att_, 1, x_, stream_) &&
-                               gpu::gemvStreamNormSwiglu(L.wgu, I, H, x_, L.ln2, eps, act_, stream_) &&
-                               gpu::gemvStreamResidual(L.wd, H, I, act_, 1, x_, stream_)
-                        : gpu::gemvResidual(L.wo, H, hq * D, att_, n, x_, stream_) &&
-                               gpu::gemvNormSwiglu(L.wgu, I, H, x_, n, L.ln2, eps, act_, stream_) &&
-                               gpu::gemvResidual(L.wd, H, I, act_, n, x_, stream_);
+  bool ok;
+  if (stream) {
+    if (streamPdlChain_) gpu::setGemvStreamPdl(false);
+    ok = gpu::gemvStreamResidual(L.wo, H, hq * D, att_, 1, x_, stream_);
+    if (streamPdlChain_) gpu::setGemvStreamPdl(true);
+    ok = ok && gpu::gemvStreamNormSwiglu(L.wgu, I, H, x_, L.ln2, eps, act_, stream_) &&
+         gpu::gemvStreamResidual(L.wd, H, I, act_, 1, x_, stream_);
+    if (streamPdlChain_) gpu::setGemvStreamPdl(false);
+    streamGemvLaunches_ += 4;
+  } else {
+    ok = gpu::gemvResidual(L.wo, H, hq * D, att_, n, x_, stream_) &&
+         gpu::gemvNormSwiglu(L.wgu, I, H, x_, n, L.ln2, eps, act_, stream_) &&
+         gpu::gemvResidual(L.wd, H, I, act_, n, x_, stream_);
+  }
   if (!ok) return *error = "fused decode: a GEMV refused its operands", false;
-  if (stream) streamGemvLaunches_ += 4;
   if (normOut != hn_) gpu::addRmsNorm(x_, nullptr, nextNorm, n, H, eps, normOut, stream_);
   return true;
 }

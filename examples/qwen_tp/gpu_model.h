@@ -65,7 +65,8 @@ struct GpuModelOptions {
   /// bits at 1..8 tokens): for runs without speculation (qwen_tp's --gemv auto). customGemv,
   /// when set, wins. The environment's
   /// QWEN_GEMV=cublas|custom|stream, when set, overrides both at init (A/B timing of one binary),
-  /// QWEN_STREAM_PDL=on|off (default off) launches the stream with PDL; any other value fails init.
+  /// QWEN_STREAM_PDL=on|off|chain (default off) launches the stream with PDL (chain: in the fused
+  /// step, the streams that follow a stream only); any other value fails init.
   bool streamGemv = false;
   /// Programmatic dependent launch for the decoder's own kernels (gpu::setPdl; process-wide).
   /// Same bits either way; no measurable speed difference on 2x H200.
@@ -355,6 +356,7 @@ class GpuModel : public DecoderEngine {
   int qkvRows_ = 0, splits_ = 1, chunk_ = 256;
   // DecodeKernels: the tensor-core attention (its split bound, partials, tickets) and the fused step.
   bool tcAttn_ = false, fusedStep_ = false, ropeInAttn_ = false;
+  bool streamPdlChain_ = false;  // QWEN_STREAM_PDL=chain
   int tcSplits_ = 1;
   float* tcPart_ = nullptr;
   int* tcTickets_ = nullptr;

@@ -72,7 +72,8 @@ void setGemvStreamPdl(bool on);
 bool gemvStreamSupported(const void* W, const void* X, int in);
 /// The fused decode step's forms at one token (GpuModel under streamGemv and decode gemv|fused),
 /// each the bits of its unfused pair: X the bf16 residual row, normed with addRmsNorm's
-/// arithmetic in its order inside every block (in * 2 bytes <= 96 KB); Y = bf16(hn W^T).
+/// arithmetic in its order inside every block (in * 4 bytes <= 96 KB; normW 16-byte aligned);
+/// Y = bf16(hn W^T).
 bool gemvStreamNorm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW,
                     float eps, __nv_bfloat16* Y, cudaStream_t s);
 /// R [n, out] = bf16(R + bf16(X W^T)), addRmsNorm's add (n <= kGemvStreamMaxTokens).

@@ -95,7 +95,8 @@ __device__ __forceinline__ void dotRow(const uint4* __restrict__ row, int vecs, 
 //  kNorm: n = 1; X is the residual row, and the products take hn = bf16((x * inv) * normW) with
 //   addRmsNorm's arithmetic in its order (a block of 512 threads = kNormThreads: thread t sums
 //   x[t], x[t + 512], ... with fma, then blockSum), so the bits of addRmsNorm + kPlain. Every
-//   block norms the row itself (8-10 KB from L2, once a block: the blocks live the whole product).
+//   block norms the row itself (the row and normW, 16-20 KB through shared memory in one round
+//   trip, once a block: the blocks live the whole product).
 //  kResidual: Y is the bf16 residual R [n, out]: R = bf16(R + bf16(sum)), addRmsNorm's add; each
 //   element written by the one warp that owns its row, read by no other block.
 //  kNormSwiglu: kNorm's input; W = [gate; up] of 2 * out rows; item r is gate row r then up row
@@ -125,20 +126,33 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm)
   }
   pdlWait();
   if (kNormed) {
+    // The row and the norm weights into shared memory in 16-byte loads, all in flight at once
+    // (one round trip, where a strided loop of 2-byte loads costs one per element); then the
+    // sums in addRmsNorm's order from there, and hn over the row in place.
     __nv_bfloat16* hn = reinterpret_cast<__nv_bfloat16*>(xs);
+    __nv_bfloat16* nw = hn + in;
+    for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
+      xs[v] = xg[v];
+      reinterpret_cast<uint4*>(nw)[v] = reinterpret_cast<const uint4*>(normW)[v];
+    }
+    __syncthreads();
     float ss = 0.f;
     for (int i = threadIdx.x; i < in; i += kNormThreads) {
-      const float v = __bfloat162float(X[i]);
+      const float v = __bfloat162float(hn[i]);
       ss = __fmaf_rn(v, v, ss);
     }
     const float inv = invRmsRn(ss, in, eps);  // blockSum: its __syncthreads order the sums
-    for (int i = threadIdx.x; i < in; i += kNormThreads) hn[i] = scaleRn(__bfloat162float(X[i]), inv, normW[i]);
+    for (int i = threadIdx.x; i < in; i += kNormThreads) hn[i] = scaleRn(__bfloat162float(hn[i]), inv, nw[i]);
     __syncthreads();
   } else if (kSharedX) {
     for (int v = threadIdx.x; v < n * vecs; v += blockDim.x) xs[v] = xg[v];
     __syncthreads();
   }
   for (int r = first; r < out; r += warps) {
+    // kResidual at one token: R's value loaded before the row streams (no other block writes
+    // it), so the epilogue's add waits for no round trip.
+    __nv_bfloat16 r1 = __float2bfloat16_rn(0.f);
+    if (kForm == kResidual && kTok == 1 && lane == 0) r1 = static_cast<const __nv_bfloat16*>(Y)[r];
     float acc[kTok];
     dotRow<kTok, kSharedX>(reinterpret_cast<const uint4*>(W + static_cast<int64_t>(r) * in), vecs, lane, xg, n,
                            r == first, w, acc);
@@ -159,9 +173,9 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm)
       if (t >= n) break;
       const int64_t at = static_cast<int64_t>(t) * out + r;
       if (kForm == kResidual) {
-        __nv_bfloat16* R = static_cast<__nv_bfloat16*>(Y);
         const float y = __bfloat162float(__float2bfloat16_rn(acc[t]));
-        R[at] = __float2bfloat16_rn(__fadd_rn(__bfloat162float(R[at]), y));
+        __nv_bfloat16* R = static_cast<__nv_bfloat16*>(Y);
+        R[at] = __float2bfloat16_rn(__fadd_rn(__bfloat162float(kTok == 1 ? r1 : R[at]), y));
       } else if (kF32) {
         static_cast<float*>(Y)[at] = acc[t];
       } else {
@@ -180,6 +194,7 @@ void launchStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* 
   const size_t xBytes = static_cast<size_t>(n) * in * 2;
   auto* kernel = gemvStreamKernel<kTok, true, kF32, kForm>;  // the normed forms: hn in shared memory always
   size_t smem = xBytes;
+  if constexpr (kForm == kNorm || kForm == kNormSwiglu) smem = 2 * xBytes;  // the row, then hn; the norm weights
   if constexpr (kForm != kNorm && kForm != kNormSwiglu) {
     if (xBytes > static_cast<size_t>(kStreamSharedX)) kernel = gemvStreamKernel<kTok, false, kF32, kForm>, smem = 0;
   }
@@ -248,7 +263,8 @@ bool gemvStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X,
 
 bool gemvStreamNorm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW,
                     float eps, __nv_bfloat16* Y, cudaStream_t s) {
-  if (gStreamSms <= 0 || out <= 0 || !gemvStreamSupported(W, X, in) || in * 2 > kStreamSharedX || !normW) return false;
+  if (gStreamSms <= 0 || out <= 0 || !gemvStreamSupported(W, X, in) || in * 4 > kStreamSharedX || !aligned16(normW, X))
+    return false;
   launchStream<1, false, kNorm>(W, out, in, X, 1, Y, gemvStreamBlocks(out, gStreamSms), s, normW, eps);
   return cudaPeekAtLastError() == cudaSuccess;
 }
@@ -268,7 +284,8 @@ bool gemvStreamResidual(const __nv_bfloat16* W, int out, int in, const __nv_bflo
 
 bool gemvStreamNormSwiglu(const __nv_bfloat16* W, int I, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW,
                           float eps, __nv_bfloat16* act, cudaStream_t s) {
-  if (gStreamSms <= 0 || I <= 0 || !gemvStreamSupported(W, X, in) || in * 2 > kStreamSharedX || !normW) return false;
+  if (gStreamSms <= 0 || I <= 0 || !gemvStreamSupported(W, X, in) || in * 4 > kStreamSharedX || !aligned16(normW, X))
+    return false;
   launchStream<1, false, kNormSwiglu>(W, I, in, X, 1, act, gemvStreamBlocks(I, gStreamSms), s, normW, eps);
   return cudaPeekAtLastError() == cudaSuccess;
 }
