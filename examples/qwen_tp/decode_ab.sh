@@ -14,7 +14,8 @@
 # the weight GEMMs on cublasGemmEx against cuBLASLt timed at init (QWEN_GEMM=gemmex|lt), each
 # with the L2 prefetch of the next product's weights off and on (QWEN_PREFETCH=off|on); PART=stream
 # times the one-token products through cuBLAS against gemvStream (QWEN_GEMV=cublas|stream), PART=bench
-# runs gemv_bench alone, PART=streamfused the stream's fused step forms; TESTS=all|filter|none: the whole qwen_gpu_test, the decode filter (default)
+# runs gemv_bench alone, PART=streamfused the stream's fused step forms, PART=default qwen_tp as
+# shipped against --gemv cublas; TESTS=all|filter|none: the whole qwen_gpu_test, the decode filter (default)
 # or no tests first.
 # Logs go to $OUT/logs.tgz (each log opens with commit, date, command), the table to
 # $OUT/summary.md and to stdout, last. Usage, from the repository root:
@@ -136,6 +137,20 @@ for c in "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
     sf "$1" "$2" "$r" "${@:3}"
   done
 done
+elif [ "${PART:-all}" = default ]; then
+# PART=default: qwen_tp as shipped (--gemv auto: without speculation the one-token stream and the
+# fused step) against --gemv cublas (cuBLAS's products, the attn kernels), no QWEN_* variables,
+# A B B A at qwen3-8b and qwen3-32b 512 and qwen3-8b 32000; torch.compile at 8b 512.
+for c in "qwen3-8b 512 64" "qwen3-32b 512 32" "qwen3-8b 32000 64 --ctx-size 32768"; do
+  # shellcheck disable=SC2086
+  set -- $c
+  short=${1#qwen3-}
+  for r in a_auto a_cublas b_cublas b_auto; do
+    run "q${short%b}_${2}_$r" 120 $Q --model-preset "$1" --prompt-tokens "$2" --n-predict "$3" --ubatch-size 2048 \
+      --gemv "${r#*_}" "${@:4}"
+  done
+done
+run torch8_compile_512 240 python3 -u "$TB" $S8 --prompt 512 --ctx 1024 --gen 64 --compile
 elif [ "${PART:-all}" = bench ]; then
 # PART=bench: gemv_bench alone (each product: cuBLAS, the custom GEMV, the stream; n = 1, 4, 8).
 run gemv_bench 120 "$B/examples/qwen_tp/gemv_bench" --preset qwen3-8b,qwen3-32b --tp 1 --tokens 1,4,8

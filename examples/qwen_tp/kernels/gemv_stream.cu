@@ -263,7 +263,8 @@ bool gemvStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X,
 
 bool gemvStreamNorm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW,
                     float eps, __nv_bfloat16* Y, cudaStream_t s) {
-  if (gStreamSms <= 0 || out <= 0 || !gemvStreamSupported(W, X, in) || in * 4 > kStreamSharedX || !aligned16(normW, X))
+  if (gStreamSms <= 0 || out <= 0 || !gemvStreamSupported(W, X, in) || in * 4 > kStreamSharedX || !normW ||
+      !aligned16(normW, X))
     return false;
   launchStream<1, false, kNorm>(W, out, in, X, 1, Y, gemvStreamBlocks(out, gStreamSms), s, normW, eps);
   return cudaPeekAtLastError() == cudaSuccess;
@@ -284,7 +285,8 @@ bool gemvStreamResidual(const __nv_bfloat16* W, int out, int in, const __nv_bflo
 
 bool gemvStreamNormSwiglu(const __nv_bfloat16* W, int I, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW,
                           float eps, __nv_bfloat16* act, cudaStream_t s) {
-  if (gStreamSms <= 0 || I <= 0 || !gemvStreamSupported(W, X, in) || in * 4 > kStreamSharedX || !aligned16(normW, X))
+  if (gStreamSms <= 0 || I <= 0 || !gemvStreamSupported(W, X, in) || in * 4 > kStreamSharedX || !normW ||
+      !aligned16(normW, X))
     return false;
   launchStream<1, false, kNormSwiglu>(W, I, in, X, 1, act, gemvStreamBlocks(I, gStreamSms), s, normW, eps);
   return cudaPeekAtLastError() == cudaSuccess;
