@@ -14,8 +14,9 @@
 # the weight GEMMs on cublasGemmEx against cuBLASLt timed at init (QWEN_GEMM=gemmex|lt), each
 # with the L2 prefetch of the next product's weights off and on (QWEN_PREFETCH=off|on); PART=stream
 # times the one-token products through cuBLAS against gemvStream (QWEN_GEMV=cublas|stream), PART=bench
-# runs gemv_bench alone, PART=streamfused the stream's fused step forms, PART=default qwen_tp as
-# shipped against --gemv cublas; TESTS=all|filter|none: the whole qwen_gpu_test, the decode filter (default)
+# runs gemv_bench alone, PART=streamfused the stream's fused step forms, PART=streamlayer one
+# launch a layer against the separate streams, PART=default qwen_tp as shipped against --gemv
+# cublas; TESTS=all|filter|none: the whole qwen_gpu_test, the decode filter (default)
 # or no tests first.
 # Logs go to $OUT/logs.tgz (each log opens with commit, date, command), the table to
 # $OUT/summary.md and to stdout, last. Usage, from the repository root:
@@ -75,7 +76,7 @@ qn() {  # qn <preset> <prompt> <tag> <norm> <decode> [extra]; GEMM=gemmex|lt (QW
   local preset=$1 P=$2 tag=$3 norm=$4 dec=$5; shift 5
   local short=${preset#qwen3-}; local N=64; [ "$short" = 32b ] && N=32
   run "q${short%b}_${P}_$tag" 120 env QWEN_NORM=$norm QWEN_DECODE=$dec QWEN_GEMM=${GEMM:-gemmex} QWEN_PREFETCH=${PF:-off} \
-    QWEN_GEMV=${GEMV:-cublas} QWEN_STREAM_PDL=${QWEN_STREAM_PDL:-off} $Q \
+    QWEN_GEMV=${GEMV:-cublas} QWEN_STREAM_PDL=${QWEN_STREAM_PDL:-off} QWEN_STREAM_LAYER=${QWEN_STREAM_LAYER:-off} $Q \
     --model-preset $preset --prompt-tokens $P --n-predict $N --ubatch-size 2048 "$@"
 }
 if [ "${PART:-all}" = lt ]; then
@@ -135,6 +136,17 @@ for c in "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
     # shellcheck disable=SC2086
     set -- $c
     sf "$1" "$2" "$r" "${@:3}"
+  done
+done
+elif [ "${PART:-all}" = streamlayer ]; then
+# PART=streamlayer: the fused step's streams as separate launches against one cooperative launch a
+# layer (QWEN_STREAM_LAYER=off|on, QWEN_DECODE=gemv, streamed), A B B A at qwen3-8b and qwen3-32b
+# 512 and qwen3-8b 32000.
+for c in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
+  for r in a_off a_on b_on b_off; do
+    # shellcheck disable=SC2086
+    set -- $c
+    GEMV=stream QWEN_STREAM_LAYER=${r#*_} qn "$1" "$2" "$r" regs gemv "${@:3}"
   done
 done
 elif [ "${PART:-all}" = default ]; then

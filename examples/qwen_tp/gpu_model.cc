@@ -65,6 +65,7 @@ GpuModel::~GpuModel() {
   if (cublas_) cublasDestroy(cublas_);
   for (void* p : allocations_) cudaFree(p);
   if (hIn_) cudaFreeHost(hIn_);
+  if (layerFailed_) cudaFreeHost(layerFailed_);
   for (cudaEvent_t e : {halfReady_[0], halfReady_[1], halfDone_[0], halfDone_[1]})
     if (e) cudaEventDestroy(e);
   if (commStream_) cudaStreamDestroy(commStream_);
@@ -194,6 +195,12 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
     gpu::setGemvStreamPdl(v == "on");
     streamPdlChain_ = v == "chain";
   }
+  {
+    const char* e = std::getenv("QWEN_STREAM_LAYER");
+    const std::string v = e ? e : "off";
+    if (v != "on" && v != "off") return *error = "QWEN_STREAM_LAYER=" + v + ": expected on or off", false;
+    streamLayer_ = v == "on";
+  }
   if (const char* e = std::getenv("QWEN_DECODE")) {
     const std::string v = e;
     if (v == "old") opt_.decode = GpuModelOptions::DecodeKernels::kOld;
@@ -292,6 +299,13 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   dOut_ = dRes + T;
   dProbEnd_ = reinterpret_cast<float*>(dRes) + T;
   QWEN_CUDA(cudaMallocHost(reinterpret_cast<void**>(&hIn_), static_cast<size_t>(4 * T) * 4));
+  if (streamLayer_) {
+    if (!a(&layerBarrier_, 2 * sizeof(unsigned))) return false;
+    QWEN_CUDA(cudaMemsetAsync(layerBarrier_, 0, 2 * sizeof(unsigned), stream_));
+    QWEN_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&layerFailed_), sizeof(int), cudaHostAllocMapped));
+    *layerFailed_ = 0;
+    QWEN_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dLayerFailed_), layerFailed_, 0));
+  }
   hTokens_ = hIn_ + T;
   hOut_ = hIn_ + 3 * T;
   hProbEnd_ = reinterpret_cast<float*>(hIn_ + 2 * T) + T;
@@ -519,8 +533,10 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
   // QWEN_STREAM_PDL=chain: the streams that follow a stream (qkv after the last layer's down,
   // gate/up, down) PDL-launched; o_proj, after the attention's many blocks, not.
   if (stream && streamPdlChain_) gpu::setGemvStreamPdl(true);
-  if (!(stream ? gpu::gemvStreamNorm(L.wqkv, qkvRows_, H, x_, L.ln1, eps, qkv_, stream_)
-               : gpu::gemvNormBf16(L.wqkv, qkvRows_, H, x_, n, L.ln1, eps, qkv_, stream_)))
+  const bool qkvReady = stream && streamLayer_ && qkvReady_;  // the previous layer's launch made it
+  qkvReady_ = false;
+  if (!qkvReady && !(stream ? gpu::gemvStreamNorm(L.wqkv, qkvRows_, H, x_, L.ln1, eps, qkv_, stream_)
+                            : gpu::gemvNormBf16(L.wqkv, qkvRows_, H, x_, n, L.ln1, eps, qkv_, stream_)))
     return *error = "fused decode: qkv GEMV refused its operands", false;
   if (ropeInAttn_) {
     enqueueAttentionRope(L, n, ropeOffset);
@@ -530,7 +546,16 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
     enqueueAttention(L, n);
   }
   bool ok;
-  if (stream) {
+  if (stream && streamLayer_) {
+    gpu::StreamLayer a;
+    a.wo = L.wo, a.wgu = L.wgu, a.wd = L.wd, a.ln2 = L.ln2, a.att = att_, a.x = x_, a.act = act_;
+    if (nextLayer_) a.wqkv = nextLayer_->wqkv, a.ln1 = nextLayer_->ln1, a.qkv = qkv_, a.qkvRows = qkvRows_;
+    a.hidden = H, a.attIn = hq * D, a.inter = I, a.eps = eps;
+    a.barrier = layerBarrier_, a.failed = dLayerFailed_, a.boundNs = 1000000000ull;  // 1 s
+    ok = gpu::streamLayer(a, stream_);
+    qkvReady_ = ok && nextLayer_;
+    streamGemvLaunches_ += (qkvReady ? 0 : 1) + 3 + (qkvReady_ ? 1 : 0);  // products streamed
+  } else if (stream) {
     if (streamPdlChain_) gpu::setGemvStreamPdl(false);
     ok = gpu::gemvStreamResidual(L.wo, H, hq * D, att_, 1, x_, stream_);
     if (streamPdlChain_) gpu::setGemvStreamPdl(true);
@@ -700,14 +725,18 @@ bool GpuModel::enqueue(Kind kind, int n, std::string* error) {
       gpu::addRmsNorm(x_, nullptr, layers_[0].ln1, n, H, eps, hn_, stream_);
     }
     const bool overlap = overlapPrefill(n);
+    qkvReady_ = false;
     for (int l = 0; l < cfg_.numLayers; ++l) {
       const bool last = l + 1 == cfg_.numLayers;
       const __nv_bfloat16* nextNorm = last ? finalNorm_ : layers_[l + 1].ln1;
       __nv_bfloat16* out = last ? hidden_ : hn_;
+      nextLayer_ = last ? nullptr : &layers_[l + 1];
       if (!(overlap ? enqueueLayerOverlapped(layers_[l], n, nextNorm, out, error)
                     : enqueueLayer(layers_[l], n, 0, nextNorm, out, error)))
         return false;
     }
+    nextLayer_ = nullptr;
+    qkvReady_ = false;
     if (overlap) {
       QWEN_CUDA(cudaStreamWaitEvent(stream_, halfDone_[1], 0));  // C's last sum precedes the lm_head
       ++overlappedCalls_;
@@ -805,6 +834,13 @@ bool GpuModel::run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* ou
   if (commStream_) QWEN_CUDA(cudaStreamSynchronize(commStream_));
   QWEN_CUDA(cudaStreamSynchronize(stream_));
   mark("between calls");
+  if (layerFailed_ && *static_cast<volatile int*>(layerFailed_)) {
+    // A streamLayer block waited past its bound at a grid barrier: the call's output is not
+    // trusted; the barrier words are zeroed for the next call.
+    *layerFailed_ = 0;
+    QWEN_CUDA(cudaMemset(layerBarrier_, 0, 2 * sizeof(unsigned)));
+    return *error = "streamLayer (QWEN_STREAM_LAYER=on): a block waited past its 1 s bound at a grid barrier", false;
+  }
   if (comm_) {
     tpcomm::Status s = comm_->checkError();
     if (s != tpcomm::Status::kOk) {

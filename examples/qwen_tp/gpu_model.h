@@ -357,6 +357,16 @@ class GpuModel : public DecoderEngine {
   // DecodeKernels: the tensor-core attention (its split bound, partials, tickets) and the fused step.
   bool tcAttn_ = false, fusedStep_ = false, ropeInAttn_ = false;
   bool streamPdlChain_ = false;  // QWEN_STREAM_PDL=chain
+  // QWEN_STREAM_LAYER=on: a one-token fused step's o_proj, gate/up, down and the next layer's qkv
+  // in one cooperative launch (gpu::streamLayer). nextLayer_ is the layer after the one being
+  // enqueued (null for the last and the MTP layer); qkvReady_ says qkv_ already holds the layer's
+  // qkv (the previous launch's phase 4). layerBarrier_: the launches' two barrier words;
+  // layerFailed_: host-mapped, set by a block that waited past its bound (checked after a call).
+  bool streamLayer_ = false, qkvReady_ = false;
+  const Layer* nextLayer_ = nullptr;
+  unsigned* layerBarrier_ = nullptr;
+  int* layerFailed_ = nullptr;
+  int* dLayerFailed_ = nullptr;
   int tcSplits_ = 1;
   float* tcPart_ = nullptr;
   int* tcTickets_ = nullptr;

@@ -83,6 +83,27 @@ bool gemvStreamResidual(const __nv_bfloat16* W, int out, int in, const __nv_bflo
 /// gemvStreamNorm) with the gate and up rows: gpu::swiglu's math.
 bool gemvStreamNormSwiglu(const __nv_bfloat16* W, int I, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW,
                           float eps, __nv_bfloat16* act, cudaStream_t s);
+/// A layer's one-token products after its attention, in one cooperative launch (gemv_stream.cu,
+/// streamLayer: grid barriers between the phases, bounded): x += o_proj(att); act =
+/// SwiGLU(gate/up of norm(x, ln2)); x += down(act); and, when wqkv is set, qkv = the next layer's
+/// qkv of norm(x, ln1). The bits of gemvStreamResidual, gemvStreamNormSwiglu, gemvStreamResidual
+/// and gemvStreamNorm in turn. barrier: two zeroed words of device memory the launches reuse;
+/// failed: an int the host can read (host-mapped), set when a block waited past boundNs at a
+/// barrier (then zero barrier and failed before the next launch). false, nothing launched,
+/// unless streamLayerSupported and prepareGemvStream ran.
+struct StreamLayer {
+  const __nv_bfloat16 *wo = nullptr, *wgu = nullptr, *wd = nullptr, *wqkv = nullptr;  // wqkv: the next layer's
+  const __nv_bfloat16 *ln2 = nullptr, *ln1 = nullptr;                               // ln1: the next layer's
+  const __nv_bfloat16* att = nullptr;
+  __nv_bfloat16 *x = nullptr, *act = nullptr, *qkv = nullptr;
+  int hidden = 0, attIn = 0, inter = 0, qkvRows = 0;
+  float eps = 0.f;
+  unsigned* barrier = nullptr;
+  int* failed = nullptr;
+  uint64_t boundNs = 0;
+};
+bool streamLayerSupported(const StreamLayer& a);
+bool streamLayer(const StreamLayer& a, cudaStream_t s);
 /// The blocks gemvStream launches for `out` rows on `sms` multiprocessors (every warp the same
 /// number of rows).
 int gemvStreamBlocks(int out, int sms);

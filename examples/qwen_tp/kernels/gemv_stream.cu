@@ -103,6 +103,55 @@ __device__ __forceinline__ void dotRow(const uint4* __restrict__ row, int vecs, 
 //   out + r, one warp; Y = act [out] = bf16(silu(g) * u) of the rounded g and u, swiglu's math.
 enum StreamForm { kPlain = 0, kNorm = 1, kResidual = 2, kNormSwiglu = 3 };
 
+// The first chunk of row `first` of W (when it exists) into w: loaded before whatever the warp
+// waits for next (the PDL wait, the norm's sums, a grid barrier), since no kernel writes W.
+__device__ __forceinline__ void loadFirstChunk(const __nv_bfloat16* W, int out, int in, int first, int lane,
+                                               uint4 (&w)[kStreamLoads]) {
+  if (first >= out) return;
+  const uint4* row = reinterpret_cast<const uint4*>(W + static_cast<int64_t>(first) * in);
+  const int vecs = in / 8;
+#pragma unroll
+  for (int j = 0; j < kStreamLoads; ++j) {
+    const int v = j * 32 + lane;
+    w[j] = v < vecs ? __ldcs(row + v) : make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// hn = the RMSNorm of the row X (in elements) with normW into shared memory (the block's 512
+// threads): the row and the norm weights in 16-byte loads, all in flight at once (one round
+// trip, where a strided loop of 2-byte loads costs one per element), then the sums in
+// addRmsNorm's order from there and hn over the row in place. Needs 2 * in * 2 bytes.
+__device__ __forceinline__ void stageNormedRow(const __nv_bfloat16* __restrict__ X,
+                                               const __nv_bfloat16* __restrict__ normW, int in, float eps) {
+  extern __shared__ uint4 xs[];
+  __nv_bfloat16* hn = reinterpret_cast<__nv_bfloat16*>(xs);
+  __nv_bfloat16* nw = hn + in;
+  for (int v = threadIdx.x; v < in / 8; v += blockDim.x) {
+    xs[v] = __ldcg(reinterpret_cast<const uint4*>(X) + v);  // L2: streamLayer's other blocks wrote X
+    reinterpret_cast<uint4*>(nw)[v] = reinterpret_cast<const uint4*>(normW)[v];
+  }
+  __syncthreads();
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < in; i += kNormThreads) {
+    const float v = __bfloat162float(hn[i]);
+    ss = __fmaf_rn(v, v, ss);
+  }
+  const float inv = invRmsRn(ss, in, eps);  // blockSum: its __syncthreads order the sums
+  for (int i = threadIdx.x; i < in; i += kNormThreads) hn[i] = scaleRn(__bfloat162float(hn[i]), inv, nw[i]);
+  __syncthreads();
+}
+
+// The epilogues' arithmetic, one place for every kernel here: swiglu's on the rounded gate and up
+// products, addRmsNorm's add of the rounded product to the residual.
+__device__ __forceinline__ __nv_bfloat16 swigluOf(float gSum, float uSum) {
+  const float g = __bfloat162float(__float2bfloat16_rn(gSum));
+  const float u = __bfloat162float(__float2bfloat16_rn(uSum));
+  return __float2bfloat16_rn(g / (1.f + __expf(-g)) * u);
+}
+__device__ __forceinline__ __nv_bfloat16 residualOf(__nv_bfloat16 r, float sum) {
+  return __float2bfloat16_rn(__fadd_rn(__bfloat162float(r), __bfloat162float(__float2bfloat16_rn(sum))));
+}
+
 template <int kTok, bool kSharedX, bool kF32, int kForm>
 __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm)
     gemvStreamKernel(const __nv_bfloat16* __restrict__ W, int out, int in, const __nv_bfloat16* __restrict__ X, int n,
@@ -112,38 +161,12 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm)
   pdlLaunch();
   const int lane = threadIdx.x & 31, vecs = in / 8;
   const int warps = gridDim.x * kStreamWarps, first = blockIdx.x * kStreamWarps + (threadIdx.x >> 5);
-  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   const uint4* xg = reinterpret_cast<const uint4*>(X);
   uint4 w[kStreamLoads];
-  // The first chunk of this warp's first row, before the wait (and before the norm's sums).
-  if (first < out) {
-    const uint4* row = reinterpret_cast<const uint4*>(W + static_cast<int64_t>(first) * in);
-#pragma unroll
-    for (int j = 0; j < kStreamLoads; ++j) {
-      const int v = j * 32 + lane;
-      w[j] = v < vecs ? __ldcs(row + v) : zero;
-    }
-  }
+  loadFirstChunk(W, out, in, first, lane, w);  // before the wait (and before the norm's sums)
   pdlWait();
   if (kNormed) {
-    // The row and the norm weights into shared memory in 16-byte loads, all in flight at once
-    // (one round trip, where a strided loop of 2-byte loads costs one per element); then the
-    // sums in addRmsNorm's order from there, and hn over the row in place.
-    __nv_bfloat16* hn = reinterpret_cast<__nv_bfloat16*>(xs);
-    __nv_bfloat16* nw = hn + in;
-    for (int v = threadIdx.x; v < vecs; v += blockDim.x) {
-      xs[v] = xg[v];
-      reinterpret_cast<uint4*>(nw)[v] = reinterpret_cast<const uint4*>(normW)[v];
-    }
-    __syncthreads();
-    float ss = 0.f;
-    for (int i = threadIdx.x; i < in; i += kNormThreads) {
-      const float v = __bfloat162float(hn[i]);
-      ss = __fmaf_rn(v, v, ss);
-    }
-    const float inv = invRmsRn(ss, in, eps);  // blockSum: its __syncthreads order the sums
-    for (int i = threadIdx.x; i < in; i += kNormThreads) hn[i] = scaleRn(__bfloat162float(hn[i]), inv, nw[i]);
-    __syncthreads();
+    stageNormedRow(X, normW, in, eps);
   } else if (kSharedX) {
     for (int v = threadIdx.x; v < n * vecs; v += blockDim.x) xs[v] = xg[v];
     __syncthreads();
@@ -160,11 +183,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm)
       float up[kTok];
       dotRow<kTok, kSharedX>(reinterpret_cast<const uint4*>(W + static_cast<int64_t>(out + r) * in), vecs, lane, xg, n,
                              false, w, up);
-      if (lane == 0) {
-        const float g = __bfloat162float(__float2bfloat16_rn(acc[0]));
-        const float u = __bfloat162float(__float2bfloat16_rn(up[0]));
-        static_cast<__nv_bfloat16*>(Y)[r] = __float2bfloat16_rn(g / (1.f + __expf(-g)) * u);
-      }
+      if (lane == 0) static_cast<__nv_bfloat16*>(Y)[r] = swigluOf(acc[0], up[0]);
       continue;
     }
     if (lane != 0) continue;
@@ -173,9 +192,8 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm)
       if (t >= n) break;
       const int64_t at = static_cast<int64_t>(t) * out + r;
       if (kForm == kResidual) {
-        const float y = __bfloat162float(__float2bfloat16_rn(acc[t]));
         __nv_bfloat16* R = static_cast<__nv_bfloat16*>(Y);
-        R[at] = __float2bfloat16_rn(__fadd_rn(__bfloat162float(kTok == 1 ? r1 : R[at]), y));
+        R[at] = residualOf(kTok == 1 ? r1 : R[at], acc[t]);
       } else if (kF32) {
         static_cast<float*>(Y)[at] = acc[t];
       } else {
@@ -183,6 +201,124 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm)
       }
     }
   }
+}
+
+// ---- streamLayer: a layer's o_proj, gate/up and down, and the next layer's qkv, in one launch ----
+//
+// Who writes what: phase 1 (o_proj) adds each row's product to the residual x, the row's warp
+// alone (phase 3's rows are the same warps'); phase 2 reads all of x (every block norms it with ln2) and writes act; phase 3 reads
+// all of act and adds down's rows to x; phase 4 reads all of x (normed with the next layer's
+// ln1) and writes qkv. Between the phases a grid barrier: every block's thread 0 fences its
+// block's writes (__threadfence after __syncthreads) and arrives on bar[0]; the last to arrive
+// zeroes bar[0], fences and bumps the generation bar[1]; the others poll bar[1] (volatile, with
+// __nanosleep) and fence after it moves, so the phase's writes are visible to every block; what
+// one block reads of another's writes goes through L2 (__ldcg: L1 is not coherent). The
+// blocks are co-resident (a cooperative launch, at most the occupancy's blocks), so the barrier
+// cannot wait on a block that has not started. Before each barrier a warp loads the first chunk
+// of its first row of the next phase (W is constant), so the next phase's stream is in flight
+// while the last rows of this one finish. A wait is bounded (boundNs of %globaltimer): past it
+// the block sets *failed (host-mapped) and returns without writing again; the barrier words are
+// then left mid-count and the host zeroes them before the next launch (GpuModel checks *failed
+// after every call). Each phase's rows are the separate stream kernels' rows with their
+// arithmetic (dotRow, stageNormedRow, residualOf, swigluOf), so the same bits.
+__device__ __forceinline__ uint64_t globalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ bool gridBarrier(unsigned* bar, int* failed, uint64_t boundNs) {
+  __shared__ int passed;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    volatile unsigned* gen = bar + 1;
+    const unsigned g = *gen;  // before arriving: it cannot move until this block has arrived
+    __threadfence();
+    passed = 1;
+    if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+      atomicExch(bar, 0u);
+      __threadfence();
+      atomicAdd(bar + 1, 1u);
+    } else {
+      const uint64_t t0 = globalTimerNs();
+      while (*gen == g) {
+        if (globalTimerNs() - t0 > boundNs) {
+          *reinterpret_cast<volatile int*>(failed) = 1;  // host-mapped: a plain store
+          passed = 0;
+          break;
+        }
+        __nanosleep(64);
+      }
+    }
+    __threadfence();
+  }
+  __syncthreads();
+  return passed;
+}
+
+// The warps a phase of `out` rows uses of the grid's `warps`: as many rows for each as the busiest
+// would have, so no warp takes a last round of rows alone (gemvStreamBlocks' rule).
+__host__ __device__ __forceinline__ int balancedWarps(int out, int warps) {
+  const int rowsPerWarp = (out + warps - 1) / warps;
+  return (out + rowsPerWarp - 1) / rowsPerWarp;
+}
+
+// One phase's rows of one token (X staged in shared memory): warp g < active takes rows g,
+// g + active, ... (active = balancedWarps); its first row's first chunk is in w already.
+template <int kForm>
+__device__ __forceinline__ void streamRows(const __nv_bfloat16* __restrict__ W, int out, int in,
+                                           __nv_bfloat16* __restrict__ Y, int first, int warps, int lane,
+                                           uint4 (&w)[kStreamLoads]) {
+  const int vecs = in / 8, active = balancedWarps(out, warps);
+  if (first >= active) return;
+  for (int r = first; r < out; r += active) {
+    __nv_bfloat16 r1 = __float2bfloat16_rn(0.f);
+    if (kForm == kResidual && lane == 0) r1 = __ldcg(Y + r);
+    float acc[1];
+    dotRow<1, true>(reinterpret_cast<const uint4*>(W + static_cast<int64_t>(r) * in), vecs, lane, nullptr, 1,
+                    r == first, w, acc);
+    if (kForm == kNormSwiglu) {
+      float up[1];
+      dotRow<1, true>(reinterpret_cast<const uint4*>(W + static_cast<int64_t>(out + r) * in), vecs, lane, nullptr, 1,
+                      false, w, up);
+      if (lane == 0) Y[r] = swigluOf(acc[0], up[0]);
+    } else if (lane == 0) {
+      Y[r] = kForm == kResidual ? residualOf(r1, acc[0]) : __float2bfloat16_rn(acc[0]);
+    }
+  }
+}
+
+__device__ __forceinline__ void stageRow(const __nv_bfloat16* __restrict__ X, int in) {
+  extern __shared__ uint4 xs[];
+  for (int v = threadIdx.x; v < in / 8; v += blockDim.x) xs[v] = __ldcg(reinterpret_cast<const uint4*>(X) + v);
+  __syncthreads();
+}
+
+__global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm) streamLayerKernel(StreamLayer a) {
+  const int lane = threadIdx.x & 31;
+  const int warps = gridDim.x * kStreamWarps, first = blockIdx.x * kStreamWarps + (threadIdx.x >> 5);
+  uint4 w[kStreamLoads];
+  // 1. x += o_proj(att)
+  auto firstOf = [&](int out) { return first < balancedWarps(out, warps) ? first : out; };  // out: none
+  loadFirstChunk(a.wo, a.hidden, a.attIn, firstOf(a.hidden), lane, w);
+  stageRow(a.att, a.attIn);
+  streamRows<kResidual>(a.wo, a.hidden, a.attIn, a.x, first, warps, lane, w);
+  // 2. act = SwiGLU(gate/up of norm2(x))
+  loadFirstChunk(a.wgu, a.inter, a.hidden, firstOf(a.inter), lane, w);
+  if (!gridBarrier(a.barrier, a.failed, a.boundNs)) return;
+  stageNormedRow(a.x, a.ln2, a.hidden, a.eps);
+  streamRows<kNormSwiglu>(a.wgu, a.inter, a.hidden, a.act, first, warps, lane, w);
+  // 3. x += down(act)
+  loadFirstChunk(a.wd, a.hidden, a.inter, firstOf(a.hidden), lane, w);
+  if (!gridBarrier(a.barrier, a.failed, a.boundNs)) return;
+  stageRow(a.act, a.inter);
+  streamRows<kResidual>(a.wd, a.hidden, a.inter, a.x, first, warps, lane, w);
+  // 4. qkv = the next layer's qkv of its norm1(x)
+  if (!a.wqkv) return;
+  loadFirstChunk(a.wqkv, a.qkvRows, a.hidden, firstOf(a.qkvRows), lane, w);
+  if (!gridBarrier(a.barrier, a.failed, a.boundNs)) return;
+  stageNormedRow(a.x, a.ln1, a.hidden, a.eps);
+  streamRows<kNorm>(a.wqkv, a.qkvRows, a.hidden, a.qkv, first, warps, lane, w);
 }
 
 int gStreamSms = 0;      // prepareGemvStream
@@ -229,7 +365,9 @@ bool prepareGemvStream() {
          prepareForm<4, true, kPlain>() && prepareForm<kGemvStreamMaxTokens, false, kPlain>() &&
          prepareForm<kGemvStreamMaxTokens, true, kPlain>() && prepareForm<1, false, kNorm>() &&
          prepareForm<1, false, kResidual>() && prepareForm<4, false, kResidual>() &&
-         prepareForm<kGemvStreamMaxTokens, false, kResidual>() && prepareForm<1, false, kNormSwiglu>();
+         prepareForm<kGemvStreamMaxTokens, false, kResidual>() && prepareForm<1, false, kNormSwiglu>() &&
+         cudaFuncSetAttribute(streamLayerKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStreamSharedX) ==
+             cudaSuccess;
 }
 
 void setGemvStreamPdl(bool on) { gStreamPdl = on; }
@@ -241,9 +379,7 @@ bool gemvStreamSupported(const void* W, const void* X, int in) {
 int gemvStreamBlocks(int out, int sms) {
   // As many rows for every warp as the full grid would give the busiest one, over as few warps
   // as that needs: no second round of rows for some warps only.
-  const int maxWarps = sms * kStreamBlocksPerSm * kStreamWarps;
-  const int rowsPerWarp = (out + maxWarps - 1) / maxWarps;
-  const int warps = (out + rowsPerWarp - 1) / rowsPerWarp;
+  const int warps = balancedWarps(out, sms * kStreamBlocksPerSm * kStreamWarps);
   return (warps + kStreamWarps - 1) / kStreamWarps;
 }
 
@@ -259,6 +395,38 @@ bool gemvStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X,
     yF32 ? launchStream<kGemvStreamMaxTokens, true>(W, out, in, X, n, Y, blocks, s)
          : launchStream<kGemvStreamMaxTokens, false>(W, out, in, X, n, Y, blocks, s);
   return cudaPeekAtLastError() == cudaSuccess;
+}
+
+size_t streamLayerSmem(const StreamLayer& a) {
+  return static_cast<size_t>(std::max({a.attIn, a.inter, 2 * a.hidden})) * 2;
+}
+
+bool streamLayerSupported(const StreamLayer& a) {
+  const bool sizes = a.hidden > 0 && a.attIn > 0 && a.inter > 0 && a.hidden % 8 == 0 && a.attIn % 8 == 0 &&
+                     a.inter % 8 == 0 && (!a.wqkv || a.qkvRows > 0);
+  return sizes && streamLayerSmem(a) <= static_cast<size_t>(kStreamSharedX) && a.barrier && a.failed && a.ln2 &&
+         (!a.wqkv || (a.ln1 && a.qkv && aligned16(a.wqkv, a.ln1))) &&
+         aligned16(a.wo, a.wgu, a.wd, a.att, a.x, a.act, a.ln2);
+}
+
+bool streamLayer(const StreamLayer& a, cudaStream_t s) {
+  if (gStreamSms <= 0 || !streamLayerSupported(a)) return false;
+  const size_t smem = streamLayerSmem(a);
+  int perSm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, streamLayerKernel, kStreamWarps * 32, smem) != cudaSuccess ||
+      perSm < 1)
+    return false;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(gStreamSms * std::min(perSm, kStreamBlocksPerSm));
+  cfg.blockDim = dim3(kStreamWarps * 32);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;  // every block resident at once: the barriers need it
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, streamLayerKernel, a) == cudaSuccess;
 }
 
 bool gemvStreamNorm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW,

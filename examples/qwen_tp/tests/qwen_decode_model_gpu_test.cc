@@ -224,12 +224,15 @@ TEST(QwenDecodeGpu, SpeculativeEqualsGreedyOnTheNewPaths) {
 // one-token step launches the stream for every product (none fell back to cuBLAS), a four-token
 // call none (verify calls stay on cuBLAS, whose bits differ from the stream's, so speculative
 // runs do not use it: qwen_tp's --gemv auto); the fused step's stream forms (gemv, fused) give
-// the bits of the unfused step (attn, attnrope). Bad QWEN_GEMV and QWEN_STREAM_PDL values are
-// refused at init; customGemv wins over streamGemv.
+// the bits of the unfused step (attn, attnrope), and so does QWEN_STREAM_LAYER=on (streamLayer).
+// Bad QWEN_GEMV, QWEN_STREAM_PDL and QWEN_STREAM_LAYER values are refused at init; customGemv wins
+// over streamGemv.
 TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
   unsetenv("QWEN_DECODE");
   struct Env {
-    ~Env() { unsetenv("QWEN_GEMV"); }
+    ~Env() {
+      for (const char* v : {"QWEN_GEMV", "QWEN_STREAM_PDL", "QWEN_STREAM_LAYER"}) unsetenv(v);
+    }
   } restore;
   setenv("QWEN_GEMV", "stream", 1);
   for (Kernels k : {Kernels::kAttention, Kernels::kFused}) {
@@ -278,15 +281,28 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
     }
     EXPECT_GT(m.streamGemvLaunches(), before) << kernelsName(k);
   };
+  auto sameLogits = [](const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
+                       const std::string& what) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float))) << what << ", step " << i;
+  };
   for (auto pair : {std::make_pair(Kernels::kFusedGemv, Kernels::kAttention),
                     std::make_pair(Kernels::kFused, Kernels::kAttentionRope)}) {
     std::vector<std::vector<float>> fused, plain;
     stepLogits(pair.first, &fused);
     stepLogits(pair.second, &plain);
-    ASSERT_EQ(fused.size(), plain.size());
-    for (size_t i = 0; i < fused.size(); ++i)
-      EXPECT_EQ(0, std::memcmp(fused[i].data(), plain[i].data(), fused[i].size() * sizeof(float)))
-          << kernelsName(pair.first) << " against " << kernelsName(pair.second) << ", step " << i;
+    sameLogits(fused, plain, std::string(kernelsName(pair.first)) + " against " + kernelsName(pair.second));
+  }
+  // QWEN_STREAM_LAYER=on (a layer's products after the attention in one cooperative launch):
+  // the same logits as the separate streams on gemv and fused.
+  for (Kernels k : {Kernels::kFusedGemv, Kernels::kFused}) {
+    std::vector<std::vector<float>> one, separate;
+    setenv("QWEN_STREAM_LAYER", "on", 1);
+    stepLogits(k, &one);
+    unsetenv("QWEN_STREAM_LAYER");
+    stepLogits(k, &separate);
+    sameLogits(one, separate, std::string("QWEN_STREAM_LAYER=on against off, ") + kernelsName(k));
   }
   GpuModelOptions o;
   o.ctxSize = 64;
@@ -304,6 +320,13 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
     EXPECT_NE(err.find("QWEN_STREAM_PDL=yes: expected on, off or chain"), std::string::npos) << err;
   }
   unsetenv("QWEN_STREAM_PDL");
+  setenv("QWEN_STREAM_LAYER", "1", 1);
+  {
+    GpuModel m(c, sh, 0, nullptr);
+    EXPECT_FALSE(m.init(o, &err));
+    EXPECT_NE(err.find("QWEN_STREAM_LAYER=1: expected on or off"), std::string::npos) << err;
+  }
+  unsetenv("QWEN_STREAM_LAYER");
   unsetenv("QWEN_GEMV");
   o.customGemv = o.streamGemv = true;
   {

@@ -254,6 +254,17 @@ TEST(QwenGemvGpu, StreamGemvMatchesReference) {
   EXPECT_EQ(gpu::gemvStreamBlocks(151936, 132), 264);
 }
 
+// A preset's layer sizes at TP=1.
+struct LayerDims {
+  int hidden, inter, qkvRows, attIn;
+};
+LayerDims layerDims(const char* preset) {
+  ModelConfig c;
+  std::string err;
+  presetConfig(preset, &c, &err);
+  return {c.hiddenSize, c.intermediateSize, (c.numHeads + 2 * c.numKvHeads) * c.headDim, c.numHeads * c.headDim};
+}
+
 // The stream's fused forms (GpuModel's fused step at one token under streamGemv) at the qwen3-8b
 // and qwen3-32b layer shapes, each bit for bit its unfused pair on the device: gemvStreamNorm =
 // addRmsNorm + gemvStream (qkv); gemvStreamResidual = gemvStream + addRmsNorm's add (o_proj,
@@ -265,11 +276,8 @@ TEST(QwenGemvGpu, StreamFusedFormsKeepTheBits) {
   const float eps = 1e-6f;
   uint64_t seed = 9000;
   for (const char* preset : {"qwen3-8b", "qwen3-32b"}) {
-    ModelConfig c;
-    std::string err;
-    ASSERT_TRUE(presetConfig(preset, &c, &err)) << err;
-    const int H = c.hiddenSize, I = c.intermediateSize, qkvRows = (c.numHeads + 2 * c.numKvHeads) * c.headDim,
-              attIn = c.numHeads * c.headDim;
+    const LayerDims d = layerDims(preset);
+    const int H = d.hidden, I = d.inter, qkvRows = d.qkvRows, attIn = d.attIn;
     const int rows = std::max({qkvRows, 2 * I, H}), maxIn = std::max({H, I, attIn});
     std::vector<uint16_t> W = randomBf16(static_cast<size_t>(rows) * maxIn, seed += 7919, 0.05f),
                           X = randomBf16(static_cast<size_t>(3) * maxIn, seed += 7919, 4.f),
@@ -321,6 +329,76 @@ TEST(QwenGemvGpu, StreamFusedFormsKeepTheBits) {
   DevBuf<uint16_t> dW(64), dX(16);
   EXPECT_FALSE(gpu::gemvStreamNorm(dW.bf(), 4, 16, dX.bf(), nullptr, 1e-6f, dW.bf(), nullptr)) << "no norm weights";
   EXPECT_FALSE(gpu::gemvStreamResidual(dW.bf(), 4, 16, dX.bf(), 0, dW.bf(), nullptr)) << "n = 0";
+}
+
+// gpu::streamLayer (one cooperative launch: o_proj + residual, norm + gate/up + SwiGLU, down +
+// residual, the next layer's norm + qkv, grid barriers between) at the qwen3-8b and qwen3-32b
+// shapes: x, act and qkv bit for bit the four separate stream launches', with and without the
+// next layer's qkv; three launches in a row (the barrier words reused, back at zero after each);
+// the failure flag never set; a launch without its barrier words refused.
+TEST(QwenGemvGpu, StreamLayerEqualsTheSeparateStreams) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_TRUE(gpu::prepareGemvStream());
+  const float eps = 1e-6f;
+  uint64_t seed = 12000;
+  for (const char* preset : {"qwen3-8b", "qwen3-32b"}) {
+    const LayerDims d = layerDims(preset);
+    const int H = d.hidden, I = d.inter, qkvRows = d.qkvRows, attIn = d.attIn;
+    const std::vector<uint16_t> wo = randomBf16(size_t(H) * attIn, seed += 7919, 0.05f),
+                                wgu = randomBf16(size_t(2) * I * H, seed += 7919, 0.05f),
+                                wd = randomBf16(size_t(H) * I, seed += 7919, 0.05f),
+                                wqkv = randomBf16(size_t(qkvRows) * H, seed += 7919, 0.05f),
+                                att = randomBf16(attIn, seed += 7919, 1.f), x0 = randomBf16(H, seed += 7919, 4.f),
+                                ln1 = randomBf16(H, seed += 7919, 1.f), ln2 = randomBf16(H, seed += 7919, 1.f);
+    auto up = [](const std::vector<uint16_t>& h, DevBuf<uint16_t>* d) {
+      return cudaMemcpy(d->p, h.data(), h.size() * 2, cudaMemcpyHostToDevice);
+    };
+    DevBuf<uint16_t> dWo(wo.size()), dWgu(wgu.size()), dWd(wd.size()), dWqkv(wqkv.size()), dAtt(att.size()),
+        dLn1(H), dLn2(H), dX(H), dAct(I), dQkv(qkvRows), dX2(H), dAct2(I), dQkv2(qkvRows);
+    for (auto pr : {std::make_pair(&wo, &dWo), std::make_pair(&wgu, &dWgu), std::make_pair(&wd, &dWd),
+                    std::make_pair(&wqkv, &dWqkv), std::make_pair(&att, &dAtt), std::make_pair(&ln1, &dLn1),
+                    std::make_pair(&ln2, &dLn2)})
+      CK(up(*pr.first, pr.second));
+    DevBuf<unsigned> bar(2);
+    int* failed = nullptr;
+    int* dFailed = nullptr;
+    CK(cudaHostAlloc(reinterpret_cast<void**>(&failed), sizeof(int), cudaHostAllocMapped));
+    *failed = 0;
+    CK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dFailed), failed, 0));
+    CK(cudaMemset(bar.p, 0, 2 * sizeof(unsigned)));
+    for (bool withQkv : {true, false}) {
+      const std::string what = std::string(preset) + (withQkv ? " with" : " without") + " the next qkv";
+      CK(up(x0, &dX));
+      CK(up(x0, &dX2));
+      CK(cudaMemset(dQkv.p, 0xFF, size_t(qkvRows) * 2));
+      CK(cudaMemset(dQkv2.p, 0xFF, size_t(qkvRows) * 2));
+      gpu::StreamLayer a;
+      a.wo = dWo.bf(), a.wgu = dWgu.bf(), a.wd = dWd.bf(), a.ln2 = dLn2.bf(), a.att = dAtt.bf(), a.x = dX.bf();
+      a.act = dAct.bf(), a.hidden = H, a.attIn = attIn, a.inter = I, a.eps = eps;
+      if (withQkv) a.wqkv = dWqkv.bf(), a.ln1 = dLn1.bf(), a.qkv = dQkv.bf(), a.qkvRows = qkvRows;
+      a.barrier = bar.p, a.failed = dFailed, a.boundNs = 2000000000ull;
+      for (int call = 0; call < 3; ++call) {  // x moves on each call, as layer after layer
+        ASSERT_TRUE(gpu::streamLayer(a, nullptr)) << what << ": " << cudaGetErrorString(cudaGetLastError());
+        ASSERT_TRUE(gpu::gemvStreamResidual(dWo.bf(), H, attIn, dAtt.bf(), 1, dX2.bf(), nullptr));
+        ASSERT_TRUE(gpu::gemvStreamNormSwiglu(dWgu.bf(), I, H, dX2.bf(), dLn2.bf(), eps, dAct2.bf(), nullptr));
+        ASSERT_TRUE(gpu::gemvStreamResidual(dWd.bf(), H, I, dAct2.bf(), 1, dX2.bf(), nullptr));
+        if (withQkv) ASSERT_TRUE(gpu::gemvStreamNorm(dWqkv.bf(), qkvRows, H, dX2.bf(), dLn1.bf(), eps, dQkv2.bf(), nullptr));
+        CK(cudaDeviceSynchronize());
+        EXPECT_EQ(*failed, 0) << what << " call " << call;
+        const std::vector<unsigned> b = fetch(bar.p, 2);
+        EXPECT_EQ(b[0], 0u) << what << ": the arrival count is back at zero";
+        const std::string at = what + ", call " + std::to_string(call);
+        EXPECT_EQ(fetch(dX.p, H), fetch(dX2.p, H)) << at << ": x";
+        EXPECT_EQ(fetch(dAct.p, I), fetch(dAct2.p, I)) << at << ": act";
+        EXPECT_EQ(fetch(dQkv.p, qkvRows), fetch(dQkv2.p, qkvRows)) << at << ": qkv";
+      }
+    }
+    gpu::StreamLayer bad;
+    bad.wo = dWo.bf(), bad.wgu = dWgu.bf(), bad.wd = dWd.bf(), bad.ln2 = dLn2.bf(), bad.att = dAtt.bf();
+    bad.x = dX.bf(), bad.act = dAct.bf(), bad.hidden = H, bad.attIn = attIn, bad.inter = I, bad.failed = dFailed;
+    EXPECT_FALSE(gpu::streamLayer(bad, nullptr)) << "no barrier words";
+    cudaFreeHost(failed);
+  }
 }
 
 // The fused forms on the qwen3-8b layer: norm + qkv and norm + gate/up + SwiGLU against the fp64
