@@ -547,6 +547,7 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
   }
   bool ok;
   if (stream && streamLayer_) {
+    if (streamPdlChain_) gpu::setGemvStreamPdl(false);
     gpu::StreamLayer a;
     a.wo = L.wo, a.wgu = L.wgu, a.wd = L.wd, a.ln2 = L.ln2, a.att = att_, a.x = x_, a.act = act_;
     if (nextLayer_) a.wqkv = nextLayer_->wqkv, a.ln1 = nextLayer_->ln1, a.qkv = qkv_, a.qkvRows = qkvRows_;

@@ -206,9 +206,9 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm)
 // ---- streamLayer: a layer's o_proj, gate/up and down, and the next layer's qkv, in one launch ----
 //
 // Who writes what: phase 1 (o_proj) adds each row's product to the residual x, the row's warp
-// alone (phase 3's rows are the same warps'); phase 2 reads all of x (every block norms it with ln2) and writes act; phase 3 reads
-// all of act and adds down's rows to x; phase 4 reads all of x (normed with the next layer's
-// ln1) and writes qkv. Between the phases a grid barrier: every block's thread 0 fences its
+// alone (phase 3's rows are the same warps'); phase 2 reads all of x (every block norms it with
+// ln2) and writes act; phase 3 reads all of act and adds down's rows to x; phase 4 reads all of
+// x (normed with the next layer's ln1) and writes qkv. Between the phases a grid barrier: every block's thread 0 fences its
 // block's writes (__threadfence after __syncthreads) and arrives on bar[0]; the last to arrive
 // zeroes bar[0], fences and bumps the generation bar[1]; the others poll bar[1] (volatile, with
 // __nanosleep) and fence after it moves, so the phase's writes are visible to every block; what
