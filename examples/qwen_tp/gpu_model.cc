@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <string>
 
 #include "gpu_kernels.h"
 #include "kernels/attention_prefill_cudnn.h"
@@ -143,6 +145,28 @@ bool GpuModel::loadLayer(const std::string& p, Layer* L, std::string* error) {
          fill(L->wd, p + "mlp.down_proj.weight", 0, H, shape_.interBegin(), I, error);
 }
 
+namespace {
+
+// An A/B knob of the environment: *value = its value, or fallback when unset ("" for "leave the
+// option as given"); false with "NAME=v: expected a, b or c" when it names none of `allowed`.
+bool envChoice(const char* name, const char* fallback, std::initializer_list<const char*> allowed, std::string* value,
+               std::string* error) {
+  const char* e = std::getenv(name);
+  *value = e ? e : fallback;
+  if (!e) return true;
+  std::string expected;
+  size_t k = 0;
+  for (const char* a : allowed) {
+    if (*value == a) return true;
+    if (k > 0) expected += k + 1 == allowed.size() ? " or " : ", ";
+    expected += a;
+    ++k;
+  }
+  return *error = std::string(name) + "=" + *value + ": expected " + expected, false;
+}
+
+}  // namespace
+
 bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   opt_ = opt;
   if (!checkCtxSize(cfg_, opt_.ctxSize, error)) return false;
@@ -151,13 +175,9 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   prefillAttn_ = opt_.prefillAttention && gpu::attentionPrefillSupported(cfg_.headDim, device_);
   if (prefillAttn_ && !gpu::prepareAttentionPrefill())  // here, before any rank's first collective
     return *error = "prefill attention: cudaFuncSetAttribute failed", false;
-  if (const char* e = std::getenv("QWEN_PREFILL_ATTN")) {
-    const std::string v = e;
-    if (v != "fa2" && v != "fa3" && v != "cudnn")
-      return *error = "QWEN_PREFILL_ATTN=" + v + ": expected fa2, fa3 or cudnn", false;
-    opt_.prefillFa3 = v == "fa3";
-    opt_.prefillCudnn = v == "cudnn";
-  }
+  std::string v;  // the environment's A/B knobs (envChoice)
+  if (!envChoice("QWEN_PREFILL_ATTN", "", {"fa2", "fa3", "cudnn"}, &v, error)) return false;
+  if (!v.empty()) opt_.prefillFa3 = v == "fa3", opt_.prefillCudnn = v == "cudnn";
   prefillFa3_ = prefillAttn_ && opt_.prefillFa3 &&
                 gpu::attentionPrefillFa3Supported(cfg_.headDim, shape_.heads, shape_.kvHeads, device_);
   if (prefillFa3_ && !gpu::prepareAttentionPrefillFa3())
@@ -176,50 +196,29 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   }
   int major = 0;
   QWEN_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
-  if (const char* e = std::getenv("QWEN_GEMV")) {
-    const std::string v = e;
-    if (v != "cublas" && v != "custom" && v != "stream")
-      return *error = "QWEN_GEMV=" + v + ": expected cublas, custom or stream", false;
-    opt_.customGemv = v == "custom";
-    opt_.streamGemv = v == "stream";
-  }
+  if (!envChoice("QWEN_GEMV", "", {"cublas", "custom", "stream"}, &v, error)) return false;
+  if (!v.empty()) opt_.customGemv = v == "custom", opt_.streamGemv = v == "stream";
   if (opt_.customGemv) opt_.streamGemv = false;
   if (opt_.customGemv && major < 8) return *error = "customGemv needs compute capability 8.0+ (mma.sync bf16)", false;
   if (opt_.streamGemv && !gpu::prepareGemvStream())
     return *error = "streamGemv: gemvStream's kernels did not load (cudaFuncSetAttribute failed)", false;
-  {
-    const char* e = std::getenv("QWEN_STREAM_PDL");
-    const std::string v = e ? e : "off";
-    if (v != "on" && v != "off" && v != "chain")
-      return *error = "QWEN_STREAM_PDL=" + v + ": expected on, off or chain", false;
-    gpu::setGemvStreamPdl(v == "on");
-    streamPdlChain_ = v == "chain";
-  }
-  {
-    const char* e = std::getenv("QWEN_STREAM_LAYER");
-    const std::string v = e ? e : "off";
-    if (v != "on" && v != "off") return *error = "QWEN_STREAM_LAYER=" + v + ": expected on or off", false;
-    streamLayer_ = v == "on";
-  }
-  if (const char* e = std::getenv("QWEN_DECODE")) {
-    const std::string v = e;
-    if (v == "old") opt_.decode = GpuModelOptions::DecodeKernels::kOld;
-    else if (v == "attn") opt_.decode = GpuModelOptions::DecodeKernels::kAttention;
-    else if (v == "attnrope") opt_.decode = GpuModelOptions::DecodeKernels::kAttentionRope;
-    else if (v == "gemv") opt_.decode = GpuModelOptions::DecodeKernels::kFusedGemv;
-    else if (v == "fused") opt_.decode = GpuModelOptions::DecodeKernels::kFused;
-    else return *error = "QWEN_DECODE=" + v + ": expected old, attn, attnrope, gemv or fused", false;
-  }
+  if (!envChoice("QWEN_STREAM_PDL", "off", {"on", "off", "chain"}, &v, error)) return false;
+  gpu::setGemvStreamPdl(v == "on");
+  streamPdlChain_ = v == "chain";
+  if (!envChoice("QWEN_STREAM_LAYER", "off", {"on", "off"}, &v, error)) return false;
+  streamLayer_ = v == "on";
+  using K = GpuModelOptions::DecodeKernels;
+  if (!envChoice("QWEN_DECODE", "", {"old", "attn", "attnrope", "gemv", "fused"}, &v, error)) return false;
+  if (!v.empty())
+    opt_.decode = v == "old" ? K::kOld : v == "attn" ? K::kAttention : v == "attnrope" ? K::kAttentionRope
+                : v == "gemv" ? K::kFusedGemv : K::kFused;
   // Every GEMV kernel loaded here, before any rank's first collective and before capture (loading
   // waits for the whole device).
   if (major >= 8 && !gpu::prepareGemv()) return *error = "GEMV kernels: cudaFuncGetAttributes failed", false;
   gpu::setPdl(opt_.pdl);
-  {  // QWEN_NORM=loop|regs: A/B of addRmsNorm's two kernels (the same bits); unset: regs
-    const char* e = std::getenv("QWEN_NORM");
-    const std::string v = e ? e : "regs";
-    if (v != "loop" && v != "regs") return *error = "QWEN_NORM=" + v + ": expected loop or regs", false;
-    gpu::setNormLoop(v == "loop");
-  }
+  // QWEN_NORM=loop|regs: A/B of addRmsNorm's two kernels (the same bits); unset: regs
+  if (!envChoice("QWEN_NORM", "regs", {"loop", "regs"}, &v, error)) return false;
+  gpu::setNormLoop(v == "loop");
   QWEN_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   if (opt_.prefillOverlap && shape_.tp > 1) {
     // The sums' stream gets the highest priority: its kernels take SMs as the GEMM's blocks
@@ -311,10 +310,7 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   hProbEnd_ = reinterpret_cast<float*>(hIn_ + 2 * T) + T;
   {  // QWEN_GEMM=gemmex|lt|lt-always: the weight GEMMs through cublasGemmEx (unset) or cuBLASLt
      // timed here (lt-always: on cuBLASLt even where cublasGemmEx timed faster; for the tests)
-    const char* e = std::getenv("QWEN_GEMM");
-    const std::string v = e ? e : "gemmex";
-    if (v != "gemmex" && v != "lt" && v != "lt-always")
-      return *error = "QWEN_GEMM=" + v + ": expected gemmex, lt or lt-always", false;
+    if (!envChoice("QWEN_GEMM", "gemmex", {"gemmex", "lt", "lt-always"}, &v, error)) return false;
     if (v != "gemmex") {
       lt_ = std::make_unique<LtGemms>();
       if (!lt_->init(cublasWorkspace_, wsBytes, error) || !tuneGemms(v == "lt-always", error)) return false;

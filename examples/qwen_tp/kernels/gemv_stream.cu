@@ -352,6 +352,23 @@ bool prepareForm() {
   return true;
 }
 
+// The form compiled for n tokens: 1, up to 4, up to kGemvStreamMaxTokens accumulators a lane.
+template <bool kF32, int kForm>
+void launchForTokens(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, int blocks,
+                     cudaStream_t s) {
+  if (n == 1)
+    launchStream<1, kF32, kForm>(W, out, in, X, n, Y, blocks, s);
+  else if (n <= 4)
+    launchStream<4, kF32, kForm>(W, out, in, X, n, Y, blocks, s);
+  else
+    launchStream<kGemvStreamMaxTokens, kF32, kForm>(W, out, in, X, n, Y, blocks, s);
+}
+
+// The normed forms' operands: one row X and normW 16-byte aligned, row and hn in shared memory.
+bool normedSupported(const void* W, const void* X, const void* normW, int in) {
+  return gStreamSms > 0 && gemvStreamSupported(W, X, in) && in * 4 <= kStreamSharedX && normW && aligned16(normW);
+}
+
 }  // namespace
 
 bool prepareGemvStream() {
@@ -387,13 +404,8 @@ bool gemvStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X,
                 cudaStream_t s) {
   if (gStreamSms <= 0 || out <= 0 || n < 1 || n > kGemvStreamMaxTokens || !gemvStreamSupported(W, X, in)) return false;
   const int blocks = gemvStreamBlocks(out, gStreamSms);
-  if (n == 1)
-    yF32 ? launchStream<1, true>(W, out, in, X, n, Y, blocks, s) : launchStream<1, false>(W, out, in, X, n, Y, blocks, s);
-  else if (n <= 4)
-    yF32 ? launchStream<4, true>(W, out, in, X, n, Y, blocks, s) : launchStream<4, false>(W, out, in, X, n, Y, blocks, s);
-  else
-    yF32 ? launchStream<kGemvStreamMaxTokens, true>(W, out, in, X, n, Y, blocks, s)
-         : launchStream<kGemvStreamMaxTokens, false>(W, out, in, X, n, Y, blocks, s);
+  yF32 ? launchForTokens<true, kPlain>(W, out, in, X, n, Y, blocks, s)
+       : launchForTokens<false, kPlain>(W, out, in, X, n, Y, blocks, s);
   return cudaPeekAtLastError() == cudaSuccess;
 }
 
@@ -431,9 +443,7 @@ bool streamLayer(const StreamLayer& a, cudaStream_t s) {
 
 bool gemvStreamNorm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW,
                     float eps, __nv_bfloat16* Y, cudaStream_t s) {
-  if (gStreamSms <= 0 || out <= 0 || !gemvStreamSupported(W, X, in) || in * 4 > kStreamSharedX || !normW ||
-      !aligned16(normW, X))
-    return false;
+  if (out <= 0 || !normedSupported(W, X, normW, in)) return false;
   launchStream<1, false, kNorm>(W, out, in, X, 1, Y, gemvStreamBlocks(out, gStreamSms), s, normW, eps);
   return cudaPeekAtLastError() == cudaSuccess;
 }
@@ -441,21 +451,13 @@ bool gemvStreamNorm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16
 bool gemvStreamResidual(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, __nv_bfloat16* R,
                         cudaStream_t s) {
   if (gStreamSms <= 0 || out <= 0 || n < 1 || n > kGemvStreamMaxTokens || !gemvStreamSupported(W, X, in)) return false;
-  const int blocks = gemvStreamBlocks(out, gStreamSms);
-  if (n == 1)
-    launchStream<1, false, kResidual>(W, out, in, X, n, R, blocks, s);
-  else if (n <= 4)
-    launchStream<4, false, kResidual>(W, out, in, X, n, R, blocks, s);
-  else
-    launchStream<kGemvStreamMaxTokens, false, kResidual>(W, out, in, X, n, R, blocks, s);
+  launchForTokens<false, kResidual>(W, out, in, X, n, R, gemvStreamBlocks(out, gStreamSms), s);
   return cudaPeekAtLastError() == cudaSuccess;
 }
 
 bool gemvStreamNormSwiglu(const __nv_bfloat16* W, int I, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW,
                           float eps, __nv_bfloat16* act, cudaStream_t s) {
-  if (gStreamSms <= 0 || I <= 0 || !gemvStreamSupported(W, X, in) || in * 4 > kStreamSharedX || !normW ||
-      !aligned16(normW, X))
-    return false;
+  if (I <= 0 || !normedSupported(W, X, normW, in)) return false;
   launchStream<1, false, kNormSwiglu>(W, I, in, X, 1, act, gemvStreamBlocks(I, gStreamSms), s, normW, eps);
   return cudaPeekAtLastError() == cudaSuccess;
 }
