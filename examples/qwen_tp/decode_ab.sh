@@ -15,8 +15,8 @@
 # with the L2 prefetch of the next product's weights off and on (QWEN_PREFETCH=off|on); PART=stream
 # times the one-token products through cuBLAS against gemvStream (QWEN_GEMV=cublas|stream), PART=bench
 # runs gemv_bench alone, PART=streamfused the stream's fused step forms, PART=streamlayer one
-# launch a layer against the separate streams, PART=default qwen_tp as shipped against --gemv
-# cublas; TESTS=all|filter|none: the whole qwen_gpu_test, the decode filter (default)
+# launch a layer against the separate streams, PART=streampdl which streams launch with PDL,
+# PART=default qwen_tp as shipped against --gemv cublas; TESTS=all|filter|none: the whole qwen_gpu_test, the decode filter (default)
 # or no tests first.
 # Logs go to $OUT/logs.tgz (each log opens with commit, date, command), the table to
 # $OUT/summary.md and to stdout, last. Usage, from the repository root:
@@ -147,6 +147,17 @@ for c in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
     # shellcheck disable=SC2086
     set -- $c
     GEMV=stream QWEN_STREAM_LAYER=${r#*_} qn "$1" "$2" "$r" regs gemv "${@:3}"
+  done
+done
+elif [ "${PART:-all}" = streampdl ]; then
+# PART=streampdl: which streams of the fused step launch with PDL (QWEN_STREAM_PDL=off|attn|chain|
+# all: none, o_proj after the attention, the streams after a stream, both), A B C D D C B A at
+# qwen3-8b and qwen3-32b 512 and qwen3-8b 32000.
+for c in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
+  for r in a_off a_attn a_chain a_all b_all b_chain b_attn b_off; do
+    # shellcheck disable=SC2086
+    set -- $c
+    GEMV=stream QWEN_STREAM_PDL=${r#*_} qn "$1" "$2" "$r" regs gemv "${@:3}"
   done
 done
 elif [ "${PART:-all}" = default ]; then

@@ -202,9 +202,10 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   if (opt_.customGemv && major < 8) return *error = "customGemv needs compute capability 8.0+ (mma.sync bf16)", false;
   if (opt_.streamGemv && !gpu::prepareGemvStream())
     return *error = "streamGemv: gemvStream's kernels did not load (cudaFuncSetAttribute failed)", false;
-  if (!envChoice("QWEN_STREAM_PDL", "off", {"on", "off", "chain"}, &v, error)) return false;
+  if (!envChoice("QWEN_STREAM_PDL", "off", {"on", "off", "chain", "attn", "all"}, &v, error)) return false;
   gpu::setGemvStreamPdl(v == "on");
-  streamPdlChain_ = v == "chain";
+  streamPdlChain_ = v == "chain" || v == "all";
+  streamPdlAfterAttn_ = v == "attn" || v == "all";
   if (!envChoice("QWEN_STREAM_LAYER", "off", {"on", "off"}, &v, error)) return false;
   streamLayer_ = v == "on";
   using K = GpuModelOptions::DecodeKernels;
@@ -527,8 +528,10 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
   // (addRmsNorm + the stream; the stream + addRmsNorm's add; + swiglu).
   const bool stream = opt_.streamGemv && n == 1;
   // QWEN_STREAM_PDL=chain: the streams that follow a stream (qkv after the last layer's down,
-  // gate/up, down) PDL-launched; o_proj, after the attention's many blocks, not.
-  if (stream && streamPdlChain_) gpu::setGemvStreamPdl(true);
+  // gate/up, down) PDL-launched; attn: o_proj, whose first chunks can then load while the
+  // attention's few busy blocks run; all: both.
+  const bool pdlChain = stream && streamPdlChain_, pdlAfterAttn = stream && streamPdlAfterAttn_;
+  if (pdlChain) gpu::setGemvStreamPdl(true);
   const bool qkvReady = stream && streamLayer_ && qkvReady_;  // the previous layer's launch made it
   qkvReady_ = false;
   if (!qkvReady && !(stream ? gpu::gemvStreamNorm(L.wqkv, qkvRows_, H, x_, L.ln1, eps, qkv_, stream_)
@@ -543,7 +546,7 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
   }
   bool ok;
   if (stream && streamLayer_) {
-    if (streamPdlChain_) gpu::setGemvStreamPdl(false);
+    if (pdlChain) gpu::setGemvStreamPdl(false);
     gpu::StreamLayer a;
     a.wo = L.wo, a.wgu = L.wgu, a.wd = L.wd, a.ln2 = L.ln2, a.att = att_, a.x = x_, a.act = act_;
     if (nextLayer_) a.wqkv = nextLayer_->wqkv, a.ln1 = nextLayer_->ln1, a.qkv = qkv_, a.qkvRows = qkvRows_;
@@ -553,12 +556,13 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
     qkvReady_ = ok && nextLayer_;
     streamGemvLaunches_ += (qkvReady ? 0 : 1) + 3 + (qkvReady_ ? 1 : 0);  // products streamed
   } else if (stream) {
-    if (streamPdlChain_) gpu::setGemvStreamPdl(false);
+    const bool toggled = pdlChain || pdlAfterAttn;  // else the process-wide setting stands
+    if (toggled) gpu::setGemvStreamPdl(pdlAfterAttn);
     ok = gpu::gemvStreamResidual(L.wo, H, hq * D, att_, 1, x_, stream_);
-    if (streamPdlChain_) gpu::setGemvStreamPdl(true);
+    if (toggled) gpu::setGemvStreamPdl(pdlChain);
     ok = ok && gpu::gemvStreamNormSwiglu(L.wgu, I, H, x_, L.ln2, eps, act_, stream_) &&
          gpu::gemvStreamResidual(L.wd, H, I, act_, 1, x_, stream_);
-    if (streamPdlChain_) gpu::setGemvStreamPdl(false);
+    if (toggled) gpu::setGemvStreamPdl(false);
     streamGemvLaunches_ += 4;
   } else {
     ok = gpu::gemvResidual(L.wo, H, hq * D, att_, n, x_, stream_) &&

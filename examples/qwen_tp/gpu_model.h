@@ -65,8 +65,9 @@ struct GpuModelOptions {
   /// bits at 1..8 tokens): for runs without speculation (qwen_tp's --gemv auto). customGemv,
   /// when set, wins. The environment's
   /// QWEN_GEMV=cublas|custom|stream, when set, overrides both at init (A/B timing of one binary),
-  /// QWEN_STREAM_PDL=on|off|chain (default off) launches the stream with PDL (chain: in the fused
-  /// step, the streams that follow a stream only); any other value fails init.
+  /// QWEN_STREAM_PDL=on|off|chain|attn|all (default off) launches the stream with PDL (in the
+  /// fused step, chain: the streams that follow a stream; attn: o_proj after the attention; all:
+  /// both); any other value fails init.
   bool streamGemv = false;
   /// Programmatic dependent launch for the decoder's own kernels (gpu::setPdl; process-wide).
   /// Same bits either way; no measurable speed difference on 2x H200.
@@ -356,7 +357,8 @@ class GpuModel : public DecoderEngine {
   int qkvRows_ = 0, splits_ = 1, chunk_ = 256;
   // DecodeKernels: the tensor-core attention (its split bound, partials, tickets) and the fused step.
   bool tcAttn_ = false, fusedStep_ = false, ropeInAttn_ = false;
-  bool streamPdlChain_ = false;  // QWEN_STREAM_PDL=chain
+  bool streamPdlChain_ = false;      // QWEN_STREAM_PDL=chain|all
+  bool streamPdlAfterAttn_ = false;  // QWEN_STREAM_PDL=attn|all
   // QWEN_STREAM_LAYER=on: a one-token fused step's o_proj, gate/up, down and the next layer's qkv
   // in one cooperative launch (gpu::streamLayer). nextLayer_ is the layer after the one being
   // enqueued (null for the last and the MTP layer); qkvReady_ says qkv_ already holds the layer's
