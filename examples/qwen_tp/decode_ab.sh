@@ -150,11 +150,17 @@ for c in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
   done
 done
 elif [ "${PART:-all}" = streampdl ]; then
-# PART=streampdl: which streams of the fused step launch with PDL (QWEN_STREAM_PDL=off|attn|chain|
-# all: none, o_proj after the attention, the streams after a stream, both), A B C D D C B A at
-# qwen3-8b and qwen3-32b 512 and qwen3-8b 32000.
-for c in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
-  for r in a_off a_attn a_chain a_all b_all b_chain b_attn b_off; do
+# PART=streampdl: which streams of the fused step launch with PDL, PDL_MODES (QWEN_STREAM_PDL
+# values, default off attn chain all: none, o_proj after the attention, the streams after a
+# stream, both) in A B C D D C B A order, at PDL_SHAPES (default qwen3-8b and qwen3-32b 512 and
+# qwen3-8b 32000).
+read -r -a modes <<< "${PDL_MODES:-off attn chain all}"
+order=()
+for m in "${modes[@]}"; do order+=("a_$m"); done
+for ((i = ${#modes[@]} - 1; i >= 0; i--)); do order+=("b_${modes[i]}"); done
+IFS=';' read -r -a shapes <<< "${PDL_SHAPES:-qwen3-8b 512;qwen3-32b 512;qwen3-8b 32000 --ctx-size 32768}"
+for c in "${shapes[@]}"; do
+  for r in "${order[@]}"; do
     # shellcheck disable=SC2086
     set -- $c
     GEMV=stream QWEN_STREAM_PDL=${r#*_} qn "$1" "$2" "$r" regs gemv "${@:3}"

@@ -165,6 +165,31 @@ bool envChoice(const char* name, const char* fallback, std::initializer_list<con
   return *error = std::string(name) + "=" + *value + ": expected " + expected, false;
 }
 
+// QWEN_STREAM_PDL: on (every stream, process-wide), off, or the fused step's streams that launch
+// with PDL: chain (those after a stream: qkv, gate/up, down), attn (o_proj, after the attention),
+// all, or a comma-separated list of qkv, o, gateup, down.
+bool parseStreamPdl(const std::string& v, unsigned* mask, std::string* error) {
+  const unsigned chain = GpuModel::kPdlQkv | GpuModel::kPdlGateUp | GpuModel::kPdlDown;
+  if (v == "on" || v == "off") return *mask = 0u, true;
+  if (v == "chain") return *mask = chain, true;
+  if (v == "attn") return *mask = GpuModel::kPdlO, true;
+  if (v == "all") return *mask = chain | GpuModel::kPdlO, true;
+  *mask = 0u;
+  size_t at = 0;
+  while (at <= v.size()) {
+    const size_t end = std::min(v.find(',', at), v.size());
+    const std::string p = v.substr(at, end - at);
+    const unsigned bit = p == "qkv" ? GpuModel::kPdlQkv : p == "o" ? GpuModel::kPdlO : p == "gateup" ? GpuModel::kPdlGateUp
+                       : p == "down" ? GpuModel::kPdlDown : 0u;
+    if (!bit)
+      return *error = "QWEN_STREAM_PDL=" + v + ": expected on, off, chain, attn, all or a list of qkv, o, gateup, down",
+             false;
+    *mask |= bit;
+    at = end + 1;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
@@ -202,10 +227,10 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   if (opt_.customGemv && major < 8) return *error = "customGemv needs compute capability 8.0+ (mma.sync bf16)", false;
   if (opt_.streamGemv && !gpu::prepareGemvStream())
     return *error = "streamGemv: gemvStream's kernels did not load (cudaFuncSetAttribute failed)", false;
-  if (!envChoice("QWEN_STREAM_PDL", "off", {"on", "off", "chain", "attn", "all"}, &v, error)) return false;
+  const char* streamPdlEnv = std::getenv("QWEN_STREAM_PDL");
+  v = streamPdlEnv ? streamPdlEnv : "off";
+  if (!parseStreamPdl(v, &streamPdl_, error)) return false;
   gpu::setGemvStreamPdl(v == "on");
-  streamPdlChain_ = v == "chain" || v == "all";
-  streamPdlAfterAttn_ = v == "attn" || v == "all";
   if (!envChoice("QWEN_STREAM_LAYER", "off", {"on", "off"}, &v, error)) return false;
   streamLayer_ = v == "on";
   using K = GpuModelOptions::DecodeKernels;
@@ -527,11 +552,14 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
   // One token under streamGemv: the stream's forms, each the bits of the unfused step's pair
   // (addRmsNorm + the stream; the stream + addRmsNorm's add; + swiglu).
   const bool stream = opt_.streamGemv && n == 1;
-  // QWEN_STREAM_PDL=chain: the streams that follow a stream (qkv after the last layer's down,
-  // gate/up, down) PDL-launched; attn: o_proj, whose first chunks can then load while the
-  // attention's few busy blocks run; all: both.
-  const bool pdlChain = stream && streamPdlChain_, pdlAfterAttn = stream && streamPdlAfterAttn_;
-  if (pdlChain) gpu::setGemvStreamPdl(true);
+  // QWEN_STREAM_PDL: which of the layer's streams launch with PDL (streamPdl_, kPdl* bits), so
+  // their blocks can be resident and load their first chunks of W before the kernel before them
+  // ends; the process-wide setting (gpu::setGemvStreamPdl) is set per product, then left off.
+  const unsigned pdl = stream ? streamPdl_ : 0u;
+  auto pdlFor = [&](unsigned product) {
+    if (pdl) gpu::setGemvStreamPdl((pdl & product) != 0u);
+  };
+  pdlFor(kPdlQkv);
   const bool qkvReady = stream && streamLayer_ && qkvReady_;  // the previous layer's launch made it
   qkvReady_ = false;
   if (!qkvReady && !(stream ? gpu::gemvStreamNorm(L.wqkv, qkvRows_, H, x_, L.ln1, eps, qkv_, stream_)
@@ -546,7 +574,7 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
   }
   bool ok;
   if (stream && streamLayer_) {
-    if (pdlChain) gpu::setGemvStreamPdl(false);
+    pdlFor(0u);
     gpu::StreamLayer a;
     a.wo = L.wo, a.wgu = L.wgu, a.wd = L.wd, a.ln2 = L.ln2, a.att = att_, a.x = x_, a.act = act_;
     if (nextLayer_) a.wqkv = nextLayer_->wqkv, a.ln1 = nextLayer_->ln1, a.qkv = qkv_, a.qkvRows = qkvRows_;
@@ -556,13 +584,13 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
     qkvReady_ = ok && nextLayer_;
     streamGemvLaunches_ += (qkvReady ? 0 : 1) + 3 + (qkvReady_ ? 1 : 0);  // products streamed
   } else if (stream) {
-    const bool toggled = pdlChain || pdlAfterAttn;  // else the process-wide setting stands
-    if (toggled) gpu::setGemvStreamPdl(pdlAfterAttn);
+    pdlFor(kPdlO);
     ok = gpu::gemvStreamResidual(L.wo, H, hq * D, att_, 1, x_, stream_);
-    if (toggled) gpu::setGemvStreamPdl(pdlChain);
-    ok = ok && gpu::gemvStreamNormSwiglu(L.wgu, I, H, x_, L.ln2, eps, act_, stream_) &&
-         gpu::gemvStreamResidual(L.wd, H, I, act_, 1, x_, stream_);
-    if (toggled) gpu::setGemvStreamPdl(false);
+    pdlFor(kPdlGateUp);
+    ok = ok && gpu::gemvStreamNormSwiglu(L.wgu, I, H, x_, L.ln2, eps, act_, stream_);
+    pdlFor(kPdlDown);
+    ok = ok && gpu::gemvStreamResidual(L.wd, H, I, act_, 1, x_, stream_);
+    pdlFor(0u);
     streamGemvLaunches_ += 4;
   } else {
     ok = gpu::gemvResidual(L.wo, H, hq * D, att_, n, x_, stream_) &&

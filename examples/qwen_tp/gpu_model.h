@@ -65,9 +65,9 @@ struct GpuModelOptions {
   /// bits at 1..8 tokens): for runs without speculation (qwen_tp's --gemv auto). customGemv,
   /// when set, wins. The environment's
   /// QWEN_GEMV=cublas|custom|stream, when set, overrides both at init (A/B timing of one binary),
-  /// QWEN_STREAM_PDL=on|off|chain|attn|all (default off) launches the stream with PDL (in the
-  /// fused step, chain: the streams that follow a stream; attn: o_proj after the attention; all:
-  /// both); any other value fails init.
+  /// QWEN_STREAM_PDL=on|off|chain|attn|all or a list of qkv,o,gateup,down (default off): on
+  /// launches every stream with PDL; the others, the fused step's streams named (chain: those that
+  /// follow a stream, qkv, gateup, down; attn: o; all: the four); any other value fails init.
   bool streamGemv = false;
   /// Programmatic dependent launch for the decoder's own kernels (gpu::setPdl; process-wide).
   /// Same bits either way; no measurable speed difference on 2x H200.
@@ -142,6 +142,8 @@ class GpuModel : public DecoderEngine {
   static constexpr int kGraphMaxTokens = 16;
   /// Rows of logits computed at a time (target() of more rows runs the lm_head in slices).
   static constexpr int kLogitsRows = 16;
+  /// The fused step's streams QWEN_STREAM_PDL can launch with PDL, as bits.
+  static constexpr unsigned kPdlQkv = 1u, kPdlO = 2u, kPdlGateUp = 4u, kPdlDown = 8u;
   GpuModel(const ModelConfig& cfg, const TpShape& shape, int device, tpcomm::Communicator* comm);
   ~GpuModel() override;
   /// Allocates, fills the weights, creates stream/cuBLAS. Must be called on every rank.
@@ -357,8 +359,7 @@ class GpuModel : public DecoderEngine {
   int qkvRows_ = 0, splits_ = 1, chunk_ = 256;
   // DecodeKernels: the tensor-core attention (its split bound, partials, tickets) and the fused step.
   bool tcAttn_ = false, fusedStep_ = false, ropeInAttn_ = false;
-  bool streamPdlChain_ = false;      // QWEN_STREAM_PDL=chain|all
-  bool streamPdlAfterAttn_ = false;  // QWEN_STREAM_PDL=attn|all
+  unsigned streamPdl_ = 0;  // QWEN_STREAM_PDL: the kPdl* products launched with PDL
   // QWEN_STREAM_LAYER=on: a one-token fused step's o_proj, gate/up, down and the next layer's qkv
   // in one cooperative launch (gpu::streamLayer). nextLayer_ is the layer after the one being
   // enqueued (null for the last and the MTP layer); qkvReady_ says qkv_ already holds the layer's

@@ -309,7 +309,7 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
   {
     std::vector<std::vector<float>> off;
     stepLogits(Kernels::kFusedGemv, &off);
-    for (const char* mode : {"chain", "attn", "all"}) {
+    for (const char* mode : {"chain", "attn", "all", "qkv,down"}) {
       std::vector<std::vector<float>> early;
       setenv("QWEN_STREAM_PDL", mode, 1);
       stepLogits(Kernels::kFusedGemv, &early);
@@ -330,7 +330,13 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
   {
     GpuModel m(c, sh, 0, nullptr);
     EXPECT_FALSE(m.init(o, &err));
-    EXPECT_NE(err.find("QWEN_STREAM_PDL=yes: expected on, off, chain, attn or all"), std::string::npos) << err;
+    EXPECT_NE(err.find("QWEN_STREAM_PDL=yes: expected on, off, chain, attn, all or a list of qkv, o, gateup, down"), std::string::npos) << err;
+  }
+  setenv("QWEN_STREAM_PDL", "qkv,,down", 1);
+  {
+    GpuModel m(c, sh, 0, nullptr);
+    EXPECT_FALSE(m.init(o, &err));
+    EXPECT_NE(err.find("QWEN_STREAM_PDL=qkv,,down: expected"), std::string::npos) << err;
   }
   unsetenv("QWEN_STREAM_PDL");
   setenv("QWEN_STREAM_LAYER", "1", 1);
