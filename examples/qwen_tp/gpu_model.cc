@@ -228,7 +228,7 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   if (opt_.streamGemv && !gpu::prepareGemvStream())
     return *error = "streamGemv: gemvStream's kernels did not load (cudaFuncSetAttribute failed)", false;
   const char* streamPdlEnv = std::getenv("QWEN_STREAM_PDL");
-  v = streamPdlEnv ? streamPdlEnv : "off";
+  v = streamPdlEnv ? streamPdlEnv : "down";  // the default: decode_ab.sh PART=streampdl
   if (!parseStreamPdl(v, &streamPdl_, error)) return false;
   gpu::setGemvStreamPdl(v == "on");
   if (!envChoice("QWEN_STREAM_LAYER", "off", {"on", "off"}, &v, error)) return false;

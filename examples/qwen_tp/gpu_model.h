@@ -65,9 +65,11 @@ struct GpuModelOptions {
   /// bits at 1..8 tokens): for runs without speculation (qwen_tp's --gemv auto). customGemv,
   /// when set, wins. The environment's
   /// QWEN_GEMV=cublas|custom|stream, when set, overrides both at init (A/B timing of one binary),
-  /// QWEN_STREAM_PDL=on|off|chain|attn|all or a list of qkv,o,gateup,down (default off): on
+  /// QWEN_STREAM_PDL=on|off|chain|attn|all or a list of qkv,o,gateup,down (default down): on
   /// launches every stream with PDL; the others, the fused step's streams named (chain: those that
-  /// follow a stream, qkv, gateup, down; attn: o; all: the four); any other value fails init.
+  /// follow a stream, qkv, gateup, down; attn: o; all: the four); any other value fails init. By
+  /// default only down, after gate/up: its blocks load their first chunks of W in gate/up's tail
+  /// (two PDL-launched streams in a row cost 0.9 ms at qwen3-32b; docs/decode_kernels.md).
   bool streamGemv = false;
   /// Programmatic dependent launch for the decoder's own kernels (gpu::setPdl; process-wide).
   /// Same bits either way; no measurable speed difference on 2x H200.

@@ -308,8 +308,9 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
   // ended) leave the logits as they are: a read before its wait would change them.
   {
     std::vector<std::vector<float>> off;
+    setenv("QWEN_STREAM_PDL", "off", 1);
     stepLogits(Kernels::kFusedGemv, &off);
-    for (const char* mode : {"chain", "attn", "all", "qkv,down"}) {
+    for (const char* mode : {"down", "chain", "attn", "all", "qkv,down"}) {
       std::vector<std::vector<float>> early;
       setenv("QWEN_STREAM_PDL", mode, 1);
       stepLogits(Kernels::kFusedGemv, &early);
@@ -330,7 +331,9 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
   {
     GpuModel m(c, sh, 0, nullptr);
     EXPECT_FALSE(m.init(o, &err));
-    EXPECT_NE(err.find("QWEN_STREAM_PDL=yes: expected on, off, chain, attn, all or a list of qkv, o, gateup, down"), std::string::npos) << err;
+    EXPECT_NE(err.find("QWEN_STREAM_PDL=yes: expected on, off, chain, attn, all or a list of qkv, o, gateup, down"),
+              std::string::npos)
+        << err;
   }
   setenv("QWEN_STREAM_PDL", "qkv,,down", 1);
   {
