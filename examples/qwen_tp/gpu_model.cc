@@ -953,6 +953,13 @@ bool GpuModel::timeTargetStep(int n, int pos, int iters, double* ms, std::string
   return medianGraphMs(graphs_.at({kTarget, n}).exec, iters, ms, error);
 }
 
+bool GpuModel::timeTargetStepBackToBack(int pos, int launches, int iters, double* ms, std::string* error) {
+  int32_t tok = 0, out = 0;
+  if (!target(&tok, 1, pos, &out, error)) return false;  // captures the graph
+  if (!opt_.useGraphs) return *ms = 0, true;  // nothing to replay: not timed
+  return medianGraphMs(graphs_.at({kTarget, 1}).exec, iters, ms, error, launches);
+}
+
 bool GpuModel::timeDraftStep(int slot, int iters, double* ms, std::string* error) {
   int32_t draft = 0;
   if (!mtpChain(0, slot, &draft, error)) return false;  // captures the graph
@@ -991,20 +998,21 @@ bool GpuModel::graphNodes(StepGraph which, int n, GraphNodes* out, std::string* 
   return true;
 }
 
-bool GpuModel::medianGraphMs(cudaGraphExec_t exec, int iters, double* ms, std::string* error) {
+bool GpuModel::medianGraphMs(cudaGraphExec_t exec, int iters, double* ms, std::string* error, int launches) {
   if (iters < 1) return *error = "medianGraphMs: iters must be >= 1", false;
+  if (launches < 1) return *error = "medianGraphMs: launches must be >= 1", false;
   EventPair ev;  // destroyed on every return
   QWEN_CUDA(cudaEventCreate(&ev.a));
   QWEN_CUDA(cudaEventCreate(&ev.b));
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
     QWEN_CUDA(cudaEventRecord(ev.a, stream_));
-    QWEN_CUDA(cudaGraphLaunch(exec, stream_));
+    for (int k = 0; k < launches; ++k) QWEN_CUDA(cudaGraphLaunch(exec, stream_));
     QWEN_CUDA(cudaEventRecord(ev.b, stream_));
     QWEN_CUDA(cudaEventSynchronize(ev.b));
     float t;
     QWEN_CUDA(cudaEventElapsedTime(&t, ev.a, ev.b));
-    times.push_back(t);
+    times.push_back(static_cast<double>(t) / launches);
   }
   std::sort(times.begin(), times.end());
   *ms = times[times.size() / 2];

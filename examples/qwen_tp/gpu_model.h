@@ -182,6 +182,10 @@ class GpuModel : public DecoderEngine {
   void setRankGate(RankGate* gate, int rank) { gate_ = gate, gateRank_ = rank; }
   /// Median milliseconds of `iters` replays of the target step of n tokens at position pos.
   bool timeTargetStep(int n, int pos, int iters, double* ms, std::string* error);
+  /// The same step's graph launched `launches` times back to back between two events (median of
+  /// `iters`, divided by launches): the step when the host's launch is off the critical path, as
+  /// in a decode loop that enqueues a step before reading the last one's token.
+  bool timeTargetStepBackToBack(int pos, int launches, int iters, double* ms, std::string* error);
   /// Median milliseconds of `iters` replays of one chained MTP draft (mtpChain: the MTP layer,
   /// the lm_head and the argmax exchange) at MTP cache slot `slot`. Needs the MTP head and graphs.
   bool timeDraftStep(int slot, int iters, double* ms, std::string* error);
@@ -300,7 +304,7 @@ class GpuModel : public DecoderEngine {
   void gemm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32);
   bool run(Kind kind, const int32_t* tokens, int n, int pos, int32_t* out, std::string* error);
   // Median of `iters` timed launches of exec on stream_ (CUDA events), in ms.
-  bool medianGraphMs(cudaGraphExec_t exec, int iters, double* ms, std::string* error);
+  bool medianGraphMs(cudaGraphExec_t exec, int iters, double* ms, std::string* error, int launches = 1);
   // The layer's four weight products alone at n rows (the timing helpers').
   void enqueueLayerGemms(const Layer& L, int n);
   // enqueue() captured into one graph, uploaded (and gated), launched once, then timed.

@@ -46,7 +46,7 @@ struct RankResult {
   double coldPrefillSeconds = 0;  // the first prefill of the process (lazy loading, cuBLAS heuristics)
   bool needPlain = false;
   // profile (decode step from its CUDA graph)
-  double stepMs = 0, stepNoArMs = 0, verifyMs = 0, verifyNoArMs = 0, gemmMs = 0, draftMs = 0, chainMs = 0;
+  double stepMs = 0, stepB2bMs = 0, stepNoArMs = 0, verifyMs = 0, verifyNoArMs = 0, gemmMs = 0, draftMs = 0, chainMs = 0;
   size_t gemmBytes = 0;
   int chunkRows = 0;  // the prefill chunk whose GEMMs were timed alone (0: none)
   double chunkGemmMs = 0, chunkGemmFlop = 0;
@@ -118,6 +118,9 @@ bool profileStep(const Shared& sh, GpuModel& model, RankResult* r, std::string* 
   const bool verify = nv > 1 && nv <= GpuModel::kGraphMaxTokens;
   if (!model.timeTargetStep(1, pos, 50, &r->stepMs, err)) return false;
   if (!model.graphNodes(GpuModel::StepGraph::kTarget, 1, &r->stepNodes, err)) return false;
+  // One rank: the step with the host's launch off the critical path (at TP > 1 the ranks' hosts
+  // would not meet per step).
+  if (f.tp == 1 && !model.timeTargetStepBackToBack(pos, 20, 10, &r->stepB2bMs, err)) return false;
   if (verify && !model.timeTargetStep(nv, pos, 50, &r->verifyMs, err)) return false;
   // One chained draft: what each of a round's drafts after the first costs (the draft's share).
   if (f.draftNMax > 0 && model.hasMtp() &&
@@ -245,6 +248,10 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
         "its graph: %s\n",
         r.stepMs, roofMs / r.stepMs * 100, r.stepNoArMs, (r.stepMs - r.stepNoArMs) / r.stepMs * 100,
         describeNodes(r.stepNodes, o.fusedKernels).c_str());
+  if (r.stepB2bMs > 0)
+    std::printf("decode step, 20 graph launches back to back: %.3f ms a step (%.1f%% of roofline); the one-step "
+                "timing's extra %.3f ms is the host's launch and the graph's start and end\n",
+                r.stepB2bMs, roofMs / r.stepB2bMs * 100, r.stepMs - r.stepB2bMs);
   if (r.gemmMs > 0)
     std::printf(
         "decode step's weight GEMMs alone (one graph, %s): %.3f ms for %.2f GB = %.0f GB/s (%.1f%% of the copy "

@@ -151,8 +151,12 @@ TEST(QwenDecodeGpu, DecodeStepKernelCounts) {
     o.ctxSize = 64;
     o.decode = k;
     ASSERT_TRUE(m.init(o, &err)) << err;
-    double ms = 0;
+    double ms = 0, b2b = 0;
     ASSERT_TRUE(m.timeTargetStep(1, 20, 3, &ms, &err)) << err;
+    ASSERT_TRUE(m.timeTargetStepBackToBack(20, 4, 2, &b2b, &err)) << err;
+    EXPECT_GT(b2b, 0.0) << kernelsName(k);
+    EXPECT_FALSE(m.timeTargetStepBackToBack(20, 0, 2, &b2b, &err));
+    EXPECT_NE(err.find("launches must be >= 1"), std::string::npos) << err;
     GraphNodes g;
     ASSERT_TRUE(m.graphNodes(GpuModel::StepGraph::kTarget, 1, &g, &err)) << err;
     std::printf("decode step, %d layers, %s: %d kernels, %d copies\n", c.numLayers, kernelsName(k), g.kernels, g.copies);
