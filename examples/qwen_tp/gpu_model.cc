@@ -15,6 +15,7 @@
 
 #include "gpu_kernels.h"
 #include "kernels/attention_prefill_cudnn.h"
+#include "kernels/stream_grid.h"
 #include "rank_gate.h"
 #include "safetensors.h"
 #include "tpcomm/communicator.h"
@@ -166,11 +167,12 @@ bool envChoice(const char* name, const char* fallback, std::initializer_list<con
 }
 
 // QWEN_STREAM_PDL: on (every stream, process-wide), off, or the fused step's streams that launch
-// with PDL: chain (those after a stream: qkv, gate/up, down), attn (o_proj, after the attention),
-// all, or a comma-separated list of qkv, o, gateup, down.
-bool parseStreamPdl(const std::string& v, unsigned* mask, std::string* error) {
+// with PDL: auto (autoMask), chain (those after a stream: qkv, gate/up, down), attn (o_proj, after
+// the attention), all, or a comma-separated list of qkv, o, gateup, down.
+bool parseStreamPdl(const std::string& v, unsigned autoMask, unsigned* mask, std::string* error) {
   const unsigned chain = GpuModel::kPdlQkv | GpuModel::kPdlGateUp | GpuModel::kPdlDown;
   if (v == "on" || v == "off") return *mask = 0u, true;
+  if (v == "auto") return *mask = autoMask, true;
   if (v == "chain") return *mask = chain, true;
   if (v == "attn") return *mask = GpuModel::kPdlO, true;
   if (v == "all") return *mask = chain | GpuModel::kPdlO, true;
@@ -182,7 +184,7 @@ bool parseStreamPdl(const std::string& v, unsigned* mask, std::string* error) {
     const unsigned bit = p == "qkv" ? GpuModel::kPdlQkv : p == "o" ? GpuModel::kPdlO : p == "gateup" ? GpuModel::kPdlGateUp
                        : p == "down" ? GpuModel::kPdlDown : 0u;
     if (!bit)
-      return *error = "QWEN_STREAM_PDL=" + v + ": expected on, off, chain, attn, all or a list of qkv, o, gateup, down",
+      return *error = "QWEN_STREAM_PDL=" + v + ": expected auto, on, off, chain, attn, all or a list of qkv, o, gateup, down",
              false;
     *mask |= bit;
     at = end + 1;
@@ -227,9 +229,14 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   if (opt_.customGemv && major < 8) return *error = "customGemv needs compute capability 8.0+ (mma.sync bf16)", false;
   if (opt_.streamGemv && !gpu::prepareGemvStream())
     return *error = "streamGemv: gemvStream's kernels did not load (cudaFuncSetAttribute failed)", false;
+  // QWEN_STREAM_PDL=auto (the default): the down stream PDL-launched when its grid fills the
+  // stream's slots (decode_ab.sh PART=streampdl; kernels/stream_grid.h).
+  int sms = 0;
+  QWEN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
+  const unsigned autoPdl = gpu::streamFillsSlots(cfg_.hiddenSize, sms) ? kPdlDown : 0u;
   const char* streamPdlEnv = std::getenv("QWEN_STREAM_PDL");
-  v = streamPdlEnv ? streamPdlEnv : "down";  // the default: decode_ab.sh PART=streampdl
-  if (!parseStreamPdl(v, &streamPdl_, error)) return false;
+  v = streamPdlEnv ? streamPdlEnv : "auto";
+  if (!parseStreamPdl(v, autoPdl, &streamPdl_, error)) return false;
   gpu::setGemvStreamPdl(v == "on");
   if (!envChoice("QWEN_STREAM_LAYER", "off", {"on", "off"}, &v, error)) return false;
   streamLayer_ = v == "on";
@@ -610,6 +617,14 @@ void GpuModel::enqueueAttentionRope(const Layer& L, int n, int ropeOffset) {
   rope.ropeOffset = ropeOffset;
   gpu::attentionDecodeTcRope(rope, L.kCache, L.vCache, dPos_, n, shape_.heads, shape_.kvHeads, tcSplits_, tcPart_,
                              tcTickets_, att_, stream_);
+}
+
+std::string GpuModel::streamPdlProducts() const {
+  std::string names;
+  for (auto p : {std::make_pair(kPdlQkv, "qkv"), std::make_pair(kPdlO, "o"), std::make_pair(kPdlGateUp, "gateup"),
+                 std::make_pair(kPdlDown, "down")})
+    if (streamPdl_ & p.first) names += (names.empty() ? "" : ",") + std::string(p.second);
+  return names.empty() ? "none" : names;
 }
 
 const char* GpuModel::smallGemv() const { return opt_.customGemv ? "custom" : opt_.streamGemv ? "stream" : "cublas"; }

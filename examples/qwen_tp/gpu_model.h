@@ -65,11 +65,12 @@ struct GpuModelOptions {
   /// bits at 1..8 tokens): for runs without speculation (qwen_tp's --gemv auto). customGemv,
   /// when set, wins. The environment's
   /// QWEN_GEMV=cublas|custom|stream, when set, overrides both at init (A/B timing of one binary),
-  /// QWEN_STREAM_PDL=on|off|chain|attn|all or a list of qkv,o,gateup,down (default down): on
-  /// launches every stream with PDL; the others, the fused step's streams named (chain: those that
-  /// follow a stream, qkv, gateup, down; attn: o; all: the four); any other value fails init. By
-  /// default only down, after gate/up: its blocks load their first chunks of W in gate/up's tail
-  /// (two PDL-launched streams in a row cost 0.9 ms at qwen3-32b; docs/decode_kernels.md).
+  /// QWEN_STREAM_PDL=auto|on|off|chain|attn|all or a list of qkv,o,gateup,down (default auto):
+  /// on launches every stream with PDL; the others, the fused step's streams named (chain: those
+  /// that follow a stream, qkv, gateup, down; attn: o; all: the four); any other value fails
+  /// init. auto: down alone (its blocks load their first chunks of W in gate/up's tail) when its
+  /// grid fills the stream's slots (gpu::streamFillsSlots: qwen3-8b on an H200, not qwen3-32b),
+  /// else none (docs/decode_kernels.md).
   bool streamGemv = false;
   /// Programmatic dependent launch for the decoder's own kernels (gpu::setPdl; process-wide).
   /// Same bits either way; no measurable speed difference on 2x H200.
@@ -238,6 +239,8 @@ class GpuModel : public DecoderEngine {
   /// The decode kernels in use after init: "old", "attn", "gemv" or "fused" (GpuModelOptions::decode;
   /// tp > 1 or an unsupported shape turns "gemv" and "fused" into "attn", head_dim != 128 any into "old").
   const char* decodeKernels() const;
+  /// The fused step's streams launched with PDL (QWEN_STREAM_PDL), e.g. "down", or "none".
+  std::string streamPdlProducts() const;
   /// The GEMMs of at most 8 tokens after init: "cublas", "custom" (gemvBf16) or "stream" (gemvStream).
   const char* smallGemv() const;
   /// gemvStream launches gemm() has enqueued (captured ones once, at capture): 0 with streamGemv

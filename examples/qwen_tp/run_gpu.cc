@@ -204,6 +204,11 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
   size_t freeB = 0, totalB = 0;
   cudaMemGetInfo(&freeB, &totalB);
   const int P = static_cast<int>(sh.prompt.size());
+  const std::string smallGemms =
+      std::strcmp(model.smallGemv(), "custom") == 0   ? "custom GEMV (--gemv custom)"
+      : std::strcmp(model.smallGemv(), "stream") == 0 ? "streamed GEMV (--gemv stream; PDL-launched in the fused step: " +
+                                                            model.streamPdlProducts() + ")"
+                                                      : "cuBLAS";
   std::printf(
       "qwen_tp: model %s, TP=%d, allreduce %s (last algorithm: %s), layer epilogue %s (%s), prompt %d, "
       "n-predict %d, ctx-size %d, ubatch %d, prefill attention %s%s, %s, GEMMs of <= 8 tokens: %s, PDL %s, "
@@ -217,9 +222,7 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
                                                      : "decode kernel for every call",
       o.prefillOverlap && f.tp > 1 ? ", prefill all-reduces overlapped (two row halves)" : "",
       o.useGraphs ? "decode in CUDA graphs" : "eager decode (no CUDA graphs)",
-      std::strcmp(model.smallGemv(), "custom") == 0   ? "custom GEMV (--gemv custom)"
-      : std::strcmp(model.smallGemv(), "stream") == 0 ? "streamed GEMV (--gemv stream)"
-                                                      : "cuBLAS", o.pdl ? "on" : "off", model.decodeKernels(),
+      smallGemms.c_str(), o.pdl ? "on" : "off", model.decodeKernels(),
       model.gemmLibrary().c_str(),
       model.l2PrefetchBytes() ? (std::to_string(model.l2PrefetchBytes() >> 20) + " MB (QWEN_PREFETCH)").c_str() : "off");
   std::printf("prefill cold (first call of the process): %.2f ms / %d tokens (%.2f tokens per second); the timed runs "

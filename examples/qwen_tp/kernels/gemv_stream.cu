@@ -38,12 +38,13 @@
 #include "kernels/common.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/norm_rows.cuh"
+#include "kernels/stream_grid.h"
 
 namespace qwen {
 namespace gpu {
 namespace {
 
-constexpr int kStreamWarps = 16, kStreamLoads = 8, kStreamBlocksPerSm = 2;
+constexpr int kStreamLoads = 8;  // 16-byte loads a lane in flight (kStreamWarps: stream_grid.h)
 constexpr int kStreamSharedX = 96 * 1024;  // two blocks a multiprocessor still fit
 
 __device__ __forceinline__ float dot8(uint4 w, uint4 x, float acc) {
@@ -256,13 +257,6 @@ __device__ bool gridBarrier(unsigned* bar, int* failed, uint64_t boundNs) {
   return passed;
 }
 
-// The warps a phase of `out` rows uses of the grid's `warps`: as many rows for each as the busiest
-// would have, so no warp takes a last round of rows alone (gemvStreamBlocks' rule).
-__host__ __device__ __forceinline__ int balancedWarps(int out, int warps) {
-  const int rowsPerWarp = (out + warps - 1) / warps;
-  return (out + rowsPerWarp - 1) / rowsPerWarp;
-}
-
 // One phase's rows of one token (X staged in shared memory): warp g < active takes rows g,
 // g + active, ... (active = balancedWarps); its first row's first chunk is in w already.
 template <int kForm>
@@ -393,12 +387,7 @@ bool gemvStreamSupported(const void* W, const void* X, int in) {
   return in > 0 && in % 8 == 0 && in <= kGemvStreamMaxIn && aligned16(W, X);
 }
 
-int gemvStreamBlocks(int out, int sms) {
-  // As many rows for every warp as the full grid would give the busiest one, over as few warps
-  // as that needs: no second round of rows for some warps only.
-  const int warps = balancedWarps(out, sms * kStreamBlocksPerSm * kStreamWarps);
-  return (warps + kStreamWarps - 1) / kStreamWarps;
-}
+int gemvStreamBlocks(int out, int sms) { return streamBlocks(out, sms); }
 
 bool gemvStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32,
                 cudaStream_t s) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "kernels/stream_grid.h"
 
 namespace qwen {
 namespace {
@@ -211,3 +212,29 @@ TEST(QwenCli, PromptFromTextIdsOrFile) {
 
 }  // namespace
 }  // namespace qwen
+
+// The stream's grid (kernels/stream_grid.h): every warp the same number of rows, and the rule
+// that PDL-launches the down stream only when its blocks take 90% of the resident slots.
+TEST(QwenStreamGrid, BalancedBlocksAndTheSlotRule) {
+  using qwen::gpu::streamBlocks;
+  using qwen::gpu::streamFillsSlots;
+  // H200 (132 multiprocessors, 264 slots of 16 warps): qwen3-8b's products, then qwen3-32b's.
+  EXPECT_EQ(streamBlocks(4096, 132), 256);   // o, down: a row a warp
+  EXPECT_EQ(streamBlocks(6144, 132), 192);   // qkv: 3072 warps of 2, not 4224 with 1920 taking two
+  EXPECT_EQ(streamBlocks(12288, 132), 256);  // gate/up pairs: 3 a warp
+  EXPECT_EQ(streamBlocks(5120, 132), 160);
+  EXPECT_EQ(streamBlocks(10240, 132), 214);
+  EXPECT_EQ(streamBlocks(25600, 132), 229);
+  EXPECT_TRUE(streamFillsSlots(4096, 132));
+  EXPECT_FALSE(streamFillsSlots(5120, 132));
+  EXPECT_FALSE(streamFillsSlots(6144, 132));
+  // Small and odd sizes: never more blocks than slots, never a zero division.
+  EXPECT_EQ(streamBlocks(1, 132), 1);
+  EXPECT_EQ(streamBlocks(4224, 132), 264);
+  EXPECT_EQ(streamBlocks(4225, 132), 133);  // two rows a warp: 2113 warps
+  EXPECT_EQ(streamBlocks(0, 132), 0);
+  EXPECT_EQ(streamBlocks(4096, 0), 0);
+  EXPECT_FALSE(streamFillsSlots(4096, 0));
+  EXPECT_FALSE(streamFillsSlots(0, 132));
+}
+

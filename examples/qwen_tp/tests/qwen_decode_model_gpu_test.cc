@@ -314,7 +314,7 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
     std::vector<std::vector<float>> off;
     setenv("QWEN_STREAM_PDL", "off", 1);
     stepLogits(Kernels::kFusedGemv, &off);
-    for (const char* mode : {"down", "chain", "attn", "all", "qkv,down"}) {
+    for (const char* mode : {"auto", "down", "chain", "attn", "all", "qkv,down"}) {
       std::vector<std::vector<float>> early;
       setenv("QWEN_STREAM_PDL", mode, 1);
       stepLogits(Kernels::kFusedGemv, &early);
@@ -335,7 +335,7 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
   {
     GpuModel m(c, sh, 0, nullptr);
     EXPECT_FALSE(m.init(o, &err));
-    EXPECT_NE(err.find("QWEN_STREAM_PDL=yes: expected on, off, chain, attn, all or a list of qkv, o, gateup, down"),
+    EXPECT_NE(err.find("QWEN_STREAM_PDL=yes: expected auto, on, off, chain, attn, all or a list of qkv, o, gateup, down"),
               std::string::npos)
         << err;
   }
