@@ -66,8 +66,10 @@ constexpr int kGemvStreamMaxTokens = 8;
 /// Sets the shared-memory attribute of every form (loading them) on the current device; call
 /// before capture and before any collective (as prepareGemv).
 bool prepareGemvStream();
-/// Launch gemvStream with programmatic dependent launch (when setPdl is on too); off by default:
-/// a full grid PDL-launched behind early-triggering kernels loses slots (gemv_stream.cu).
+/// Launch the streams that follow with programmatic dependent launch (when setPdl is on too); off
+/// by default: a grid PDL-launched beside another that leaves slots free lands unevenly and loses
+/// time. GpuModel turns it on for the fused step's streams QWEN_STREAM_PDL names (by default the
+/// down stream where its grid fills the slots: stream_grid.h) and off after each.
 void setGemvStreamPdl(bool on);
 bool gemvStreamSupported(const void* W, const void* X, int in);
 /// The fused decode step's forms at one token (GpuModel under streamGemv and decode gemv|fused),
