@@ -209,49 +209,62 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm)
 // Who writes what: phase 1 (o_proj) adds each row's product to the residual x, the row's warp
 // alone (phase 3's rows are the same warps'); phase 2 reads all of x (every block norms it with
 // ln2) and writes act; phase 3 reads all of act and adds down's rows to x; phase 4 reads all of
-// x (normed with the next layer's ln1) and writes qkv. Between the phases a grid barrier: every block's thread 0 fences its
-// block's writes (__threadfence after __syncthreads) and arrives on bar[0]; the last to arrive
-// zeroes bar[0], fences and bumps the generation bar[1]; the others poll bar[1] (volatile, with
-// __nanosleep) and fence after it moves, so the phase's writes are visible to every block; what
-// one block reads of another's writes goes through L2 (__ldcg: L1 is not coherent). The
-// blocks are co-resident (a cooperative launch, at most the occupancy's blocks), so the barrier
-// cannot wait on a block that has not started. Before each barrier a warp loads the first chunk
-// of its first row of the next phase (W is constant), so the next phase's stream is in flight
-// while the last rows of this one finish. A wait is bounded (boundNs of %globaltimer): past it
-// the block sets *failed (host-mapped) and returns without writing again; the barrier words are
-// then left mid-count and the host zeroes them before the next launch (GpuModel checks *failed
-// after every call). Each phase's rows are the separate stream kernels' rows with their
-// arithmetic (dotRow, stageNormedRow, residualOf, swigluOf), so the same bits.
+// x (normed with the next layer's ln1) and writes qkv. Between the phases a grid barrier in two
+// halves. Arrive: after __syncthreads, thread 0 reads the generation bar[1], fences the block's
+// writes (__threadfence) and adds 1 to bar[0]; the last to arrive zeroes bar[0], fences (its
+// acquire of every block's fenced writes) and bumps bar[1]. Then every warp loads the first chunk
+// of its first row of the next phase (W is constant), after the fence, so the fence never waits
+// for those loads and they stream while the other blocks finish. Wait: thread 0 polls bar[1]
+// with ld.acquire.gpu (with __nanosleep) until it moves, then __syncthreads; what one block
+// reads of another's writes goes through L2 (__ldcg: L1 is not coherent). The blocks are
+// co-resident (a cooperative launch, at most the occupancy's blocks), so the barrier cannot wait
+// on a block that has not started. A wait is bounded (boundNs of %globaltimer): past it the
+// block sets *failed (host-mapped) and returns without writing again; the barrier words are then
+// left mid-count and the host zeroes them before the next launch (GpuModel checks *failed after
+// every call). Each phase's rows are the separate stream kernels' rows with their arithmetic
+// (dotRow, stageNormedRow, residualOf, swigluOf), so the same bits.
 __device__ __forceinline__ uint64_t globalTimerNs() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
 
-__device__ bool gridBarrier(unsigned* bar, int* failed, uint64_t boundNs) {
-  __shared__ int passed;
-  __syncthreads();
+__device__ __forceinline__ unsigned ldAcquireGpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// The barrier's first half; returns (in thread 0) the generation gridWait waits past.
+__device__ __forceinline__ unsigned gridArrive(unsigned* bar) {
+  __syncthreads();  // every warp's rows of this phase written
+  unsigned g = 0;
   if (threadIdx.x == 0) {
-    volatile unsigned* gen = bar + 1;
-    const unsigned g = *gen;  // before arriving: it cannot move until this block has arrived
+    g = *reinterpret_cast<volatile unsigned*>(bar + 1);  // cannot move before this block arrives
     __threadfence();
-    passed = 1;
     if (atomicAdd(bar, 1u) == gridDim.x - 1) {
       atomicExch(bar, 0u);
       __threadfence();
       atomicAdd(bar + 1, 1u);
-    } else {
-      const uint64_t t0 = globalTimerNs();
-      while (*gen == g) {
-        if (globalTimerNs() - t0 > boundNs) {
-          *reinterpret_cast<volatile int*>(failed) = 1;  // host-mapped: a plain store
-          passed = 0;
-          break;
-        }
-        __nanosleep(64);
-      }
     }
-    __threadfence();
+  }
+  return g;
+}
+
+// The second half: false (and *failed set) when the generation did not move within boundNs.
+__device__ bool gridWait(const unsigned* bar, unsigned g, int* failed, uint64_t boundNs) {
+  __shared__ int passed;
+  if (threadIdx.x == 0) {
+    passed = 1;
+    const uint64_t t0 = globalTimerNs();
+    while (ldAcquireGpu(bar + 1) == g) {
+      if (globalTimerNs() - t0 > boundNs) {
+        *reinterpret_cast<volatile int*>(failed) = 1;  // host-mapped: a plain store
+        passed = 0;
+        break;
+      }
+      __nanosleep(64);
+    }
   }
   __syncthreads();
   return passed;
@@ -298,19 +311,22 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm) streamL
   stageRow(a.att, a.attIn);
   streamRows<kResidual>(a.wo, a.hidden, a.attIn, a.x, first, warps, lane, w);
   // 2. act = SwiGLU(gate/up of norm2(x))
+  unsigned g = gridArrive(a.barrier);
   loadFirstChunk(a.wgu, a.inter, a.hidden, firstOf(a.inter), lane, w);
-  if (!gridBarrier(a.barrier, a.failed, a.boundNs)) return;
+  if (!gridWait(a.barrier, g, a.failed, a.boundNs)) return;
   stageNormedRow(a.x, a.ln2, a.hidden, a.eps);
   streamRows<kNormSwiglu>(a.wgu, a.inter, a.hidden, a.act, first, warps, lane, w);
   // 3. x += down(act)
+  g = gridArrive(a.barrier);
   loadFirstChunk(a.wd, a.hidden, a.inter, firstOf(a.hidden), lane, w);
-  if (!gridBarrier(a.barrier, a.failed, a.boundNs)) return;
+  if (!gridWait(a.barrier, g, a.failed, a.boundNs)) return;
   stageRow(a.act, a.inter);
   streamRows<kResidual>(a.wd, a.hidden, a.inter, a.x, first, warps, lane, w);
   // 4. qkv = the next layer's qkv of its norm1(x)
   if (!a.wqkv) return;
+  g = gridArrive(a.barrier);
   loadFirstChunk(a.wqkv, a.qkvRows, a.hidden, firstOf(a.qkvRows), lane, w);
-  if (!gridBarrier(a.barrier, a.failed, a.boundNs)) return;
+  if (!gridWait(a.barrier, g, a.failed, a.boundNs)) return;
   stageNormedRow(a.x, a.ln1, a.hidden, a.eps);
   streamRows<kNorm>(a.wqkv, a.qkvRows, a.hidden, a.qkv, first, warps, lane, w);
 }
