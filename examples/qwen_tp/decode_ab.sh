@@ -139,14 +139,14 @@ for c in "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
   done
 done
 elif [ "${PART:-all}" = streamlayer ]; then
-# PART=streamlayer: the fused step's streams as separate launches against one cooperative launch a
-# layer (QWEN_STREAM_LAYER=off|on, QWEN_DECODE=gemv, streamed), A B B A at qwen3-8b and qwen3-32b
-# 512 and qwen3-8b 32000.
+# PART=streamlayer: the fused step's streams as separate launches (with the default's PDL, auto)
+# against one cooperative launch a layer (QWEN_STREAM_LAYER=off|on, QWEN_DECODE=gemv, streamed),
+# A B B A at qwen3-8b and qwen3-32b 512 and qwen3-8b 32000.
 for c in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
   for r in a_off a_on b_on b_off; do
     # shellcheck disable=SC2086
     set -- $c
-    GEMV=stream QWEN_STREAM_LAYER=${r#*_} qn "$1" "$2" "$r" regs gemv "${@:3}"
+    GEMV=stream QWEN_STREAM_PDL=auto QWEN_STREAM_LAYER=${r#*_} qn "$1" "$2" "$r" regs gemv "${@:3}"
   done
 done
 elif [ "${PART:-all}" = streampdl ]; then
