@@ -106,9 +106,6 @@ struct StreamLayer {
 };
 bool streamLayerSupported(const StreamLayer& a);
 bool streamLayer(const StreamLayer& a, cudaStream_t s);
-/// The blocks gemvStream launches for `out` rows on `sms` multiprocessors (every warp the same
-/// number of rows).
-int gemvStreamBlocks(int out, int sms);
 bool gemvStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32,
                 cudaStream_t s);
 

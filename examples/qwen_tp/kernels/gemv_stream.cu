@@ -403,12 +403,10 @@ bool gemvStreamSupported(const void* W, const void* X, int in) {
   return in > 0 && in % 8 == 0 && in <= kGemvStreamMaxIn && aligned16(W, X);
 }
 
-int gemvStreamBlocks(int out, int sms) { return streamBlocks(out, sms); }
-
 bool gemvStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32,
                 cudaStream_t s) {
   if (gStreamSms <= 0 || out <= 0 || n < 1 || n > kGemvStreamMaxTokens || !gemvStreamSupported(W, X, in)) return false;
-  const int blocks = gemvStreamBlocks(out, gStreamSms);
+  const int blocks = streamBlocks(out, gStreamSms);
   yF32 ? launchForTokens<true, kPlain>(W, out, in, X, n, Y, blocks, s)
        : launchForTokens<false, kPlain>(W, out, in, X, n, Y, blocks, s);
   return cudaPeekAtLastError() == cudaSuccess;
@@ -449,21 +447,21 @@ bool streamLayer(const StreamLayer& a, cudaStream_t s) {
 bool gemvStreamNorm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW,
                     float eps, __nv_bfloat16* Y, cudaStream_t s) {
   if (out <= 0 || !normedSupported(W, X, normW, in)) return false;
-  launchStream<1, false, kNorm>(W, out, in, X, 1, Y, gemvStreamBlocks(out, gStreamSms), s, normW, eps);
+  launchStream<1, false, kNorm>(W, out, in, X, 1, Y, streamBlocks(out, gStreamSms), s, normW, eps);
   return cudaPeekAtLastError() == cudaSuccess;
 }
 
 bool gemvStreamResidual(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, __nv_bfloat16* R,
                         cudaStream_t s) {
   if (gStreamSms <= 0 || out <= 0 || n < 1 || n > kGemvStreamMaxTokens || !gemvStreamSupported(W, X, in)) return false;
-  launchForTokens<false, kResidual>(W, out, in, X, n, R, gemvStreamBlocks(out, gStreamSms), s);
+  launchForTokens<false, kResidual>(W, out, in, X, n, R, streamBlocks(out, gStreamSms), s);
   return cudaPeekAtLastError() == cudaSuccess;
 }
 
 bool gemvStreamNormSwiglu(const __nv_bfloat16* W, int I, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW,
                           float eps, __nv_bfloat16* act, cudaStream_t s) {
   if (I <= 0 || !normedSupported(W, X, normW, in)) return false;
-  launchStream<1, false, kNormSwiglu>(W, I, in, X, 1, act, gemvStreamBlocks(I, gStreamSms), s, normW, eps);
+  launchStream<1, false, kNormSwiglu>(W, I, in, X, 1, act, streamBlocks(I, gStreamSms), s, normW, eps);
   return cudaPeekAtLastError() == cudaSuccess;
 }
 

@@ -24,6 +24,7 @@
 
 #include "config.h"
 #include "gpu_kernels.h"
+#include "kernels/stream_grid.h"
 #include "lt_gemm.h"
 #include "safetensors.h"
 
@@ -249,9 +250,9 @@ TEST(QwenGemvGpu, StreamGemvMatchesReference) {
   EXPECT_FALSE(gpu::gemvStream(dW.bf() + 1, 4, 16, dX.bf(), 1, dW.p, false, nullptr)) << "unaligned W must be refused";
   EXPECT_FALSE(gpu::gemvStream(dW.bf(), 4, 16, dX.bf(), 0, dW.p, false, nullptr)) << "n = 0 must be refused";
   EXPECT_FALSE(gpu::gemvStream(dW.bf(), 4, 16, dX.bf(), kN + 1, dW.p, false, nullptr)) << "n > max must be refused";
-  EXPECT_EQ(gpu::gemvStreamBlocks(5120, 132), 160) << "5120 rows: 2560 warps of 2 rows";
-  EXPECT_EQ(gpu::gemvStreamBlocks(4096, 132), 256) << "4096 rows: a warp each";
-  EXPECT_EQ(gpu::gemvStreamBlocks(151936, 132), 264);
+  EXPECT_EQ(gpu::streamBlocks(5120, 132), 160) << "5120 rows: 2560 warps of 2 rows";
+  EXPECT_EQ(gpu::streamBlocks(4096, 132), 256) << "4096 rows: a warp each";
+  EXPECT_EQ(gpu::streamBlocks(151936, 132), 264);
 }
 
 // A preset's layer sizes at TP=1.
