@@ -16,7 +16,8 @@
 # times the one-token products through cuBLAS against gemvStream (QWEN_GEMV=cublas|stream), PART=bench
 # runs gemv_bench alone, PART=streamfused the stream's fused step forms, PART=streamlayer one
 # launch a layer against the separate streams, PART=streampdl which streams launch with PDL,
-# PART=default qwen_tp as shipped against --gemv cublas; TESTS=all|filter|none: the whole qwen_gpu_test, the decode filter (default)
+# PART=default qwen_tp as shipped against --gemv cublas; PART=attnprefetch the attention's L2
+# prefetch of o_proj; TESTS=all|filter|none: the whole qwen_gpu_test, the decode filter (default)
 # or no tests first.
 # Logs go to $OUT/logs.tgz (each log opens with commit, date, command), the table to
 # $OUT/summary.md and to stdout, last. Usage, from the repository root:
@@ -72,11 +73,12 @@ ncu_step() {  # ncu_step <mode> <preset> <prompt> [extra]
 }
 
 qn() {  # qn <preset> <prompt> <tag> <norm> <decode> [extra]; GEMM=gemmex|lt (QWEN_GEMM), default gemmex;
-        # PF=off|on|<MB> (QWEN_PREFETCH), default off
+        # PF=off|on|<MB> (QWEN_PREFETCH), default off; AP=off|on|<MB> (QWEN_ATTN_PREFETCH), default unset
   local preset=$1 P=$2 tag=$3 norm=$4 dec=$5; shift 5
   local short=${preset#qwen3-}; local N=64; [ "$short" = 32b ] && N=32
   run "q${short%b}_${P}_$tag" 120 env QWEN_NORM=$norm QWEN_DECODE=$dec QWEN_GEMM=${GEMM:-gemmex} QWEN_PREFETCH=${PF:-off} \
-    QWEN_GEMV=${GEMV:-cublas} QWEN_STREAM_PDL=${QWEN_STREAM_PDL:-off} QWEN_STREAM_LAYER=${QWEN_STREAM_LAYER:-off} $Q \
+    QWEN_GEMV=${GEMV:-cublas} QWEN_STREAM_PDL=${QWEN_STREAM_PDL:-off} QWEN_STREAM_LAYER=${QWEN_STREAM_LAYER:-off} \
+    ${AP:+QWEN_ATTN_PREFETCH=$AP} $Q \
     --model-preset $preset --prompt-tokens $P --n-predict $N --ubatch-size 2048 "$@"
 }
 if [ "${PART:-all}" = lt ]; then
@@ -147,6 +149,21 @@ for c in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
     # shellcheck disable=SC2086
     set -- $c
     GEMV=stream QWEN_STREAM_PDL=auto QWEN_STREAM_LAYER=${r#*_} qn "$1" "$2" "$r" regs gemv "${@:3}"
+  done
+done
+elif [ "${PART:-all}" = attnprefetch ]; then
+# PART=attnprefetch: the decode attention asking L2 for o_proj's rows before its PDL wait
+# (QWEN_ATTN_PREFETCH=off|on|40: on is half the L2), the shipped step otherwise (the stream, the
+# fused step, auto PDL): off on 40 40 on off at qwen3-8b 512; off on on off at qwen3-32b 512,
+# qwen3-8b 2048 and qwen3-8b 32000 (past the KV cap, where on asks for nothing).
+for r in a_off a_on a_40 b_40 b_on b_off; do
+  AP=${r#*_} GEMV=stream QWEN_STREAM_PDL=auto qn qwen3-8b 512 "$r" regs gemv
+done
+for c in "qwen3-32b 512" "qwen3-8b 2048" "qwen3-8b 32000 --ctx-size 32768"; do
+  for r in a_off a_on b_on b_off; do
+    # shellcheck disable=SC2086
+    set -- $c
+    AP=${r#*_} GEMV=stream QWEN_STREAM_PDL=auto qn "$1" "$2" "$r" regs gemv "${@:3}"
   done
 done
 elif [ "${PART:-all}" = streampdl ]; then

@@ -359,6 +359,22 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
 // each layer's qkv, o, gate/up, down, then the next layer's qkv; the last layer's down, then the
 // lm_head; the MTP head's fc, its layer's four, then the lm_head.
 bool GpuModel::initL2Prefetch(std::string* error) {
+  int l2 = 0;
+  QWEN_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device_));
+  const size_t l2Bytes = static_cast<size_t>(std::max(l2, 2 << 20));
+  // The attention's prefetch of o_proj (GpuModelOptions::attnPrefetch, QWEN_ATTN_PREFETCH).
+  size_t ahead = opt_.attnPrefetch;
+  if (const char* e = std::getenv("QWEN_ATTN_PREFETCH")) {
+    const std::string v = e;
+    char* end = nullptr;
+    const long mb = v.empty() ? 0 : std::strtol(v.c_str(), &end, 10);
+    if (v == "off") ahead = 0;
+    else if (v == "on") ahead = GpuModelOptions::kL2PrefetchHalfL2;
+    else if (!v.empty() && end && *end == '\0' && mb > 0 && mb <= 4096) ahead = static_cast<size_t>(mb) << 20;
+    else return *error = "QWEN_ATTN_PREFETCH=" + v + ": expected off, on or a size in MB (1..4096)", false;
+  }
+  attnAheadBytes_ = ahead == GpuModelOptions::kL2PrefetchHalfL2 ? l2Bytes / 2 : ahead;
+  attnAheadKvMax_ = l2Bytes / 4;
   size_t cap = opt_.l2Prefetch;
   if (const char* e = std::getenv("QWEN_PREFETCH")) {
     const std::string v = e;
@@ -370,11 +386,7 @@ bool GpuModel::initL2Prefetch(std::string* error) {
     else return *error = "QWEN_PREFETCH=" + v + ": expected off, on or a size in MB (1..4096)", false;
   }
   if (cap == 0) return true;
-  if (cap == GpuModelOptions::kL2PrefetchHalfL2) {
-    int l2 = 0;
-    QWEN_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device_));
-    cap = static_cast<size_t>(std::max(l2, 2 << 20)) / 2;
-  }
+  if (cap == GpuModelOptions::kL2PrefetchHalfL2) cap = l2Bytes / 2;
   if (!gpu::prepareL2Prefetch()) return *error = "L2 prefetch: cudaFuncGetAttributes failed", false;
   QWEN_CUDA(cudaStreamCreateWithFlags(&prefetchStream_, cudaStreamNonBlocking));
   QWEN_CUDA(cudaEventCreateWithFlags(&prefetchFork_, cudaEventDisableTiming));
@@ -616,7 +628,14 @@ void GpuModel::enqueueAttentionRope(const Layer& L, int n, int ropeOffset) {
   rope.qkv = qkv_, rope.qNorm = L.qn, rope.kNorm = L.kn, rope.eps = cfg_.rmsNormEps, rope.theta = cfg_.ropeTheta;
   rope.ropeOffset = ropeOffset;
   gpu::attentionDecodeTcRope(rope, L.kCache, L.vCache, dPos_, n, shape_.heads, shape_.kvHeads, tcSplits_, tcPart_,
-                             tcTickets_, att_, stream_);
+                             tcTickets_, att_, stream_, oAhead(L));
+}
+
+gpu::L2Ahead GpuModel::oAhead(const Layer& L) const {
+  if (!attnAheadBytes_) return {};
+  const int64_t D = cfg_.headDim, kvSlot = static_cast<int64_t>(shape_.kvHeads) * D * 2 * 2;  // K and V, bf16
+  return gpu::planL2Ahead(L.wo, cfg_.hiddenSize, static_cast<int64_t>(shape_.heads) * D * 2, attnAheadBytes_, kvSlot,
+                          attnAheadKvMax_);
 }
 
 std::string GpuModel::streamPdlProducts() const {
@@ -711,7 +730,8 @@ void GpuModel::enqueueAttention(const Layer& L, int n) {
       gpu::attentionPrefill(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, att_, stream_);
     mark(enqueueStep_);
   } else if (tcAttn_ && n <= kGraphMaxTokens)
-    gpu::attentionDecodeTc(q_, L.kCache, L.vCache, dPos_, n, hq, hk, tcSplits_, tcPart_, tcTickets_, att_, stream_);
+    gpu::attentionDecodeTc(q_, L.kCache, L.vCache, dPos_, n, hq, hk, tcSplits_, tcPart_, tcTickets_, att_, stream_,
+                           oAhead(L));
   else
     gpu::attention(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, splits_, chunk_, attnPart_, att_, stream_);
 }

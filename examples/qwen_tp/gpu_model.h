@@ -30,6 +30,7 @@
 
 #include "config.h"
 #include "engine.h"
+#include "kernels/l2_ahead.h"
 
 namespace tpcomm {
 class Communicator;
@@ -133,6 +134,14 @@ struct GpuModelOptions {
   /// init; any other value fails init.
   static constexpr size_t kL2PrefetchHalfL2 = ~size_t(0);
   size_t l2Prefetch = 0;
+  /// Bytes of a layer's o_proj matrix the decode attention (gpu::attentionDecodeTc and its rope
+  /// form, calls of up to kGraphMaxTokens tokens) asks L2 for before its PDL wait, the same prefix
+  /// of every row (kernels/l2_ahead.h), while the call's KV takes at most a quarter of the L2: the
+  /// attention leaves device memory idle at short contexts, and the o product then starts with its
+  /// rows in L2. 0 is off, kL2PrefetchHalfL2 half the device's L2. A hint: the same bits either
+  /// way. The environment's QWEN_ATTN_PREFETCH=off|on|<MB> overrides it at init; any other value
+  /// fails init.
+  size_t attnPrefetch = kL2PrefetchHalfL2;
 };
 
 /// Nodes of a captured CUDA graph by type: what one replay launches. cuBLAS's kernels count.
@@ -236,6 +245,10 @@ class GpuModel : public DecoderEngine {
   std::string gemmLibrary() const;
   /// Bytes a decode graph prefetches into L2 ahead of each weight product after init (0: off).
   size_t l2PrefetchBytes() const { return prefetchBytes_; }
+  /// GpuModelOptions::attnPrefetch as resolved at init (0: off), and the KV bytes of a call above
+  /// which the attention asks for nothing.
+  size_t attnPrefetchBytes() const { return attnAheadBytes_; }
+  size_t attnPrefetchKvMax() const { return attnAheadKvMax_; }
   /// The decode kernels in use after init: "old", "attn", "gemv" or "fused" (GpuModelOptions::decode;
   /// tp > 1 or an unsupported shape turns "gemv" and "fused" into "attn", head_dim != 128 any into "old").
   const char* decodeKernels() const;
@@ -351,6 +364,10 @@ class GpuModel : public DecoderEngine {
   cudaEvent_t prefetchFork_ = nullptr, prefetchJoin_ = nullptr;
   bool prefetching_ = false, prefetchPending_ = false;
   bool initL2Prefetch(std::string* error);
+  // GpuModelOptions::attnPrefetch: the budget and the KV cap (a quarter of the L2); oAhead(L) the
+  // plan for L's o_proj, handed to the decode attention.
+  size_t attnAheadBytes_ = 0, attnAheadKvMax_ = 0;
+  gpu::L2Ahead oAhead(const Layer& L) const;
   void prefetchAfter(const void* W);
   uint64_t streamGemvLaunches_ = 0;
   void joinPrefetch();

@@ -212,7 +212,8 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
   std::printf(
       "qwen_tp: model %s, TP=%d, allreduce %s (last algorithm: %s), layer epilogue %s (%s), prompt %d, "
       "n-predict %d, ctx-size %d, ubatch %d, prefill attention %s%s, %s, GEMMs of <= 8 tokens: %s, PDL %s, "
-      "decode kernels %s, weight GEMMs %s, L2 prefetch of the next weights in decode graphs %s\n",
+      "decode kernels %s, weight GEMMs %s, L2 prefetch of the next weights in decode graphs %s, o_proj rows into "
+      "L2 by the decode attention %s\n",
       sh.cfg.name.c_str(), f.tp, f.allreduce.c_str(), model.lastAlgorithm().c_str(),
       f.fusedNorm ? "fused all-reduce + residual + RMSNorm" : "all-reduce, then residual + RMSNorm kernel",
       model.lastNormAlgorithm().c_str(), P, f.nPredict, o.ctxSize, o.maxTokensPerCall,
@@ -224,7 +225,11 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
       o.useGraphs ? "decode in CUDA graphs" : "eager decode (no CUDA graphs)",
       smallGemms.c_str(), o.pdl ? "on" : "off", model.decodeKernels(),
       model.gemmLibrary().c_str(),
-      model.l2PrefetchBytes() ? (std::to_string(model.l2PrefetchBytes() >> 20) + " MB (QWEN_PREFETCH)").c_str() : "off");
+      model.l2PrefetchBytes() ? (std::to_string(model.l2PrefetchBytes() >> 20) + " MB (QWEN_PREFETCH)").c_str() : "off",
+      model.attnPrefetchBytes() ? (std::to_string(model.attnPrefetchBytes() >> 20) + " MB while the KV is at most " +
+                                   std::to_string(model.attnPrefetchKvMax() >> 20) + " MB (QWEN_ATTN_PREFETCH)")
+                                      .c_str()
+                                : "off");
   std::printf("prefill cold (first call of the process): %.2f ms / %d tokens (%.2f tokens per second); the timed runs "
               "below are warm\n",
               r.coldPrefillSeconds * 1e3, P, r.coldPrefillSeconds > 0 ? P / r.coldPrefillSeconds : 0);

@@ -12,6 +12,8 @@
 // output (one chunk: the CTA writes it directly). No second kernel.
 // Memory: K and V of slots 0..pos+t read once per (token, KV head) (the tokens of a verify call
 // are adjacent in the grid, so L2 serves the repeats), G x (D + 2) floats of partial per chunk.
+// With an L2Ahead plan, before the PDL wait every CTA also asks L2 for its share of the next
+// product's weights (kernels/l2_ahead.h): requests only, nothing written, no bits changed.
 #include <algorithm>
 #include <cstdint>
 
@@ -70,7 +72,7 @@ template <int G, bool kRope>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     attnDecodeTcKernel(const __nv_bfloat16* q, __nv_bfloat16* kCache, __nv_bfloat16* vCache, const int32_t* pos, int hq,
                        int hk, int maxSplits, float scaleLog2, float* part, int* tickets, __nv_bfloat16* out,
-                       DecodeRope rope) {
+                       DecodeRope rope, L2Ahead ahead) {
   constexpr bool kHi = G > 8;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ __align__(16) __nv_bfloat16 shQ[kRope ? G : 1][D];  // kRope: the normed, rotated q
@@ -80,17 +82,27 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const int t = blockIdx.x, sp = blockIdx.y, kvh = blockIdx.z;
   const int p0 = *pos, len = p0 + t + 1;  // slots 0..pos+t
   const int chunk = decodeTcChunk(len, maxSplits), active = (len + chunk - 1) / chunk;
-  if (sp >= active) return;
   const int s0 = sp * chunk, s1 = min(s0 + chunk, len), tiles = (s1 - s0 + kKeys - 1) / kKeys;
   const int64_t rowStride = static_cast<int64_t>(hk) * D;
   const __nv_bfloat16* kHead = kCache + static_cast<int64_t>(kvh) * D;
   const __nv_bfloat16* vHead = vCache + static_cast<int64_t>(kvh) * D;
   // The first stages' rows into L2 while the previous kernel finishes (two 128-byte lines a row).
-  for (int i = threadIdx.x; i < 2 * (min(s1, s0 + kStages * kKeys) - s0); i += kWarps * 32) {
-    const int64_t off = (s0 + i / 2) * rowStride + (i & 1) * 64;
-    prefetchL2(kHead + off);
-    prefetchL2(vHead + off);
+  if (sp < active)
+    for (int i = threadIdx.x; i < 2 * (min(s1, s0 + kStages * kKeys) - s0); i += kWarps * 32) {
+      const int64_t off = (s0 + i / 2) * rowStride + (i & 1) * 64;
+      prefetchL2(kHead + off);
+      prefetchL2(vHead + off);
+    }
+  // Then a prefix of every row of the next product's weights (kernels/l2_ahead.h), spread over
+  // every CTA of the grid, idle ones too: row r from CTA r % ctas. The call's longest query
+  // decides, so every CTA agrees.
+  if (ahead.base && p0 + static_cast<int>(gridDim.x) <= ahead.maxLen) {
+    const int ctas = gridDim.x * gridDim.y * gridDim.z;
+    const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    for (int r = cta + ctas * threadIdx.x; r < ahead.rows; r += ctas * blockDim.x)
+      prefetchL2Bulk(static_cast<const char*>(ahead.base) + r * ahead.rowBytes, ahead.bytesPerRow);
   }
+  if (sp >= active) return;
   pdlWait();
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
@@ -316,28 +328,28 @@ cudaError_t allowRing() {
 template <int G>
 void launchG(const __nv_bfloat16* q, __nv_bfloat16* kCache, __nv_bfloat16* vCache, const int32_t* pos, int n, int hq,
              int hk, int maxSplits, float* part, int* tickets, __nv_bfloat16* out, const DecodeRope* rope,
-             cudaStream_t s) {
+             const L2Ahead& ahead, cudaStream_t s) {
   // The shared memory limit was raised by prepareAttentionDecodeTc() on this device.
   const float scaleLog2 = 1.4426950408889634f / sqrtf(static_cast<float>(D));
   const dim3 grid(n, maxSplits, hk), block(kWarps * 32);
   if (rope)
     launchSmem(attnDecodeTcKernel<G, true>, grid, block, kRingBytes, s, q, kCache, vCache, pos, hq, hk, maxSplits,
-               scaleLog2, part, tickets, out, *rope);
+               scaleLog2, part, tickets, out, *rope, ahead);
   else
     launchSmem(attnDecodeTcKernel<G, false>, grid, block, kRingBytes, s, q, kCache, vCache, pos, hq, hk, maxSplits,
-               scaleLog2, part, tickets, out, DecodeRope{});
+               scaleLog2, part, tickets, out, DecodeRope{}, ahead);
 }
 
 void launchAny(const __nv_bfloat16* q, __nv_bfloat16* kCache, __nv_bfloat16* vCache, const int32_t* pos, int n, int hq,
                int hk, int maxSplits, float* part, int* tickets, __nv_bfloat16* out, const DecodeRope* rope,
-               cudaStream_t s) {
+               const L2Ahead& ahead, cudaStream_t s) {
   if (n <= 0) return;
   switch (hq / hk) {
-    case 1: launchG<1>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, rope, s); break;
-    case 2: launchG<2>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, rope, s); break;
-    case 4: launchG<4>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, rope, s); break;
-    case 8: launchG<8>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, rope, s); break;
-    case 16: launchG<16>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, rope, s); break;
+    case 1: launchG<1>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, rope, ahead, s); break;
+    case 2: launchG<2>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, rope, ahead, s); break;
+    case 4: launchG<4>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, rope, ahead, s); break;
+    case 8: launchG<8>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, rope, ahead, s); break;
+    case 16: launchG<16>(q, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, rope, ahead, s); break;
     default: break;  // attentionDecodeTcSupported said no
   }
 }
@@ -370,16 +382,16 @@ size_t decodeTcTickets(int n, int hk) { return static_cast<size_t>(n) * hk; }
 
 void attentionDecodeTc(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache,
                        const int32_t* pos, int n, int hq, int hk, int maxSplits, float* part, int* tickets,
-                       __nv_bfloat16* out, cudaStream_t s) {
+                       __nv_bfloat16* out, cudaStream_t s, const L2Ahead& ahead) {
   // Without rope the kernel never writes the cache.
   launchAny(q, const_cast<__nv_bfloat16*>(kCache), const_cast<__nv_bfloat16*>(vCache), pos, n, hq, hk, maxSplits, part,
-            tickets, out, nullptr, s);
+            tickets, out, nullptr, ahead, s);
 }
 
 void attentionDecodeTcRope(const DecodeRope& rope, __nv_bfloat16* kCache, __nv_bfloat16* vCache, const int32_t* pos,
                            int n, int hq, int hk, int maxSplits, float* part, int* tickets, __nv_bfloat16* out,
-                           cudaStream_t s) {
-  launchAny(nullptr, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, &rope, s);
+                           cudaStream_t s, const L2Ahead& ahead) {
+  launchAny(nullptr, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, &rope, ahead, s);
 }
 
 }  // namespace gpu

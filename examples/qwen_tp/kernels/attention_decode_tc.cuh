@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/l2_ahead.h"
+
 namespace qwen {
 namespace gpu {
 
@@ -39,10 +41,11 @@ size_t decodeTcTickets(int n, int hk);
 /// cache [ctx, hk, D]); q and out [n, hq, D] bf16. Same function as gpu::attention up to fp32
 /// rounding; a query's bits depend on its length (and maxSplits) only, never on n.
 /// *pos must be final before the launch (it is read before the PDL wait: GpuModel copies it in at
-/// the start of a call, before any kernel of the call).
+/// the start of a call, before any kernel of the call). `ahead`: the next product's weights to
+/// ask L2 for while the call waits on the kernel before it (planL2Ahead; none by default).
 void attentionDecodeTc(const __nv_bfloat16* q, const __nv_bfloat16* kCache, const __nv_bfloat16* vCache,
                        const int32_t* pos, int n, int hq, int hk, int maxSplits, float* part, int* tickets,
-                       __nv_bfloat16* out, cudaStream_t s);
+                       __nv_bfloat16* out, cudaStream_t s, const L2Ahead& ahead = L2Ahead{});
 
 /// The q/k norm + RoPE + KV store folded into the attention (qkNormRopeStore's job): the raw
 /// projections qkv [n, (hq + 2 hk) D], the q and k norm weights [D], eps, theta, and the rotary
@@ -61,7 +64,7 @@ struct DecodeRope {
 /// from it in the last bf16 bit; every other step is its arithmetic.
 void attentionDecodeTcRope(const DecodeRope& rope, __nv_bfloat16* kCache, __nv_bfloat16* vCache, const int32_t* pos,
                            int n, int hq, int hk, int maxSplits, float* part, int* tickets, __nv_bfloat16* out,
-                           cudaStream_t s);
+                           cudaStream_t s, const L2Ahead& ahead = L2Ahead{});
 
 }  // namespace gpu
 }  // namespace qwen

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "kernels/l2_ahead.h"
 #include "kernels/stream_grid.h"
 
 namespace qwen {
@@ -236,5 +237,32 @@ TEST(QwenStreamGrid, BalancedBlocksAndTheSlotRule) {
   EXPECT_EQ(streamBlocks(4096, 0), 0);
   EXPECT_FALSE(streamFillsSlots(4096, 0));
   EXPECT_FALSE(streamFillsSlots(0, 132));
+}
+
+// The decode attention's L2 prefetch of o_proj (kernels/l2_ahead.h): the same prefix of every
+// row within the budget, whole rows when it covers them, nothing for a prefix under a line or
+// an unaligned matrix, and the context past which the KV would evict it.
+TEST(QwenL2Ahead, PrefixOfEveryRowWithinTheBudget) {
+  using qwen::gpu::planL2Ahead;
+  alignas(16) static char w[64];
+  const int64_t kvSlot = 8 * 128 * 4;  // qwen3-8b and 32b: 8 KV heads of 128, K and V in bf16
+  const size_t half = 25u << 20, quarter = half / 2;  // an H200's 50 MB of L2
+  auto a = planL2Ahead(w, 4096, 8192, half, kvSlot, quarter);  // qwen3-8b's o_proj
+  EXPECT_EQ(a.base, w);
+  EXPECT_EQ(a.bytesPerRow, 6400);  // 25 MB / 4096 rows, a multiple of 128
+  EXPECT_EQ(a.maxLen, 3200);       // 12.5 MB of K and V at 4 KB a slot
+  EXPECT_EQ(planL2Ahead(w, 5120, 16384, half, kvSlot, quarter).bytesPerRow, 5120);  // qwen3-32b's
+  EXPECT_EQ(planL2Ahead(w, 4096, 8192, 64u << 20, kvSlot, quarter).bytesPerRow, 8192);  // whole rows
+  EXPECT_EQ(planL2Ahead(w, 100, 48, 1u << 20, kvSlot, quarter).bytesPerRow, 48);       // rows under a line
+  EXPECT_EQ(planL2Ahead(w, 4096, 8192, 4096u * 200, kvSlot, quarter).bytesPerRow, 128);  // 200 -> 128
+  // Nothing: a prefix under a line, a null or unaligned matrix, rows not of 16-byte multiples,
+  // no rows, or a KV cap under one slot.
+  EXPECT_EQ(planL2Ahead(w, 4096, 8192, 4096u * 100, kvSlot, quarter).base, nullptr);
+  EXPECT_EQ(planL2Ahead(nullptr, 4096, 8192, half, kvSlot, quarter).base, nullptr);
+  EXPECT_EQ(planL2Ahead(w + 8, 4096, 8192, half, kvSlot, quarter).base, nullptr);
+  EXPECT_EQ(planL2Ahead(w, 4096, 8200, half, kvSlot, quarter).base, nullptr);
+  EXPECT_EQ(planL2Ahead(w, 0, 8192, half, kvSlot, quarter).base, nullptr);
+  EXPECT_EQ(planL2Ahead(w, 4096, 8192, half, kvSlot, 100).base, nullptr);
+  EXPECT_EQ(planL2Ahead(w, 4096, 8192, half, 0, quarter).base, nullptr);
 }
 

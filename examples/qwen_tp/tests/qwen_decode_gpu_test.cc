@@ -4,7 +4,8 @@
 //    2, 64, 511, 512, 513, 4096 and 32001, calls of 1, 3 and 16 tokens, split bounds 1, 7 and 33;
 //    the output poisoned before every call and every element checked; each query's bits equal
 //    to the one-token call at its own position (speculative == greedy rests on it); a second
-//    call gives the same bits (the tickets were left at zero); against gpu::attention too.
+//    call gives the same bits (the tickets were left at zero), and so does a call that asks L2
+//    for a weight matrix's rows (an L2Ahead plan); against gpu::attention too.
 //    Tolerance per element: 2^-7 |ref| + 4e-3 (P is rounded to bf16 before P V, as in prefill).
 //  - attentionDecodeTcRope (q/k norm + RoPE + KV store inside) against qkNormRopeStore followed
 //    by attentionDecodeTc, and a verify call's bits equal to one-token calls reading the cache.
@@ -70,6 +71,15 @@ TEST(QwenDecodeGpu, TcAttentionMatchesReference) {
   };
   Rng rng{0x2545f4914f6cdd1dull};
   std::string err;
+  // A stand-in for o_proj's matrix (qwen3-8b's: 4096 rows of 8 KB), whose rows the attention asks
+  // L2 for under an L2Ahead plan: a prefix of every row, and (a plan of more rows than the grid
+  // has threads) whole rows of 32 bytes. Requests only: the output keeps its bits.
+  DevBuf<uint16_t> dw(4096 * 4096);
+  CK(cudaMemset(dw.p, 0x3C, 4096 * 4096 * 2));
+  const gpu::L2Ahead plans[] = {gpu::planL2Ahead(dw.p, 4096, 8192, 24u << 20, 8 * D * 4, size_t(1) << 40),
+                                gpu::planL2Ahead(dw.p, 500000, 32, 64u << 20, 8 * D * 4, size_t(1) << 40)};
+  ASSERT_EQ(plans[0].bytesPerRow, 6144);
+  ASSERT_EQ(plans[1].bytesPerRow, 32);
   for (const AttnCase& c : cases) {
     const std::string what = "hq " + std::to_string(c.hq) + " hk " + std::to_string(c.hk) + " pos " +
                              std::to_string(c.pos) + " n " + std::to_string(c.n) + " splits " + std::to_string(c.maxSplits);
@@ -91,10 +101,10 @@ TEST(QwenDecodeGpu, TcAttentionMatchesReference) {
     CK(cudaMemset(dtk.p, 0, gpu::decodeTcTickets(c.n, c.hk) * 4));
     CK(cudaMemcpy(dpos.p, &c.pos, 4, cudaMemcpyHostToDevice));
     std::vector<uint16_t> out(q.size()), again(q.size()), old(q.size()), alone(static_cast<size_t>(c.hq) * D);
-    auto run = [&](const uint16_t* qp, int n, std::vector<uint16_t>* dst) {
+    auto run = [&](const uint16_t* qp, int n, std::vector<uint16_t>* dst, const gpu::L2Ahead& ahead = {}) {
       CK(cudaMemset(dout.p, 0xFF, dst->size() * 2));  // poison
       gpu::attentionDecodeTc(bf(const_cast<uint16_t*>(qp)), bf(dk.p), bf(dv.p), dpos.p, n, c.hq, c.hk, c.maxSplits,
-                             dpart.p, dtk.p, bf(dout.p), nullptr);
+                             dpart.p, dtk.p, bf(dout.p), nullptr, ahead);
       CK(cudaGetLastError());
       CK(cudaDeviceSynchronize());
       CK(cudaMemcpy(dst->data(), dout.p, dst->size() * 2, cudaMemcpyDeviceToHost));
@@ -102,6 +112,11 @@ TEST(QwenDecodeGpu, TcAttentionMatchesReference) {
     run(dq.p, c.n, &out);
     run(dq.p, c.n, &again);
     EXPECT_EQ(0, std::memcmp(out.data(), again.data(), out.size() * 2)) << what << ": a second call differs";
+    for (const gpu::L2Ahead& a : plans) {
+      run(dq.p, c.n, &again, a);
+      EXPECT_EQ(0, std::memcmp(out.data(), again.data(), out.size() * 2))
+          << what << ": with the L2 prefetch of " << a.rows << " rows the bits differ";
+    }
     std::vector<int> tickets(gpu::decodeTcTickets(c.n, c.hk), -1);
     CK(cudaMemcpy(tickets.data(), dtk.p, tickets.size() * 4, cudaMemcpyDeviceToHost));
     for (int x : tickets) EXPECT_EQ(x, 0) << what << ": a ticket was left non-zero";
