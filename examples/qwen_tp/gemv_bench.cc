@@ -13,7 +13,10 @@
 // same way against cublasGemmEx's choice: whether picking by measurement beats the heuristic
 // (split-K and its reduction kernel, tile shapes), before GpuModel::gemm is made to do it.
 //   gemv_bench [--preset qwen3-8b,qwen3-32b] [--tp 1] [--tokens 1,4,8] [--iters 20] [--no-pdl] [--stream-pdl]
-//              [--lt-tokens 1,2048]
+//              [--lt-tokens 1,2048] [--ring-mb 2048]
+// --ring-mb MB: the ring of weight copies of the first two tables (default 2048); under the L2's
+// size a matrix that fits it is read from L2 after the first launch (the products' time with
+// their weights in L2, against HBM).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -229,6 +232,7 @@ std::vector<std::string> split(const std::string& s) {
 int main(int argc, char** argv) {
   std::string presets = "qwen3-8b,qwen3-32b", tokenList = "1,4,8", ltTokenList;
   int tp = 1, iters = 20;
+  size_t ring = size_t(2) << 30;  // bytes of weight copies the launches cycle through
   bool pdl = true, streamPdl = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -246,10 +250,14 @@ int main(int argc, char** argv) {
       streamPdl = true;
     } else if (a == "--lt-tokens" && i + 1 < argc) {
       ltTokenList = argv[++i];
+    } else if (a == "--ring-mb" && i + 1 < argc) {
+      const long mb = std::atol(argv[++i]);
+      if (mb < 1 || mb > 2048) return std::fprintf(stderr, "gemv_bench: --ring-mb %ld: expected 1..2048\n", mb), 2;
+      ring = static_cast<size_t>(mb) << 20;
     } else {
       std::fprintf(stderr,
                    "usage: gemv_bench [--preset NAME[,NAME]] [--tp N] [--tokens 1,4,8] [--iters N] [--no-pdl] [--stream-pdl] "
-                   "[--lt-tokens 1,2048] (unknown argument '%s')\n",
+                   "[--lt-tokens 1,2048] [--ring-mb MB] (unknown argument '%s')\n",
                    a.c_str());
       return 2;
     }
@@ -303,8 +311,8 @@ int main(int argc, char** argv) {
   CK(cudaStreamSynchronize(s));
   std::printf(
       "# gemv_bench: TP=%d, bf16 weights, fp32 accumulation, PDL %s (the stream: %s); device copy rate %.0f GB/s "
-      "(read + write)\n",
-      tp, pdl ? "on" : "off", pdl && streamPdl ? "on" : "off", copyGBs);
+      "(read + write); launches cycle through %zu MB of weight copies\n",
+      tp, pdl ? "on" : "off", pdl && streamPdl ? "on" : "off", copyGBs, ring >> 20);
   for (const std::string& preset : split(presets)) {
     qwen::ModelConfig cfg;
     std::string err;
@@ -323,7 +331,7 @@ int main(int argc, char** argv) {
                 "stream", "GB/s", "%", "str~cub");
     for (const Shape& sh : shapes) {
       const size_t wBytes = size_t(sh.out) * sh.in * 2;
-      const int copies = static_cast<int>(std::max<size_t>(1, pool / wBytes));
+      const int copies = static_cast<int>(std::max<size_t>(1, ring / wBytes));
       const int launches = std::max(copies, 16);
       auto w = [&](int i) { return W + static_cast<size_t>(i % copies) * sh.out * sh.in; };
       const bool f32 = std::strcmp(sh.name, "lm_head") == 0;  // logits are fp32, as in the model
@@ -376,7 +384,7 @@ int main(int argc, char** argv) {
                            {"down + residual", H, I, 2}};
     for (const Fused& f : fused) {
       const size_t wBytes = size_t(f.rows) * f.in * 2;
-      const int copies = static_cast<int>(std::max<size_t>(1, pool / wBytes));
+      const int copies = static_cast<int>(std::max<size_t>(1, ring / wBytes));
       const int launches = std::max(copies, 16);
       auto w = [&](int i) { return W + static_cast<size_t>(i % copies) * f.rows * f.in; };
       for (int n : tokens) {

@@ -71,6 +71,14 @@ def rope_cos_sin(positions, head_dim, theta, device):
     return emb.cos(), emb.sin()
 
 
+def _compiling():
+    """True while torch.compile traces (torch.compiler.is_compiling, torch._dynamo's before 2.3)."""
+    f = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    if f is None:
+        f = getattr(getattr(torch, "_dynamo", None), "is_compiling", None)
+    return bool(f is not None and f())
+
+
 def rotate_half(x):
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat([-x2, x1], dim=-1)
@@ -164,6 +172,7 @@ class TinyQwen(nn.Module):
     def __init__(self, c: TinyQwenConfig):
         super().__init__()
         self.c = c
+        self._rope_cache = {}  # (first position, length, device) -> (cos, sin); see _rope
         self.model = Backbone(c)
         if not c.tie_word_embeddings:
             self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
@@ -180,14 +189,30 @@ class TinyQwen(nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, std=0.02)
 
+    def _rope(self, pos0, T, device):
+        """rope_cos_sin of positions pos0..pos0+T-1. A training step asks for the same few windows
+        every time (the backbone's, each MTP chain step's), so each is computed once and kept: the
+        same values, a dozen fewer kernels a step. Inside torch.compile it stays in the graph (a
+        dict filled while tracing would be a guard and a graph break; inductor folds it anyway)."""
+        if _compiling():
+            return rope_cos_sin(torch.arange(pos0, pos0 + T, device=device), self.c.head_dim, self.c.rope_theta, device)
+        key = (pos0, T, device)
+        if key not in self._rope_cache:
+            if len(self._rope_cache) >= 16:  # training, evaluation, --seq-unlikelihood: a few windows
+                self._rope_cache.clear()
+            # Plain tensors even under inference_mode: they multiply activations autograd saves.
+            with torch.inference_mode(False), torch.no_grad():
+                self._rope_cache[key] = rope_cos_sin(torch.arange(pos0, pos0 + T, device=device), self.c.head_dim,
+                                                     self.c.rope_theta, device)
+        return self._rope_cache[key]
+
     def logits(self, h):
         w = self.model.embed_tokens.weight if self.c.tie_word_embeddings else self.lm_head.weight
         return F.linear(h, w)
 
     def forward(self, ids):
         """ids [B, T] -> (final hidden after model.norm [B, T, H], logits [B, T, V])."""
-        T = ids.shape[1]
-        cos, sin = rope_cos_sin(torch.arange(T, device=ids.device), self.c.head_dim, self.c.rope_theta, ids.device)
+        cos, sin = self._rope(0, ids.shape[1], ids.device)
         x = self.model.embed_tokens(ids)
         for layer in self.model.layers:
             x = layer(x, cos, sin)
@@ -231,9 +256,7 @@ class TinyQwen(nn.Module):
         = 1 for pairs with the target's hidden, k for the k-th step of a draft chain, whose hidden
         is the previous step's output (after mtp.norm, as qwen_tp's mtpChain feeds it).
         return_hidden: (that normed output hidden, logits)."""
-        T = next_ids.shape[1]
-        cos, sin = rope_cos_sin(torch.arange(pos0, pos0 + T, device=hidden.device), self.c.head_dim,
-                                self.c.rope_theta, hidden.device)
+        cos, sin = self._rope(pos0, next_ids.shape[1], hidden.device)
         e = self.model.embed_tokens(next_ids)
         x = self.mtp.fc(torch.cat([self.mtp.pre_fc_norm_embedding(e), self.mtp.pre_fc_norm_hidden(hidden)], dim=-1))
         for layer in self.mtp.layers:

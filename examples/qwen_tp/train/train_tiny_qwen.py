@@ -216,39 +216,45 @@ class CrossEntropyUnlikelihood(torch.autograd.Function):
     ROWS = 4096  # rows of fp32 [ROWS, V] temporaries per chunk
 
     @staticmethod
-    def _chunk(z, tgt, first):
+    def _chunk(z, tgt, first, backward):
         """fp32 pieces of the rows z [R, V] of whole windows whose first-occurrence tables are first
-        [R / T, V]: (p, log p of the target, unlikelihood per row, candidate weights w = m p / (1 - p)
-        where 1 - p > 1e-5 else 0)."""
+        [R / T, V]: forward (backward False): (log p of the target, unlikelihood per row); backward:
+        (p, candidate weights w = m p / (1 - p) where 1 - p > 1e-5 else 0). Each pass computes only
+        its own pieces: a dozen fewer [R, V] fp32 kernels a chunk, the same values."""
         logp = torch.log_softmax(z.float(), dim=-1)
         p = logp.exp()
         T = z.shape[0] // first.shape[0]
         cand = (first[:, None, :] <= torch.arange(T, device=z.device)[None, :, None]).reshape(z.shape)
         cand.scatter_(1, tgt[:, None], False)
         q = 1.0 - p
+        qc = q.clamp_min(1e-5)
+        if not backward:
+            return logp.gather(1, tgt[:, None])[:, 0], -(torch.log(qc) * cand).sum(-1)
         live = q > 1e-5
-        ul = -(torch.log(q.clamp_min(1e-5)) * cand).sum(-1)
-        w = torch.where(cand & live, p / q.clamp_min(1e-5), torch.zeros((), device=z.device))
-        return p, logp.gather(1, tgt[:, None])[:, 0], ul, w
+        return p, torch.where(cand & live, p / qc, torch.zeros((), device=z.device))
 
     @staticmethod
     def _rows(logits, targets, inputs):
+        """[(batch rows, their logits [n, V], targets [n], first-occurrence table)] per chunk (a
+        list, not a generator: torch.compile traces lists more readily)."""
         B, T, V = logits.shape
         first = torch.full((B, V), T, dtype=torch.int32, device=logits.device)
         pos = torch.arange(T, dtype=torch.int32, device=logits.device)
         first.scatter_reduce_(1, inputs, pos.expand(B, T).contiguous(), reduce="amin", include_self=True)
         step = max(1, CrossEntropyUnlikelihood.ROWS // T)  # batch rows per chunk
+        out = []
         for b0 in range(0, B, step):
             b1 = min(B, b0 + step)
             n = (b1 - b0) * T
-            yield slice(b0, b1), logits[b0:b1].reshape(n, V), targets[b0:b1].reshape(n), first[b0:b1]
+            out.append((slice(b0, b1), logits[b0:b1].reshape(n, V), targets[b0:b1].reshape(n), first[b0:b1]))
+        return out
 
     @staticmethod
     def forward(ctx, logits, targets, inputs):
         ce = torch.zeros((), device=logits.device)
         ul = torch.zeros((), device=logits.device)
         for _, z, tgt, first in CrossEntropyUnlikelihood._rows(logits, targets, inputs):
-            _, lpt, u, _ = CrossEntropyUnlikelihood._chunk(z, tgt, first)
+            lpt, u = CrossEntropyUnlikelihood._chunk(z, tgt, first, backward=False)
             ce = ce - lpt.sum()
             ul = ul + u.sum()
         ctx.save_for_backward(logits, targets, inputs)
@@ -262,7 +268,7 @@ class CrossEntropyUnlikelihood(torch.autograd.Function):
         grad = torch.empty_like(logits)
         n = targets.numel()
         for rows, z, tgt, first in CrossEntropyUnlikelihood._rows(logits, targets, inputs):
-            p, _, _, w = CrossEntropyUnlikelihood._chunk(z, tgt, first)
+            p, w = CrossEntropyUnlikelihood._chunk(z, tgt, first, backward=True)
             # d CE / dz = p - onehot(target); d UL / dz_j = w_j - p_j * sum_c w_c.
             gz = g_ce * p + g_ul * (w - p * w.sum(-1, keepdim=True))
             gz.scatter_add_(1, tgt[:, None], (-g_ce).expand(tgt.shape[0], 1).to(gz.dtype))
