@@ -78,7 +78,7 @@ qn() {  # qn <preset> <prompt> <tag> <norm> <decode> [extra]; GEMM=gemmex|lt (QW
   local short=${preset#qwen3-}; local N=64; [ "$short" = 32b ] && N=32
   run "q${short%b}_${P}_$tag" 120 env QWEN_NORM=$norm QWEN_DECODE=$dec QWEN_GEMM=${GEMM:-gemmex} QWEN_PREFETCH=${PF:-off} \
     QWEN_GEMV=${GEMV:-cublas} QWEN_STREAM_PDL=${QWEN_STREAM_PDL:-off} QWEN_STREAM_LAYER=${QWEN_STREAM_LAYER:-off} \
-    ${AP:+QWEN_ATTN_PREFETCH=$AP} ${QWEN_ATTN_PREFETCH_AT:+QWEN_ATTN_PREFETCH_AT=$QWEN_ATTN_PREFETCH_AT} $Q \
+    ${AP:+QWEN_ATTN_PREFETCH=$AP} $Q \
     --model-preset $preset --prompt-tokens $P --n-predict $N --ubatch-size 2048 "$@"
 }
 if [ "${PART:-all}" = lt ]; then
@@ -153,14 +153,11 @@ for c in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
 done
 elif [ "${PART:-all}" = attnprefetch ]; then
 # PART=attnprefetch: the decode attention asking L2 for o_proj's rows before its PDL wait
-# (QWEN_ATTN_PREFETCH=off|on: on is half the L2, asked once the attention's KV is in; wait: on,
-# asked before the PDL wait), the shipped step otherwise (the stream, the fused step, auto PDL):
-# off on wait wait on off at qwen3-8b 512; off on on off at qwen3-32b 512,
+# (QWEN_ATTN_PREFETCH=off|on|40: on is half the L2), the shipped step otherwise (the stream, the
+# fused step, auto PDL): off on 40 40 on off at qwen3-8b 512; off on on off at qwen3-32b 512,
 # qwen3-8b 2048 and qwen3-8b 32000 (past the KV cap, where on asks for nothing).
-for r in a_off a_on a_wait b_wait b_on b_off; do
-  m=${r#*_}
-  AP=$([ "$m" = off ] && echo off || echo on) QWEN_ATTN_PREFETCH_AT=$([ "$m" = wait ] && echo wait || echo end) \
-    GEMV=stream QWEN_STREAM_PDL=auto qn qwen3-8b 512 "$r" regs gemv
+for r in a_off a_on a_40 b_40 b_on b_off; do
+  AP=${r#*_} GEMV=stream QWEN_STREAM_PDL=auto qn qwen3-8b 512 "$r" regs gemv
 done
 for c in "qwen3-32b 512" "qwen3-8b 2048" "qwen3-8b 32000 --ctx-size 32768"; do
   for r in a_off a_on b_on b_off; do

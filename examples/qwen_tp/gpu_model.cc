@@ -373,12 +373,6 @@ bool GpuModel::initL2Prefetch(std::string* error) {
     else if (!v.empty() && end && *end == '\0' && mb > 0 && mb <= 4096) ahead = static_cast<size_t>(mb) << 20;
     else return *error = "QWEN_ATTN_PREFETCH=" + v + ": expected off, on or a size in MB (1..4096)", false;
   }
-  if (const char* e = std::getenv("QWEN_ATTN_PREFETCH_AT")) {  // A/B of when the attention asks
-    const std::string v = e;
-    if (v == "wait") attnAheadWhen_ = gpu::L2Ahead::kAtWait;
-    else if (v == "end") attnAheadWhen_ = gpu::L2Ahead::kAtEnd;
-    else return *error = "QWEN_ATTN_PREFETCH_AT=" + v + ": expected wait or end", false;
-  }
   attnAheadBytes_ = ahead == GpuModelOptions::kL2PrefetchHalfL2 ? l2Bytes / 2 : ahead;
   attnAheadKvMax_ = l2Bytes / 4;
   size_t cap = opt_.l2Prefetch;
@@ -640,10 +634,8 @@ void GpuModel::enqueueAttentionRope(const Layer& L, int n, int ropeOffset) {
 gpu::L2Ahead GpuModel::oAhead(const Layer& L) const {
   if (!attnAheadBytes_) return {};
   const int64_t D = cfg_.headDim, kvSlot = static_cast<int64_t>(shape_.kvHeads) * D * 2 * 2;  // K and V, bf16
-  gpu::L2Ahead a = gpu::planL2Ahead(L.wo, cfg_.hiddenSize, static_cast<int64_t>(shape_.heads) * D * 2, attnAheadBytes_,
-                                    kvSlot, attnAheadKvMax_);
-  a.when = attnAheadWhen_;
-  return a;
+  return gpu::planL2Ahead(L.wo, cfg_.hiddenSize, static_cast<int64_t>(shape_.heads) * D * 2, attnAheadBytes_, kvSlot,
+                          attnAheadKvMax_);
 }
 
 std::string GpuModel::streamPdlProducts() const {

@@ -139,9 +139,8 @@ struct GpuModelOptions {
   /// of every row (kernels/l2_ahead.h), while the call's KV takes at most a quarter of the L2: the
   /// attention leaves device memory idle at short contexts, and the o product then starts with its
   /// rows in L2. 0 is off, kL2PrefetchHalfL2 half the device's L2. A hint: the same bits either
-  /// way. The environment's QWEN_ATTN_PREFETCH=off|on|<MB> overrides it at init, and
-  /// QWEN_ATTN_PREFETCH_AT=wait|end when the attention asks (before its PDL wait, or once its KV
-  /// is in: the default); any other value fails init.
+  /// way. The environment's QWEN_ATTN_PREFETCH=off|on|<MB> overrides it at init; any other value
+  /// fails init.
   size_t attnPrefetch = kL2PrefetchHalfL2;
 };
 
@@ -368,7 +367,6 @@ class GpuModel : public DecoderEngine {
   // GpuModelOptions::attnPrefetch: the budget and the KV cap (a quarter of the L2); oAhead(L) the
   // plan for L's o_proj, handed to the decode attention.
   size_t attnAheadBytes_ = 0, attnAheadKvMax_ = 0;
-  int attnAheadWhen_ = gpu::L2Ahead::kAtEnd;  // QWEN_ATTN_PREFETCH_AT=wait|end
   gpu::L2Ahead oAhead(const Layer& L) const;
   void prefetchAfter(const void* W);
   uint64_t streamGemvLaunches_ = 0;

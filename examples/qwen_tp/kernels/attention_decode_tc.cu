@@ -12,9 +12,8 @@
 // output (one chunk: the CTA writes it directly). No second kernel.
 // Memory: K and V of slots 0..pos+t read once per (token, KV head) (the tokens of a verify call
 // are adjacent in the grid, so L2 serves the repeats), G x (D + 2) floats of partial per chunk.
-// With an L2Ahead plan the CTAs also ask L2 for their share of the next product's weights
-// (kernels/l2_ahead.h), before the PDL wait or once their KV is in: requests only, nothing
-// written, no bits changed.
+// With an L2Ahead plan, before the PDL wait every CTA also asks L2 for its share of the next
+// product's weights (kernels/l2_ahead.h): requests only, nothing written, no bits changed.
 #include <algorithm>
 #include <cstdint>
 
@@ -94,16 +93,15 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       prefetchL2(kHead + off);
       prefetchL2(vHead + off);
     }
-  // A prefix of every row of the next product's weights (kernels/l2_ahead.h): row r from CTA
-  // r % ctas. The call's longest query decides whether, so every CTA agrees. kAtWait: every CTA
-  // of the grid, idle ones too, here; kAtEnd: the active CTAs once their last tile is in.
-  const bool ahead1 = ahead.base && p0 + static_cast<int>(gridDim.x) <= ahead.maxLen;
-  auto askAhead = [&](int cta, int ctas) {
+  // Then a prefix of every row of the next product's weights (kernels/l2_ahead.h), spread over
+  // every CTA of the grid, idle ones too: row r from CTA r % ctas. The call's longest query
+  // decides whether, so every CTA agrees.
+  if (ahead.base && p0 + static_cast<int>(gridDim.x) <= ahead.maxLen) {
+    const int ctas = gridDim.x * gridDim.y * gridDim.z;
+    const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     for (int r = cta + ctas * threadIdx.x; r < ahead.rows; r += ctas * blockDim.x)
       prefetchL2Bulk(static_cast<const char*>(ahead.base) + r * ahead.rowBytes, ahead.bytesPerRow);
-  };
-  if (ahead1 && ahead.when == L2Ahead::kAtWait)
-    askAhead(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), gridDim.x * gridDim.y * gridDim.z);
+  }
   if (sp >= active) return;
   pdlWait();
 
@@ -228,8 +226,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   }
   cpAsyncWait<0>();
   __syncthreads();  // the ring is free: it holds the warps' (m, l, O) from here
-  if (ahead1 && ahead.when == L2Ahead::kAtEnd)  // the chunk's KV is in: nothing of ours queues behind
-    askAhead(blockIdx.x + gridDim.x * (sp + active * kvh), gridDim.x * active * hk);
 
   // The CTA's partial: the 4 warps merged in warp order.
   float* shO = reinterpret_cast<float*>(smem);  // [kWarps][16][SO]

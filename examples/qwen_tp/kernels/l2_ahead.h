@@ -3,9 +3,9 @@
 //
 // Between a layer's qkv and o products run the q/k norm + RoPE and the attention. At short
 // contexts they read a few MB and device memory idles for several microseconds; the o product
-// then starts from nothing (its first loads pay the full memory latency, and its launch and
-// prologue leave memory idle too). So the attention's threads ask L2 for the first bytesPerRow
-// of every row of o's matrix (cp.async.bulk.prefetch.L2, fire and forget). The
+// then starts from nothing (its first loads pay the full memory latency). So while the attention
+// waits on the kernel before it (before its PDL wait), its threads ask L2 for the first
+// bytesPerRow of every row of o's matrix (cp.async.bulk.prefetch.L2, fire and forget). The
 // stream reads each row from its start, so a prefix of every row keeps its warps even. A hint only:
 // no bits change. Past maxLen slots the attention's own KV keeps memory busy and would evict
 // the lines before the product reads them, so no request is made.
@@ -23,10 +23,6 @@ struct L2Ahead {
   int64_t rowBytes = 0;
   int bytesPerRow = 0;  // a multiple of 16, at most rowBytes
   int maxLen = 0;       // the call's last query attends to at most this many slots
-  // When the attention asks: before its PDL wait (every CTA), or once each active CTA's KV is in,
-  // so the requests never queue ahead of the attention's own loads.
-  enum When { kAtWait = 0, kAtEnd = 1 };
-  int when = kAtEnd;
 };
 
 /// The plan for a matrix of `rows` rows of `rowBytes` bytes (16-byte aligned rows): at most

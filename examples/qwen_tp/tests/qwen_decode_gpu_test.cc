@@ -73,16 +73,13 @@ TEST(QwenDecodeGpu, TcAttentionMatchesReference) {
   std::string err;
   // A stand-in for o_proj's matrix (qwen3-8b's: 4096 rows of 8 KB), whose rows the attention asks
   // L2 for under an L2Ahead plan: a prefix of every row, and (a plan of more rows than the grid
-  // has threads) whole rows of 32 bytes, asked at the end; a prefix asked before the PDL wait.
-  // Requests only: the output keeps its bits.
+  // has threads) whole rows of 32 bytes. Requests only: the output keeps its bits.
   DevBuf<uint16_t> dw(4096 * 4096);
   CK(cudaMemset(dw.p, 0x3C, 4096 * 4096 * 2));
-  gpu::L2Ahead plans[] = {gpu::planL2Ahead(dw.p, 4096, 8192, 24u << 20, 8 * D * 4, size_t(1) << 40),
-                          gpu::planL2Ahead(dw.p, 500000, 32, 64u << 20, 8 * D * 4, size_t(1) << 40),
-                          gpu::planL2Ahead(dw.p, 4096, 8192, 24u << 20, 8 * D * 4, size_t(1) << 40)};
+  const gpu::L2Ahead plans[] = {gpu::planL2Ahead(dw.p, 4096, 8192, 24u << 20, 8 * D * 4, size_t(1) << 40),
+                                gpu::planL2Ahead(dw.p, 500000, 32, 64u << 20, 8 * D * 4, size_t(1) << 40)};
   ASSERT_EQ(plans[0].bytesPerRow, 6144);
   ASSERT_EQ(plans[1].bytesPerRow, 32);
-  plans[2].when = gpu::L2Ahead::kAtWait;  // the others ask once their KV is in (the default)
   for (const AttnCase& c : cases) {
     const std::string what = "hq " + std::to_string(c.hq) + " hk " + std::to_string(c.hk) + " pos " +
                              std::to_string(c.pos) + " n " + std::to_string(c.n) + " splits " + std::to_string(c.maxSplits);
