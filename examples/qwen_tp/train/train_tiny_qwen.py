@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """train_tiny_qwen.py [--out DIR] [--corpus DIR] [--minutes 8] [--device cuda|cpu] [--preset P | --tiny] [--steps N]
-    [--seed S] [--unlikelihood ALPHA] [--seq-unlikelihood BETA] [--probe N]
+    [--seed S] [--unlikelihood ALPHA] [--seq-unlikelihood BETA] [--probe N] [--compile] [--time-steps N]
 
 Trains, within a time budget, a small Qwen3 with a real MTP head for examples/qwen_tp, on a corpus
 every machine has: the Python standard library's .py files (site-packages and dist-packages left
@@ -46,6 +46,13 @@ Deterministic for a given seed and step count (--steps): the same initialisation
 schedule (a GPU's kernels may still round differently from run to run); with a time budget the
 step count is what fits. --minutes bounds the whole script (tokenizer, encoding, training,
 evaluation, save), with --steps too: a run cut short by it says so.
+Speed (none of these changes a default run): --compile runs a training step's forward, MTP chain
+and losses through torch.compile (static shapes, compiled once before the schedule's clock starts
+but within --minutes; --compile-mode picks the mode; if compiling fails the run says so and stays
+eager); the batch sampling, --seq-unlikelihood's generation, evaluation and probes stay eager.
+--time-steps N is a calibration: the corpus and tokenizer as usual, 3 warm-up steps, N timed
+ones, then ms per step and tokens/s printed, and an exit without evaluating or writing anything
+to --out.
 `--device cpu --minutes 0.5 --tiny` runs on a CPU in about half a minute (2 layers, hidden 64,
 vocab 1024, 80 of the files): a checkpoint to try the pipeline with, not a useful model.
 """
@@ -220,7 +227,7 @@ class CrossEntropyUnlikelihood(torch.autograd.Function):
         """fp32 pieces of the rows z [R, V] of whole windows whose first-occurrence tables are first
         [R / T, V]: forward (backward False): (log p of the target, unlikelihood per row); backward:
         (p, candidate weights w = m p / (1 - p) where 1 - p > 1e-5 else 0). Each pass computes only
-        its own pieces: a dozen fewer [R, V] fp32 kernels a chunk, the same values."""
+        its own pieces: about five fewer [R, V] kernels in each, the same values."""
         logp = torch.log_softmax(z.float(), dim=-1)
         p = logp.exp()
         T = z.shape[0] // first.shape[0]
@@ -234,14 +241,14 @@ class CrossEntropyUnlikelihood(torch.autograd.Function):
         return p, torch.where(cand & live, p / qc, torch.zeros((), device=z.device))
 
     @staticmethod
-    def _rows(logits, targets, inputs):
-        """[(batch rows, their logits [n, V], targets [n], first-occurrence table)] per chunk (a
-        list, not a generator: torch.compile traces lists more readily)."""
+    def _rows(logits, targets, inputs, rows):
+        """[(batch rows, their logits [n, V], targets [n], first-occurrence table)], one a chunk of
+        at most `rows` rows (whole windows)."""
         B, T, V = logits.shape
         first = torch.full((B, V), T, dtype=torch.int32, device=logits.device)
         pos = torch.arange(T, dtype=torch.int32, device=logits.device)
         first.scatter_reduce_(1, inputs, pos.expand(B, T).contiguous(), reduce="amin", include_self=True)
-        step = max(1, CrossEntropyUnlikelihood.ROWS // T)  # batch rows per chunk
+        step = max(1, rows // T)  # batch rows per chunk
         out = []
         for b0 in range(0, B, step):
             b1 = min(B, b0 + step)
@@ -250,10 +257,13 @@ class CrossEntropyUnlikelihood(torch.autograd.Function):
         return out
 
     @staticmethod
-    def forward(ctx, logits, targets, inputs):
+    def forward(ctx, logits, targets, inputs, rows=0):
+        # rows: rows a chunk, 0 for ROWS. Under torch.compile the caller reads ROWS and passes it:
+        # dynamo cannot trace a read of this class's attribute in here (a graph break).
+        ctx.rows = rows = rows or CrossEntropyUnlikelihood.ROWS
         ce = torch.zeros((), device=logits.device)
         ul = torch.zeros((), device=logits.device)
-        for _, z, tgt, first in CrossEntropyUnlikelihood._rows(logits, targets, inputs):
+        for _, z, tgt, first in CrossEntropyUnlikelihood._rows(logits, targets, inputs, rows):
             lpt, u = CrossEntropyUnlikelihood._chunk(z, tgt, first, backward=False)
             ce = ce - lpt.sum()
             ul = ul + u.sum()
@@ -267,16 +277,16 @@ class CrossEntropyUnlikelihood(torch.autograd.Function):
         B, T, V = logits.shape
         grad = torch.empty_like(logits)
         n = targets.numel()
-        for rows, z, tgt, first in CrossEntropyUnlikelihood._rows(logits, targets, inputs):
+        for rows, z, tgt, first in CrossEntropyUnlikelihood._rows(logits, targets, inputs, ctx.rows):
             p, w = CrossEntropyUnlikelihood._chunk(z, tgt, first, backward=True)
             # d CE / dz = p - onehot(target); d UL / dz_j = w_j - p_j * sum_c w_c.
             gz = g_ce * p + g_ul * (w - p * w.sum(-1, keepdim=True))
             gz.scatter_add_(1, tgt[:, None], (-g_ce).expand(tgt.shape[0], 1).to(gz.dtype))
             grad[rows] = (gz / n).reshape(-1, T, V).to(grad.dtype)
-        return grad, None, None
+        return grad, None, None, None
 
 
-def losses(model, x, mtp_weight, chain=1, distill=0.0, unlikelihood=0.0):
+def losses(model, x, mtp_weight, chain=1, distill=0.0, unlikelihood=0.0, ul_rows=0):
     """x [B, T+2]: next-token CE over positions 0..T-1 and the MTP CE, averaged over `chain` steps;
     unlikelihood > 0 adds that weight times the next-token head's token-level unlikelihood
     (CrossEntropyUnlikelihood) to the first loss (the MTP head learns the target as trained, its
@@ -286,13 +296,14 @@ def losses(model, x, mtp_weight, chain=1, distill=0.0, unlikelihood=0.0):
     chain feeds the head its own output. distill > 0: each step's loss is (1 - distill) * CE(text)
     + distill * CE(the target's distribution at the predicted position, detached); step k's rows
     s = 0..T-k-1 predict the token the target predicts at position s+k. Returns (loss, mtp_loss,
-    logits, [(mtp logits, targets) per step], the unlikelihood term before its weight)."""
+    logits, [(mtp logits, targets) per step], the unlikelihood term before its weight). ul_rows:
+    CrossEntropyUnlikelihood's rows a chunk (0: its ROWS)."""
     T = x.shape[1] - 2
     inp, nxt, nxt2 = x[:, :-2], x[:, 1:-1], x[:, 2:]
     h, logits = model(inp)
     ul = torch.zeros((), device=x.device)
     if unlikelihood > 0:
-        loss, ul = CrossEntropyUnlikelihood.apply(logits, nxt, inp)
+        loss, ul = CrossEntropyUnlikelihood.apply(logits, nxt, inp, ul_rows)
         loss = loss + unlikelihood * ul
     else:
         loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), nxt.reshape(-1))
@@ -430,6 +441,16 @@ def main():
                          "draft_session.sh builds them and count the loops (degeneracy_probe.py)")
     ap.add_argument("--probe-split", default="valid", choices=("valid", "heldout"))
     ap.add_argument("--probe-during", action="store_true", help="--probe at every validation measurement too")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile a training step's forward, MTP chain and losses (static shapes, compiled "
+                         "once before training starts; eager, with a note, when compiling fails)")
+    ap.add_argument("--compile-mode", default="default",
+                    choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+                    help="torch.compile's mode with --compile (reduce-overhead and max-autotune add CUDA graphs)")
+    ap.add_argument("--time-steps", type=int, default=0, metavar="N",
+                    help="calibration: the corpus as usual, then 3 warm-up steps and exactly N timed ones (not "
+                         "cut by --minutes); prints ms per step and tokens/s and exits (no evaluation, nothing "
+                         "written to --out)")
     args = ap.parse_args()
     if args.tiny:
         args.preset = "tiny"
@@ -440,6 +461,8 @@ def main():
         ap.error("--seq-ul-every %d: expected 1 or more" % args.seq_ul_every)
     if args.mtp_chain < 1:
         ap.error("--mtp-chain %d: expected 1 or more" % args.mtp_chain)
+    if args.time_steps < 0 or (args.time_steps and args.steps):
+        ap.error("--time-steps N: expected N >= 1, without --steps")
     t_start = time.time()
     deadline = t_start + args.minutes * 60
     random.seed(args.seed)
@@ -456,7 +479,9 @@ def main():
     cfg = TinyQwenConfig(**shape)
     seq, batch, lr = args.seq or seq, args.batch or batch, args.lr or lr
     max_files = args.max_files or (80 if args.tiny else 0)
-    os.makedirs(args.out, exist_ok=True)
+    writes = not args.time_steps  # --time-steps leaves --out (perhaps a checkpoint) untouched
+    if writes:
+        os.makedirs(args.out, exist_ok=True)
 
     # 1. corpus and tokenizer
     tok = None
@@ -490,7 +515,8 @@ def main():
     if tok.get_vocab_size() > cfg.vocab_size:
         sys.exit("tokenizer has %d ids > vocab_size %d" % (tok.get_vocab_size(), cfg.vocab_size))
     eot_id = tok.token_to_id(EOT)
-    tok.save(os.path.join(args.out, "tokenizer.json"))
+    if writes:
+        tok.save(os.path.join(args.out, "tokenizer.json"))
     extra_texts = []
     if args.extra_corpus > 0 and not args.corpus:
         t1 = time.time()
@@ -506,11 +532,13 @@ def main():
         sys.exit("--keep-best: the validation files hold %d tokens, fewer than one %d-token window" % (len(valid_data), seq + 2))
     log("tokenizer: %d ids (byte-level BPE, Qwen2 pre-tokenizer), %.1f s; %d training tokens, %d held-out tokens"
         % (tok.get_vocab_size(), time.time() - t0, len(train_data), len(held_data)))
-    with open(os.path.join(args.out, "heldout_files.txt"), "w") as f:
-        f.write("".join(p + "\n" for p in held))
-    with open(os.path.join(args.out, "tokenizer_config.json"), "w") as f:
-        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOT, "pad_token": EOT,
-                   "model_max_length": cfg.max_position_embeddings}, f, indent=1)
+    if writes:
+        with open(os.path.join(args.out, "heldout_files.txt"), "w") as f:
+            f.write("".join(p + "\n" for p in held))
+        with open(os.path.join(args.out, "tokenizer_config.json"), "w") as f:
+            json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOT, "pad_token": EOT,
+                       "model_max_length": cfg.max_position_embeddings}, f, indent=1)
+    corpus_s = time.time() - t_start
 
     # 2. model
     model = TinyQwen(cfg)
@@ -532,6 +560,46 @@ def main():
         "device %s, %d x %d tokens per step, peak lr %g, MTP loss weight %g"
         % (cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
            cfg.intermediate_size, cfg.vocab_size, nparams / 1e6, dev, batch, seq, lr, args.mtp_weight))
+
+    ul_rows = CrossEntropyUnlikelihood.ROWS  # read here, outside what torch.compile traces
+
+    def step_losses(x):
+        # A training step's forward, MTP chain and losses, under the caller's autocast: what --compile
+        # compiles. The batch sampling, --seq-unlikelihood (generation, other shapes), evaluation and
+        # probes stay eager, so the compiled graph sees one shape and compiles once.
+        loss, mtp_loss, _, _, ul = losses(model, x, args.mtp_weight, args.mtp_chain, args.mtp_distill,
+                                          args.unlikelihood, ul_rows)
+        return loss + args.mtp_weight * mtp_loss, loss, mtp_loss, ul
+
+    compiled = "off"
+    cudagraphs = args.compile and args.compile_mode in ("reduce-overhead", "max-autotune")
+    if args.compile:
+        # Compiled here, before the schedule's clock starts, on a batch of the training shape that the
+        # batch generator does not draw (the batches stay those of an eager run); its gradients are
+        # dropped. A failure (no C++ compiler, an unsupported op, ...) leaves the eager step.
+        t1 = time.time()
+        try:
+            fn = torch.compile(step_losses, dynamic=False, mode=args.compile_mode)
+            span = max(1, len(train_data) - seq - 2)
+            xw = batch_at(train_data, [i * seq % span for i in range(batch)], seq + 2).to(dev)
+            if cudagraphs:
+                torch.compiler.cudagraph_mark_step_begin()
+            with autocast():
+                out = fn(xw)
+            out[0].backward()
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            del out
+            step_losses, compiled = fn, args.compile_mode
+            log("--compile: step compiled (mode %s, static shapes %d x %d) in %.1f s"
+                % (args.compile_mode, batch, seq + 2, time.time() - t1))
+        except Exception as e:  # noqa: BLE001 -- any compile failure: train eagerly
+            cudagraphs = False
+            compiled = "failed"
+            msg = (str(e).strip().splitlines() or [""])[0][:300]
+            log("--compile: torch.compile failed after %.1f s (%s: %s); training eagerly"
+                % (time.time() - t1, type(e).__name__, msg))
+        opt.zero_grad(set_to_none=True)
     # Keep time for the evaluation and the save: a share of the budget, at least 10 s.
     reserve = max(10.0, 0.04 * args.minutes * 60)
     train_start = time.time()
@@ -571,9 +639,18 @@ def main():
         if args.probe_during and probe_texts:
             probe()
 
+    timed_from = None
     while True:
         elapsed = time.time() - train_start
-        if args.steps:
+        if args.time_steps:  # calibration: 3 warm-up steps, then the timed ones; no deadline
+            if step == 3:
+                if dev.type == "cuda":
+                    torch.cuda.synchronize()
+                timed_from = time.time()
+            if step >= 3 + args.time_steps:
+                break
+            frac = step / (3 + args.time_steps)
+        elif args.steps:
             if step >= args.steps:
                 break
             if elapsed >= train_budget:  # --minutes still bounds the run: cut, and say so
@@ -589,11 +666,13 @@ def main():
         for g in opt.param_groups:
             g["lr"] = cur_lr
         starts = torch.randint(0, len(train_data) - seq - 2, (batch,), generator=gen).tolist()
-        x = batch_at(train_data, starts, seq + 2).to(dev, non_blocking=True)
+        x = batch_at(train_data, starts, seq + 2)
+        # Pinned, the copy is truly asynchronous (from pageable memory it may wait for the GPU's queue).
+        x = (x.pin_memory() if dev.type == "cuda" else x).to(dev, non_blocking=True)
+        if cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
         with autocast():
-            loss, mtp_loss, _, _, ul = losses(model, x, args.mtp_weight, args.mtp_chain, args.mtp_distill,
-                                              args.unlikelihood)
-            total = loss + args.mtp_weight * mtp_loss
+            total, loss, mtp_loss, ul = step_losses(x)
             if args.seq_unlikelihood > 0 and frac >= args.seq_ul_from and step % args.seq_ul_every == 0:
                 P = min(args.seq_ul_prefix, seq)
                 prefix = x[:, :seq // P * P].reshape(-1, P)[:args.seq_ul_rows]
@@ -606,7 +685,7 @@ def main():
         opt.step()
         step += 1
         tokens_seen += batch * seq
-        if valid_data is not None and step > 0 and (
+        if valid_data is not None and not args.time_steps and step > 0 and (
                 step % eval_steps == 0 if eval_steps else time.time() - last_eval > eval_every):
             validate()
             last_eval = time.time()
@@ -619,6 +698,17 @@ def main():
                  len(seq_ul_log[-10:])) if seq_ul_log else ""), cur_lr,
                    tokens_seen / max(time.time() - train_start, 1e-9), time.time() - t_start))
     train_s = time.time() - train_start
+    if args.time_steps:
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        dt = max(time.time() - timed_from, 1e-9)
+        log("--time-steps: %d steps (after 3 warm-up ones) in %.2f s: %.1f ms per step, %.0f tokens/s; %d x %d tokens "
+            "a step, compile %s, AdamW %s%s; corpus and tokenizer %.1f s, setup to the first step %.1f s"
+            % (args.time_steps, dt, 1e3 * dt / args.time_steps, args.time_steps * batch * seq / dt, batch, seq,
+               compiled, "fused" if dev.type == "cuda" else "unfused",
+               ", peak GPU memory %.1f GiB" % (torch.cuda.max_memory_allocated() / 2**30) if dev.type == "cuda" else "",
+               corpus_s, train_start - t_start))
+        return
     log("trained %d steps, %.1fM tokens (%.2f epochs) in %.1f s" % (step, tokens_seen / 1e6,
                                                                      tokens_seen / max(len(train_data), 1), train_s))
     last_step = step
@@ -643,6 +733,7 @@ def main():
     metrics.update({"steps": last_step, "train_tokens": tokens_seen, "train_seconds": round(train_s, 1),
                     "parameters": nparams, "seed": args.seed, "mtp_chain": args.mtp_chain, "mtp_distill": args.mtp_distill,
                     "preset": args.preset, "unlikelihood": args.unlikelihood,
+                    **({"compile": compiled} if args.compile else {}),
                     "corpus": args.corpus or "stdlib", "device": str(dev), "python": sys.version.split()[0],
                     "torch": torch.__version__})
     log("held-out (%d tokens, %d files): next-token top-1 %.4f, MTP (t+2) top-1 %.4f, next-token loss %.3f"
