@@ -246,7 +246,7 @@ TEST(QwenL2Ahead, PrefixOfEveryRowWithinTheBudget) {
   using qwen::gpu::planL2Ahead;
   alignas(16) static char w[64];
   const int64_t kvSlot = 8 * 128 * 4;  // qwen3-8b and 32b: 8 KV heads of 128, K and V in bf16
-  const size_t half = 25u << 20, quarter = half / 2;  // an H200's 50 MB of L2
+  const size_t half = 25u << 20, quarter = half / 2;  // a 50 MB L2 (the H200 measured has 60)
   auto a = planL2Ahead(w, 4096, 8192, half, kvSlot, quarter);  // qwen3-8b's o_proj
   EXPECT_EQ(a.base, w);
   EXPECT_EQ(a.bytesPerRow, 6400);  // 25 MB / 4096 rows, a multiple of 128
