@@ -7,7 +7,8 @@ TPCOMM_REQUIRE_TORCH=1 (ctest qwen_train_losses_torch, label torch: the torch ve
   plainly with autograd: values and gradients, at chunk sizes that split the batch unevenly;
 - repeated_ngrams on a hand-made row;
 - generate_greedy (key/value cache) against greedy decoding that recomputes the whole sequence,
-  and a left-padded batch against each prompt alone.
+  and a left-padded batch against each prompt alone; its fixed-buffer steps (graph=True) against
+  both.
 """
 import os
 import sys
@@ -83,6 +84,16 @@ with torch.no_grad():
     both = m.generate_greedy(torch.cat([ids[:1], torch.cat([torch.zeros(1, 4, dtype=ids.dtype), short], 1)]), 12, pad)
 check("generate_greedy, a left-padded batch, equals each prompt alone",
       torch.equal(both[0], x[0, 9:]) and torch.equal(both[1], alone[0]))
+# The fixed-buffer steps (graph=True: a CUDA graph on a GPU, the same step eagerly here): the same
+# tokens, unpadded and left-padded, and n = 1 (the prompt pass alone).
+with torch.no_grad():
+    static = m.generate_greedy(ids, 12, graph=True)
+    static_both = m.generate_greedy(torch.cat([ids[:1], torch.cat([torch.zeros(1, 4, dtype=ids.dtype), short], 1)]), 12,
+                                    pad, graph=True)
+    one = m.generate_greedy(ids, 1, graph=True)
+check("generate_greedy(graph=True) equals the cached steps", torch.equal(static, x[:, 9:]))
+check("generate_greedy(graph=True), a left-padded batch", torch.equal(static_both, both))
+check("generate_greedy(graph=True), one token", torch.equal(one, x[:, 9:10]))
 
-print("%d passed, %d failed" % (9 - len(failed), len(failed)))
+print("%d passed, %d failed" % (12 - len(failed), len(failed)))
 sys.exit(1 if failed else 0)

@@ -31,9 +31,9 @@ def distinct4(ids):
     return len(set(grams)) / len(grams) if grams else float("nan")
 
 
-def greedy_runs(model, tok, texts, n_predict, device):
+def greedy_runs(model, tok, texts, n_predict, device, graph=False):
     """[(distinct 4-gram share, ids)] of each prompt's greedy continuation, the prompts in one
-    batch, padded on the left (generate_greedy's pad)."""
+    batch, padded on the left (generate_greedy's pad; graph: its fixed-buffer steps)."""
     if not texts:
         return []
     enc = [tok.encode(t).ids for t in texts]
@@ -42,7 +42,7 @@ def greedy_runs(model, tok, texts, n_predict, device):
     pad = torch.tensor([[True] * (T0 - len(e)) + [False] * len(e) for e in enc], device=device)
     was_training = model.training
     model.eval()
-    gen = model.generate_greedy(ids, n_predict, pad).tolist()
+    gen = model.generate_greedy(ids, n_predict, pad, graph=graph).tolist()
     model.train(was_training)
     return [(distinct4(g), g) for g in gen]
 

@@ -79,6 +79,15 @@ def _compiling():
     return bool(f is not None and f())
 
 
+def _autocast_like_caller(cache_enabled):
+    """A CUDA autocast context with the caller's state (enabled, dtype) and the given cache setting."""
+    try:
+        enabled, dtype = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
+    except (TypeError, AttributeError):  # before torch 2.4
+        enabled, dtype = torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+    return torch.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+
+
 def rotate_half(x):
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat([-x2, x1], dim=-1)
@@ -125,6 +134,26 @@ class Attention(nn.Module):
                                            is_causal=causal and mask is None)
         return self.o_proj(o.transpose(1, 2).reshape(B, T, -1))
 
+    def forward_static(self, x, cos, sin, kbuf, vbuf, pos, valid):
+        """One token a row (x [B, 1, H]) against fixed-size key/value buffers [B, kv heads, L, D]:
+        its key and value written at position pos (a 0-d long tensor), then attention to the keys
+        valid [B, L] allows. Every shape is fixed, so a CUDA graph can replay it."""
+        B = x.shape[0]
+        c = self.c
+        q = self.q_norm(self.q_proj(x).view(B, 1, c.num_attention_heads, c.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(B, 1, c.num_key_value_heads, c.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(B, 1, c.num_key_value_heads, c.head_dim).transpose(1, 2)
+        cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        # The buffers hold v's dtype: forward() casts k to it before SDPA too.
+        kbuf.index_copy_(2, pos.view(1), k.to(kbuf.dtype))
+        vbuf.index_copy_(2, pos.view(1), v.to(vbuf.dtype))
+        group = c.num_attention_heads // c.num_key_value_heads
+        o = F.scaled_dot_product_attention(q.to(vbuf.dtype), kbuf.repeat_interleave(group, dim=1),
+                                           vbuf.repeat_interleave(group, dim=1), attn_mask=valid[:, None, None, :])
+        return self.o_proj(o.transpose(1, 2).reshape(B, 1, -1))
+
 
 class MLP(nn.Module):
     def __init__(self, c):
@@ -149,6 +178,10 @@ class DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
+    def forward_static(self, x, cos, sin, kbuf, vbuf, pos, valid):
+        x = x + self.self_attn.forward_static(self.input_layernorm(x), cos, sin, kbuf, vbuf, pos, valid)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
 
 class Backbone(nn.Module):  # "model." in the tensor names
     def __init__(self, c):
@@ -169,6 +202,8 @@ class MtpHead(nn.Module):  # "mtp." in the tensor names (Qwen3-Next layout)
 
 
 class TinyQwen(nn.Module):
+    _graph_failed = False  # a CUDA graph capture of generate_greedy(graph=True) failed once: eager after
+
     def __init__(self, c: TinyQwenConfig):
         super().__init__()
         self.c = c
@@ -220,13 +255,19 @@ class TinyQwen(nn.Module):
         return h, self.logits(h)
 
     @torch.no_grad()
-    def generate_greedy(self, ids, n, pad=None):
+    def generate_greedy(self, ids, n, pad=None, graph=False):
         """ids [B, T0] (every row a prompt of T0 tokens) -> [B, n]: the greedy continuation (argmax
         at each step), with a key/value cache; the backbone only (the MTP head drafts, it does not
         choose tokens). pad [B, T0] (bool, True at padding) batches prompts of other lengths, padded
         on the left: no token attends to padding (a padding position to itself only, so that its
         row stays finite), and rotary embeddings depend only on the distance between positions, so
-        a row computes what its prompt alone would, up to rounding."""
+        a row computes what its prompt alone would, up to rounding.
+        graph: after the prompt, the one-token steps run against fixed-size key/value buffers
+        (_generate_static), on CUDA as one captured graph replayed n - 1 times: the eager steps are
+        hundreds of small kernels each. The same tokens up to rounding (a masked attention over the
+        buffers instead of one over the concatenated cache)."""
+        if graph and n > 1:
+            return self._generate_static(ids, n, pad)
         caches = [[] for _ in self.model.layers]
         out, x_ids, pos = [], ids, 0
         keep = None if pad is None else ~pad  # keys that may be attended to
@@ -248,7 +289,76 @@ class TinyQwen(nn.Module):
             nxt = self.logits(self.model.norm(x[:, -1:])).argmax(-1)
             out.append(nxt)
             x_ids, pos = nxt, pos + T
+            if graph is None:  # _generate_static's prompt pass: the first token and the caches
+                return nxt, caches, keep
         return torch.cat(out, dim=1)
+
+    def _generate_static(self, ids, n, pad):
+        """generate_greedy(graph=True): the prompt as generate_greedy runs it, then its keys and
+        values copied into buffers of T0 + n positions and the n - 1 one-token steps through
+        DecoderLayer.forward_static. Each step reads the token and its position from buffers and
+        leaves the next ones there (the argmax into out[:, pos - T0 + 1], pos + 1), so on CUDA one
+        captured step replays n - 1 times with no host work between; elsewhere, or when the capture
+        fails (said once), the same step runs eagerly. Under the caller's autocast, as the eager
+        path; the capture with autocast's weight cache off, as CUDA graphs require."""
+        B, T0 = ids.shape
+        L, dev = T0 + n, ids.device
+        nxt, caches, keep = self.generate_greedy(ids, 1, pad, graph=None)
+        bufs = []
+        for k, v in caches:
+            kb = torch.zeros(B, k.shape[1], L, k.shape[3], dtype=v.dtype, device=dev)
+            vb = torch.zeros_like(kb)
+            kb[:, :, :T0] = k.to(v.dtype)
+            vb[:, :, :T0] = v
+            bufs.append((kb, vb))
+        idx = torch.arange(L, device=dev)
+        prompt_keys = torch.zeros(B, L, dtype=torch.bool, device=dev)
+        prompt_keys[:, :T0] = True if keep is None else keep
+        out = torch.zeros(B, n, dtype=ids.dtype, device=dev)
+        out[:, :1] = nxt
+        x_buf = nxt.clone()
+        pos = torch.full((), T0, dtype=torch.long, device=dev)
+
+        def step():
+            valid = prompt_keys | ((idx >= T0) & (idx <= pos))
+            cos, sin = rope_cos_sin(pos.view(1), self.c.head_dim, self.c.rope_theta, dev)
+            x = self.model.embed_tokens(x_buf)
+            for layer, (kb, vb) in zip(self.model.layers, bufs):
+                x = layer.forward_static(x, cos, sin, kb, vb, pos, valid)
+            t = self.logits(self.model.norm(x)).argmax(-1)
+            out.index_copy_(1, (pos - T0 + 1).view(1), t)
+            x_buf.copy_(t)
+            pos.add_(1)
+
+        if dev.type == "cuda" and not TinyQwen._graph_failed:
+            try:
+                with _autocast_like_caller(cache_enabled=False):
+                    # A warm-up on a side stream (as torch.cuda.graphs asks), the state put back,
+                    # then the capture (which runs nothing) and the replays.
+                    side = torch.cuda.Stream()
+                    side.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(side):
+                        step()
+                    torch.cuda.current_stream().wait_stream(side)
+                    x_buf.copy_(nxt)
+                    pos.fill_(T0)
+                    g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(g):
+                        step()
+                for _ in range(n - 1):
+                    g.replay()
+                return out
+            except Exception as e:  # noqa: BLE001 -- any capture failure: the eager steps below
+                TinyQwen._graph_failed = True
+                print("[qwen_tiny_model] generate_greedy(graph=True): CUDA graph capture failed (%s: %s); "
+                      "the one-token steps run eagerly" % (type(e).__name__, str(e).splitlines()[0][:200] if str(e) else ""),
+                      flush=True)
+                x_buf.copy_(nxt)
+                pos.fill_(T0)
+                out[:, 1:] = 0
+        for _ in range(n - 1):
+            step()
+        return out
 
     def mtp_forward(self, hidden, next_ids, pos0=1, return_hidden=False):
         """MTP over pairs (hidden[:, s], next_ids[:, s] = t_{s+pos0}) -> logits predicting

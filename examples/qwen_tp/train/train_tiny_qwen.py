@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """train_tiny_qwen.py [--out DIR] [--corpus DIR] [--minutes 8] [--device cuda|cpu] [--preset P | --tiny] [--steps N]
-    [--seed S] [--unlikelihood ALPHA] [--seq-unlikelihood BETA] [--probe N] [--compile] [--time-steps N]
+    [--seed S] [--unlikelihood ALPHA] [--seq-unlikelihood BETA] [--probe N] [--compile] [--fast-generate]
+    [--time-steps N]
 
 Trains, within a time budget, a small Qwen3 with a real MTP head for examples/qwen_tp, on a corpus
 every machine has: the Python standard library's .py files (site-packages and dist-packages left
@@ -50,9 +51,13 @@ Speed (none of these changes a default run): --compile runs a training step's fo
 and losses through torch.compile (static shapes, compiled once before the schedule's clock starts
 but within --minutes; --compile-mode picks the mode; if compiling fails the run says so and stays
 eager); the batch sampling, --seq-unlikelihood's generation, evaluation and probes stay eager.
+--fast-generate runs the greedy continuations of --seq-unlikelihood and --probe against fixed
+key/value buffers, the one-token step captured once as a CUDA graph and replayed (eager steps are
+hundreds of small kernels each); the same tokens up to rounding, so not the default's bits.
 --time-steps N is a calibration: the corpus and tokenizer as usual, 3 warm-up steps, N timed
 ones, then ms per step and tokens/s printed, and an exit without evaluating or writing anything
-to --out.
+to --out (with --seq-unlikelihood 1 --seq-ul-from 0 --seq-ul-every 1 every timed step has a
+sequence-level pass).
 `--device cpu --minutes 0.5 --tiny` runs on a CPU in about half a minute (2 layers, hidden 64,
 vocab 1024, 80 of the files): a checkpoint to try the pipeline with, not a useful model.
 """
@@ -338,14 +343,14 @@ def repeated_ngrams(rows, n=4):
     return out.to(rows.device)
 
 
-def sequence_unlikelihood(model, prefix, n):
+def sequence_unlikelihood(model, prefix, n, graph=False):
     """Sequence-level unlikelihood (Welleck et al. 2019): the model continues each row of prefix
     [R, P] greedily for n tokens (no gradient), and every continuation token that lies inside a
     4-gram repeated earlier in its continuation has -log(max(1 - p, 1e-5)) added, p the model's
     probability of that token there. Returns (loss averaged over the R x n continuation tokens,
-    the share of them that repeat)."""
+    the share of them that repeat). graph: generate_greedy's fixed-buffer steps (--fast-generate)."""
     P = prefix.shape[1]
-    cont = model.generate_greedy(prefix, n)
+    cont = model.generate_greedy(prefix, n, graph=graph)
     mask = repeated_ngrams(cont)
     _, logits = model(torch.cat([prefix, cont], dim=1)[:, :-1])
     logp = F.log_softmax(logits[:, P - 1:].float(), dim=-1).gather(-1, cont[..., None])[..., 0]
@@ -447,6 +452,10 @@ def main():
     ap.add_argument("--compile-mode", default="default",
                     choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
                     help="torch.compile's mode with --compile (reduce-overhead and max-autotune add CUDA graphs)")
+    ap.add_argument("--fast-generate", action="store_true",
+                    help="the greedy continuations of --seq-unlikelihood and --probe through generate_greedy(graph="
+                         "True): fixed key/value buffers, one CUDA graph of the one-token step (the same tokens up "
+                         "to rounding)")
     ap.add_argument("--time-steps", type=int, default=0, metavar="N",
                     help="calibration: the corpus as usual, then 3 warm-up steps and exactly N timed ones (not "
                          "cut by --minutes); prints ms per step and tokens/s and exits (no evaluation, nothing "
@@ -618,7 +627,7 @@ def main():
     def probe():
         # Greedy continuations of the probe prompts (degeneracy_probe.py): how many are loops.
         with autocast():
-            runs = greedy_runs(model, tok, probe_texts, 64, dev)
+            runs = greedy_runs(model, tok, probe_texts, 64, dev, graph=args.fast_generate)
         bad = sum(d < 0.5 for d, _ in runs)
         log("probe at step %d: %d of %d greedy continuations (64 tokens, %s prompts) degenerate (distinct 4-gram "
             "share < 0.5), mean share %.3f" % (step, bad, len(runs), args.probe_split,
@@ -676,7 +685,7 @@ def main():
             if args.seq_unlikelihood > 0 and frac >= args.seq_ul_from and step % args.seq_ul_every == 0:
                 P = min(args.seq_ul_prefix, seq)
                 prefix = x[:, :seq // P * P].reshape(-1, P)[:args.seq_ul_rows]
-                seq_ul, rep_share = sequence_unlikelihood(model, prefix, args.seq_ul_tokens)
+                seq_ul, rep_share = sequence_unlikelihood(model, prefix, args.seq_ul_tokens, args.fast_generate)
                 total = total + args.seq_unlikelihood * seq_ul
                 seq_ul_log.append(rep_share)
         opt.zero_grad(set_to_none=True)
