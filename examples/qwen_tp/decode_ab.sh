@@ -17,8 +17,8 @@
 # runs gemv_bench alone, PART=streamfused the stream's fused step forms, PART=streamlayer one
 # launch a layer against the separate streams, PART=streampdl which streams launch with PDL,
 # PART=default qwen_tp as shipped against --gemv cublas; PART=attnprefetch the attention's L2
-# prefetch of o_proj; TESTS=all|filter|none: the whole qwen_gpu_test, the decode filter (default)
-# or no tests first.
+# prefetch of o_proj; PART=fusedrope RoPE inside the attention against qkNormRopeStore;
+# TESTS=all|filter|none: the whole qwen_gpu_test, the decode filter (default) or no tests first.
 # Logs go to $OUT/logs.tgz (each log opens with commit, date, command), the table to
 # $OUT/summary.md and to stdout, last. Usage, from the repository root:
 #   OUT=/path/to/out bash examples/qwen_tp/decode_ab.sh
@@ -164,6 +164,18 @@ for c in "qwen3-32b 512" "qwen3-8b 2048" "qwen3-8b 32000 --ctx-size 32768"; do
     # shellcheck disable=SC2086
     set -- $c
     AP=${r#*_} GEMV=stream QWEN_STREAM_PDL=auto qn "$1" "$2" "$r" regs gemv "${@:3}"
+  done
+done
+elif [ "${PART:-all}" = fusedrope ]; then
+# PART=fusedrope: the shipped step (the stream, the fused step, auto PDL, the attention's L2
+# prefetch) with the q/k norm, RoPE and KV store inside the attention (QWEN_DECODE=fused) against
+# qkNormRopeStore before it (gemv, the default), A B B A at qwen3-8b and qwen3-32b 512 and qwen3-8b
+# 32000.
+for c in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
+  for r in a_gemv a_fused b_fused b_gemv; do
+    # shellcheck disable=SC2086
+    set -- $c
+    GEMV=stream QWEN_STREAM_PDL=auto qn "$1" "$2" "$r" regs "${r#*_}" "${@:3}"
   done
 done
 elif [ "${PART:-all}" = streampdl ]; then
