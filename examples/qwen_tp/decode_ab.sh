@@ -81,6 +81,25 @@ qn() {  # qn <preset> <prompt> <tag> <norm> <decode> [extra]; GEMM=gemmex|lt (QW
     ${AP:+QWEN_ATTN_PREFETCH=$AP} $Q \
     --model-preset $preset --prompt-tokens $P --n-predict $N --ubatch-size 2048 "$@"
 }
+# over_shapes "<m1 m2 ..>" "<shape;shape;..>" <fn>: at each shape ("preset prompt [extra args]"),
+# the modes in A B .. B A order (tags a_<m1> a_<m2> .. b_<m2> b_<m1>), each as
+# <fn> <preset> <prompt> <tag> [extra args].
+SHAPES3="qwen3-8b 512;qwen3-32b 512;qwen3-8b 32000 --ctx-size 32768"
+over_shapes() {
+  local fn=$3 c r i
+  local -a modes shapes order=()
+  read -r -a modes <<< "$1"
+  IFS=';' read -r -a shapes <<< "$2"
+  for r in "${modes[@]}"; do order+=("a_$r"); done
+  for ((i = ${#modes[@]} - 1; i >= 0; i--)); do order+=("b_${modes[i]}"); done
+  for c in "${shapes[@]}"; do
+    for r in "${order[@]}"; do
+      # shellcheck disable=SC2086
+      set -- $c
+      "$fn" "$1" "$2" "$r" "${@:3}"
+    done
+  done
+}
 if [ "${PART:-all}" = lt ]; then
 # PART=lt: the weight GEMMs through cublasGemmEx against cuBLASLt timed at init (QWEN_GEMM=
 # gemmex|lt), each with the L2 prefetch off and on (QWEN_PREFETCH), in the order A B C D D C B A
@@ -144,57 +163,30 @@ elif [ "${PART:-all}" = streamlayer ]; then
 # PART=streamlayer: the fused step's streams as separate launches (with the default's PDL, auto)
 # against one cooperative launch a layer (QWEN_STREAM_LAYER=off|on, QWEN_DECODE=gemv, streamed),
 # A B B A at qwen3-8b and qwen3-32b 512 and qwen3-8b 32000.
-for c in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
-  for r in a_off a_on b_on b_off; do
-    # shellcheck disable=SC2086
-    set -- $c
-    GEMV=stream QWEN_STREAM_PDL=auto QWEN_STREAM_LAYER=${r#*_} qn "$1" "$2" "$r" regs gemv "${@:3}"
-  done
-done
+layer_run() { GEMV=stream QWEN_STREAM_PDL=auto QWEN_STREAM_LAYER=${3#*_} qn "$1" "$2" "$3" regs gemv "${@:4}"; }
+over_shapes "off on" "$SHAPES3" layer_run
 elif [ "${PART:-all}" = attnprefetch ]; then
 # PART=attnprefetch: the decode attention asking L2 for o_proj's rows before its PDL wait
 # (QWEN_ATTN_PREFETCH=off|on|40: on is half the L2), the shipped step otherwise (the stream, the
 # fused step, auto PDL): off on 40 40 on off at qwen3-8b 512; off on on off at qwen3-32b 512,
 # qwen3-8b 2048 and qwen3-8b 32000 (past the KV cap, where on asks for nothing).
-for r in a_off a_on a_40 b_40 b_on b_off; do
-  AP=${r#*_} GEMV=stream QWEN_STREAM_PDL=auto qn qwen3-8b 512 "$r" regs gemv
-done
-for c in "qwen3-32b 512" "qwen3-8b 2048" "qwen3-8b 32000 --ctx-size 32768"; do
-  for r in a_off a_on b_on b_off; do
-    # shellcheck disable=SC2086
-    set -- $c
-    AP=${r#*_} GEMV=stream QWEN_STREAM_PDL=auto qn "$1" "$2" "$r" regs gemv "${@:3}"
-  done
-done
+ap_run() { AP=${3#*_} GEMV=stream QWEN_STREAM_PDL=auto qn "$1" "$2" "$3" regs gemv "${@:4}"; }
+over_shapes "off on 40" "qwen3-8b 512" ap_run
+over_shapes "off on" "qwen3-32b 512;qwen3-8b 2048;qwen3-8b 32000 --ctx-size 32768" ap_run
 elif [ "${PART:-all}" = fusedrope ]; then
 # PART=fusedrope: the shipped step (the stream, the fused step, auto PDL, the attention's L2
 # prefetch) with the q/k norm, RoPE and KV store inside the attention (QWEN_DECODE=fused) against
 # qkNormRopeStore before it (gemv, the default), A B B A at qwen3-8b and qwen3-32b 512 and qwen3-8b
 # 32000.
-for c in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000 --ctx-size 32768"; do
-  for r in a_gemv a_fused b_fused b_gemv; do
-    # shellcheck disable=SC2086
-    set -- $c
-    GEMV=stream QWEN_STREAM_PDL=auto qn "$1" "$2" "$r" regs "${r#*_}" "${@:3}"
-  done
-done
+rope_run() { GEMV=stream QWEN_STREAM_PDL=auto qn "$1" "$2" "$3" regs "${3#*_}" "${@:4}"; }
+over_shapes "gemv fused" "$SHAPES3" rope_run
 elif [ "${PART:-all}" = streampdl ]; then
 # PART=streampdl: which streams of the fused step launch with PDL, PDL_MODES (QWEN_STREAM_PDL
 # values, default off attn chain all: none, o_proj after the attention, the streams after a
 # stream, both) in A B C D D C B A order, at PDL_SHAPES (default qwen3-8b and qwen3-32b 512 and
 # qwen3-8b 32000).
-read -r -a modes <<< "${PDL_MODES:-off attn chain all}"
-order=()
-for m in "${modes[@]}"; do order+=("a_$m"); done
-for ((i = ${#modes[@]} - 1; i >= 0; i--)); do order+=("b_${modes[i]}"); done
-IFS=';' read -r -a shapes <<< "${PDL_SHAPES:-qwen3-8b 512;qwen3-32b 512;qwen3-8b 32000 --ctx-size 32768}"
-for c in "${shapes[@]}"; do
-  for r in "${order[@]}"; do
-    # shellcheck disable=SC2086
-    set -- $c
-    GEMV=stream QWEN_STREAM_PDL=${r#*_} qn "$1" "$2" "$r" regs gemv "${@:3}"
-  done
-done
+pdl_run() { GEMV=stream QWEN_STREAM_PDL=${3#*_} qn "$1" "$2" "$3" regs gemv "${@:4}"; }
+over_shapes "${PDL_MODES:-off attn chain all}" "${PDL_SHAPES:-$SHAPES3}" pdl_run
 elif [ "${PART:-all}" = default ]; then
 # PART=default: qwen_tp as shipped (--gemv auto: without speculation the one-token stream and the
 # fused step) against --gemv cublas (cuBLAS's products, the attn kernels), no QWEN_* variables,

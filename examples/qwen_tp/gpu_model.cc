@@ -354,6 +354,21 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   return true;
 }
 
+// An L2 budget from the environment's `name` (off, on or a size in MB, 1..4096) over `bytes`, with
+// `halfL2` the L2's half; left as it is when unset. False, with the message, on any other value.
+static bool l2BytesFromEnv(const char* name, size_t halfL2, size_t* bytes, std::string* error) {
+  const char* e = std::getenv(name);
+  if (!e) return true;
+  const std::string v = e;
+  char* end = nullptr;
+  const long mb = v.empty() ? 0 : std::strtol(v.c_str(), &end, 10);
+  if (v == "off") *bytes = 0;
+  else if (v == "on") *bytes = halfL2;
+  else if (!v.empty() && end && *end == '\0' && mb > 0 && mb <= 4096) *bytes = static_cast<size_t>(mb) << 20;
+  else return *error = std::string(name) + "=" + v + ": expected off, on or a size in MB (1..4096)", false;
+  return true;
+}
+
 // GpuModelOptions::l2Prefetch (QWEN_PREFETCH=off|on|<MB>): the cap, the kernel loaded now (before
 // any collective), the branch stream and its events, and the order of a step's weight products:
 // each layer's qkv, o, gate/up, down, then the next layer's qkv; the last layer's down, then the
@@ -361,32 +376,15 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
 bool GpuModel::initL2Prefetch(std::string* error) {
   int l2 = 0;
   QWEN_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device_));
-  const size_t l2Bytes = static_cast<size_t>(std::max(l2, 2 << 20));
+  const size_t halfL2 = static_cast<size_t>(std::max(l2, 2 << 20)) / 2;
+  auto resolve = [&](size_t opt) { return opt == GpuModelOptions::kL2PrefetchHalfL2 ? halfL2 : opt; };
   // The attention's prefetch of o_proj (GpuModelOptions::attnPrefetch, QWEN_ATTN_PREFETCH).
-  size_t ahead = opt_.attnPrefetch;
-  if (const char* e = std::getenv("QWEN_ATTN_PREFETCH")) {
-    const std::string v = e;
-    char* end = nullptr;
-    const long mb = v.empty() ? 0 : std::strtol(v.c_str(), &end, 10);
-    if (v == "off") ahead = 0;
-    else if (v == "on") ahead = GpuModelOptions::kL2PrefetchHalfL2;
-    else if (!v.empty() && end && *end == '\0' && mb > 0 && mb <= 4096) ahead = static_cast<size_t>(mb) << 20;
-    else return *error = "QWEN_ATTN_PREFETCH=" + v + ": expected off, on or a size in MB (1..4096)", false;
-  }
-  attnAheadBytes_ = ahead == GpuModelOptions::kL2PrefetchHalfL2 ? l2Bytes / 2 : ahead;
-  attnAheadKvMax_ = l2Bytes / 4;
-  size_t cap = opt_.l2Prefetch;
-  if (const char* e = std::getenv("QWEN_PREFETCH")) {
-    const std::string v = e;
-    char* end = nullptr;
-    const long mb = v.empty() ? 0 : std::strtol(v.c_str(), &end, 10);
-    if (v == "off") cap = 0;
-    else if (v == "on") cap = GpuModelOptions::kL2PrefetchHalfL2;
-    else if (!v.empty() && end && *end == '\0' && mb > 0 && mb <= 4096) cap = static_cast<size_t>(mb) << 20;
-    else return *error = "QWEN_PREFETCH=" + v + ": expected off, on or a size in MB (1..4096)", false;
-  }
+  attnAheadBytes_ = resolve(opt_.attnPrefetch);
+  if (!l2BytesFromEnv("QWEN_ATTN_PREFETCH", halfL2, &attnAheadBytes_, error)) return false;
+  attnAheadKvMax_ = halfL2 / 2;
+  size_t cap = resolve(opt_.l2Prefetch);
+  if (!l2BytesFromEnv("QWEN_PREFETCH", halfL2, &cap, error)) return false;
   if (cap == 0) return true;
-  if (cap == GpuModelOptions::kL2PrefetchHalfL2) cap = l2Bytes / 2;
   if (!gpu::prepareL2Prefetch()) return *error = "L2 prefetch: cudaFuncGetAttributes failed", false;
   QWEN_CUDA(cudaStreamCreateWithFlags(&prefetchStream_, cudaStreamNonBlocking));
   QWEN_CUDA(cudaEventCreateWithFlags(&prefetchFork_, cudaEventDisableTiming));

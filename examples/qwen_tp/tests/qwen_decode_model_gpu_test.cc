@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "cpu_model.h"
@@ -377,8 +378,9 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
 TEST(QwenDecodeGpu, L2PrefetchKeepsTheBitsAndAddsItsKernels) {
   unsetenv("QWEN_DECODE");
   unsetenv("QWEN_PREFETCH");
+  unsetenv("QWEN_ATTN_PREFETCH");
   struct Env {
-    ~Env() { unsetenv("QWEN_PREFETCH"); }
+    ~Env() { unsetenv("QWEN_PREFETCH"), unsetenv("QWEN_ATTN_PREFETCH"); }
   } restore;
   const ModelConfig c = tiny128();
   TpShape s;
@@ -450,25 +452,32 @@ TEST(QwenDecodeGpu, L2PrefetchKeepsTheBitsAndAddsItsKernels) {
     EXPECT_EQ(out, greedy);
   }
 
-  setenv("QWEN_PREFETCH", "8", 1);
-  {
-    GpuModel m(c, s, 0, nullptr);
-    ASSERT_TRUE(m.init(options(0), &err)) << err;
-    EXPECT_EQ(m.l2PrefetchBytes(), size_t(8) << 20);
-  }
-  setenv("QWEN_PREFETCH", "off", 1);
-  {
-    GpuModel m(c, s, 0, nullptr);
-    ASSERT_TRUE(m.init(options(GpuModelOptions::kL2PrefetchHalfL2), &err)) << err;
-    EXPECT_EQ(m.l2PrefetchBytes(), 0u);
-  }
-  for (const char* bad : {"yes", "0", "-4", "12MB", ""}) {
-    setenv("QWEN_PREFETCH", bad, 1);
-    GpuModel m(c, s, 0, nullptr);
-    EXPECT_FALSE(m.init(options(0), &err)) << bad;
-    EXPECT_NE(err.find("QWEN_PREFETCH=" + std::string(bad) + ": expected off, on or a size in MB (1..4096)"),
-              std::string::npos)
-        << err;
+  // QWEN_PREFETCH and the attention's prefetch of o_proj (QWEN_ATTN_PREFETCH) read their budgets
+  // the same way: a size in MB, off, or an error that names the variable.
+  const std::pair<const char*, size_t (GpuModel::*)() const> budgets[] = {
+      {"QWEN_PREFETCH", &GpuModel::l2PrefetchBytes}, {"QWEN_ATTN_PREFETCH", &GpuModel::attnPrefetchBytes}};
+  for (const auto& [name, bytes] : budgets) {
+    setenv(name, "8", 1);
+    {
+      GpuModel m(c, s, 0, nullptr);
+      ASSERT_TRUE(m.init(options(0), &err)) << name << ": " << err;
+      EXPECT_EQ((m.*bytes)(), size_t(8) << 20) << name;
+    }
+    setenv(name, "off", 1);
+    {
+      GpuModel m(c, s, 0, nullptr);
+      ASSERT_TRUE(m.init(options(GpuModelOptions::kL2PrefetchHalfL2), &err)) << name << ": " << err;
+      EXPECT_EQ((m.*bytes)(), 0u) << name;
+    }
+    for (const char* bad : {"yes", "0", "-4", "12MB", ""}) {
+      setenv(name, bad, 1);
+      GpuModel m(c, s, 0, nullptr);
+      EXPECT_FALSE(m.init(options(0), &err)) << name << "=" << bad;
+      EXPECT_NE(err.find(std::string(name) + "=" + bad + ": expected off, on or a size in MB (1..4096)"),
+                std::string::npos)
+          << err;
+    }
+    unsetenv(name);
   }
 }
 
