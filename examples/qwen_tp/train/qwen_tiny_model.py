@@ -266,35 +266,46 @@ class TinyQwen(nn.Module):
         (_generate_static), on CUDA as one captured graph replayed n - 1 times: the eager steps are
         hundreds of small kernels each. The same tokens up to rounding (a masked attention over the
         buffers instead of one over the concatenated cache)."""
+        if n < 1:
+            raise ValueError("generate_greedy: n = %d, expected 1 or more tokens" % n)
         if graph and n > 1:
             return self._generate_static(ids, n, pad)
         caches = [[] for _ in self.model.layers]
-        out, x_ids, pos = [], ids, 0
-        keep = None if pad is None else ~pad  # keys that may be attended to
-        for _ in range(n):
-            T = x_ids.shape[1]
-            cos, sin = rope_cos_sin(torch.arange(pos, pos + T, device=ids.device), self.c.head_dim,
+        nxt, keep = self._prompt(ids, pad, caches)
+        out, pos = [nxt], ids.shape[1]
+        for _ in range(n - 1):  # one token a step, attending to the concatenated cache
+            cos, sin = rope_cos_sin(torch.arange(pos, pos + 1, device=ids.device), self.c.head_dim,
                                     self.c.rope_theta, ids.device)
             mask = None
             if keep is not None:
-                if pos == 0:
-                    eye = torch.eye(T, dtype=torch.bool, device=ids.device)
-                    mask = ((keep[:, None, :] | eye) & torch.ones(T, T, dtype=torch.bool, device=ids.device).tril())[:, None]
-                else:
-                    keep = torch.cat([keep, torch.ones(keep.shape[0], 1, dtype=torch.bool, device=ids.device)], dim=1)
-                    mask = keep[:, None, None, :]
-            x = self.model.embed_tokens(x_ids)
+                keep = torch.cat([keep, torch.ones(keep.shape[0], 1, dtype=torch.bool, device=ids.device)], dim=1)
+                mask = keep[:, None, None, :]
+            x = self.model.embed_tokens(nxt)
             for layer, cache in zip(self.model.layers, caches):
                 x = layer(x, cos, sin, cache, mask)
             nxt = self.logits(self.model.norm(x[:, -1:])).argmax(-1)
             out.append(nxt)
-            x_ids, pos = nxt, pos + T
-            if graph is None:  # _generate_static's prompt pass: the first token and the caches
-                return nxt, caches, keep
+            pos += 1
         return torch.cat(out, dim=1)
 
+    def _prompt(self, ids, pad, caches):
+        """generate_greedy's prompt pass: fills caches (a [] per layer) with the prompt's keys and
+        values and returns (the first greedy token [B, 1], the keys that may be attended to [B, T0]
+        or None without padding)."""
+        T = ids.shape[1]
+        cos, sin = rope_cos_sin(torch.arange(0, T, device=ids.device), self.c.head_dim, self.c.rope_theta, ids.device)
+        keep, mask = None, None
+        if pad is not None:
+            keep = ~pad
+            eye = torch.eye(T, dtype=torch.bool, device=ids.device)
+            mask = ((keep[:, None, :] | eye) & torch.ones(T, T, dtype=torch.bool, device=ids.device).tril())[:, None]
+        x = self.model.embed_tokens(ids)
+        for layer, cache in zip(self.model.layers, caches):
+            x = layer(x, cos, sin, cache, mask)
+        return self.logits(self.model.norm(x[:, -1:])).argmax(-1), keep
+
     def _generate_static(self, ids, n, pad):
-        """generate_greedy(graph=True): the prompt as generate_greedy runs it, then its keys and
+        """generate_greedy(graph=True): the prompt pass (_prompt), then its keys and
         values copied into buffers of T0 + n positions and the n - 1 one-token steps through
         DecoderLayer.forward_static. Each step reads the token and its position from buffers and
         leaves the next ones there (the argmax into out[:, pos - T0 + 1], pos + 1), so on CUDA one
@@ -303,7 +314,8 @@ class TinyQwen(nn.Module):
         path; the capture with autocast's weight cache off, as CUDA graphs require."""
         B, T0 = ids.shape
         L, dev = T0 + n, ids.device
-        nxt, caches, keep = self.generate_greedy(ids, 1, pad, graph=None)
+        caches = [[] for _ in self.model.layers]
+        nxt, keep = self._prompt(ids, pad, caches)
         bufs = []
         for k, v in caches:
             kb = torch.zeros(B, k.shape[1], L, k.shape[3], dtype=v.dtype, device=dev)
