@@ -192,6 +192,21 @@ bool parseStreamPdl(const std::string& v, unsigned autoMask, unsigned* mask, std
   return true;
 }
 
+// An L2 budget from the environment's `name` (off, on or a size in MB, 1..4096) over `bytes`, with
+// `halfL2` the L2's half; left as it is when unset. False, with the message, on any other value.
+bool l2BytesFromEnv(const char* name, size_t halfL2, size_t* bytes, std::string* error) {
+  const char* e = std::getenv(name);
+  if (!e) return true;
+  const std::string v = e;
+  char* end = nullptr;
+  const long mb = v.empty() ? 0 : std::strtol(v.c_str(), &end, 10);
+  if (v == "off") *bytes = 0;
+  else if (v == "on") *bytes = halfL2;
+  else if (!v.empty() && end && *end == '\0' && mb > 0 && mb <= 4096) *bytes = static_cast<size_t>(mb) << 20;
+  else return *error = std::string(name) + "=" + v + ": expected off, on or a size in MB (1..4096)", false;
+  return true;
+}
+
 }  // namespace
 
 bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
@@ -351,21 +366,6 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   }
   if (!initL2Prefetch(error)) return false;
   QWEN_CUDA(cudaStreamSynchronize(stream_));
-  return true;
-}
-
-// An L2 budget from the environment's `name` (off, on or a size in MB, 1..4096) over `bytes`, with
-// `halfL2` the L2's half; left as it is when unset. False, with the message, on any other value.
-static bool l2BytesFromEnv(const char* name, size_t halfL2, size_t* bytes, std::string* error) {
-  const char* e = std::getenv(name);
-  if (!e) return true;
-  const std::string v = e;
-  char* end = nullptr;
-  const long mb = v.empty() ? 0 : std::strtol(v.c_str(), &end, 10);
-  if (v == "off") *bytes = 0;
-  else if (v == "on") *bytes = halfL2;
-  else if (!v.empty() && end && *end == '\0' && mb > 0 && mb <= 4096) *bytes = static_cast<size_t>(mb) << 20;
-  else return *error = std::string(name) + "=" + v + ": expected off, on or a size in MB (1..4096)", false;
   return true;
 }
 
