@@ -6,6 +6,8 @@ TPCOMM_REQUIRE_TORCH=1 (ctest qwen_train_losses_torch, label torch: the torch ve
 - CrossEntropyUnlikelihood (chunked, hand-written backward) against the same losses written
   plainly with autograd: values and gradients, at chunk sizes that split the batch unevenly;
 - repeated_ngrams on a hand-made row;
+- ditto_rows (periodic rows cut from the batch) and ditto_loss against the loss written as a loop
+  over the tokens: values and gradients (none through the earlier copy's probability);
 - generate_greedy (key/value cache) against greedy decoding that recomputes the whole sequence,
   and a left-padded batch against each prompt alone; its fixed-buffer steps (graph=True) against
   both.
@@ -27,10 +29,11 @@ sys.path.insert(0, os.path.join(HERE, "..", "train"))
 import train_tiny_qwen as tq  # noqa: E402
 from qwen_tiny_model import TinyQwen, TinyQwenConfig  # noqa: E402
 
-failed = []
+failed, checks = [], [0]
 
 
 def check(what, ok):
+    checks[0] += 1
     print("%s %s" % ("ok  " if ok else "FAIL", what))
     if not ok:
         failed.append(what)
@@ -66,6 +69,54 @@ row = torch.tensor([[5, 1, 2, 3, 4, 1, 2, 3, 4, 9, 1, 2, 3]])
 check("repeated_ngrams", tq.repeated_ngrams(row)[0].tolist() ==
       [False, False, False, False, False, True, True, True, True, False, False, False, False])
 
+x = torch.arange(100).reshape(4, 25)  # row b holds 25 b .. 25 b + 24: an element names its place
+gen = torch.Generator().manual_seed(3)
+y, L = tq.ditto_rows(x, 3, 40, gen, span=(2, 9))
+periodic = all(torch.equal(y[r, L[r]:], y[r, :40 - L[r]]) for r in range(3))
+segments = all(torch.equal(y[r, :L[r]], torch.arange(y[r, 0], y[r, 0] + L[r])) and y[r, 0] // 25 == r and
+               (y[r, 0] + L[r] - 1) // 25 == r for r in range(3))
+y2, L2 = tq.ditto_rows(x, 3, 40, torch.Generator().manual_seed(3), span=(2, 9))
+check("ditto_rows: %d rows, each a segment of its own window repeated with period 2..9, the same for a seed"
+      % y.shape[0], y.shape == (3, 40) and periodic and segments and bool(((L >= 2) & (L <= 9)).all()) and
+      torch.equal(y, y2) and torch.equal(L, L2))
+
+
+class FixedLogits:
+    """A model whose next-token logits are one leaf tensor, for ditto_loss's gradient."""
+
+    def __init__(self, logits):
+        self.logits = logits
+
+    def __call__(self, ids):
+        assert ids.shape == self.logits.shape[:2]
+        return None, self.logits
+
+
+R, N, V = 3, 12, 7
+yy = torch.randint(0, V, (R, N))
+LL = torch.tensor([2, 3, 5])
+for lam in (0.0, 0.5, 1.0):
+    lg = (torch.randn(R, N - 1, V, dtype=torch.float64) * 2).requires_grad_()
+    loss, p_mean = tq.ditto_loss(FixedLogits(lg), yy, LL, lam)
+    loss.backward()
+    got = lg.grad.clone()
+    lg.grad = None
+    prob = torch.softmax(lg, -1)
+    terms, ps = [], []
+    for r in range(R):
+        for j in range(1, N):
+            if j - LL[r] >= 1:
+                pj = prob[r, j - 1, yy[r, j]]
+                prev = prob[r, j - LL[r] - 1, yy[r, j - LL[r]]].detach()
+                terms.append(-torch.log((1 - (pj - lam * prev).abs()).clamp_min(1e-5)))
+                ps.append(pj.item())
+    loss2 = torch.stack(terms).mean()
+    loss2.backward()
+    # ditto_loss works in fp32 (as on bf16 logits in training), the loop in fp64
+    check("ditto_loss, lambda %.1f: value, mean probability and gradient against the loop" % lam,
+          abs(loss.item() - loss2.item()) < 1e-5 and abs(p_mean.item() - sum(ps) / len(ps)) < 1e-6 and
+          torch.allclose(got, lg.grad, atol=1e-6, rtol=1e-4))
+
 m = TinyQwen(TinyQwenConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                             num_attention_heads=4, num_key_value_heads=2, head_dim=8)).eval()
 with torch.no_grad():
@@ -95,5 +146,5 @@ check("generate_greedy(graph=True) equals the cached steps", torch.equal(static,
 check("generate_greedy(graph=True), a left-padded batch", torch.equal(static_both, both))
 check("generate_greedy(graph=True), one token", torch.equal(one, x[:, 9:10]))
 
-print("%d passed, %d failed" % (12 - len(failed), len(failed)))
+print("%d passed, %d failed" % (checks[0] - len(failed), len(failed)))
 sys.exit(1 if failed else 0)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """train_tiny_qwen.py [--out DIR] [--corpus DIR] [--minutes 8] [--device cuda|cpu] [--preset P | --tiny] [--steps N]
-    [--seed S] [--unlikelihood ALPHA] [--seq-unlikelihood BETA] [--probe N] [--compile] [--fast-generate]
-    [--time-steps N]
+    [--seed S] [--unlikelihood ALPHA] [--seq-unlikelihood BETA] [--ditto W] [--probe N] [--compile]
+    [--fast-generate] [--time-steps N]
 
 Trains, within a time budget, a small Qwen3 with a real MTP head for examples/qwen_tp, on a corpus
 every machine has: the Python standard library's .py files (site-packages and dist-packages left
@@ -28,8 +28,11 @@ licensed packages, prepared on a machine with the packages and carried to one wi
    head (-log(1 - p) of each token of the window so far that is not the next token), and
    --seq-unlikelihood BETA, every --seq-ul-every steps from --seq-ul-from of the run on, has the
    model continue --seq-ul-rows prefixes greedily and adds BETA x -log(1 - p) of each continuation
-   token inside a repeated 4-gram. Neither touches the MTP head's loss: its job is the target's
-   greedy token, repeated or not, and --mtp-distill teaches it the target so trained.
+   token inside a repeated 4-gram. --ditto W (Xu et al. 2022, "Learning to break the loop")
+   adds, on --ditto-rows rows that repeat a segment of the batch's text, W x a loss that pulls the
+   probability of each further copy's token to --ditto-lambda x that of the copy before: no
+   generation, one more forward and backward. None touches the MTP head's loss: its job is the
+   target's greedy token, repeated or not, and --mtp-distill teaches it the target so trained.
 3. DIR/config.json, DIR/model.safetensors (bf16), DIR/tokenizer.json, DIR/tokenizer_config.json,
    and DIR/heldout_files.txt (the evaluation files), in Hugging Face layout; held-out next-token and
    MTP (t+2) top-1 accuracy printed and written to DIR/train_metrics.json. --probe N: how many of
@@ -358,6 +361,43 @@ def sequence_unlikelihood(model, prefix, n, graph=False):
     return -(torch.log(q) * mask).sum() / mask.numel(), mask.float().mean().item()
 
 
+# --ditto: a repeated segment's length in tokens, drawn uniformly from this range (both ends in).
+DITTO_SPAN = (8, 64)
+
+
+def ditto_rows(x, rows, length, gen, span=DITTO_SPAN):
+    """DITTO's pseudo-repetitive rows (Xu et al. 2022, "Learning to break the loop"): row r of the
+    result is a segment of x's row r (L_r tokens from a drawn offset, L_r drawn from span) repeated
+    to `length` tokens. x [B, W] on any device; the draws come from the CPU generator gen, so the
+    training batches (another generator) are the same with and without --ditto. Returns (rows
+    [min(rows, B), length] on x's device, L [R] on the CPU)."""
+    R, W = min(rows, x.shape[0]), x.shape[1]
+    L = torch.randint(span[0], min(span[1], W) + 1, (R,), generator=gen)
+    off = (torch.rand(R, generator=gen, dtype=torch.float64) * (W - L + 1)).long()  # 0 .. W - L
+    idx = off[:, None] + torch.arange(length)[None, :] % L[:, None]
+    return x[:R].gather(1, idx.to(x.device)), L
+
+
+def ditto_loss(model, y, L, lam):
+    """DITTO's loss (Xu et al. 2022) on rows y [R, N] that repeat with period L [R]: p_j, the
+    next-token probability of y_j (j >= 1), is pulled towards lam x the (detached) probability of
+    the same token one copy earlier, p_{j - L}: -log(max(1 - |p_j - lam sg(p_{j-L})|, 1e-5)) for
+    every j with j - L >= 1 (the second copy on). A greedy loop feeds itself: the more copies of a
+    line in the context, the likelier the next copy; this makes the probability of one more copy
+    fall by lam a copy instead. The next-token head only (the MTP head's job is the target's
+    greedy token, repeated or not). Returns (loss averaged over those tokens, their mean p_j, a
+    detached 0-d tensor: read when logged, so a step does not wait for it)."""
+    _, logits = model(y[:, :-1])
+    p = torch.log_softmax(logits.float(), dim=-1).gather(-1, y[:, 1:, None])[..., 0].exp()  # p[:, j - 1] = p_j
+    j = torch.arange(1, y.shape[1], device=y.device)[None, :]
+    back = j - L.to(y.device)[:, None]  # the same token's position one copy earlier
+    mask = back >= 1
+    prev = p.detach().gather(1, (back.clamp_min(1) - 1))
+    q = (1.0 - (p - lam * prev).abs()).clamp_min(1e-5)
+    n = mask.sum().clamp_min(1)
+    return -(torch.log(q) * mask).sum() / n, (p.detach() * mask).sum() / n
+
+
 @torch.no_grad()
 def evaluate(model, data, seq, batch, device, autocast, max_windows=2048, chain=1):
     """Top-1 accuracy of the next token and of each MTP chain step (step 1: t+2), on
@@ -438,6 +478,15 @@ def main():
     ap.add_argument("--seq-ul-rows", type=int, default=64)
     ap.add_argument("--seq-ul-prefix", type=int, default=128)
     ap.add_argument("--seq-ul-tokens", type=int, default=64)
+    ap.add_argument("--ditto", type=float, default=0.0, metavar="W",
+                    help="from --ditto-from of the steps on, every --ditto-every steps: --ditto-rows rows of the "
+                         "training window's length, each a segment of 8-64 tokens of one of the batch's windows "
+                         "repeated, and W x DITTO's loss on them (Xu et al. 2022: the probability of one more "
+                         "copy pulled to --ditto-lambda x that of the copy before) joins that step's loss (0: off)")
+    ap.add_argument("--ditto-lambda", type=float, default=0.5, metavar="LAMBDA")
+    ap.add_argument("--ditto-from", type=float, default=0.0, metavar="FRAC")
+    ap.add_argument("--ditto-every", type=int, default=1, metavar="K")
+    ap.add_argument("--ditto-rows", type=int, default=16)
     ap.add_argument("--init", default="", metavar="DIR",
                     help="start from this checkpoint's weights (a train_tiny_qwen.py output of the same preset) "
                          "instead of random ones; the tokenizer must be the same (it is with --corpus)")
@@ -468,6 +517,9 @@ def main():
         ap.error("--probe needs --corpus")
     if args.seq_unlikelihood and args.seq_ul_every < 1:
         ap.error("--seq-ul-every %d: expected 1 or more" % args.seq_ul_every)
+    if args.ditto and (args.ditto_every < 1 or args.ditto_rows < 1 or not 0 <= args.ditto_lambda <= 1):
+        ap.error("--ditto: expected --ditto-every >= 1, --ditto-rows >= 1 and 0 <= --ditto-lambda <= 1 (got %d, %d, %g)"
+                 % (args.ditto_every, args.ditto_rows, args.ditto_lambda))
     if args.mtp_chain < 1:
         ap.error("--mtp-chain %d: expected 1 or more" % args.mtp_chain)
     if args.time_steps < 0 or (args.time_steps and args.steps):
@@ -617,6 +669,8 @@ def main():
     warm = 100 if not args.tiny else 20
     step, tokens_seen, last_log = 0, 0, time.time()
     seq_ul_log = []  # the repeating share of each --seq-unlikelihood step's greedy continuations
+    ditto_gen = torch.Generator().manual_seed(args.seed + 1)  # --ditto's segments: the batches stay an eager run's
+    ditto_log = []  # the mean probability of a repeated token in each --ditto pass's rows
     # Validation every --eval-seconds, or with --steps every tenth of the steps (deterministic).
     eval_every = args.eval_seconds or (5.0 if args.tiny else 15.0)
     eval_steps = max(1, args.steps // 10) if args.steps else 0
@@ -688,6 +742,12 @@ def main():
                 seq_ul, rep_share = sequence_unlikelihood(model, prefix, args.seq_ul_tokens, args.fast_generate)
                 total = total + args.seq_unlikelihood * seq_ul
                 seq_ul_log.append(rep_share)
+            if args.ditto > 0 and frac >= args.ditto_from and step % args.ditto_every == 0:
+                y, L = ditto_rows(x, args.ditto_rows, seq + 1, ditto_gen)
+                dl, p_rep = ditto_loss(model, y, L, args.ditto_lambda)
+                total = total + args.ditto * dl
+                ditto_log.append(p_rep)
+                del ditto_log[:-10]
         opt.zero_grad(set_to_none=True)
         total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -704,7 +764,9 @@ def main():
                 % (step, loss.item() - args.unlikelihood * ul.item(), mtp_loss.item(),
                    ("  unlikelihood %.3f" % ul.item() if args.unlikelihood else "") +
                 ("  greedy continuations repeating %.3f (last %d)" % (sum(seq_ul_log[-10:]) / len(seq_ul_log[-10:]),
-                 len(seq_ul_log[-10:])) if seq_ul_log else ""), cur_lr,
+                 len(seq_ul_log[-10:])) if seq_ul_log else "") +
+                ("  p of a repeated copy %.3f (last %d)" % (torch.stack(ditto_log[-10:]).mean().item(),
+                 len(ditto_log[-10:])) if ditto_log else ""), cur_lr,
                    tokens_seen / max(time.time() - train_start, 1e-9), time.time() - t_start))
     train_s = time.time() - train_start
     if args.time_steps:
@@ -742,6 +804,7 @@ def main():
     metrics.update({"steps": last_step, "train_tokens": tokens_seen, "train_seconds": round(train_s, 1),
                     "parameters": nparams, "seed": args.seed, "mtp_chain": args.mtp_chain, "mtp_distill": args.mtp_distill,
                     "preset": args.preset, "unlikelihood": args.unlikelihood,
+                    **({"ditto": args.ditto, "ditto_lambda": args.ditto_lambda} if args.ditto else {}),
                     **({"compile": compiled} if args.compile else {}),
                     "corpus": args.corpus or "stdlib", "device": str(dev), "python": sys.version.split()[0],
                     "torch": torch.__version__})
