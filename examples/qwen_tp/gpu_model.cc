@@ -545,7 +545,7 @@ bool GpuModel::enqueueLayer(const Layer& L, int n, int ropeOffset, const __nv_bf
   const int H = cfg_.hiddenSize, D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads, I = shape_.inter;
   gemm(L.wqkv, qkvRows_, H, hn_, n, qkv_, false);
   if (ropeInAttn_ && n <= kGraphMaxTokens) {
-    enqueueAttentionRope(L, n, ropeOffset);
+    if (!enqueueAttentionRope(L, n, ropeOffset, error)) return false;
   } else {
     gpu::qkNormRopeStore(qkv_, n, hq, hk, D, L.qn, L.kn, cfg_.rmsNormEps, cfg_.ropeTheta, dPos_, ropeOffset, q_,
                          L.kCache, L.vCache, stream_);
@@ -583,7 +583,7 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
                             : gpu::gemvNormBf16(L.wqkv, qkvRows_, H, x_, n, L.ln1, eps, qkv_, stream_)))
     return *error = "fused decode: qkv GEMV refused its operands", false;
   if (ropeInAttn_) {
-    enqueueAttentionRope(L, n, ropeOffset);
+    if (!enqueueAttentionRope(L, n, ropeOffset, error)) return false;
   } else {
     gpu::qkNormRopeStore(qkv_, n, hq, hk, D, L.qn, L.kn, eps, cfg_.ropeTheta, dPos_, ropeOffset, q_, L.kCache, L.vCache,
                          stream_);
@@ -621,12 +621,17 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
 
 // A decode call's attention from the raw qkv (gpu::attentionDecodeTcRope): q/k norm, RoPE and the
 // KV store of the call's slots inside it.
-void GpuModel::enqueueAttentionRope(const Layer& L, int n, int ropeOffset) {
+// False (with *error) when the kernel refuses the call: never for the calls of at most
+// kGraphMaxTokens tokens it is given.
+static_assert(GpuModel::kGraphMaxTokens <= gpu::kDecodeTcMaxTokens, "decode calls fit attentionDecodeTcRope");
+bool GpuModel::enqueueAttentionRope(const Layer& L, int n, int ropeOffset, std::string* error) {
   gpu::DecodeRope rope;
   rope.qkv = qkv_, rope.qNorm = L.qn, rope.kNorm = L.kn, rope.eps = cfg_.rmsNormEps, rope.theta = cfg_.ropeTheta;
   rope.ropeOffset = ropeOffset;
-  gpu::attentionDecodeTcRope(rope, L.kCache, L.vCache, dPos_, n, shape_.heads, shape_.kvHeads, tcSplits_, tcPart_,
-                             tcTickets_, att_, stream_, oAhead(L));
+  if (!gpu::attentionDecodeTcRope(rope, L.kCache, L.vCache, dPos_, n, shape_.heads, shape_.kvHeads, tcSplits_, tcPart_,
+                                  tcTickets_, att_, stream_, oAhead(L)))
+    return *error = "attentionDecodeTcRope refused a call of " + std::to_string(n) + " tokens", false;
+  return true;
 }
 
 gpu::L2Ahead GpuModel::oAhead(const Layer& L) const {

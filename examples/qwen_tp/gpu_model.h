@@ -308,7 +308,7 @@ class GpuModel : public DecoderEngine {
   void dropGraphs();
   void enqueueAttention(const Layer& L, int n);
   // A decode call's attention with the q/k norm, RoPE and KV store inside (kAttentionRope, kFused).
-  void enqueueAttentionRope(const Layer& L, int n, int ropeOffset);
+  bool enqueueAttentionRope(const Layer& L, int n, int ropeOffset, std::string* error);
   /// Sums buf (f32 or bf16) over the ranks. exact: never compressed, whatever the
   /// communicator's compression: the argmax table (ids) and the vocab-parallel embedding.
   bool allReduce(void* buf, size_t count, bool f32, std::string* error, bool exact = false,

@@ -38,11 +38,11 @@ constexpr int SO = D + 8;              // row stride (floats) of the warps' O in
 // One warp: a head row src[0, D) of the qkv projection -> per-head RMSNorm (weight nw; lane l
 // sums the squares of dims l, l + 32, l + 64, l + 96 in that order, then the butterfly), rounded
 // to bf16 as Hugging Face does, then rotate-half rotary at position p (dims d and d + 64 paired)
-// -> dst, and dst2 when not null. qkNormRopeStore's math up to the order of the sum of squares;
-// every product and sum is an _rn intrinsic (nothing left to contraction), so every CTA that
-// computes a row gets the same bits.
+// -> lane l's rotated pairs: r[k] = (dim l + 32k, dim l + 32k + 64), k < 2. qkNormRopeStore's
+// math up to the order of the sum of squares; every product and sum is an _rn intrinsic (nothing
+// left to contraction), so every CTA that computes a row gets the same bits.
 __device__ __forceinline__ void normRopeHead(const __nv_bfloat16* src, const __nv_bfloat16* nw, float eps, float theta,
-                                             int p, __nv_bfloat16* dst, __nv_bfloat16* dst2) {
+                                             int p, __nv_bfloat162 (&r)[2]) {
   const int lane = threadIdx.x & 31;
   float x[4], ss = 0.f;
 #pragma unroll
@@ -57,17 +57,36 @@ __device__ __forceinline__ void normRopeHead(const __nv_bfloat16* src, const __n
     const float invFreq = 1.0f / powf(theta, static_cast<float>(2 * d) / static_cast<float>(D));
     float sn, cs;
     sincosf(static_cast<float>(p) * invFreq, &sn, &cs);
-    const __nv_bfloat16 o1 = __float2bfloat16_rn(__fsub_rn(__fmul_rn(x[k], cs), __fmul_rn(x[k + 2], sn)));
-    const __nv_bfloat16 o2 = __float2bfloat16_rn(__fadd_rn(__fmul_rn(x[k + 2], cs), __fmul_rn(x[k], sn)));
-    dst[d] = o1, dst[d + D / 2] = o2;
-    if (dst2) dst2[d] = o1, dst2[d + D / 2] = o2;
+    r[k] = __halves2bfloat162(__float2bfloat16_rn(__fsub_rn(__fmul_rn(x[k], cs), __fmul_rn(x[k + 2], sn))),
+                              __float2bfloat16_rn(__fadd_rn(__fmul_rn(x[k + 2], cs), __fmul_rn(x[k], sn))));
   }
 }
 
+// A head row held as normRopeHead leaves it (lane l: dims l + 32k and l + 32k + 64) -> dst[0, D).
+__device__ __forceinline__ void storeRotated(const __nv_bfloat162 (&r)[2], __nv_bfloat16* dst) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) dst[lane + 32 * k] = r[k].x, dst[lane + 32 * k + D / 2] = r[k].y;
+}
+
+// A V head row, lane l's dims l + 32k (k < 4) as two pairs: load from src, store to dst.
+__device__ __forceinline__ void loadVRow(const __nv_bfloat16* src, __nv_bfloat162 (&v)[2]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) v[h] = __halves2bfloat162(src[lane + 64 * h], src[lane + 64 * h + 32]);
+}
+__device__ __forceinline__ void storeVRow(const __nv_bfloat162 (&v)[2], __nv_bfloat16* dst) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) dst[lane + 64 * h] = v[h].x, dst[lane + 64 * h + 32] = v[h].y;
+}
+
 // grid (n, maxSplits, hk), block 128, kRingBytes of dynamic shared memory. G query heads per KV
-// head; rows g + 8 of the MMAs carry heads only when G > 8. kRope: q comes from rope.qkv (normed
-// and rotated here), the K/V rows of the call's own slots (pos..pos+t) are made from rope.qkv into
-// the tiles that hold them, and the CTA holding slot pos + t stores that slot into the cache.
+// head; rows g + 8 of the MMAs carry heads only when G > 8. kRope (n <= kDecodeTcMaxTokens): q
+// comes from rope.qkv (normed and rotated here); the K/V rows of the call's own slots
+// (pos..pos+t) in the CTA's chunk are made from rope.qkv while the first tiles load, held in
+// registers (at most n of them, kOwn a warp) and written over the stale cache rows of their tile
+// once it is in; the CTA holding slot pos + t stores that slot into the cache as soon as it is made.
 template <int G, bool kRope>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     attnDecodeTcKernel(const __nv_bfloat16* q, __nv_bfloat16* kCache, __nv_bfloat16* vCache, const int32_t* pos, int hq,
@@ -126,10 +145,32 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) loadTile(i);  // in flight while Q loads
   const int64_t qkvRow = static_cast<int64_t>(hq + 2 * hk) * D;  // kRope: rope.qkv's row length
+  // kRope: own slot own0 + warp + i kWarps (i < kOwn) of the chunk, while below s1, in ownK[i] and
+  // ownV[i]; the chunk holds at most t + 1 <= kDecodeTcMaxTokens of them.
+  constexpr int kOwn = kRope ? kDecodeTcMaxTokens / kWarps : 1;
+  __nv_bfloat162 ownK[kOwn][2], ownV[kOwn][2];
+  const int own0 = max(s0, p0);
   if (kRope) {
-    for (int r = warp; r < G; r += kWarps)
+    for (int r = warp; r < G; r += kWarps) {
+      __nv_bfloat162 qr[2];
       normRopeHead(rope.qkv + t * qkvRow + (kvh * G + r) * D, rope.qNorm, rope.eps, rope.theta, p0 + rope.ropeOffset + t,
-                   shQ[r], nullptr);
+                   qr);
+      storeRotated(qr, shQ[r]);
+    }
+#pragma unroll
+    for (int i = 0; i < kOwn; ++i) {
+      const int s = own0 + warp + i * kWarps;
+      if (s >= s1) continue;
+      const int j = s - p0;  // the call's token that owns slot s
+      const __nv_bfloat16* row = rope.qkv + j * qkvRow;
+      normRopeHead(row + (hq + kvh) * D, rope.kNorm, rope.eps, rope.theta, p0 + rope.ropeOffset + j, ownK[i]);
+      loadVRow(row + (hq + hk + kvh) * D, ownV[i]);
+      if (s == p0 + t) {  // one CTA per (token, KV head) holds it: the cache row, written once
+        const int64_t cacheOff = s * rowStride + static_cast<int64_t>(kvh) * D;
+        storeRotated(ownK[i], kCache + cacheOff);
+        storeVRow(ownV[i], vCache + cacheOff);
+      }
+    }
     __syncthreads();
   }
   // Q as A fragments (row r = query head kvh G + r of token t; rows >= G are zero).
@@ -154,21 +195,14 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     __syncthreads();  // tile it is in; every warp is done with tile it - 1, whose slot refills now
     const int buf = it % kStages, base = s0 + it * kKeys, kb = base + warp * 16;  // kb: the warp's first slot
     if (kRope && base + kKeys > p0) {
-      // Slots p0.. are this call's: their rows come from qkv (the cache's are stale), one warp a
-      // slot; slot pos + t goes to the cache too (one CTA per (token, KV head) holds it).
-      for (int s = max(base, p0) + warp; s < min(base + kKeys, s1); s += kWarps) {
-        const int j = s - p0;  // the call's token that owns slot s
-        const __nv_bfloat16* row = rope.qkv + j * qkvRow;
-        const int64_t cacheOff = s * rowStride + static_cast<int64_t>(kvh) * D;
-        const bool store = s == p0 + t;
-        normRopeHead(row + (hq + kvh) * D, rope.kNorm, rope.eps, rope.theta, p0 + rope.ropeOffset + j,
-                     Ks + (buf * kKeys + s - base) * SD, store ? kCache + cacheOff : nullptr);
+      // Slots p0.. are this call's: the tile holds stale cache rows there; the rows made above
+      // replace them (each by the warp that made it).
 #pragma unroll
-        for (int k = 0; k < D / 32; ++k) {
-          const __nv_bfloat16 v = row[(hq + hk + kvh) * D + lane + 32 * k];
-          Vs[(buf * kKeys + s - base) * SD + lane + 32 * k] = v;
-          if (store) vCache[cacheOff + lane + 32 * k] = v;
-        }
+      for (int i = 0; i < kOwn; ++i) {
+        const int s = own0 + warp + i * kWarps;
+        if (s < base || s >= min(base + kKeys, s1)) continue;
+        storeRotated(ownK[i], Ks + (buf * kKeys + s - base) * SD);
+        storeVRow(ownV[i], Vs + (buf * kKeys + s - base) * SD);
       }
       __syncthreads();
     }
@@ -388,10 +422,12 @@ void attentionDecodeTc(const __nv_bfloat16* q, const __nv_bfloat16* kCache, cons
             tickets, out, nullptr, ahead, s);
 }
 
-void attentionDecodeTcRope(const DecodeRope& rope, __nv_bfloat16* kCache, __nv_bfloat16* vCache, const int32_t* pos,
+bool attentionDecodeTcRope(const DecodeRope& rope, __nv_bfloat16* kCache, __nv_bfloat16* vCache, const int32_t* pos,
                            int n, int hq, int hk, int maxSplits, float* part, int* tickets, __nv_bfloat16* out,
                            cudaStream_t s, const L2Ahead& ahead) {
+  if (n < 1 || n > kDecodeTcMaxTokens || !attentionDecodeTcSupported(hq, hk, D)) return false;
   launchAny(nullptr, kCache, vCache, pos, n, hq, hk, maxSplits, part, tickets, out, &rope, ahead, s);
+  return true;
 }
 
 }  // namespace gpu

@@ -14,6 +14,8 @@ namespace gpu {
 
 /// The one head_dim attentionDecodeTc serves (Qwen3's), and the group sizes (hq / hk) it takes.
 constexpr int kDecodeTcHeadDim = 128;
+/// The most tokens a call of attentionDecodeTcRope takes (a decode, verify or draft call).
+constexpr int kDecodeTcMaxTokens = 16;
 bool attentionDecodeTcSupported(int hq, int hk, int D);
 /// Raises the kernels' shared-memory limit (104 KB) on the current device: once per device before
 /// the first call (GpuModel::init does it). False when the device refuses.
@@ -61,8 +63,9 @@ struct DecodeRope {
 /// from qkv, makes the K/V rows of the call's own slots (pos..pos+t) from qkv where its chunk
 /// holds them, and one CTA per (token, KV head) stores slot pos + t into the cache. The per-head
 /// norm sums its squares in another order than qkNormRopeStore, so q and the stored k can differ
-/// from it in the last bf16 bit; every other step is its arithmetic.
-void attentionDecodeTcRope(const DecodeRope& rope, __nv_bfloat16* kCache, __nv_bfloat16* vCache, const int32_t* pos,
+/// from it in the last bf16 bit; every other step is its arithmetic. False, launching nothing,
+/// when n is outside 1..kDecodeTcMaxTokens or attentionDecodeTcSupported(hq, hk, 128) says no.
+bool attentionDecodeTcRope(const DecodeRope& rope, __nv_bfloat16* kCache, __nv_bfloat16* vCache, const int32_t* pos,
                            int n, int hq, int hk, int maxSplits, float* part, int* tickets, __nv_bfloat16* out,
                            cudaStream_t s, const L2Ahead& ahead = L2Ahead{});
 
