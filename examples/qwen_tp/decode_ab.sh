@@ -177,9 +177,11 @@ elif [ "${PART:-all}" = fusedrope ]; then
 # PART=fusedrope: the shipped step (the stream, the fused step, auto PDL, the attention's L2
 # prefetch) with the q/k norm, RoPE and KV store inside the attention (QWEN_DECODE=fused) against
 # qkNormRopeStore before it (gemv, the default), A B B A at qwen3-8b and qwen3-32b 512 and qwen3-8b
-# 32000.
+# 32000; then (NCU=1, the default) one 8b step of each at 512 under ncu: the attention kernel's
+# time with and without the q/k norm, RoPE and KV store inside, beside qkNormRopeStore's.
 rope_run() { GEMV=stream QWEN_STREAM_PDL=auto qn "$1" "$2" "$3" regs "${3#*_}" "${@:4}"; }
 over_shapes "gemv fused" "$SHAPES3" rope_run
+if [ "${NCU:-1}" = 1 ]; then ncu_step gemv qwen3-8b 512; ncu_step fused qwen3-8b 512; fi
 elif [ "${PART:-all}" = streampdl ]; then
 # PART=streampdl: which streams of the fused step launch with PDL, PDL_MODES (QWEN_STREAM_PDL
 # values, default off attn chain all: none, o_proj after the attention, the streams after a
@@ -299,7 +301,7 @@ fi
     [ -f "$f" ] && echo "- $(basename "$f" .log): $(grep -a 'eval time' "$f" | tail -1 | sed 's/^ *//') $(grep -a 'draft acceptance' "$f" | tail -1 | cut -c1-80)"
   done
   echo
-  echo "ncu, one decode step (kernels, summed time us, DRAM GB; top 6 kernels by time):"
+  echo "ncu, one decode step (kernels, summed time us, DRAM GB; top 6 kernels by time, and the attention and RoPE kernels):"
   for f in "$L"/ncu_*.log; do
     [ -f "$f" ] || continue
     python3 - "$f" << 'EOF'
@@ -322,7 +324,9 @@ for r in data:
     e = by[name]; e[0] += 1; e[1] += num(r, tk) * tscale; e[2] += (num(r, rd) + num(r, wr)) * bscale
 tot_t = sum(e[1] for e in by.values()); tot_b = sum(e[2] for e in by.values())
 print(f"- {sys.argv[1].split('/')[-1]}: {len(data)} kernels, {tot_t:.0f} us, {tot_b:.2f} GB, {tot_b / max(tot_t, 1e-9) * 1e6:.0f} GB/s over the summed time")
-for name, (n, t, b) in sorted(by.items(), key=lambda kv: -kv[1][1])[:6]:
+ranked = sorted(by.items(), key=lambda kv: -kv[1][1])
+# The top 6, and the attention's and RoPE's kernels wherever they rank.
+for name, (n, t, b) in [kv for i, kv in enumerate(ranked) if i < 6 or re.search("attn|[Rr]ope", kv[0])]:
     print(f"    {n:3d} x {name}: {t:8.1f} us, {b:.3f} GB, {b / max(t, 1e-9) * 1e6:.0f} GB/s")
 EOF
   done
