@@ -20,7 +20,8 @@ void localArgmax(const float* logits, int n, int V, int vocabBegin, int tp, int 
 /// (the same on every rank: computed from the same table in rank order).
 void pickArgmax(const float* table, int n, int tp, int32_t* tokens, float* topProb, cudaStream_t s);
 /// tp == 1 (vocabulary not split, nothing to all-reduce): localArgmax and pickArgmax in one
-/// launch, the same tokens, topProb and table bits.
+/// launch, the same tokens and topProb bits. Without topProb it takes no exponential: the
+/// table's sum entries are then 0 (nothing reads them).
 void argmaxPick(const float* logits, int n, int V, float* table, int32_t* tokens, float* topProb, cudaStream_t s);
 
 }  // namespace gpu

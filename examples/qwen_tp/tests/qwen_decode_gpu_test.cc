@@ -19,6 +19,8 @@
 //    loop), 1 and 5 rows, with and without the add, signed zeros among the inputs.
 //  - the wide-row forms of swiglu and qkNormRopeStore (prefill chunks) against the per-element
 //    kernels, to the bit, special values among the inputs.
+//  - greedy sampling (argmaxPick, localArgmax + pickArgmax) against a host argmax: the first of
+//    equal maxima, NaN never chosen, 16-byte and scalar rows, two ranks' shards.
 // The model on every path: qwen_decode_model_gpu_test.cc.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -560,6 +562,105 @@ TEST(QwenDecodeGpu, WideRowKernelsKeepTheBits) {
       finite += (v & 0x7F80) != 0x7F80 && (v & 0x7FFF) != 0;
     }
     ASSERT_GT(finite, qn / 2) << what;
+  }
+}
+
+// ---- greedy sampling (kernels/sampling.cu) ----
+
+// gpu::argmaxPick, with and without the top probability, and gpu::localArgmax + pickArgmax,
+// against a host argmax: the first of equal maxima (three planted: two adjacent, one far), NaN
+// never chosen, -inf and signed zeros among the values; rows whose vocabulary is a multiple of 4
+// (16-byte loads), not (one float at a time), and starting off 16 bytes. The top probability
+// against fp64 1 / sum exp(v - max) to 1e-4 relative (fp32 sums, __expf) on rows without NaN;
+// the fused launch and the separate pair give the same token and probability bits; without the
+// probability the table's sums are 0. Then the vocabulary split over two ranks (localArgmax per
+// shard, the tables summed as the all-reduce would): the same token and probability.
+TEST(QwenDecodeGpu, ArgmaxPicksTheFirstMaximum) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  struct Case {
+    int V, n, offset;
+    bool special;  // NaN, -inf and +-0 planted (tokens checked, not the probability)
+  };
+  const Case cases[] = {{151936, 1, 0, false}, {151936, 3, 0, true}, {1001, 2, 0, false},
+                        {4096, 2, 1, true},    {8, 1, 0, false},     {9, 1, 0, true}};
+  const int E = gpu::kArgmaxEntry;
+  Rng rng{0x5eed};
+  for (const Case& c : cases) {
+    const std::string what = "V " + std::to_string(c.V) + " n " + std::to_string(c.n) + " offset " +
+                             std::to_string(c.offset) + (c.special ? " with NaN/-inf/+-0" : "");
+    std::vector<float> lg(static_cast<size_t>(c.n) * c.V + c.offset);
+    for (auto& x : lg) x = rng.uniform() * 8.f;
+    std::vector<int32_t> want(c.n);
+    std::vector<double> wantP(c.n);
+    for (int t = 0; t < c.n; ++t) {
+      float* r = lg.data() + c.offset + static_cast<size_t>(t) * c.V;
+      const int a = std::max(3, c.V / 3 + t);  // a, a + 1 and the last element: equal maxima
+      r[a] = r[a + 1] = r[c.V - 1] = 20.f + t;
+      if (c.special) r[0] = NAN, r[1] = -0.f, r[2] = 0.f, r[c.V - 2] = -INFINITY;  // V >= 9: apart from them
+      int best = -1;
+      for (int i = 0; i < c.V; ++i)
+        if (!std::isnan(r[i]) && (best < 0 || r[i] > r[best])) best = i;
+      want[t] = best;
+      double sum = 0;
+      for (int i = 0; i < c.V; ++i) sum += std::exp(static_cast<double>(r[i]) - r[best]);
+      wantP[t] = 1.0 / sum;
+    }
+    DevBuf<float> dl(lg.size()), table(static_cast<size_t>(c.n) * E), table2(static_cast<size_t>(c.n) * E), prob(c.n),
+        prob2(c.n);
+    DevBuf<int32_t> tok(c.n), tok2(c.n), tok3(c.n);
+    CK(cudaMemcpy(dl.p, lg.data(), lg.size() * 4, cudaMemcpyHostToDevice));
+    const float* d = dl.p + c.offset;
+    gpu::argmaxPick(d, c.n, c.V, table.p, tok.p, prob.p, nullptr);
+    gpu::localArgmax(d, c.n, c.V, 0, 1, 0, table2.p, nullptr);
+    gpu::pickArgmax(table2.p, c.n, 1, tok2.p, prob2.p, nullptr);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<int32_t> got(c.n), got2(c.n), got3(c.n);
+    std::vector<float> p(c.n), p2(c.n), tb(static_cast<size_t>(c.n) * E);
+    CK(cudaMemcpy(got.data(), tok.p, c.n * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(got2.data(), tok2.p, c.n * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(p.data(), prob.p, c.n * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(p2.data(), prob2.p, c.n * 4, cudaMemcpyDeviceToHost));
+    gpu::argmaxPick(d, c.n, c.V, table.p, tok3.p, nullptr, nullptr);  // no probability: no exponentials
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(got3.data(), tok3.p, c.n * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(tb.data(), table.p, tb.size() * 4, cudaMemcpyDeviceToHost));
+    for (int t = 0; t < c.n; ++t) {
+      EXPECT_EQ(got[t], want[t]) << what << ", row " << t;
+      EXPECT_EQ(got2[t], want[t]) << what << ", row " << t << " (localArgmax + pickArgmax)";
+      EXPECT_EQ(got3[t], want[t]) << what << ", row " << t << " (without the probability)";
+      EXPECT_EQ(0, std::memcmp(&p[t], &p2[t], 4)) << what << ", row " << t << ": fused " << p[t] << " separate " << p2[t];
+      EXPECT_EQ(tb[static_cast<size_t>(t) * E + 2], 0.f) << what << ", row " << t << ": a sum without the probability";
+      if (!c.special) EXPECT_NEAR(p[t], wantP[t], 1e-4 * wantP[t]) << what << ", row " << t;
+    }
+    if (c.V % 2 || c.special) continue;
+    // Two ranks, half the vocabulary each: rank r's shard rows [n, V / 2] from vocabBegin r V / 2.
+    const int h = c.V / 2;
+    std::vector<float> sum(static_cast<size_t>(c.n) * 2 * E, 0.f);
+    for (int r = 0; r < 2; ++r) {
+      std::vector<float> shard(static_cast<size_t>(c.n) * h);
+      for (int t = 0; t < c.n; ++t)
+        std::memcpy(shard.data() + static_cast<size_t>(t) * h, lg.data() + c.offset + static_cast<size_t>(t) * c.V + r * h,
+                    h * 4);
+      DevBuf<float> ds(shard.size()), dt(static_cast<size_t>(c.n) * 2 * E);
+      CK(cudaMemcpy(ds.p, shard.data(), shard.size() * 4, cudaMemcpyHostToDevice));
+      gpu::localArgmax(ds.p, c.n, h, r * h, 2, r, dt.p, nullptr);
+      CK(cudaDeviceSynchronize());
+      std::vector<float> part(sum.size());
+      CK(cudaMemcpy(part.data(), dt.p, part.size() * 4, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];  // the other rank's entries are zeros
+    }
+    DevBuf<float> dsum(sum.size()), dp(c.n);
+    DevBuf<int32_t> dtok(c.n);
+    CK(cudaMemcpy(dsum.p, sum.data(), sum.size() * 4, cudaMemcpyHostToDevice));
+    gpu::pickArgmax(dsum.p, c.n, 2, dtok.p, dp.p, nullptr);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(got.data(), dtok.p, c.n * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(p.data(), dp.p, c.n * 4, cudaMemcpyDeviceToHost));
+    for (int t = 0; t < c.n; ++t) {
+      EXPECT_EQ(got[t], want[t]) << what << ", row " << t << ", two ranks";
+      EXPECT_NEAR(p[t], wantP[t], 1e-4 * wantP[t]) << what << ", row " << t << ", two ranks";
+    }
   }
 }
 
