@@ -12,6 +12,9 @@ namespace gpu {
 namespace {
 
 constexpr int kNormThreads = 512;
+// The elements a thread holds in registers in the kernels that load a whole row at once (rows up
+// to kNormPerThread x kNormThreads = 8192).
+constexpr int kNormPerThread = 16;
 
 // addRmsNorm's arithmetic (round-to-nearest intrinsics, nothing left to contraction): each thread
 // has summed v * v over its elements in stride order with fma; inv = 1 / sqrt(mean + eps), and

@@ -21,7 +21,7 @@ namespace {
 // which no kernel writes), x's and add's together after it, so a row costs one L2 round trip
 // where a loop of dependent loads and stores cost one per element (8 at hidden 4096, ~9 us a
 // launch under ncu). The sum of squares runs in the loop's order: the same bits.
-constexpr int kNormPerThread = 16;
+// kNormPerThread: norm_rows.cuh.
 
 template <bool kAdd>
 __global__ void addRmsNormKernel(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int H, float eps,
