@@ -18,6 +18,7 @@
 # launch a layer against the separate streams, PART=streampdl which streams launch with PDL,
 # PART=default qwen_tp as shipped against --gemv cublas; PART=attnprefetch the attention's L2
 # prefetch of o_proj; PART=fusedrope RoPE inside the attention against qkNormRopeStore;
+# PART=argmaxrope the argmax's old loop, the shipped step and RoPE inside the attention;
 # TESTS=all|filter|none: the whole qwen_gpu_test, the decode filter (default) or no tests first.
 # Logs go to $OUT/logs.tgz (each log opens with commit, date, command), the table to
 # $OUT/summary.md and to stdout, last. Usage, from the repository root:
@@ -73,12 +74,13 @@ ncu_step() {  # ncu_step <mode> <preset> <prompt> [extra]
 }
 
 qn() {  # qn <preset> <prompt> <tag> <norm> <decode> [extra]; GEMM=gemmex|lt (QWEN_GEMM), default gemmex;
-        # PF=off|on|<MB> (QWEN_PREFETCH), default off; AP=off|on|<MB> (QWEN_ATTN_PREFETCH), default unset
+        # PF=off|on|<MB> (QWEN_PREFETCH), default off; AP=off|on|<MB> (QWEN_ATTN_PREFETCH), default unset;
+        # ARGMAX=loop|vec (QWEN_ARGMAX), default unset
   local preset=$1 P=$2 tag=$3 norm=$4 dec=$5; shift 5
   local short=${preset#qwen3-}; local N=64; [ "$short" = 32b ] && N=32
   run "q${short%b}_${P}_$tag" 120 env QWEN_NORM=$norm QWEN_DECODE=$dec QWEN_GEMM=${GEMM:-gemmex} QWEN_PREFETCH=${PF:-off} \
     QWEN_GEMV=${GEMV:-cublas} QWEN_STREAM_PDL=${QWEN_STREAM_PDL:-off} QWEN_STREAM_LAYER=${QWEN_STREAM_LAYER:-off} \
-    ${AP:+QWEN_ATTN_PREFETCH=$AP} $Q \
+    ${AP:+QWEN_ATTN_PREFETCH=$AP} ${ARGMAX:+QWEN_ARGMAX=$ARGMAX} $Q \
     --model-preset $preset --prompt-tokens $P --n-predict $N --ubatch-size 2048 "$@"
 }
 # over_shapes "<m1 m2 ..>" "<shape;shape;..>" <fn>: at each shape ("preset prompt [extra args]"),
@@ -181,6 +183,18 @@ elif [ "${PART:-all}" = fusedrope ]; then
 # time with and without the q/k norm, RoPE and KV store inside, beside qkNormRopeStore's.
 rope_run() { GEMV=stream QWEN_STREAM_PDL=auto qn "$1" "$2" "$3" regs "${3#*_}" "${@:4}"; }
 over_shapes "gemv fused" "$SHAPES3" rope_run
+if [ "${NCU:-1}" = 1 ]; then ncu_step gemv qwen3-8b 512; ncu_step fused qwen3-8b 512; fi
+elif [ "${PART:-all}" = argmaxrope ]; then
+# PART=argmaxrope: the shipped step with the greedy argmax's float-at-a-time loop (QWEN_ARGMAX=loop,
+# "gemvloop"), as shipped ("gemv": 16-byte loads in flight), and with the q/k norm, RoPE and KV
+# store inside the attention ("fused"), A B C C B A at qwen3-8b and qwen3-32b 512 and qwen3-8b
+# 32000; then (NCU=1, the default) one 8b step of gemv and of fused at 512 under ncu.
+ar_run() {
+  local m=${3#*_} a=vec
+  [ "$m" = gemvloop ] && m=gemv a=loop
+  GEMV=stream QWEN_STREAM_PDL=auto ARGMAX=$a qn "$1" "$2" "$3" regs "$m" "${@:4}"
+}
+over_shapes "gemvloop gemv fused" "$SHAPES3" ar_run
 if [ "${NCU:-1}" = 1 ]; then ncu_step gemv qwen3-8b 512; ncu_step fused qwen3-8b 512; fi
 elif [ "${PART:-all}" = streampdl ]; then
 # PART=streampdl: which streams of the fused step launch with PDL, PDL_MODES (QWEN_STREAM_PDL
@@ -301,7 +315,7 @@ fi
     [ -f "$f" ] && echo "- $(basename "$f" .log): $(grep -a 'eval time' "$f" | tail -1 | sed 's/^ *//') $(grep -a 'draft acceptance' "$f" | tail -1 | cut -c1-80)"
   done
   echo
-  echo "ncu, one decode step (kernels, summed time us, DRAM GB; top 6 kernels by time, and the attention and RoPE kernels):"
+  echo "ncu, one decode step (kernels, summed time us, DRAM GB; top 6 kernels by time, and the attention, RoPE, norm and argmax kernels):"
   for f in "$L"/ncu_*.log; do
     [ -f "$f" ] || continue
     python3 - "$f" << 'EOF'
@@ -325,8 +339,8 @@ for r in data:
 tot_t = sum(e[1] for e in by.values()); tot_b = sum(e[2] for e in by.values())
 print(f"- {sys.argv[1].split('/')[-1]}: {len(data)} kernels, {tot_t:.0f} us, {tot_b:.2f} GB, {tot_b / max(tot_t, 1e-9) * 1e6:.0f} GB/s over the summed time")
 ranked = sorted(by.items(), key=lambda kv: -kv[1][1])
-# The top 6, and the attention's and RoPE's kernels wherever they rank.
-for name, (n, t, b) in [kv for i, kv in enumerate(ranked) if i < 6 or re.search("attn|[Rr]ope", kv[0])]:
+# The top 6, and the attention's, RoPE's, the norms' and the argmax's kernels wherever they rank.
+for name, (n, t, b) in [kv for i, kv in enumerate(ranked) if i < 6 or re.search("attn|[Rr]ope|Norm|Argmax", kv[0])]:
     print(f"    {n:3d} x {name}: {t:8.1f} us, {b:.3f} GB, {b / max(t, 1e-9) * 1e6:.0f} GB/s")
 EOF
   done

@@ -267,6 +267,10 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   // QWEN_NORM=loop|regs: A/B of addRmsNorm's two kernels (the same bits); unset: regs
   if (!envChoice("QWEN_NORM", "regs", {"loop", "regs"}, &v, error)) return false;
   gpu::setNormLoop(v == "loop");
+  // QWEN_ARGMAX=loop|vec: A/B of the greedy argmax's loads (a float at a time with the sums, or
+  // 16-byte loads in flight; the same tokens); unset: vec
+  if (!envChoice("QWEN_ARGMAX", "vec", {"loop", "vec"}, &v, error)) return false;
+  gpu::setArgmaxLoop(v == "loop");
   QWEN_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   if (opt_.prefillOverlap && shape_.tp > 1) {
     // The sums' stream gets the highest priority: its kernels take SMs as the GEMM's blocks

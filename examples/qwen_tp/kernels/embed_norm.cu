@@ -4,6 +4,7 @@
 
 #include "kernels/embed_norm.cuh"
 #include "kernels/norm_rows.cuh"
+#include "kernels/norms.cuh"
 
 namespace qwen {
 namespace gpu {
@@ -13,8 +14,8 @@ namespace {
 // order (block of kNormThreads), fma sum of squares and rounding, so the same bits. As in
 // addRmsNormKernel, thread t's elements t, t + 512, ... are all loaded before their first use:
 // the norm weights before the PDL wait (no kernel writes them), the token and then its row after
-// it, so the gather costs one round trip where a loop of dependent loads and stores paid one per
-// element (8 at hidden 4096: ~9 us a launch under ncu). Rows up to kNormPerThread x kNormThreads.
+// it, so the gather costs one round trip where the loop form below pays one per element (8 at
+// hidden 4096: ~9 us a launch under ncu). Rows up to kNormPerThread x kNormThreads.
 __global__ void embedRmsNormKernel(const int32_t* tokens, const __nv_bfloat16* E, int vocabBegin, int vocabLocal, int H,
                                    const __nv_bfloat16* w, float eps, __nv_bfloat16* x, __nv_bfloat16* out) {
   pdlLaunch();
@@ -47,7 +48,7 @@ __global__ void embedRmsNormKernel(const int32_t* tokens, const __nv_bfloat16* E
   }
 }
 
-// Rows past kNormPerThread x kNormThreads: the same arithmetic as a loop.
+// Rows past kNormPerThread x kNormThreads, and QWEN_NORM=loop: the same arithmetic as a loop.
 __global__ void embedRmsNormLoopKernel(const int32_t* tokens, const __nv_bfloat16* E, int vocabBegin, int vocabLocal,
                                        int H, const __nv_bfloat16* w, float eps, __nv_bfloat16* x, __nv_bfloat16* out) {
   pdlLaunch();
@@ -73,8 +74,8 @@ __global__ void embedRmsNormLoopKernel(const int32_t* tokens, const __nv_bfloat1
 
 void embedRmsNorm(const int32_t* tokens, int n, const __nv_bfloat16* E, int vocabBegin, int vocabLocal, int H,
                   const __nv_bfloat16* w, float eps, __nv_bfloat16* x, __nv_bfloat16* out, cudaStream_t s) {
-  launch(H <= kNormPerThread * kNormThreads ? embedRmsNormKernel : embedRmsNormLoopKernel, n, kNormThreads, s, tokens, E,
-         vocabBegin, vocabLocal, H, w, eps, x, out);
+  launch(!normLoop() && H <= kNormPerThread * kNormThreads ? embedRmsNormKernel : embedRmsNormLoopKernel, n, kNormThreads,
+         s, tokens, E, vocabBegin, vocabLocal, H, w, eps, x, out);
 }
 
 }  // namespace gpu

@@ -175,6 +175,7 @@ bool gNormLoop = false;  // setNormLoop
 }  // namespace
 
 void setNormLoop(bool on) { gNormLoop = on; }
+bool normLoop() { return gNormLoop; }
 
 void addRmsNorm(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16* w, int n, int H, float eps,
                 __nv_bfloat16* out, cudaStream_t s) {

@@ -18,6 +18,8 @@ void addRmsNorm(__nv_bfloat16* x, const __nv_bfloat16* add, const __nv_bfloat16*
 /// thread's elements of a row at once (rows up to 8192), true runs the per-element loop, for
 /// A/B timing (QWEN_NORM=loop).
 void setNormLoop(bool on);
+/// What setNormLoop set (embedRmsNorm follows it too).
+bool normLoop();
 /// out[t, :] = bf16(rmsnorm(in[t, :]) * w) with in bf16 and an output row stride.
 void rmsNormBf16(const __nv_bfloat16* in, int ldIn, const __nv_bfloat16* w, int n, int H, float eps, __nv_bfloat16* out,
                  int ldOut, cudaStream_t s);

@@ -79,12 +79,15 @@ __device__ __forceinline__ Top warpMergeTop(Top m) {
 // then the warps merge by butterfly and warp 0 merges the 32 warps' partials in warp order.
 // kSum: the sums of exp(v - max) (the table's third entry) too, one __expf an element; without
 // it (greedy steps that want no top probability) the entry is 0 and no exponential is taken.
+// !kVec (QWEN_ARGMAX=loop, setArgmaxLoop): a float at a time, always with the sums, for A/B
+// timing; the same tokens (the sums, another thread's share of the row each, differ within
+// rounding).
 // kPick (tp == 1: nothing to gather): the block also picks from the entry it wrote, with
 // pickArgmaxKernel's code (the same bits), into tokens[t] / topProb[t]: one launch where the
 // argmax took two (a draft step of a small model is launch-bound).
 constexpr int kArgmaxThreads = 1024;
 constexpr int kArgmaxBatch = 8;
-template <bool kPick, bool kSum>
+template <bool kPick, bool kSum, bool kVec = true>
 __global__ void __launch_bounds__(kArgmaxThreads) localArgmaxKernel(const float* logits, int V, int vocabBegin, int tp,
                                                                     int rank, float* table, int32_t* tokens,
                                                                     float* topProb) {
@@ -93,7 +96,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) localArgmaxKernel(const float*
   const int t = blockIdx.x;
   const float* l = logits + static_cast<int64_t>(t) * V;
   Top mine{-FLT_MAX, 0x7fffffff, 0.f};
-  if (V % 4 == 0 && (reinterpret_cast<uintptr_t>(l) & 15u) == 0) {
+  if (kVec && V % 4 == 0 && (reinterpret_cast<uintptr_t>(l) & 15u) == 0) {
     const float4* l4 = reinterpret_cast<const float4*>(l);
     const int V4 = V / 4;
     for (int base = threadIdx.x; base < V4; base += kArgmaxBatch * kArgmaxThreads) {
@@ -138,15 +141,21 @@ __global__ void pickArgmaxKernel(const float* table, int n, int tp, int32_t* tok
   pickRow(table + static_cast<int64_t>(t) * tp * kEntry, tp, tokens + t, topProb ? topProb + t : nullptr);
 }
 
+bool gArgmaxLoop = false;  // setArgmaxLoop
+
 }  // namespace
 
+void setArgmaxLoop(bool on) { gArgmaxLoop = on; }
+
 void localArgmax(const float* logits, int n, int V, int vocabBegin, int tp, int rank, float* table, cudaStream_t s) {
-  launch(localArgmaxKernel<false, true>, n, kArgmaxThreads, s, logits, V, vocabBegin, tp, rank, table,
-         static_cast<int32_t*>(nullptr), static_cast<float*>(nullptr));
+  launch(gArgmaxLoop ? localArgmaxKernel<false, true, false> : localArgmaxKernel<false, true>, n, kArgmaxThreads, s,
+         logits, V, vocabBegin, tp, rank, table, static_cast<int32_t*>(nullptr), static_cast<float*>(nullptr));
 }
 
 void argmaxPick(const float* logits, int n, int V, float* table, int32_t* tokens, float* topProb, cudaStream_t s) {
-  if (topProb)
+  if (gArgmaxLoop)  // QWEN_ARGMAX=loop: a float at a time with the sums, for A/B timing
+    launch(localArgmaxKernel<true, true, false>, n, kArgmaxThreads, s, logits, V, 0, 1, 0, table, tokens, topProb);
+  else if (topProb)
     launch(localArgmaxKernel<true, true>, n, kArgmaxThreads, s, logits, V, 0, 1, 0, table, tokens, topProb);
   else
     launch(localArgmaxKernel<true, false>, n, kArgmaxThreads, s, logits, V, 0, 1, 0, table, tokens, topProb);

@@ -19,6 +19,9 @@ void localArgmax(const float* logits, int n, int V, int vocabBegin, int tp, int 
 /// topProb is not null, topProb[t] = that token's softmax probability over the whole vocabulary
 /// (the same on every rank: computed from the same table in rank order).
 void pickArgmax(const float* table, int n, int tp, int32_t* tokens, float* topProb, cudaStream_t s);
+/// QWEN_ARGMAX=loop (GpuModel sets it at init): both kernels read a float at a time and always
+/// take the sums, for A/B timing against the 16-byte loads. Process-wide.
+void setArgmaxLoop(bool on);
 /// tp == 1 (vocabulary not split, nothing to all-reduce): localArgmax and pickArgmax in one
 /// launch, the same tokens and topProb bits. Without topProb it takes no exponential: the
 /// table's sum entries are then 0 (nothing reads them).

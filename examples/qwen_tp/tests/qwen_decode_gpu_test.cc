@@ -573,8 +573,9 @@ TEST(QwenDecodeGpu, WideRowKernelsKeepTheBits) {
 // (16-byte loads), not (one float at a time), and starting off 16 bytes. The top probability
 // against fp64 1 / sum exp(v - max) to 1e-4 relative (fp32 sums, __expf) on rows without NaN;
 // the fused launch and the separate pair give the same token and probability bits; without the
-// probability the table's sums are 0. Then the vocabulary split over two ranks (localArgmax per
-// shard, the tables summed as the all-reduce would): the same token and probability.
+// probability the table's sums are 0; QWEN_ARGMAX=loop's form gives the same tokens. Then the
+// vocabulary split over two ranks (localArgmax per shard, the tables summed as the all-reduce
+// would): the same token and probability.
 TEST(QwenDecodeGpu, ArgmaxPicksTheFirstMaximum) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   struct Case {
@@ -632,6 +633,16 @@ TEST(QwenDecodeGpu, ArgmaxPicksTheFirstMaximum) {
       EXPECT_EQ(0, std::memcmp(&p[t], &p2[t], 4)) << what << ", row " << t << ": fused " << p[t] << " separate " << p2[t];
       EXPECT_EQ(tb[static_cast<size_t>(t) * E + 2], 0.f) << what << ", row " << t << ": a sum without the probability";
       if (!c.special) EXPECT_NEAR(p[t], wantP[t], 1e-4 * wantP[t]) << what << ", row " << t;
+    }
+    gpu::setArgmaxLoop(true);  // QWEN_ARGMAX=loop: a float at a time, the same tokens
+    gpu::argmaxPick(d, c.n, c.V, table.p, tok3.p, prob2.p, nullptr);
+    gpu::setArgmaxLoop(false);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(got3.data(), tok3.p, c.n * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(p2.data(), prob2.p, c.n * 4, cudaMemcpyDeviceToHost));
+    for (int t = 0; t < c.n; ++t) {
+      EXPECT_EQ(got3[t], want[t]) << what << ", row " << t << " (QWEN_ARGMAX=loop)";
+      if (!c.special) EXPECT_NEAR(p2[t], wantP[t], 1e-4 * wantP[t]) << what << ", row " << t << " (QWEN_ARGMAX=loop)";
     }
     if (c.V % 2 || c.special) continue;
     // Two ranks, half the vocabulary each: rank r's shard rows [n, V / 2] from vocabBegin r V / 2.
