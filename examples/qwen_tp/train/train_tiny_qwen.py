@@ -539,6 +539,8 @@ def main():
         shape["vocab_size"] = args.vocab_size
     cfg = TinyQwenConfig(**shape)
     seq, batch, lr = args.seq or seq, args.batch or batch, args.lr or lr
+    if args.ditto and seq + 2 < DITTO_SPAN[0]:
+        ap.error("--ditto: its segments take %d-%d tokens of a window; --seq %d is shorter" % (DITTO_SPAN + (seq,)))
     max_files = args.max_files or (80 if args.tiny else 0)
     writes = not args.time_steps  # --time-steps leaves --out (perhaps a checkpoint) untouched
     if writes:
