@@ -28,8 +28,34 @@ __device__ __forceinline__ __nv_bfloat16 scaleRn(float v, float inv, __nv_bfloat
 }
 
 // rmsNormBf16's row: out[i] = bf16(w[i] * (in(i) * inv)) with in(i) the row's i-th value.
+// Rows up to kNormPerThread x kNormThreads: each thread's values and weights all loaded before
+// the first is used (clamped indices, no branch between the loads, as in addRmsNormKernel), so
+// the row costs one round trip where the loop below, whose stores may alias its loads, pays one
+// an element; the sum in the loop's order, so the same bits. Longer rows: the loop.
 template <typename In>
 __device__ __forceinline__ void rmsNormRow(In in, const __nv_bfloat16* w, int H, float eps, __nv_bfloat16* out) {
+  if (H <= kNormPerThread * kNormThreads) {
+    float v[kNormPerThread];
+    __nv_bfloat16 wv[kNormPerThread];
+#pragma unroll
+    for (int k = 0; k < kNormPerThread; ++k) {
+      const int i = min(static_cast<int>(threadIdx.x) + k * kNormThreads, H - 1);
+      v[k] = in(i), wv[k] = w[i];
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int k = 0; k < kNormPerThread; ++k) {
+      if (static_cast<int>(threadIdx.x) + k * kNormThreads >= H) break;
+      ss += v[k] * v[k];
+    }
+    const float inv = rsqrtf(blockSum(ss) / H + eps);
+#pragma unroll
+    for (int k = 0; k < kNormPerThread; ++k) {
+      const int i = threadIdx.x + k * kNormThreads;
+      if (i < H) out[i] = __float2bfloat16_rn(__bfloat162float(wv[k]) * (v[k] * inv));
+    }
+    return;
+  }
   float ss = 0.f;
   for (int i = threadIdx.x; i < H; i += blockDim.x) {
     const float v = in(i);
