@@ -76,7 +76,7 @@ __device__ __forceinline__ Top warpMergeTop(Top m) {
 // are 16-byte aligned), kArgmaxBatch of them a thread in flight before any is used: one block
 // streams the row (600 KB at qwen3's vocabulary) where a load a thread at a time waited one
 // round trip per element. Thread k sees float4s k, k + 1024, ... in order (elements ascending),
-// then the warps merge by butterfly and warp 0 merges the 32 warps' partials in warp order.
+// then each warp merges by butterfly and warp 0 merges the 32 warps' partials the same way.
 // kSum: the sums of exp(v - max) (the table's third entry) too, one __expf an element; without
 // it (greedy steps that want no top probability) the entry is 0 and no exponential is taken.
 // !kVec (QWEN_ARGMAX=loop, setArgmaxLoop): a float at a time, always with the sums, for A/B
