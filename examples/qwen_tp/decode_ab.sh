@@ -188,13 +188,15 @@ elif [ "${PART:-all}" = argmaxrope ]; then
 # PART=argmaxrope: the shipped step with the greedy argmax's float-at-a-time loop (QWEN_ARGMAX=loop,
 # "gemvloop"), as shipped ("gemv": 16-byte loads in flight), and with the q/k norm, RoPE and KV
 # store inside the attention ("fused"), A B C C B A at qwen3-8b and qwen3-32b 512 and qwen3-8b
-# 32000; then (NCU=1, the default) one 8b step of gemv and of fused at 512 under ncu.
+# 32000; the argmax alone in both forms (gemv_bench --argmax-only); then (NCU=1, the default) one
+# 8b step of gemv and of fused at 512 under ncu.
 ar_run() {
   local m=${3#*_} a=vec
   [ "$m" = gemvloop ] && m=gemv a=loop
   GEMV=stream QWEN_STREAM_PDL=auto ARGMAX=$a qn "$1" "$2" "$3" regs "$m" "${@:4}"
 }
 over_shapes "gemvloop gemv fused" "$SHAPES3" ar_run
+run gemv_bench 90 "$B/examples/qwen_tp/gemv_bench" --preset qwen3-8b --argmax-only  # the argmax alone, both forms
 if [ "${NCU:-1}" = 1 ]; then ncu_step gemv qwen3-8b 512; ncu_step fused qwen3-8b 512; fi
 elif [ "${PART:-all}" = streampdl ]; then
 # PART=streampdl: which streams of the fused step launch with PDL, PDL_MODES (QWEN_STREAM_PDL
@@ -346,7 +348,7 @@ EOF
   done
   echo
   echo "gemv_bench (us per launch, GB/s of weights; cub/gemv = cuBLAS time over the custom GEMV's):"
-  [ -f "$L/gemv_bench.log" ] && grep -a '^## qwen\|^[a-z_]\+ \+[0-9]\|^norm\|^o_proj\|^down +\|^product\|^shape' "$L/gemv_bench.log"
+  [ -f "$L/gemv_bench.log" ] && grep -a '^## qwen\|^## the greedy\|^[a-z_]\+ \+[0-9]\|^norm\|^o_proj\|^down +\|^product\|^shape\|^form\|^loop\|^16-byte' "$L/gemv_bench.log"
   echo
   grep -ah "module loading\|^\[  FAILED\|^\[  PASSED\|tests, listed below\|^## rc=" "$L/tests.log" 2>/dev/null | sed "s/^/tests: /" | head -14
   [ -f "$L/skipped.log" ] && cat "$L/skipped.log"

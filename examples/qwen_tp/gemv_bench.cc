@@ -13,10 +13,11 @@
 // same way against cublasGemmEx's choice: whether picking by measurement beats the heuristic
 // (split-K and its reduction kernel, tile shapes), before GpuModel::gemm is made to do it.
 //   gemv_bench [--preset qwen3-8b,qwen3-32b] [--tp 1] [--tokens 1,4,8] [--iters 20] [--no-pdl] [--stream-pdl]
-//              [--lt-tokens 1,2048] [--ring-mb 2048]
+//              [--lt-tokens 1,2048] [--ring-mb 2048] [--argmax-only]
 // --ring-mb MB: the ring of weight copies of the first two tables (default 2048); under the L2's
 // size a matrix that fits it is read from L2 after the first launch (the products' time with
-// their weights in L2, against HBM).
+// their weights in L2, against HBM). Last, the greedy argmax over the vocabulary's logits: its
+// float-at-a-time loop (QWEN_ARGMAX=loop) against its 16-byte loads (--argmax-only: that alone).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -229,11 +230,49 @@ std::vector<std::string> split(const std::string& s) {
 
 }  // namespace
 
+// The greedy argmax over a step's logits (its last kernel; kernels/sampling.cu): the float-at-a-
+// time loop (QWEN_ARGMAX=loop) against the 16-byte loads, without and with the top probability,
+// for 1 and 4 rows of V logits. The same rows every launch, so they sit in L2, as the lm_head
+// leaves them for the argmax in a step.
+void argmaxSection(int V, int iters, float* logits, cudaStream_t s) {
+  if (V <= 0) return;
+  std::vector<float> h(size_t(V) * 4);
+  uint64_t st = 99;
+  for (float& x : h) {
+    st = st * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<float>((st >> 40) & 0xffff) / 4096.f - 8.f;
+  }
+  CK(cudaMemcpy(logits, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+  float *table, *prob;
+  int32_t* tok;
+  CK(cudaMalloc(&table, 4 * qwen::gpu::kArgmaxEntry * sizeof(float)));
+  CK(cudaMalloc(&prob, 4 * sizeof(float)));
+  CK(cudaMalloc(&tok, 4 * sizeof(int32_t)));
+  std::printf("\n## the greedy argmax (argmaxPick) over %d fp32 logits a row, us per launch, the rows in L2\n", V);
+  std::printf("%-36s %2s | %8s\n", "form", "n", "us");
+  for (bool loop : {true, false})
+    for (bool withProb : {false, true})
+      for (int n : {1, 4}) {
+        qwen::gpu::setArgmaxLoop(loop);
+        const double us = timeGraph(s, 16, iters, [&](int) {
+          qwen::gpu::argmaxPick(logits, n, V, table, tok, withProb ? prob : nullptr, s);
+        });
+        std::printf("%-36s %2d | %8.2f\n",
+                    loop ? (withProb ? "loop (QWEN_ARGMAX=loop), probability" : "loop (QWEN_ARGMAX=loop)")
+                         : (withProb ? "16-byte loads, probability" : "16-byte loads"),
+                    n, us);
+      }
+  qwen::gpu::setArgmaxLoop(false);
+  cudaFree(table);
+  cudaFree(prob);
+  cudaFree(tok);
+}
+
 int main(int argc, char** argv) {
   std::string presets = "qwen3-8b,qwen3-32b", tokenList = "1,4,8", ltTokenList;
   int tp = 1, iters = 20;
   size_t ring = size_t(2) << 30;  // bytes of weight copies the launches cycle through
-  bool pdl = true, streamPdl = false;
+  bool pdl = true, streamPdl = false, argmaxOnly = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--preset" && i + 1 < argc) {
@@ -248,6 +287,8 @@ int main(int argc, char** argv) {
       pdl = false;
     } else if (a == "--stream-pdl") {
       streamPdl = true;
+    } else if (a == "--argmax-only") {
+      argmaxOnly = true;
     } else if (a == "--lt-tokens" && i + 1 < argc) {
       ltTokenList = argv[++i];
     } else if (a == "--ring-mb" && i + 1 < argc) {
@@ -257,7 +298,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: gemv_bench [--preset NAME[,NAME]] [--tp N] [--tokens 1,4,8] [--iters N] [--no-pdl] [--stream-pdl] "
-                   "[--lt-tokens 1,2048] [--ring-mb MB] (unknown argument '%s')\n",
+                   "[--lt-tokens 1,2048] [--ring-mb MB] [--argmax-only] (unknown argument '%s')\n",
                    a.c_str());
       return 2;
     }
@@ -313,6 +354,7 @@ int main(int argc, char** argv) {
       "# gemv_bench: TP=%d, bf16 weights, fp32 accumulation, PDL %s (the stream: %s); device copy rate %.0f GB/s "
       "(read + write); launches cycle through %zu MB of weight copies\n",
       tp, pdl ? "on" : "off", pdl && streamPdl ? "on" : "off", copyGBs, ring >> 20);
+  int vocab = 0;  // the last preset's, for the argmax table
   for (const std::string& preset : split(presets)) {
     qwen::ModelConfig cfg;
     std::string err;
@@ -323,6 +365,8 @@ int main(int argc, char** argv) {
              2;
     const int H = cfg.hiddenSize, D = cfg.headDim, hq = cfg.numHeads / tp, hk = cfg.numKvHeads / tp,
               I = cfg.intermediateSize / tp, V = cfg.vocabSize / tp;
+    vocab = V;
+    if (argmaxOnly) continue;
     const Shape shapes[] = {
         {"qkv", (hq + 2 * hk) * D, H}, {"o", H, hq * D}, {"gate_up", 2 * I, H}, {"down", H, I}, {"lm_head", V, H}};
     std::printf("\n## %s: weight products, us per launch and GB/s of weights (%% of the copy rate)\n", preset.c_str());
@@ -400,6 +444,7 @@ int main(int argc, char** argv) {
     }
     if (!ltTokens.empty()) ltSection(preset, cfg, tp, ltTokens, iters, copyGBs, cublas, ws, W, pool, s);
   }
+  argmaxSection(vocab, iters, static_cast<float*>(Y), s);
   CK(cudaGetLastError());
   return 0;
 }
