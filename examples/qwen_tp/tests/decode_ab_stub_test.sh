@@ -1,0 +1,72 @@
+#!/bin/bash
+# decode_ab_stub_test.sh (ctest qwen_decode_ab_stub, label cpu): decode_ab.sh's device-call parts
+# run against stub binaries, so a slip in its run order or in the settings a run gets fails here
+# and not in a GPU call. The stub qwen_tp appends "<tag-free settings> <preset> <prompt>" to a file
+# per call; the test compares that sequence with the A B .. B A order each part promises, checks
+# the arguments gemv_bench gets, and that a part leaves its summary and logs whose lines record
+# each run's settings and commit.
+set -u
+root=$(cd "$(dirname "$0")/../../.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail=0
+bad() { echo "decode_ab_stub_test: $*" >&2; fail=1; }
+
+mkdir -p "$work/b/examples/qwen_tp/tests"
+cat > "$work/b/examples/qwen_tp/qwen_tp" << 'EOF'
+#!/bin/bash
+preset=; prompt=
+while [ $# -gt 0 ]; do
+  case $1 in --model-preset) preset=$2; shift ;; --prompt-tokens) prompt=$2; shift ;; esac
+  shift
+done
+echo "$QWEN_DECODE ${QWEN_ARGMAX:-unset} $QWEN_GEMV $QWEN_STREAM_PDL $preset $prompt" >> "$STUB_CALLS"
+echo "qwen_tp stub"
+EOF
+cat > "$work/b/examples/qwen_tp/gemv_bench" << 'EOF'
+#!/bin/bash
+echo "gemv_bench $*" >> "$STUB_CALLS"
+echo "## the greedy argmax (argmaxPick) over 151936 fp32 logits a row, us per launch, the rows in L2"
+EOF
+chmod +x "$work/b/examples/qwen_tp/qwen_tp" "$work/b/examples/qwen_tp/gemv_bench"
+
+runpart() {  # runpart <PART>: decode_ab.sh with the stubs; the calls in $work/<PART>.calls
+  export STUB_CALLS=$work/$1.calls
+  : > "$STUB_CALLS"
+  (cd "$root" && OUT=$work/out_$1 PART=$1 TESTS=none NCU=0 SKIP_BUILD=1 BUILD=$work/b TORCH_BASELINE=/dev/null \
+     COMMIT=stub timeout 120 bash examples/qwen_tp/decode_ab.sh > "$work/$1.stdout" 2>&1) ||
+    bad "PART=$1 exited with $? (stdout: $(tail -3 "$work/$1.stdout" | tr '\n' ' '))"
+  [ -s "$work/out_$1/summary.md" ] || bad "PART=$1 left no summary.md"
+  [ -s "$work/out_$1/logs.tgz" ] || bad "PART=$1 left no logs.tgz"
+}
+
+# The A B .. B A order of over_shapes at the three shapes, as "<settings> <preset> <prompt>".
+expect() {  # expect <settings per mode...>: the modes' settings in A B .. order
+  local shape m
+  local -a modes=("$@") order=()
+  for m in "${modes[@]}"; do order+=("$m"); done
+  for ((m = ${#modes[@]} - 1; m >= 0; m--)); do order+=("${modes[m]}"); done
+  for shape in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000"; do
+    for m in "${order[@]}"; do echo "$m $shape"; done
+  done
+}
+
+runpart argmaxrope
+{ expect "gemv loop stream auto" "gemv vec stream auto" "fused vec stream auto"
+  echo "gemv_bench --preset qwen3-8b --argmax-only"; } > "$work/argmaxrope.want"
+diff "$work/argmaxrope.want" "$work/argmaxrope.calls" > "$work/argmaxrope.diff" ||
+  bad "PART=argmaxrope ran another sequence (want < > got): $(head -8 "$work/argmaxrope.diff" | tr '\n' ' ')"
+
+runpart fusedrope
+expect "gemv unset stream auto" "fused unset stream auto" > "$work/fusedrope.want"
+diff "$work/fusedrope.want" "$work/fusedrope.calls" > "$work/fusedrope.diff" ||
+  bad "PART=fusedrope ran another sequence (want < > got): $(head -8 "$work/fusedrope.diff" | tr '\n' ' ')"
+
+# The logs record each run's command with its settings (what a results page cites).
+mkdir -p "$work/x" && tar xzf "$work/out_argmaxrope/logs.tgz" -C "$work/x" 2> /dev/null
+grep -q 'QWEN_DECODE=gemv .*QWEN_ARGMAX=loop' "$work/x/logs/q8_512_a_gemvloop.log" 2> /dev/null ||
+  bad "q8_512_a_gemvloop.log does not record QWEN_ARGMAX=loop with QWEN_DECODE=gemv"
+grep -q '^# commit stub' "$work/x/logs/q32_512_b_fused.log" 2> /dev/null || bad "q32_512_b_fused.log has no commit line"
+
+[ $fail = 0 ] && echo "decode_ab_stub_test: argmaxrope and fusedrope run their A B .. B A orders with their settings"
+exit $fail
