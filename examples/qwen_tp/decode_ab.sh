@@ -92,6 +92,7 @@ over_shapes() {
   local -a modes shapes order=()
   read -r -a modes <<< "$1"
   IFS=';' read -r -a shapes <<< "$2"
+  echo "$1" >> "$L/modes.txt"  # the modes in run order, for the summary's means
   for r in "${modes[@]}"; do order+=("a_$r"); done
   for ((i = ${#modes[@]} - 1; i >= 0; i--)); do order+=("b_${modes[i]}"); done
   for c in "${shapes[@]}"; do
@@ -299,6 +300,35 @@ fi
       /rc=[1-9]/ { bad = 1 }
       END { printf "| %s%s | %s | %s | %s | %s | %s | %s | %s | %s |\n", run, bad ? " (FAILED)" : "", k, pf, dc, st, rf, gr, gm, re }' "$f"
   done
+  echo
+  # Each shape's modes in an A B .. B A part (runs q<size>_<prompt>_{a,b}_<mode>): the mean of a
+  # mode's step times, and the ratio of the part's first mode (its reference: modes.txt, written
+  # by over_shapes) to it.
+  python3 - "$L" << 'EOF'
+import glob, os, re, sys
+listed = []
+if os.path.exists(os.path.join(sys.argv[1], "modes.txt")):
+    for line in open(os.path.join(sys.argv[1], "modes.txt")):
+        listed += [m for m in line.split() if m not in listed]
+rows = {}
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "q*_*_[ab]_*.log"))):
+    m = re.match(r"(q\d+_\d+)_([ab])_(.+)$", os.path.basename(f)[:-4])
+    text = open(f, errors="replace").read()
+    st = re.search(r"^decode step ([0-9.]+) ms \(([0-9.]+)% of roofline", text, re.M)
+    if m and st:
+        rows.setdefault(m.group(1), {}).setdefault(m.group(3), []).append((float(st.group(1)), float(st.group(2))))
+if rows:
+    print("A B .. B A means (step ms; % of roofline as qwen_tp prints it; speed-up: the first mode run over this one):")
+    print("| shape | mode | runs | step ms | % roofline | speed-up over the first |")
+    print("|---|---|---|---|---|---|")
+    for shape, modes in rows.items():
+        order = [k for k in listed if k in modes] + sorted(k for k in modes if k not in listed)
+        ref = sum(r[0] for r in modes[order[0]]) / len(modes[order[0]])
+        for k in order:
+            ms = sum(r[0] for r in modes[k]) / len(modes[k])
+            rf = sum(r[1] for r in modes[k]) / len(modes[k])
+            print(f"| {shape} | {k} | {len(modes[k])} | {ms:.3f} | {rf:.1f} | {ref / ms:.4f}x |")
+EOF
   echo
   echo "PyTorch (torch_tp_decode.py):"
   for f in "$L"/torch*.log; do

@@ -3,8 +3,8 @@
 # run against stub binaries, so a slip in its run order or in the settings a run gets fails here
 # and not in a GPU call. The stub qwen_tp appends "<tag-free settings> <preset> <prompt>" to a file
 # per call; the test compares that sequence with the A B .. B A order each part promises, checks
-# the arguments gemv_bench gets, and that a part leaves its summary and logs whose lines record
-# each run's settings and commit.
+# the arguments gemv_bench gets, that a part leaves its summary and logs whose lines record each
+# run's settings and commit, and the summary's per-mode means and ratios.
 set -u
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 work=$(mktemp -d)
@@ -21,7 +21,11 @@ while [ $# -gt 0 ]; do
   shift
 done
 echo "$QWEN_DECODE ${QWEN_ARGMAX:-unset} $QWEN_GEMV $QWEN_STREAM_PDL $preset $prompt" >> "$STUB_CALLS"
-echo "qwen_tp stub"
+# A step time per mode, so the summary's means and ratios can be checked.
+case "$QWEN_DECODE ${QWEN_ARGMAX:-unset}" in
+  "gemv loop") ms=4.000 ;; "fused vec") ms=3.950 ;; *) ms=3.900 ;;
+esac
+echo "decode step $ms ms (85.0% of roofline), without all-reduce $ms ms"
 EOF
 cat > "$work/b/examples/qwen_tp/gemv_bench" << 'EOF'
 #!/bin/bash
@@ -67,6 +71,12 @@ mkdir -p "$work/x" && tar xzf "$work/out_argmaxrope/logs.tgz" -C "$work/x" 2> /d
 grep -q 'QWEN_DECODE=gemv .*QWEN_ARGMAX=loop' "$work/x/logs/q8_512_a_gemvloop.log" 2> /dev/null ||
   bad "q8_512_a_gemvloop.log does not record QWEN_ARGMAX=loop with QWEN_DECODE=gemv"
 grep -q '^# commit stub' "$work/x/logs/q32_512_b_fused.log" 2> /dev/null || bad "q32_512_b_fused.log has no commit line"
+
+# The summary's A B .. B A means: each mode's mean step, and the first mode's over it.
+for want in "| q8_512 | gemvloop | 2 | 4.000 | 85.0 | 1.0000x |" "| q8_512 | gemv | 2 | 3.900 | 85.0 | 1.0256x |" \
+            "| q32_512 | fused | 2 | 3.950 | 85.0 | 1.0127x |"; do
+  grep -qF "$want" "$work/out_argmaxrope/summary.md" || bad "PART=argmaxrope's summary lacks the row '$want'"
+done
 
 [ $fail = 0 ] && echo "decode_ab_stub_test: argmaxrope and fusedrope run their A B .. B A orders with their settings"
 exit $fail
