@@ -2,7 +2,8 @@
 //  - GPU logits against the fp32 CPU reference on `tiny` (same synthetic bf16 weights). The GPU
 //    keeps activations in bf16 (8 mantissa bits), so the stated tolerance is: per position,
 //    max |gpu - cpu| <= 3% of max |cpu logit|, and the greedy token equal wherever the
-//    reference's top-2 margin exceeds twice that bound.
+//    reference's top-2 margin exceeds twice that bound. The MTP head's drafts (from a target call
+//    and chained) the same way, with the fused kernels and without.
 //  TP=2 cases run on two GPUs, or with both ranks on GPU 0 when there is one (main() then sets
 //  TPCOMM_ALLOW_SHARED_DEVICE=1, as tpcomm's own GPU tests do): that proves the tokens, not the
 //  speed, and has no NCCL (one GPU per rank), so the ring_nccl cases skip there.
@@ -207,6 +208,66 @@ void checkLogitsAgainstCpu(bool customGemv) {
 TEST(QwenGpu, LogitsMatchTheCpuReference) { checkLogitsAgainstCpu(false); }
 
 TEST(QwenGpu, CustomGemvLogitsMatchTheCpuReference) { checkLogitsAgainstCpu(true); }
+
+// The MTP head's drafts against the fp32 CPU reference, with the fused kernels (the prologue's
+// two norms in one launch) and without (rmsNormBf16 twice): the draft's logits after a target
+// call (mtpFromTarget over its 11 pairs) and after each of three chained steps (mtpChain, both
+// engines fed the reference's previous draft) within 3% of max |cpu logit|, the drafts equal
+// where the reference's top-2 margin exceeds twice that. The speculative tests pass whatever the
+// drafts are; this checks the MTP path's arithmetic.
+TEST(QwenGpu, MtpDraftLogitsMatchTheCpuReference) {
+  const ModelConfig c = tiny();
+  ASSERT_GT(c.mtpLayers, 0);
+  HostWeights w;
+  makeSyntheticHostWeights(c, 23, /*roundBf16=*/true, &w);
+  TpShape s;
+  std::string err;
+  ASSERT_TRUE(makeTpShape(c, 1, 0, &s, &err));
+  const int V = c.vocabSize;
+  for (bool fused : {true, false}) {
+    const std::string what = fused ? "fused kernels" : "separate kernels";
+    CpuModel cpu(c, s, &w, nullptr, 64);
+    GpuModel gpu(c, s, 0, nullptr);
+    GpuModelOptions o;
+    o.ctxSize = 64;
+    o.maxTokensPerCall = 32;
+    o.seed = 23;
+    o.fusedKernels = fused;
+    ASSERT_TRUE(gpu.init(o, &err)) << err;
+    const auto p = prompt(12, V);
+    std::vector<int32_t> nc(12), ng(12);
+    ASSERT_TRUE(cpu.target(p.data(), 12, 0, nc.data(), &err)) << err;
+    ASSERT_TRUE(gpu.target(p.data(), 12, 0, ng.data(), &err)) << err;
+    int32_t dc = -1, dg = -1, prev = -1;
+    for (int step = 0; step < 4; ++step) {
+      if (step == 0) {
+        ASSERT_TRUE(cpu.mtpFromTarget(p.data() + 1, 11, 0, &dc, &err)) << err;
+        ASSERT_TRUE(gpu.mtpFromTarget(p.data() + 1, 11, 0, &dg, &err)) << err;
+      } else {
+        ASSERT_TRUE(cpu.mtpChain(prev, 10 + step, &dc, &err)) << err;
+        ASSERT_TRUE(gpu.mtpChain(prev, 10 + step, &dg, &err)) << err;
+      }
+      std::vector<float> lc, lg;
+      ASSERT_TRUE(cpu.logitsRows(1, &lc, &err)) << err;
+      ASSERT_TRUE(gpu.lastLogits(1, &lg, &err)) << err;
+      ASSERT_EQ(lc.size(), static_cast<size_t>(V));
+      ASSERT_EQ(lg.size(), static_cast<size_t>(V));
+      float mx = 0, e1 = 0, top = -1e30f, second = -1e30f;
+      for (int i = 0; i < V; ++i) {
+        mx = std::max(mx, std::fabs(lc[i]));
+        e1 = std::max(e1, std::fabs(lg[i] - lc[i]));
+        if (lc[i] > top)
+          second = top, top = lc[i];
+        else if (lc[i] > second)
+          second = lc[i];
+      }
+      EXPECT_GT(mx, 0.f) << what << ", step " << step;
+      EXPECT_LE(e1, 0.03f * mx) << what << ", step " << step;
+      if (top - second > 2 * 0.03f * mx) EXPECT_EQ(dg, dc) << what << ", step " << step;
+      prev = dc;  // follow the reference
+    }
+  }
+}
 
 // --spec-draft-p-min on the GPU: each draft's top probability (the argmax table's shard sums,
 // gathered with the argmax) equals 1 / sum exp(logit - max) over the draft's own logits, computed
