@@ -318,8 +318,9 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "q*_*_[ab]_*.log"))):
     if m and st:
         rows.setdefault(m.group(1), {}).setdefault(m.group(3), []).append((float(st.group(1)), float(st.group(2))))
 if rows:
-    print("A B .. B A means (step ms; % of roofline as qwen_tp prints it; speed-up: the first mode run over this one):")
-    print("| shape | mode | runs | step ms | % roofline | speed-up over the first |")
+    print("A B .. B A means (step ms; % of roofline as qwen_tp prints it; speed-up: the reference's step over this")
+    print("mode's; the reference is the part's first mode, else the first by name):")
+    print("| shape | mode | runs | step ms | % roofline | speed-up |")
     print("|---|---|---|---|---|---|")
     for shape, modes in rows.items():
         order = [k for k in listed if k in modes] + sorted(k for k in modes if k not in listed)
@@ -327,7 +328,7 @@ if rows:
         for k in order:
             ms = sum(r[0] for r in modes[k]) / len(modes[k])
             rf = sum(r[1] for r in modes[k]) / len(modes[k])
-            print(f"| {shape} | {k} | {len(modes[k])} | {ms:.3f} | {rf:.1f} | {ref / ms:.4f}x |")
+            print(f"| {shape} | {k} | {len(modes[k])} | {ms:.3f} | {rf:.1f} | {ref / ms:.4f}x over {order[0]} |")
 EOF
   echo
   echo "PyTorch (torch_tp_decode.py):"
