@@ -176,28 +176,25 @@ elif [ "${PART:-all}" = attnprefetch ]; then
 ap_run() { AP=${3#*_} GEMV=stream QWEN_STREAM_PDL=auto qn "$1" "$2" "$3" regs gemv "${@:4}"; }
 over_shapes "off on 40" "qwen3-8b 512" ap_run
 over_shapes "off on" "qwen3-32b 512;qwen3-8b 2048;qwen3-8b 32000 --ctx-size 32768" ap_run
-elif [ "${PART:-all}" = fusedrope ]; then
-# PART=fusedrope: the shipped step (the stream, the fused step, auto PDL, the attention's L2
-# prefetch) with the q/k norm, RoPE and KV store inside the attention (QWEN_DECODE=fused) against
-# qkNormRopeStore before it (gemv, the default), A B B A at qwen3-8b and qwen3-32b 512 and qwen3-8b
-# 32000; then (NCU=1, the default) one 8b step of each at 512 under ncu: the attention kernel's
-# time with and without the q/k norm, RoPE and KV store inside, beside qkNormRopeStore's.
-rope_run() { GEMV=stream QWEN_STREAM_PDL=auto qn "$1" "$2" "$3" regs "${3#*_}" "${@:4}"; }
-over_shapes "gemv fused" "$SHAPES3" rope_run
-if [ "${NCU:-1}" = 1 ]; then ncu_step gemv qwen3-8b 512; ncu_step fused qwen3-8b 512; fi
-elif [ "${PART:-all}" = argmaxrope ]; then
+elif [ "${PART:-all}" = argmaxrope ] || [ "${PART:-all}" = fusedrope ]; then
 # PART=argmaxrope: the shipped step with the greedy argmax's float-at-a-time loop (QWEN_ARGMAX=loop,
 # "gemvloop"), as shipped ("gemv": 16-byte loads in flight), and with the q/k norm, RoPE and KV
 # store inside the attention ("fused"), A B C C B A at qwen3-8b and qwen3-32b 512 and qwen3-8b
 # 32000; the argmax alone in both forms (gemv_bench --argmax-only); then (NCU=1, the default) one
-# 8b step of gemv and of fused at 512 under ncu.
+# 8b step of gemv and of fused at 512 under ncu: the attention kernel's time with and without the
+# q/k norm, RoPE and KV store inside, beside qkNormRopeStore's. PART=fusedrope: gemv and fused
+# only, A B B A, then the same ncu steps.
 ar_run() {
   local m=${3#*_} a=vec
   [ "$m" = gemvloop ] && m=gemv a=loop
   GEMV=stream QWEN_STREAM_PDL=auto ARGMAX=$a qn "$1" "$2" "$3" regs "$m" "${@:4}"
 }
-over_shapes "gemvloop gemv fused" "$SHAPES3" ar_run
-run gemv_bench 90 "$B/examples/qwen_tp/gemv_bench" --preset qwen3-8b --argmax-only  # the argmax alone, both forms
+if [ "${PART:-all}" = fusedrope ]; then
+  over_shapes "gemv fused" "$SHAPES3" ar_run
+else
+  over_shapes "gemvloop gemv fused" "$SHAPES3" ar_run
+  run gemv_bench 90 "$B/examples/qwen_tp/gemv_bench" --preset qwen3-8b --argmax-only  # the argmax alone, both forms
+fi
 if [ "${NCU:-1}" = 1 ]; then ncu_step gemv qwen3-8b 512; ncu_step fused qwen3-8b 512; fi
 elif [ "${PART:-all}" = streampdl ]; then
 # PART=streampdl: which streams of the fused step launch with PDL, PDL_MODES (QWEN_STREAM_PDL

@@ -62,7 +62,7 @@ diff "$work/argmaxrope.want" "$work/argmaxrope.calls" > "$work/argmaxrope.diff" 
   bad "PART=argmaxrope ran another sequence (want < > got): $(head -8 "$work/argmaxrope.diff" | tr '\n' ' ')"
 
 runpart fusedrope
-expect "gemv unset stream auto" "fused unset stream auto" > "$work/fusedrope.want"
+expect "gemv vec stream auto" "fused vec stream auto" > "$work/fusedrope.want"
 diff "$work/fusedrope.want" "$work/fusedrope.calls" > "$work/fusedrope.diff" ||
   bad "PART=fusedrope ran another sequence (want < > got): $(head -8 "$work/fusedrope.diff" | tr '\n' ' ')"
 
