@@ -6,7 +6,7 @@
 # lib/libtpcomm.so (the library this build made). With `torch` the environment gets torch too:
 # from TPCOMM_TORCH_INDEX_URL when set (e.g. https://download.pytorch.org/whl/cpu, ~200 MB), else
 # PyPI's wheel, which pulls the CUDA libraries (torch 2.15.0: 29 wheels, 2.8 GB, 5.3 GB
-# installed; about 45 s to download and 60 s to install on the CI VM).
+# installed; about 45 s to download and 60 s to install on the CI VM), and tokenizers from PyPI.
 set -euo pipefail
 venv="$1" stage="$2" lib="$3" src="$4" extra="${5:-}"
 py="${TPCOMM_PYTHON:-python3}"
@@ -34,6 +34,11 @@ if ! "$venv/bin/python" -c "$want" 2>/dev/null; then
     "$venv/bin/python" -m pip install -q --disable-pip-version-check \
       ${TPCOMM_TORCH_INDEX_URL:+--index-url "$TPCOMM_TORCH_INDEX_URL"} torch </dev/null
   fi
+fi
+# The decoder's trainer (qwen_train_losses_torch runs it) builds its BPE with tokenizers, from PyPI
+# (a kept environment gets it too, without reinstalling torch).
+if [ "$extra" = torch ] && ! "$venv/bin/python" -c "import tokenizers" 2>/dev/null; then
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check tokenizers </dev/null
 fi
 rm -rf "$stage/tpcomm"
 mkdir -p "$stage/tpcomm/lib"

@@ -10,7 +10,9 @@ TPCOMM_REQUIRE_TORCH=1 (ctest qwen_train_losses_torch, label torch: the torch ve
   over the tokens: values and gradients (none through the earlier copy's probability);
 - generate_greedy (key/value cache) against greedy decoding that recomputes the whole sequence,
   and a left-padded batch against each prompt alone; its fixed-buffer steps (graph=True) against
-  both.
+  both;
+- --time-steps in a run of the script: the timed steps counted by kind (plain, with a
+  sequence-level pass).
 """
 import os
 import sys
@@ -145,6 +147,30 @@ with torch.no_grad():
 check("generate_greedy(graph=True) equals the cached steps", torch.equal(static, x[:, 9:]))
 check("generate_greedy(graph=True), a left-padded batch", torch.equal(static_both, both))
 check("generate_greedy(graph=True), one token", torch.equal(one, x[:, 9:10]))
+
+# --time-steps: the timed steps counted and timed by kind (here 4: steps 4 and 6 run a sequence-level
+# pass, 3 and 5 do not), in a run of the script itself.
+import importlib.util  # noqa: E402
+import re  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+if importlib.util.find_spec("tokenizers") is None and os.environ.get("TPCOMM_REQUIRE_TORCH") != "1":
+    print("skip --time-steps: this Python lacks tokenizers (the torch label's environment has it)")
+else:
+    with tempfile.TemporaryDirectory() as d:
+        args = ["--device", "cpu", "--tiny", "--max-files", "20", "--time-steps", "4", "--seq-unlikelihood", "1",
+                "--seq-ul-from", "0", "--seq-ul-every", "2", "--seq-ul-rows", "2", "--seq-ul-prefix", "16",
+                "--seq-ul-tokens", "4", "--out", os.path.join(d, "ckpt")]
+        r = subprocess.run([sys.executable, os.path.join(HERE, "..", "train", "train_tiny_qwen.py")] + args,
+                           capture_output=True, text=True, timeout=240)
+        kinds = dict(re.findall(r"--time-steps: (plain steps|steps with a sequence-level pass): (\d+), [0-9.]+ ms each",
+                                r.stdout))
+        check("--time-steps 4 with a sequence-level pass every 2nd step: 2 plain steps and 2 with the pass, timed "
+              "apart; nothing written to --out",
+              r.returncode == 0 and kinds == {"plain steps": "2", "steps with a sequence-level pass": "2"} and
+              not os.path.exists(os.path.join(d, "ckpt", "model.safetensors")))
+        if r.returncode != 0 or len(kinds) != 2:
+            print(r.stdout[-2000:], r.stderr[-2000:])
 
 print("%d passed, %d failed" % (checks[0] - len(failed), len(failed)))
 sys.exit(1 if failed else 0)

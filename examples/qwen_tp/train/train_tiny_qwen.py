@@ -59,8 +59,9 @@ key/value buffers, the one-token step captured once as a CUDA graph and replayed
 hundreds of small kernels each); the same tokens up to rounding, so not the default's bits.
 --time-steps N is a calibration: the corpus and tokenizer as usual, 3 warm-up steps, N timed
 ones, then ms per step and tokens/s printed, and an exit without evaluating or writing anything
-to --out (with --seq-unlikelihood 1 --seq-ul-from 0 --seq-ul-every 1 every timed step has a
-sequence-level pass).
+to --out. It also prints the mean step time by kind (plain, with a sequence-level pass, with a
+DITTO pass; each timed step synchronised at its end), so `--seq-unlikelihood 1 --seq-ul-from 0
+--seq-ul-every 2` times both kinds of step in one process and one compile.
 `--device cpu --minutes 0.5 --tiny` runs on a CPU in about half a minute (2 layers, hidden 64,
 vocab 1024, 80 of the files): a checkpoint to try the pipeline with, not a useful model.
 """
@@ -705,7 +706,10 @@ def main():
             probe()
 
     timed_from = None
+    step_kinds = {}  # --time-steps: the timed steps' seconds by the extra passes each ran
     while True:
+        t_step = time.time()
+        kind = []
         elapsed = time.time() - train_start
         if args.time_steps:  # calibration: 3 warm-up steps, then the timed ones; no deadline
             if step == 3:
@@ -744,16 +748,22 @@ def main():
                 seq_ul, rep_share = sequence_unlikelihood(model, prefix, args.seq_ul_tokens, args.fast_generate)
                 total = total + args.seq_unlikelihood * seq_ul
                 seq_ul_log.append(rep_share)
+                kind.append("a sequence-level pass")
             if args.ditto > 0 and frac >= args.ditto_from and step % args.ditto_every == 0:
                 y, L = ditto_rows(x, args.ditto_rows, seq + 1, ditto_gen)
                 dl, p_rep = ditto_loss(model, y, L, args.ditto_lambda)
                 total = total + args.ditto * dl
                 ditto_log.append(p_rep)
                 del ditto_log[:-10]
+                kind.append("a DITTO pass")
         opt.zero_grad(set_to_none=True)
         total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if args.time_steps and step >= 3:  # each timed step ends on the GPU before the next starts
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            step_kinds.setdefault(" and ".join(kind) or "plain", []).append(time.time() - t_step)
         step += 1
         tokens_seen += batch * seq
         if valid_data is not None and not args.time_steps and step > 0 and (
@@ -781,6 +791,10 @@ def main():
                compiled, "fused" if dev.type == "cuda" else "unfused",
                ", peak GPU memory %.1f GiB" % (torch.cuda.max_memory_allocated() / 2**30) if dev.type == "cuda" else "",
                corpus_s, train_start - t_start))
+        for k, ts in sorted(step_kinds.items()):
+            log("--time-steps: %s: %d, %.1f ms each (mean; min %.1f, max %.1f)"
+                % ("plain steps" if k == "plain" else "steps with " + k, len(ts), 1e3 * sum(ts) / len(ts),
+                   1e3 * min(ts), 1e3 * max(ts)))
         return
     log("trained %d steps, %.1fM tokens (%.2f epochs) in %.1f s" % (step, tokens_seen / 1e6,
                                                                      tokens_seen / max(len(train_data), 1), train_s))
