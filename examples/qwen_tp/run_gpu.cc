@@ -54,6 +54,9 @@ struct RankResult {
   double prefillAttnMs = 0, prefillAttnFlop = 0;
   int prefillAttnChunks = 0;
   GraphNodes stepNodes, draftNodes;  // what the decode step's and the draft step's graphs launch
+  // Device memory in use before the model's init: the CUDA context (at tp > 1 with the
+  // communicator's buffers), which the memory line sets apart from what the model allocates.
+  size_t inUseBeforeInit = 0;
 };
 
 GpuModelOptions modelOptions(const Shared& sh) {
@@ -241,8 +244,10 @@ bool report(const Shared& sh, const GpuModel& model, const GpuModelOptions& o, c
                all = static_cast<double>(model.allocatedBytes());
   std::printf(
       "memory rank 0: weights %.2f GB, KV cache %.2f GB (%d positions), scratch + cuBLAS workspace %.2f GB "
-      "(sized by the %d-token chunk); %.2f GB allocated by the model, %.2f GB in use on the device\n",
-      wb / 1e9, kv / 1e9, o.ctxSize, (all - wb - kv) / 1e9, o.maxTokensPerCall, all / 1e9, (totalB - freeB) / 1e9);
+      "(sized by the %d-token chunk); %.2f GB allocated by the model, %.2f GB in use on the device, %.2f GB of it "
+      "before the model's init (the CUDA context)\n",
+      wb / 1e9, kv / 1e9, o.ctxSize, (all - wb - kv) / 1e9, o.maxTokensPerCall, all / 1e9, (totalB - freeB) / 1e9,
+      r.inUseBeforeInit / 1e9);
   // Roofline: the bytes a plain decode step reads at the prompt's end, over the copy rate.
   const double stepBytes = static_cast<double>(model.decodeStepBytes(P));
   const double roofMs = bw > 0 ? stepBytes / bw * 1e3 : 0;
@@ -316,6 +321,10 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
   GpuModel model(sh.cfg, shape, device, comm);
   if (gate && sh.flags.tp > 1) model.setRankGate(gate, rank);
   const GpuModelOptions o = modelOptions(sh);
+  size_t freeBefore = 0, totalBefore = 0;
+  if (cudaSetDevice(device) != cudaSuccess || cudaFree(nullptr) != cudaSuccess ||
+      cudaMemGetInfo(&freeBefore, &totalBefore) != cudaSuccess)
+    freeBefore = totalBefore = 0;  // init reports the device's error
   const bool ready = shaped && model.init(o, err);
   if (!agreeInit(ready)) {
     if (ready) *err = "another rank's init failed";
@@ -327,6 +336,7 @@ bool runRank(const Shared& sh, int rank, int device, tpcomm::Communicator* comm,
       return false;
   }
   RankResult r;
+  r.inUseBeforeInit = totalBefore - freeBefore;
   if (!runDecode(sh, rank, model, &r, err)) return false;
   if (sh.flags.profile && o.useGraphs && !sh.flags.teacherForced &&
       !profileStep(sh, model, &r, err))  // replays the graphs
