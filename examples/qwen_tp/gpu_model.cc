@@ -334,14 +334,22 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   // (cuBLAS products, any tp).
   ropeInAttn_ = fusedStep_ ? opt_.decode == GpuModelOptions::DecodeKernels::kFused
                            : tcAttn_ && opt_.decode == GpuModelOptions::DecodeKernels::kAttentionRope;
-  // The decode kernel's partials serve calls of up to kGraphMaxTokens tokens (all calls when the
-  // prefill kernel does not run this head_dim); logits kLogitsRows rows at a time.
-  const int64_t attnRows = prefillAttn_ ? kGraphMaxTokens : T;
+  // The split-K decode kernel's partials (gpu::attention) serve calls of up to kGraphMaxTokens
+  // tokens (all calls when the prefill kernel does not run this head_dim), and none when the
+  // tensor-core decode kernel and the prefill kernel take every call; logits kLogitsRows rows at a
+  // time.
+  const int64_t attnRows = tcAttn_ && prefillAttn_ ? 0 : prefillAttn_ ? kGraphMaxTokens : T;
+  // The MTP fc's input cat_ = [norm(embedding) | norm(hidden)] shares gu_'s memory: it is written
+  // by the MTP prologue and read by the fc product alone, before the MTP layer's gate/up product
+  // (or its fused SwiGLU GEMV, which writes act_) and after the last one of the layer before, in
+  // one stream; nothing else reads either. 2 T H bf16 at 8b, 32 MB at a 2048-token chunk.
+  const int64_t guCols = std::max<int64_t>(2 * I, 2 * H);
   if (!a(&x_, T * H * 2) || !a(&logits_, kLogitsRows * Vl * 4) || !a(&table_, T * shape_.tp * gpu::kArgmaxEntry * 4) ||
       !a(&attnPart_, attnRows * hq * splits_ * (D + 2) * 4) || !a(&hn_, T * H * 2) || !a(&qkv_, T * qkvRows_ * 2) ||
-      !a(&q_, T * hq * D * 2) || !a(&att_, T * hq * D * 2) || !a(&proj_, T * H * 2) || !a(&gu_, T * 2 * I * 2) ||
-      !a(&act_, T * I * 2) || !a(&hidden_, T * H * 2) || !a(&mtpOut_, T * H * 2) || !a(&cat_, T * 2 * H * 2))
+      !a(&q_, T * hq * D * 2) || !a(&att_, T * hq * D * 2) || !a(&proj_, T * H * 2) || !a(&gu_, T * guCols * 2) ||
+      !a(&act_, T * I * 2) || !a(&hidden_, T * H * 2) || !a(&mtpOut_, T * H * 2))
     return false;
+  cat_ = gu_;
   mtpHidden_ = mtpOut_ + (T - 1) * H;
   // Inputs [positions | tokens] and outputs [probabilities | tokens], 2T words each (gpu_model.h).
   int32_t* dRes = nullptr;
