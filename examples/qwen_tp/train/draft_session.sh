@@ -95,7 +95,7 @@ else
 fi
 echo "build rc=$BUILD_RC (+$(( $(date +%s) - T0 )) s)"
 # Held-out prompts from the corpus's held-out split (never trained on), while the model trains.
-$PY "$SRC/examples/qwen_tp/train/heldout_prompts.py" "$CORPUS/corpus.jsonl.xz" "$W" "$TF_CHARS" "$PREFIXES" "$PREFIX_CHARS" \
+$PY "$SRC/examples/qwen_tp/train/heldout_prompts.py" "$CORPUS/corpus.jsonl.xz" "$W" "$TF_CHARS" "$PREFIXES" "$PREFIX_CHARS" "$PREFIX_PREDICT" \
     >> "$OUT/free.log" 2>&1
 wait $TRAIN_PID
 TRAIN_RC=$?

@@ -131,6 +131,13 @@ def summary(args):
         ds = [r["distinct"] for r in rs]
         p("| %d | %d | %d | %s | %s | %s | %s | %.2f / %.2f |" % (n, len(rs), len(rs) - len(good), *free_rows[n],
                                                                fmt_acc(rs)[0], min(ds), statistics.mean(ds)))
+    own = [float(m.group(2)) for l in open(args.free, errors="replace")
+           if (m := re.search(r"^## prefix\d+: .*the text's own next (\d+) tokens: distinct 4-gram share ([0-9.]+)", l))]
+    if own:
+        p("\nThe held-out files' own continuations of the same prompts (as many tokens as a run makes): distinct "
+          "4-gram share lowest %.2f / mean %.2f, %d of %d under %.2f" % (min(own), statistics.mean(own),
+                                                                     sum(d < args.distinct_min for d in own), len(own),
+                                                                     args.distinct_min))
     prompts = {}
     for r in greedy:
         m = re.search(r"--prompt-file (\S+)", r["cmd"])
