@@ -20,7 +20,8 @@
 # prefetch of o_proj; PART=fusedrope RoPE inside the attention against qkNormRopeStore;
 # PART=argmaxrope the argmax's old loop, the shipped step and RoPE inside the attention;
 # TESTS=all|filter|none: the whole qwen_gpu_test, the decode filter (default) or no tests first.
-# Logs go to $OUT/logs.tgz (each log opens with commit, date, command), the table to
+# Logs go to $OUT/logs.tgz (each log opens with commit, date, command; clocks.csv holds the GPU's
+# clocks and power every 250 ms, ab_common.sh), the table (memory at 32000, the clocks too) to
 # $OUT/summary.md and to stdout, last. Usage, from the repository root:
 #   OUT=/path/to/out bash examples/qwen_tp/decode_ab.sh
 # TORCH_BASELINE: torch_tp_decode.py (default .scratch/baselines/ in the tree, then
@@ -333,6 +334,11 @@ EOF
     [ -f "$f" ] || continue
     echo "- $(basename "$f" .log): $(grep -a '^torch TP=' "$f" | sed -E 's/; weights.*(efficiency [0-9]+%).*(peak memory [0-9.]+ GB)/; \1; \2/' | tail -1) $(grep -q 'rc=[1-9]' "$f" && echo '(FAILED or timed out)')"
   done
+  echo
+  echo "Memory at qwen3-8b 32000 (each run's memory line):"
+  grep -ah "^memory rank 0" "$L"/q8_32000_*.log 2> /dev/null | sort | uniq -c | sed 's/^ */- /'
+  echo
+  clocks_summary
   echo
   echo "Prefill split, qwen3-8b at 32000 (the profile's lines: the chunk's GEMMs alone, the attention alone):"
   for f in "$L"/q8_32000_*.log; do

@@ -12,7 +12,8 @@
 # put on LD_LIBRARY_PATH here), its tests (QwenPrefillCudnnGpu.*) and QWEN_PREFILL_ATTN=cudnn
 # runs too, in the order fa2 fa3 cudnn cudnn fa3 fa2. A time budget (BUDGET_S, default 420 s) skips what would not fit,
 # lowest priority last. Logs go to $OUT/logs.tgz (each log opens with commit, date, command and
-# GPU), the table to $OUT/summary.md and to stdout, last. Usage, from the repository root:
+# GPU; clocks.csv: the GPU's clocks and power every 250 ms), the table (with a line on the clocks)
+# to $OUT/summary.md and to stdout, last. Usage, from the repository root:
 #   OUT=/path/to/out bash examples/qwen_tp/prefill_ab.sh
 # BUILD: the build folder (default build-h200); SKIP_BUILD=1 uses what is there. UBATCH: qwen_tp's
 # --ubatch-size (default 2048). PART=ubatch: only fa3 at --ubatch-size 2048 against 8192 (below). Last, when the budget allows, PyTorch's SDPA prefill at 32000 on
@@ -83,6 +84,7 @@ fi
     echo "  $(grep -a "prefill attention alone" "$f" | head -1)"
   done
   [ -f "$L/torch8_32000.log" ] && echo "PyTorch, 32000: $(grep -a '^torch TP=' "$L/torch8_32000.log" | tail -1)"
+  clocks_summary
   echo "total $(( $(date +%s) - T0 )) s"
 } > "$SUM" 2>&1
 cat "$SUM"  # the logs are packed on exit (ab_common.sh)
@@ -173,6 +175,7 @@ fi
     echo "$f: $(grep -a '^\[  PASSED\|^\[  FAILED\|^\[  SKIPPED' "$L/$f.log" | tr '\n' ' ' | cut -c1-400) $(grep -a '## rc=' "$L/$f.log" | tail -1)"
   done
   [ -f "$L/skipped.log" ] && cat "$L/skipped.log"
+  clocks_summary
   echo "total $(( $(date +%s) - T0 )) s"
 } > "$SUM" 2>&1
 cp "$SUM" "$L/summary.md"
