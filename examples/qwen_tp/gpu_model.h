@@ -407,6 +407,7 @@ class GpuModel : public DecoderEngine {
   // activations
   __nv_bfloat16* x_ = nullptr;  // residual stream [T, H]
   float *logits_ = nullptr, *table_ = nullptr, *attnPart_ = nullptr;
+  // cat_ (the MTP fc's input, [T, 2H]) points into gu_'s memory: init says why they never overlap.
   __nv_bfloat16 *hn_ = nullptr, *qkv_ = nullptr, *q_ = nullptr, *att_ = nullptr, *proj_ = nullptr, *gu_ = nullptr,
                 *act_ = nullptr, *hidden_ = nullptr, *mtpOut_ = nullptr, *cat_ = nullptr;
   // The MTP hidden a chained draft starts from: the last row of mtpOut_ ([T, H]). fusedKernels:
