@@ -126,6 +126,9 @@ __global__ void __launch_bounds__(kArgmaxThreads) localArgmaxKernel(const float*
   if (threadIdx.x >= 32) return;
   mine = warpMergeTop<kSum>(s[threadIdx.x]);
   if (threadIdx.x == 0) {
+    // A row with nothing above -FLT_MAX (all NaN or -inf) keeps the index it started with: it
+    // names the shard's first token, as the CPU reference does, rather than no token at all.
+    if (mine.index == 0x7fffffff) mine.index = 0;
     row[rank * kEntry] = mine.max;
     row[rank * kEntry + 1] = static_cast<float>(vocabBegin + mine.index);
     row[rank * kEntry + 2] = mine.sum;
