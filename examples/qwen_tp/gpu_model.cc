@@ -345,7 +345,8 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   // one stream; nothing else reads either. 2 T H bf16 at 8b, 32 MB at a 2048-token chunk.
   const int64_t guCols = std::max<int64_t>(2 * I, 2 * H);
   if (!a(&x_, T * H * 2) || !a(&logits_, kLogitsRows * Vl * 4) || !a(&table_, T * shape_.tp * gpu::kArgmaxEntry * 4) ||
-      !a(&attnPart_, attnRows * hq * splits_ * (D + 2) * 4) || !a(&hn_, T * H * 2) || !a(&qkv_, T * qkvRows_ * 2) ||
+      (attnRows > 0 && !a(&attnPart_, attnRows * hq * splits_ * (D + 2) * 4)) || !a(&hn_, T * H * 2) ||
+      !a(&qkv_, T * qkvRows_ * 2) ||
       !a(&q_, T * hq * D * 2) || !a(&att_, T * hq * D * 2) || !a(&proj_, T * H * 2) || !a(&gu_, T * guCols * 2) ||
       !a(&act_, T * I * 2) || !a(&hidden_, T * H * 2) || !a(&mtpOut_, T * H * 2))
     return false;
@@ -561,7 +562,7 @@ bool GpuModel::enqueueLayer(const Layer& L, int n, int ropeOffset, const __nv_bf
   } else {
     gpu::qkNormRopeStore(qkv_, n, hq, hk, D, L.qn, L.kn, cfg_.rmsNormEps, cfg_.ropeTheta, dPos_, ropeOffset, q_,
                          L.kCache, L.vCache, stream_);
-    enqueueAttention(L, n);
+    if (!enqueueAttention(L, n, error)) return false;
   }
   gemm(L.wo, H, hq * D, att_, n, proj_, false);
   if (!allReduceAddNorm(L.ln2, n, hn_, error)) return false;  // all-reduce + residual add + norm
@@ -599,7 +600,7 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
   } else {
     gpu::qkNormRopeStore(qkv_, n, hq, hk, D, L.qn, L.kn, eps, cfg_.ropeTheta, dPos_, ropeOffset, q_, L.kCache, L.vCache,
                          stream_);
-    enqueueAttention(L, n);
+    if (!enqueueAttention(L, n, error)) return false;
   }
   bool ok;
   if (stream && streamLayer_) {
@@ -710,7 +711,7 @@ bool GpuModel::enqueueLayerOverlapped(const Layer& L, int n, const __nv_bfloat16
   }
   gpu::qkNormRopeStore(qkv_, n, hq, hk, D, L.qn, L.kn, cfg_.rmsNormEps, cfg_.ropeTheta, dPos_, 0, q_, L.kCache, L.vCache,
                        stream_);
-  enqueueAttention(L, n);
+  if (!enqueueAttention(L, n, error)) return false;
   for (int h = 0; h < 2; ++h) {
     gemm(L.wo, H, hq * D, rowsOf(att_, h, hq * D), rows[h], rowsOf(proj_, h, H), false);
     QWEN_CUDA(cudaEventRecord(halfReady_[h], stream_));
@@ -726,13 +727,13 @@ bool GpuModel::enqueueLayerOverlapped(const Layer& L, int n, const __nv_bfloat16
   return sumHalves(nextNorm, normOut);
 }
 
-void GpuModel::enqueueAttention(const Layer& L, int n) {
+bool GpuModel::enqueueAttention(const Layer& L, int n, std::string* error) {
   const int D = cfg_.headDim, hq = shape_.heads, hk = shape_.kvHeads;
   if (prefillAttn_ && n > kGraphMaxTokens) {
     mark("enqueueing prefill attention");
     std::string why;
     if (cudnnAttn_) {
-      if (cudnnAttn_->run(q_, L.kCache, L.vCache, hostPos_, n, att_, stream_, &why)) return;
+      if (cudnnAttn_->run(q_, L.kCache, L.vCache, hostPos_, n, att_, stream_, &why)) return true;
       if (!cudnnDeclinedSaid_)  // once per model: the run goes on with fa2 for such calls
         std::fprintf(stderr, "qwen_tp: cuDNN prefill attention declined %d queries at position %d (%s): fa2 runs them\n",
                      n, hostPos_, why.c_str());
@@ -747,8 +748,13 @@ void GpuModel::enqueueAttention(const Layer& L, int n) {
   } else if (tcAttn_ && n <= kGraphMaxTokens)
     gpu::attentionDecodeTc(q_, L.kCache, L.vCache, dPos_, n, hq, hk, tcSplits_, tcPart_, tcTickets_, att_, stream_,
                            oAhead(L));
-  else
+  else if (attnPart_)
     gpu::attention(q_, L.kCache, L.vCache, dPos_, n, hq, hk, D, splits_, chunk_, attnPart_, att_, stream_);
+  else  // init allocates no partials where the tensor-core and prefill kernels take every call
+    return *error = "decode attention: a call of " + std::to_string(n) +
+                    " tokens reached the split-K kernel, whose partials were not allocated",
+           false;
+  return true;
 }
 
 bool GpuModel::enqueueGreedy(const __nv_bfloat16* hidden, int n, int32_t* tokens, float* topProb, std::string* error) {
@@ -1136,10 +1142,11 @@ bool GpuModel::timeChunkAttention(int n, int pos, int iters, double* ms, double*
   hostPos_ = pos;
   const double keys = static_cast<double>(n) * pos + 0.5 * n * (n + 1.0);  // query i sees i + 1 keys
   *flop = 4.0 * cfg_.headDim * shape_.heads * keys * static_cast<double>(layers_.size());
+  bool ok = true;
   auto enqueue = [&] {
-    for (const Layer& L : layers_) enqueueAttention(L, n);
+    for (const Layer& L : layers_) ok = ok && enqueueAttention(L, n, error);
   };
-  return timeCaptured(enqueue, iters, ms, error);
+  return timeCaptured(enqueue, iters, ms, error) && ok;
 }
 
 bool GpuModel::timeCaptured(const std::function<void()>& enqueue, int iters, double* ms, std::string* error) {

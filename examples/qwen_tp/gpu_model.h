@@ -306,7 +306,8 @@ class GpuModel : public DecoderEngine {
   // tp == 1 and fusedKernels: the fused kernels that need no all-reduce inside them.
   bool fuseTp1() const { return opt_.fusedKernels && shape_.tp == 1; }
   void dropGraphs();
-  void enqueueAttention(const Layer& L, int n);
+  // false (with *error) only where a call would reach the split-K kernel without its partials.
+  bool enqueueAttention(const Layer& L, int n, std::string* error);
   // A decode call's attention with the q/k norm, RoPE and KV store inside (kAttentionRope, kFused).
   bool enqueueAttentionRope(const Layer& L, int n, int ropeOffset, std::string* error);
   /// Sums buf (f32 or bf16) over the ranks. exact: never compressed, whatever the
