@@ -183,9 +183,13 @@ TEST(QwenDecodeGpu, TcAttentionWithRopeMatchesSeparateKernels) {
   ASSERT_TRUE(gpu::prepareAttentionDecodeTc());
   const int D = gpu::kDecodeTcHeadDim;
   const float eps = 1e-6f, theta = 1e6f;
-  const RopeCase cases[] = {{32, 8, 0, 1, 33, 0},    {32, 8, 511, 1, 33, 0}, {32, 8, 100, 16, 33, 0},
-                            {64, 8, 700, 3, 33, 1},  {32, 2, 1000, 5, 7, 0}, {32, 8, 4000, 6, 33, 0},
-                            {16, 8, 63, 2, 33, 0}};
+  // The last three put the call's own slots past their chunk's first tile: in tile 2, where the
+  // three-stage ring wraps (1090), split over tiles 1 and 2 (1080), in tile 1 and then the next
+  // chunk (2300), so the rows held in registers are stored into a later tile.
+  const RopeCase cases[] = {{32, 8, 0, 1, 33, 0},    {32, 8, 511, 1, 33, 0},  {32, 8, 100, 16, 33, 0},
+                            {64, 8, 700, 3, 33, 1},  {32, 2, 1000, 5, 7, 0},  {32, 8, 4000, 6, 33, 0},
+                            {16, 8, 63, 2, 33, 0},   {32, 8, 1090, 16, 7, 0}, {32, 8, 1080, 16, 7, 0},
+                            {32, 8, 2300, 16, 33, 0}};
   Rng rng{4242};
   auto bf = [](uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); };
   for (const RopeCase& c : cases) {
@@ -433,6 +437,91 @@ TEST(QwenDecodeGpu, AddRmsNormKernelsSameBitsAndReference) {
       }
 }
 
+// embedRmsNorm and rmsNormBf16 (both on norm_rows.cuh's arithmetic, a row loaded at once up to
+// 8192 elements and the loop past it) at H 1 .. 8200: embedRmsNorm's two forms (setNormLoop)
+// give the same x and out, x the embedding row (zeros for a token another rank owns), and out
+// the bits of embed() followed by addRmsNorm; rmsNormBf16 with row strides wider than H within
+// bf16 rounding of the fp64 norm, nothing written between the rows.
+TEST(QwenDecodeGpu, EmbedAndRowNormsMatchTheReference) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  struct Unset {
+    ~Unset() { gpu::setNormLoop(false); }
+  } unset;
+  const float eps = 1e-6f;
+  Rng rng{0x51ab1e};
+  auto bf = [](uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); };
+  const int n = 3, Vl = 7, vocabBegin = 1;
+  const int32_t tokens[n] = {3, 7, 0};  // local rows 2 and 6; 0 belongs to another rank
+  for (int H : {1, 64, 513, 1000, 4096, 5120, 8192, 8200}) {
+    const std::string what = "H " + std::to_string(H);
+    std::vector<uint16_t> E(static_cast<size_t>(Vl) * H), w(H);
+    for (size_t i = 0; i < E.size(); ++i) E[i] = i % 97 == 0 ? 0x8000 : rng.bf16(4.f);
+    for (auto& v : w) v = rng.bf16(2.f);
+    DevBuf<uint16_t> dE(E.size()), dw(H), dx(static_cast<size_t>(n) * H), dout(static_cast<size_t>(n) * H),
+        dref(static_cast<size_t>(n) * H);
+    DevBuf<int32_t> dtok(n);
+    CK(cudaMemcpy(dE.p, E.data(), E.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dw.p, w.data(), H * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dtok.p, tokens, n * 4, cudaMemcpyHostToDevice));
+    std::vector<uint16_t> x[2], out[2];
+    for (int loop = 0; loop < 2; ++loop) {
+      CK(cudaMemset(dx.p, 0xff, static_cast<size_t>(n) * H * 2));
+      CK(cudaMemset(dout.p, 0xff, static_cast<size_t>(n) * H * 2));
+      gpu::setNormLoop(loop == 1);
+      gpu::embedRmsNorm(dtok.p, n, bf(dE.p), vocabBegin, Vl, H, bf(dw.p), eps, bf(dx.p), bf(dout.p), nullptr);
+      gpu::setNormLoop(false);
+      CK(cudaDeviceSynchronize());
+      x[loop].resize(static_cast<size_t>(n) * H);
+      out[loop].resize(static_cast<size_t>(n) * H);
+      CK(cudaMemcpy(x[loop].data(), dx.p, x[loop].size() * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(out[loop].data(), dout.p, out[loop].size() * 2, cudaMemcpyDeviceToHost));
+    }
+    ASSERT_EQ(x[0], x[1]) << what << ": embedRmsNorm's x differs between its forms";
+    ASSERT_EQ(out[0], out[1]) << what << ": embedRmsNorm's out differs between its forms";
+    for (int t = 0; t < n; ++t) {
+      const int local = tokens[t] - vocabBegin;
+      for (int i = 0; i < H; ++i) {
+        const uint16_t want = local >= 0 && local < Vl ? E[static_cast<size_t>(local) * H + i] : 0;
+        ASSERT_EQ(x[0][static_cast<size_t>(t) * H + i], want) << what << " row " << t << " element " << i;
+      }
+    }
+    // embed() + addRmsNorm on the same x: the same bits.
+    CK(cudaMemcpy(dx.p, x[0].data(), x[0].size() * 2, cudaMemcpyHostToDevice));
+    gpu::addRmsNorm(bf(dx.p), nullptr, bf(dw.p), n, H, eps, bf(dref.p), nullptr);
+    CK(cudaDeviceSynchronize());
+    std::vector<uint16_t> ref(static_cast<size_t>(n) * H);
+    CK(cudaMemcpy(ref.data(), dref.p, ref.size() * 2, cudaMemcpyDeviceToHost));
+    ASSERT_EQ(out[0], ref) << what << ": embedRmsNorm against embed() + addRmsNorm";
+
+    // rmsNormBf16 with row strides H + 8 in and H + 16 out.
+    const int ldIn = H + 8, ldOut = H + 16;
+    std::vector<uint16_t> in(static_cast<size_t>(n) * ldIn);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = i % 89 == 0 ? 0x0000 : rng.bf16(4.f);
+    DevBuf<uint16_t> din(in.size()), dno(static_cast<size_t>(n) * ldOut);
+    CK(cudaMemcpy(din.p, in.data(), in.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dno.p, 0xff, static_cast<size_t>(n) * ldOut * 2));
+    gpu::rmsNormBf16(bf(din.p), ldIn, bf(dw.p), n, H, eps, bf(dno.p), ldOut, nullptr);
+    CK(cudaDeviceSynchronize());
+    std::vector<uint16_t> no(static_cast<size_t>(n) * ldOut);
+    CK(cudaMemcpy(no.data(), dno.p, no.size() * 2, cudaMemcpyDeviceToHost));
+    for (int t = 0; t < n; ++t) {
+      double ss = 0;
+      for (int i = 0; i < H; ++i) ss += std::pow(bf16ToFloat(in[static_cast<size_t>(t) * ldIn + i]), 2);
+      const double inv = 1.0 / std::sqrt(ss / H + eps);
+      for (int i = 0; i < ldOut; ++i) {
+        const uint16_t got = no[static_cast<size_t>(t) * ldOut + i];
+        if (i >= H) {
+          ASSERT_EQ(got, kPoison) << what << " row " << t << ": written past H at " << i;
+          continue;
+        }
+        const double r = bf16ToFloat(in[static_cast<size_t>(t) * ldIn + i]) * inv * bf16ToFloat(w[i]);
+        ASSERT_LE(std::fabs(bf16ToFloat(got) - r), std::ldexp(std::fabs(r), -7) + 1e-6)
+            << what << " rmsNormBf16 row " << t << " element " << i << ": got " << bf16ToFloat(got) << " expected " << r;
+      }
+    }
+  }
+}
+
 // ---- the wide-row kernels (prefill chunks) against the per-element ones ----
 
 // gpu::swiglu, gpu::addRmsNorm and gpu::qkNormRopeStore over more than kWideRows rows take the
@@ -672,6 +761,71 @@ TEST(QwenDecodeGpu, ArgmaxPicksTheFirstMaximum) {
       EXPECT_EQ(got[t], want[t]) << what << ", row " << t << ", two ranks";
       EXPECT_NEAR(p[t], wantP[t], 1e-4 * wantP[t]) << what << ", row " << t << ", two ranks";
     }
+  }
+}
+
+// The argmax's tails and rows without a maximum: a unique maximum at the row's last element and at
+// the first element of its last float4 (V = 151932: the 16-byte path's last batch is partial), in
+// the 16-byte form and the scalar one (a row off 16 bytes), with and without the probability, the
+// loop form and the two-launch form; and rows all NaN or all -inf, whose token is the first one
+// (the CPU reference's), never an index past the vocabulary.
+TEST(QwenDecodeGpu, ArgmaxTailsAndRowsWithoutAMaximum) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const int V = 151932, n = 5, E = gpu::kArgmaxEntry;
+  for (int offset : {0, 1}) {
+    std::vector<float> lg(static_cast<size_t>(n) * V + offset);
+    Rng rng{0x7a11};
+    for (auto& x : lg) x = rng.uniform() * 8.f;
+    float* r0 = lg.data() + offset;
+    const int want[n] = {V - 1, V - 4, V - 3, 0, 0};
+    r0[0 * static_cast<size_t>(V) + V - 1] = 30.f;  // the last element
+    r0[1 * static_cast<size_t>(V) + V - 4] = 30.f;  // the first of the last float4
+    r0[2 * static_cast<size_t>(V) + V - 3] = 30.f;
+    for (int i = 0; i < V; ++i) r0[3 * static_cast<size_t>(V) + i] = NAN, r0[4 * static_cast<size_t>(V) + i] = -INFINITY;
+    DevBuf<float> dl(lg.size()), table(static_cast<size_t>(n) * E), prob(n);
+    DevBuf<int32_t> tok(n);
+    CK(cudaMemcpy(dl.p, lg.data(), lg.size() * 4, cudaMemcpyHostToDevice));
+    const float* d = dl.p + offset;
+    for (int form = 0; form < 4; ++form) {
+      const char* what[] = {"with the probability", "without it", "QWEN_ARGMAX=loop", "localArgmax + pickArgmax"};
+      CK(cudaMemset(tok.p, 0xff, n * 4));
+      gpu::setArgmaxLoop(form == 2);
+      if (form == 3) {
+        gpu::localArgmax(d, n, V, 0, 1, 0, table.p, nullptr);
+        gpu::pickArgmax(table.p, n, 1, tok.p, prob.p, nullptr);
+      } else {
+        gpu::argmaxPick(d, n, V, table.p, tok.p, form == 1 ? nullptr : prob.p, nullptr);
+      }
+      gpu::setArgmaxLoop(false);
+      CK(cudaGetLastError());
+      CK(cudaDeviceSynchronize());
+      std::vector<int32_t> got(n);
+      CK(cudaMemcpy(got.data(), tok.p, n * 4, cudaMemcpyDeviceToHost));
+      for (int t = 0; t < n; ++t)
+        EXPECT_EQ(got[t], want[t]) << "offset " << offset << ", " << what[form] << ", row " << t;
+    }
+    // Two ranks, the rows without a maximum on both: the first token of the first shard.
+    const int h = V / 2;
+    std::vector<float> sum(static_cast<size_t>(n) * 2 * E, 0.f);
+    for (int r = 0; r < 2; ++r) {
+      std::vector<float> shard(static_cast<size_t>(n) * h);
+      for (int t = 0; t < n; ++t)
+        std::memcpy(shard.data() + static_cast<size_t>(t) * h, r0 + static_cast<size_t>(t) * V + r * h, h * 4);
+      DevBuf<float> ds(shard.size()), dt(sum.size());
+      CK(cudaMemcpy(ds.p, shard.data(), shard.size() * 4, cudaMemcpyHostToDevice));
+      gpu::localArgmax(ds.p, n, h, r * h, 2, r, dt.p, nullptr);
+      CK(cudaDeviceSynchronize());
+      std::vector<float> part(sum.size());
+      CK(cudaMemcpy(part.data(), dt.p, part.size() * 4, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+    }
+    DevBuf<float> dsum(sum.size());
+    CK(cudaMemcpy(dsum.p, sum.data(), sum.size() * 4, cudaMemcpyHostToDevice));
+    gpu::pickArgmax(dsum.p, n, 2, tok.p, nullptr, nullptr);
+    CK(cudaDeviceSynchronize());
+    std::vector<int32_t> got(n);
+    CK(cudaMemcpy(got.data(), tok.p, n * 4, cudaMemcpyDeviceToHost));
+    for (int t = 0; t < n; ++t) EXPECT_EQ(got[t], want[t]) << "offset " << offset << ", two ranks, row " << t;
   }
 }
 
