@@ -13,7 +13,8 @@ namespace gpu {
 constexpr int kArgmaxEntry = 3;
 /// Per row of logits [n, V]: (max, vocabBegin + argmax with the lowest index on ties, sum of
 /// exp(logit - max) over the shard) into table[(t * tp + rank) * 3 + {0, 1, 2}]; the rest of the
-/// row's table is zeroed by this call, so a sum-all-reduce gathers every rank's entry.
+/// row's table is zeroed by this call, so a sum-all-reduce gathers every rank's entry. NaN never
+/// wins; a row with nothing above -FLT_MAX (all NaN or -inf) gives (-FLT_MAX, vocabBegin).
 void localArgmax(const float* logits, int n, int V, int vocabBegin, int tp, int rank, float* table, cudaStream_t s);
 /// After the table is sum-all-reduced: tokens[t] = index of the best (value, lowest rank); when
 /// topProb is not null, topProb[t] = that token's softmax probability over the whole vocabulary
