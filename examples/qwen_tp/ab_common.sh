@@ -44,10 +44,13 @@ if not rows:
     sys.exit()
 sm = [r[0] for r in rows]
 low = [r for r in rows if r[0] < 0.95 * max(sm)]
+top = max(r[1] for r in rows)
+hot = [r[0] for r in rows if r[1] >= 0.9 * top]  # the heaviest phases (prefill's products, not decode)
 reasons = sorted({r[2] for r in rows if r[2] not in ("", "0x0000000000000000", "0x0000000000000001")})
 print("GPU clocks over the call (%d samples, 250 ms apart): SM %.0f / %.0f / %.0f MHz (min / median / max), power up "
-      "to %.0f W; %d samples under 95%% of the highest SM clock; clock-event reasons other than idle: %s"
-      % (len(rows), min(sm), statistics.median(sm), max(sm), max(r[1] for r in rows), len(low),
+      "to %.0f W; at 90%% of that power or more (%d samples) SM median %.0f, min %.0f MHz; %d samples under 95%% of "
+      "the highest SM clock; clock-event reasons other than idle: %s"
+      % (len(rows), min(sm), statistics.median(sm), max(sm), top, len(hot), statistics.median(hot), min(hot), len(low),
          " ".join(reasons) or "none"))
 EOF
 }
