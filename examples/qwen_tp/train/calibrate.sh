@@ -40,14 +40,15 @@ done
 $PY - "$OUT/calibrate.log" "$TRAIN_S" "$SEQ_EVERY" "$SEQ_FROM" <<'EOF' | tee "$OUT/calibrate.md"
 import re, sys
 log, budget, every, frac = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-rows, cur = {}, None
+rows, cur, kinds = {}, None, []
 for line in open(log, errors="replace"):
     m = re.search(r"--preset (\S+)", line)
     if line.startswith("## ") and m:
         cur = m.group(1)
-    m = re.search(r"--time-steps: (plain steps|steps with a sequence-level pass): \d+, ([0-9.]+) ms each", line)
+    m = re.search(r"--time-steps: (plain steps|steps with [^:]+): (\d+), ([0-9.]+) ms each", line)
     if m and cur:
-        rows.setdefault(cur, {})[m.group(1)] = float(m.group(2))
+        rows.setdefault(cur, {})[m.group(1)] = float(m.group(3))
+        kinds.append((cur, m.group(1), int(m.group(2)), float(m.group(3))))
     m = re.search(r"--compile: step compiled .* in ([0-9.]+) s", line)
     if m and cur:
         rows.setdefault(cur, {})["compile"] = float(m.group(1))
@@ -65,5 +66,9 @@ for p, r in rows.items():
     mean = plain + (1 - frac) / every * (seq - plain)  # ms per step over the whole schedule
     fmt = lambda k: "%.0f" % r[k] if k in r else "-"
     print("| %s | %.1f | %.1f | %s | %s | %d |" % (p, plain, seq, fmt("compile"), fmt("corpus"), int(budget * 1e3 / mean)))
+if kinds:  # every kind of step timed (with --ditto in EXTRA_ARGS: DITTO's too)
+    print("\n| preset | timed steps | count | mean ms |\n|---|---|---|---|")
+    for p, k, n, ms in kinds:
+        print("| %s | %s | %d | %.1f |" % (p, k, n, ms))
 EOF
 echo "total $(( $(date +%s) - T0 )) s"
