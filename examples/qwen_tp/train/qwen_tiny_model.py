@@ -362,6 +362,11 @@ class TinyQwen(nn.Module):
                 return out
             except Exception as e:  # noqa: BLE001 -- any capture failure: the eager steps below
                 TinyQwen._graph_failed = True
+                # torch.cuda.graph's exit stops at a failing capture_end, leaving the capture's
+                # stream current: the default stream again, and everything queued finished (the
+                # warm-up too) before the eager steps reset the buffers.
+                torch.cuda.set_stream(torch.cuda.default_stream(dev))
+                torch.cuda.synchronize(dev)
                 print("[qwen_tiny_model] generate_greedy(graph=True): CUDA graph capture failed (%s: %s); "
                       "the one-token steps run eagerly" % (type(e).__name__, str(e).splitlines()[0][:200] if str(e) else ""),
                       flush=True)

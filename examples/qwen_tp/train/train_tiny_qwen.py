@@ -355,6 +355,10 @@ def sequence_unlikelihood(model, prefix, n, graph=False):
     the share of them that repeat). graph: generate_greedy's fixed-buffer steps (--fast-generate)."""
     P = prefix.shape[1]
     cont = model.generate_greedy(prefix, n, graph=graph)
+    # The weights' casts autocast cached during the no-grad generation must not stand in for the
+    # grad-enabled forward below (torch builds without pytorch#165068 reuse them, and the loss then
+    # reaches no Linear weight): cast afresh.
+    torch.clear_autocast_cache()
     mask = repeated_ngrams(cont)
     _, logits = model(torch.cat([prefix, cont], dim=1)[:, :-1])
     logp = F.log_softmax(logits[:, P - 1:].float(), dim=-1).gather(-1, cont[..., None])[..., 0]
@@ -715,7 +719,7 @@ def main():
             if step == 3:
                 if dev.type == "cuda":
                     torch.cuda.synchronize()
-                timed_from = time.time()
+                timed_from = t_step = time.time()  # the warm-up's tail on the GPU counts in no step
             if step >= 3 + args.time_steps:
                 break
             frac = step / (3 + args.time_steps)
