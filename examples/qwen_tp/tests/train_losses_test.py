@@ -10,7 +10,7 @@ TPCOMM_REQUIRE_TORCH=1 (ctest qwen_train_losses_torch, label torch: the torch ve
   over the tokens: values and gradients (none through the earlier copy's probability);
 - generate_greedy (key/value cache) against greedy decoding that recomputes the whole sequence,
   and a left-padded batch against each prompt alone; its fixed-buffer steps (graph=True) against
-  both;
+  both, and reused for later calls of the same shape;
 - --time-steps in a run of the script: the timed steps counted by kind (plain, with a
   sequence-level pass).
 """
@@ -147,6 +147,16 @@ with torch.no_grad():
 check("generate_greedy(graph=True) equals the cached steps", torch.equal(static, x[:, 9:]))
 check("generate_greedy(graph=True), a left-padded batch", torch.equal(static_both, both))
 check("generate_greedy(graph=True), one token", torch.equal(one, x[:, 9:10]))
+# The buffers (and on CUDA the captured step) are kept per shape and refilled by every call: a
+# second batch of the same shape, then the first again after the padded one, each equal to the
+# cached steps, and the results handed out earlier untouched.
+with torch.no_grad():
+    ids2 = torch.randint(0, 50, (2, 9))
+    second = m.generate_greedy(ids2, 12, graph=True)
+    again = m.generate_greedy(ids, 12, graph=True)
+check("generate_greedy(graph=True) reused: a second batch of the shape, the first again, earlier results kept",
+      torch.equal(second, m.generate_greedy(ids2, 12)) and torch.equal(again, x[:, 9:]) and
+      torch.equal(static, x[:, 9:]) and torch.equal(static_both, both) and len(m._static) == 1)
 
 # --time-steps: the timed steps counted and timed by kind (here 4: steps 4 and 6 run a sequence-level
 # pass, 3 and 5 do not), in a run of the script itself.

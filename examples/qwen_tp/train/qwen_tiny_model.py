@@ -208,6 +208,7 @@ class TinyQwen(nn.Module):
         super().__init__()
         self.c = c
         self._rope_cache = {}  # (first position, length, device) -> (cos, sin); see _rope
+        self._static = {}  # generate_greedy(graph=True)'s buffers and captured step per shape
         self.model = Backbone(c)
         if not c.tie_word_embeddings:
             self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
@@ -311,24 +312,87 @@ class TinyQwen(nn.Module):
         leaves the next ones there (the argmax into out[:, pos - T0 + 1], pos + 1), so on CUDA one
         captured step replays n - 1 times with no host work between; elsewhere, or when the capture
         fails (said once), the same step runs eagerly. Under the caller's autocast, as the eager
-        path; the capture with autocast's weight cache off, as CUDA graphs require."""
+        path; the capture with autocast's weight cache off, as CUDA graphs require.
+        The buffers and the captured step are kept per (batch, prompt length, n, dtypes, device,
+        autocast state) and reused by the next call of that shape (--seq-unlikelihood asks for
+        the same shape every time): a call refills them and replays, with no new capture (each
+        capture synchronises, collects garbage and empties the allocator's cache). The step reads
+        the weights where they live, so it follows an optimizer's in-place updates."""
         B, T0 = ids.shape
-        L, dev = T0 + n, ids.device
         caches = [[] for _ in self.model.layers]
         nxt, keep = self._prompt(ids, pad, caches)
-        bufs = []
-        for k, v in caches:
-            kb = torch.zeros(B, k.shape[1], L, k.shape[3], dtype=v.dtype, device=dev)
-            vb = torch.zeros_like(kb)
+        st = self._static_state(B, T0, n, caches, ids)
+        for (k, v), (kb, vb) in zip(caches, st["bufs"]):
+            # Slots past the prompt hold the previous call's keys: each step writes its own slot
+            # before it reads, and the mask hides those after it.
             kb[:, :, :T0] = k.to(v.dtype)
             vb[:, :, :T0] = v
-            bufs.append((kb, vb))
+        st["prompt_keys"][:, :T0] = True if keep is None else keep
+        st["out"].zero_()
+        st["out"][:, :1] = nxt
+        st["x_buf"].copy_(nxt)
+        st["pos"].fill_(T0)
+        dev = ids.device
+        if dev.type == "cuda" and not TinyQwen._graph_failed:
+            try:
+                if st["graph"] is None:
+                    with _autocast_like_caller(cache_enabled=False):
+                        # A warm-up on a side stream (as torch.cuda.graphs asks), the state put back,
+                        # then the capture (which runs nothing).
+                        side = torch.cuda.Stream()
+                        side.wait_stream(torch.cuda.current_stream())
+                        with torch.cuda.stream(side):
+                            st["step"]()
+                        torch.cuda.current_stream().wait_stream(side)
+                        st["x_buf"].copy_(nxt)
+                        st["pos"].fill_(T0)
+                        g = torch.cuda.CUDAGraph()
+                        with torch.cuda.graph(g):
+                            st["step"]()
+                        st["graph"] = g
+                for _ in range(n - 1):
+                    st["graph"].replay()
+                return st["out"].clone()
+            except Exception as e:  # noqa: BLE001 -- any capture failure: the eager steps below
+                TinyQwen._graph_failed = True
+                self._static.clear()
+                # torch.cuda.graph's exit stops at a failing capture_end, leaving the capture's
+                # stream current: the default stream again, and everything queued finished (the
+                # warm-up too) before the eager steps reset the buffers.
+                torch.cuda.set_stream(torch.cuda.default_stream(dev))
+                torch.cuda.synchronize(dev)
+                print("[qwen_tiny_model] generate_greedy(graph=True): CUDA graph capture failed (%s: %s); "
+                      "the one-token steps run eagerly" % (type(e).__name__, str(e).splitlines()[0][:200] if str(e) else ""),
+                      flush=True)
+                st["x_buf"].copy_(nxt)
+                st["pos"].fill_(T0)
+                st["out"][:, 1:] = 0
+        for _ in range(n - 1):
+            st["step"]()
+        return st["out"].clone()
+
+    def _static_state(self, B, T0, n, caches, ids):
+        """_generate_static's buffers and its step function (and, on CUDA, the captured graph once
+        made) for this shape, made on first use; at most a few shapes are kept."""
+        try:
+            ac = (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
+        except (TypeError, AttributeError):  # before torch 2.4
+            ac = (torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype())
+        k0, v0 = caches[0]
+        dev = ids.device
+        key = (B, T0, n, ids.dtype, k0.shape[1], k0.shape[3], v0.dtype, str(dev), ac)
+        st = self._static.get(key)
+        if st is not None:
+            return st
+        if len(self._static) >= 4:  # training's sequence-level shape and the probes'
+            self._static.clear()
+        L = T0 + n
+        bufs = [(torch.zeros(B, k.shape[1], L, k.shape[3], dtype=v.dtype, device=dev),
+                 torch.zeros(B, k.shape[1], L, k.shape[3], dtype=v.dtype, device=dev)) for k, v in caches]
         idx = torch.arange(L, device=dev)
         prompt_keys = torch.zeros(B, L, dtype=torch.bool, device=dev)
-        prompt_keys[:, :T0] = True if keep is None else keep
         out = torch.zeros(B, n, dtype=ids.dtype, device=dev)
-        out[:, :1] = nxt
-        x_buf = nxt.clone()
+        x_buf = torch.zeros(B, 1, dtype=ids.dtype, device=dev)
         pos = torch.full((), T0, dtype=torch.long, device=dev)
 
         def step():
@@ -342,40 +406,9 @@ class TinyQwen(nn.Module):
             x_buf.copy_(t)
             pos.add_(1)
 
-        if dev.type == "cuda" and not TinyQwen._graph_failed:
-            try:
-                with _autocast_like_caller(cache_enabled=False):
-                    # A warm-up on a side stream (as torch.cuda.graphs asks), the state put back,
-                    # then the capture (which runs nothing) and the replays.
-                    side = torch.cuda.Stream()
-                    side.wait_stream(torch.cuda.current_stream())
-                    with torch.cuda.stream(side):
-                        step()
-                    torch.cuda.current_stream().wait_stream(side)
-                    x_buf.copy_(nxt)
-                    pos.fill_(T0)
-                    g = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(g):
-                        step()
-                for _ in range(n - 1):
-                    g.replay()
-                return out
-            except Exception as e:  # noqa: BLE001 -- any capture failure: the eager steps below
-                TinyQwen._graph_failed = True
-                # torch.cuda.graph's exit stops at a failing capture_end, leaving the capture's
-                # stream current: the default stream again, and everything queued finished (the
-                # warm-up too) before the eager steps reset the buffers.
-                torch.cuda.set_stream(torch.cuda.default_stream(dev))
-                torch.cuda.synchronize(dev)
-                print("[qwen_tiny_model] generate_greedy(graph=True): CUDA graph capture failed (%s: %s); "
-                      "the one-token steps run eagerly" % (type(e).__name__, str(e).splitlines()[0][:200] if str(e) else ""),
-                      flush=True)
-                x_buf.copy_(nxt)
-                pos.fill_(T0)
-                out[:, 1:] = 0
-        for _ in range(n - 1):
-            step()
-        return out
+        st = dict(bufs=bufs, prompt_keys=prompt_keys, out=out, x_buf=x_buf, pos=pos, step=step, graph=None)
+        self._static[key] = st
+        return st
 
     def mtp_forward(self, hidden, next_ids, pos0=1, return_hidden=False):
         """MTP over pairs (hidden[:, s], next_ids[:, s] = t_{s+pos0}) -> logits predicting

@@ -55,8 +55,9 @@ and losses through torch.compile (static shapes, compiled once before the schedu
 but within --minutes; --compile-mode picks the mode; if compiling fails the run says so and stays
 eager); the batch sampling, --seq-unlikelihood's generation, evaluation and probes stay eager.
 --fast-generate runs the greedy continuations of --seq-unlikelihood and --probe against fixed
-key/value buffers, the one-token step captured once as a CUDA graph and replayed (eager steps are
-hundreds of small kernels each); the same tokens up to rounding, so not the default's bits.
+key/value buffers, the one-token step captured as a CUDA graph once per shape and replayed by every
+later call of that shape (eager steps are hundreds of small kernels each); the same tokens up to
+rounding, so not the default's bits.
 --time-steps N is a calibration: the corpus and tokenizer as usual, 3 warm-up steps, N timed
 ones, then ms per step and tokens/s printed, and an exit without evaluating or writing anything
 to --out. It also prints the mean step time by kind (plain, with a sequence-level pass, with a
