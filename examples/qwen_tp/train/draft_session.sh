@@ -9,6 +9,8 @@
 #      among the greedy continuations of 16 validation-split prompts counted (--probe-during);
 #   2. teacher-forced acceptance (qwen_tp --teacher-forced) over TF_CHARS characters of held-out
 #      files: accepted/drafted, per-token acceptance and mean accepted length at n-max 1..NMAX_TF;
+#      then (PARITY=1, the default) tests/hf_parity.py on the checkpoint: qwen_tp against
+#      transformers on the same device, its lines in tf.log;
 #   3. free-running: PREFIXES prompts of PREFIX_CHARS characters ending at a line break inside
 #      held-out files, PREFIX_PREDICT tokens each, greedy at n-max FREE_NMAX, each run's distinct
 #      4-gram share; runs under DISTINCT_MIN are flagged degenerate and left out of the headline
@@ -110,6 +112,14 @@ fi
 run tf 240 "$Q" --device "$DEVICE" --model-dir "$CKPT" --prompt-file "$W/tf.txt" --spec-type draft-mtp \
     --spec-draft-n-max "$NMAX_TF" --teacher-forced --tf-window "$TF_WINDOW" --tf-context 64 --no-profile --metrics-file "$W/m.prom"
 echo "teacher-forced rc=$? (+$(( $(date +%s) - T0 )) s)"; grep -a "teacher-forced n-max 3" "$OUT/tf.log"
+# 2b. The trained checkpoint through qwen_tp against transformers on the same device
+# (tests/hf_parity.py: logits within its bound, argmax, 64 greedy tokens), into tf.log (the call
+# returns 8 files at most); PARITY=0 leaves it out.
+if [ "${PARITY:-1}" = 1 ]; then
+  run tf 120 $PY "$SRC/examples/qwen_tp/tests/hf_parity.py" --device "$DEVICE" --model-dir "$CKPT" --qwen-tp "$Q" \
+      --work "$W/parity"
+  echo "hf parity rc=$? (+$(( $(date +%s) - T0 )) s)"
+fi
 
 # 3. free-running on the prefixes (greedy at each n-max; then sampled at n-max 3), with traces.
 for j in $(seq 0 $(( PREFIXES - 1 ))); do
@@ -155,4 +165,6 @@ done
 header "$OUT/summary.md" "examples/qwen_tp/train/draft_session.sh (summary); $SETTINGS"
 $PY "$SRC/examples/qwen_tp/train/draft_summary.py" --train "$OUT/train.log" --tf "$OUT/tf.log" --free "$OUT/free.log" \
     --replay "$OUT/replay.log" --distinct-min "$DISTINCT_MIN" | tee -a "$OUT/summary.md"
+{ echo; grep -a "^\[hf_parity\] \(PASS\|FAIL\|SKIP\|logits:\|greedy:\)" "$OUT/tf.log" || echo "(no hf_parity verdict in tf.log)"; } |
+    tee -a "$OUT/summary.md"
 echo "total $(( $(date +%s) - T0 )) s"
