@@ -32,7 +32,22 @@ cat > "$work/b/examples/qwen_tp/gemv_bench" << 'EOF'
 echo "gemv_bench $*" >> "$STUB_CALLS"
 echo "## the greedy argmax (argmaxPick) over 151936 fp32 logits a row, us per launch, the rows in L2"
 EOF
-chmod +x "$work/b/examples/qwen_tp/qwen_tp" "$work/b/examples/qwen_tp/gemv_bench"
+# nvidia-smi: a header line for the logs, and for the clock sampler (-lms) three samples, one at
+# the call's peak power with the SM clock down, then it waits (as itself) to be killed.
+mkdir -p "$work/bin"
+cat > "$work/bin/nvidia-smi" << 'EOF'
+#!/bin/bash
+case "$*" in
+  *-lms*) printf '%s\n' "2026/12/05 00:00:00.000, 1980, 3201, 400.00, 40, 0x0000000000000000" \
+            "2026/12/05 00:00:00.250, 1700, 3201, 700.00, 60, 0x0000000000000004" \
+            "2026/12/05 00:00:00.500, 1980, 3201, 100.00, 40, 0x0000000000000001"
+          while :; do sleep 0.2; done ;;
+  *clocks_event_reasons.active*) echo "0x0000000000000000" ;;
+  *) echo "NVIDIA H200, 580.00, 143771 MiB, 1980 MHz, 3201 MHz" ;;
+esac
+EOF
+chmod +x "$work/b/examples/qwen_tp/qwen_tp" "$work/b/examples/qwen_tp/gemv_bench" "$work/bin/nvidia-smi"
+export PATH="$work/bin:$PATH"
 
 runpart() {  # runpart <PART>: decode_ab.sh with the stubs; the calls in $work/<PART>.calls
   export STUB_CALLS=$work/$1.calls
@@ -78,6 +93,12 @@ for want in "| q8_512 | gemvloop | 2 | 4.000 | 85.0 | 1.0000x over gemvloop |" \
             "| q32_512 | fused | 2 | 3.950 | 85.0 | 1.0127x over gemvloop |"; do
   grep -qF "$want" "$work/out_argmaxrope/summary.md" || bad "PART=argmaxrope's summary lacks the row '$want'"
 done
+
+# The clock samples (ab_common.sh's sampler, stopped at exit) and their summary line.
+grep -qF "SM 1700 / 1980 / 1980 MHz (min / median / max), power up to 700 W; at 90% of that power or more (1 samples) SM median 1700" \
+  "$work/out_argmaxrope/summary.md" || bad "PART=argmaxrope's summary lacks the clocks line of the stub's samples"
+[ -s "$work/x/logs/clocks.csv" ] || bad "logs.tgz has no clocks.csv"
+pgrep -f "$work/bin/nvidia-smi" > /dev/null && bad "the clock sampler outlived decode_ab.sh"
 
 [ $fail = 0 ] && echo "decode_ab_stub_test: argmaxrope and fusedrope run their A B .. B A orders with their settings"
 exit $fail
