@@ -21,14 +21,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from heldout_prompts import load_split, prefixes  # noqa: E402
+from heldout_prompts import distinct4, load_split, prefixes  # noqa: E402
 from qwen_tiny_model import TinyQwen, TinyQwenConfig  # noqa: E402
-
-
-def distinct4(ids):
-    """Share of distinct 4-grams among a run's ids (draft_summary.py's measure)."""
-    grams = [tuple(ids[i:i + 4]) for i in range(len(ids) - 3)]
-    return len(set(grams)) / len(grams) if grams else float("nan")
 
 
 def greedy_runs(model, tok, texts, n_predict, device, graph=False):

@@ -79,12 +79,17 @@ def _compiling():
     return bool(f is not None and f())
 
 
+def _autocast_state():
+    """The caller's CUDA autocast state: (enabled, dtype)."""
+    try:
+        return torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
+    except (TypeError, AttributeError):  # before torch 2.4
+        return torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+
+
 def _autocast_like_caller(cache_enabled):
     """A CUDA autocast context with the caller's state (enabled, dtype) and the given cache setting."""
-    try:
-        enabled, dtype = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
-    except (TypeError, AttributeError):  # before torch 2.4
-        enabled, dtype = torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+    enabled, dtype = _autocast_state()
     return torch.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
 
@@ -374,10 +379,7 @@ class TinyQwen(nn.Module):
     def _static_state(self, B, T0, n, caches, ids):
         """_generate_static's buffers and its step function (and, on CUDA, the captured graph once
         made) for this shape, made on first use; at most a few shapes are kept."""
-        try:
-            ac = (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
-        except (TypeError, AttributeError):  # before torch 2.4
-            ac = (torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype())
+        ac = _autocast_state()
         k0, v0 = caches[0]
         dev = ids.device
         key = (B, T0, n, ids.dtype, k0.shape[1], k0.shape[3], v0.dtype, str(dev), ac)
