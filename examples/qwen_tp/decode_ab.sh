@@ -19,6 +19,7 @@
 # PART=default qwen_tp as shipped against --gemv cublas; PART=attnprefetch the attention's L2
 # prefetch of o_proj; PART=fusedrope RoPE inside the attention against qkNormRopeStore;
 # PART=argmaxrope the argmax's old loop, the shipped step and RoPE inside the attention;
+# PART=pick the final norm, lm_head and argmax as three kernels against one (QWEN_PICK);
 # TESTS=all|filter|none: the whole qwen_gpu_test, the decode filter (default) or no tests first.
 # Logs go to $OUT/logs.tgz (each log opens with commit, date, command; clocks.csv holds the GPU's
 # clocks and power every 250 ms, ab_common.sh), the table (memory at 32000, the clocks too) to
@@ -76,12 +77,12 @@ ncu_step() {  # ncu_step <mode> <preset> <prompt> [extra]
 
 qn() {  # qn <preset> <prompt> <tag> <norm> <decode> [extra]; GEMM=gemmex|lt (QWEN_GEMM), default gemmex;
         # PF=off|on|<MB> (QWEN_PREFETCH), default off; AP=off|on|<MB> (QWEN_ATTN_PREFETCH), default unset;
-        # ARGMAX=loop|vec (QWEN_ARGMAX), default unset
+        # ARGMAX=loop|vec (QWEN_ARGMAX), PICK=split|fused (QWEN_PICK), default unset
   local preset=$1 P=$2 tag=$3 norm=$4 dec=$5; shift 5
   local short=${preset#qwen3-}; local N=64; [ "$short" = 32b ] && N=32
   run "q${short%b}_${P}_$tag" 120 env QWEN_NORM=$norm QWEN_DECODE=$dec QWEN_GEMM=${GEMM:-gemmex} QWEN_PREFETCH=${PF:-off} \
     QWEN_GEMV=${GEMV:-cublas} QWEN_STREAM_PDL=${QWEN_STREAM_PDL:-off} QWEN_STREAM_LAYER=${QWEN_STREAM_LAYER:-off} \
-    ${AP:+QWEN_ATTN_PREFETCH=$AP} ${ARGMAX:+QWEN_ARGMAX=$ARGMAX} $Q \
+    ${AP:+QWEN_ATTN_PREFETCH=$AP} ${ARGMAX:+QWEN_ARGMAX=$ARGMAX} ${PICK:+QWEN_PICK=$PICK} $Q \
     --model-preset $preset --prompt-tokens $P --n-predict $N --ubatch-size 2048 "$@"
 }
 # over_shapes "<m1 m2 ..>" "<shape;shape;..>" <fn>: at each shape ("preset prompt [extra args]"),
@@ -197,6 +198,14 @@ else
   run gemv_bench 90 "$B/examples/qwen_tp/gemv_bench" --preset qwen3-8b --argmax-only  # the argmax alone, both forms
 fi
 if [ "${NCU:-1}" = 1 ]; then ncu_step gemv qwen3-8b 512; ncu_step fused qwen3-8b 512; fi
+elif [ "${PART:-all}" = pick ]; then
+# PART=pick: the shipped step (the stream, gemv, PDL auto) with the final norm, the lm_head and the
+# greedy argmax as three kernels (QWEN_PICK=split) and as one launch whose last block picks
+# (fused, gpu::streamPick), A B B A at qwen3-8b and qwen3-32b 512 and qwen3-8b 32000; then (NCU=1,
+# the default) one 8b step at 512 under ncu, fused.
+pk_run() { GEMV=stream QWEN_STREAM_PDL=auto PICK=${3#*_} qn "$1" "$2" "$3" regs gemv "${@:4}"; }
+over_shapes "split fused" "$SHAPES3" pk_run
+if [ "${NCU:-1}" = 1 ]; then ncu_step gemv qwen3-8b 512; fi
 elif [ "${PART:-all}" = streampdl ]; then
 # PART=streampdl: which streams of the fused step launch with PDL, PDL_MODES (QWEN_STREAM_PDL
 # values, default off attn chain all: none, o_proj after the attention, the streams after a

@@ -352,6 +352,15 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
     return false;
   cat_ = gu_;
   mtpHidden_ = mtpOut_ + (T - 1) * H;
+  // QWEN_PICK=fused|split: a one-token greedy call's final norm, lm_head and argmax in one stream
+  // launch (gpu::streamPick: the same logits, hidden row and token) or in three kernels.
+  if (!envChoice("QWEN_PICK", "fused", {"fused", "split"}, &v, error)) return false;
+  pickFused_ = v == "fused" && opt_.streamGemv && fuseTp1() && fusedStep_;
+  if (pickFused_) {
+    pickScratchBytes_ = gpu::streamPickScratch();
+    if (!a(&pickScratch_, static_cast<int64_t>(pickScratchBytes_))) return false;
+    QWEN_CUDA(cudaMemsetAsync(pickScratch_, 0, pickScratchBytes_, stream_));
+  }
   // Inputs [positions | tokens] and outputs [probabilities | tokens], 2T words each (gpu_model.h).
   int32_t* dRes = nullptr;
   if (!a(&dIn_, 2 * T * 4) || !a(&dRes, 2 * T * 4)) return false;
@@ -628,7 +637,8 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
          gpu::gemvResidual(L.wd, H, I, act_, n, x_, stream_);
   }
   if (!ok) return *error = "fused decode: a GEMV refused its operands", false;
-  if (normOut != hn_) gpu::addRmsNorm(x_, nullptr, nextNorm, n, H, eps, normOut, stream_);
+  // normOut null: the caller norms x_ itself (the last layer under pickInHead: streamPick does).
+  if (normOut && normOut != hn_) gpu::addRmsNorm(x_, nullptr, nextNorm, n, H, eps, normOut, stream_);
   return true;
 }
 
@@ -814,7 +824,7 @@ bool GpuModel::enqueue(Kind kind, int n, std::string* error) {
     for (int l = 0; l < cfg_.numLayers; ++l) {
       const bool last = l + 1 == cfg_.numLayers;
       const __nv_bfloat16* nextNorm = last ? finalNorm_ : layers_[l + 1].ln1;
-      __nv_bfloat16* out = last ? hidden_ : hn_;
+      __nv_bfloat16* out = last ? (pickInHead(n) ? nullptr : hidden_) : hn_;
       nextLayer_ = last ? nullptr : &layers_[l + 1];
       if (!(overlap ? enqueueLayerOverlapped(layers_[l], n, nextNorm, out, error)
                     : enqueueLayer(layers_[l], n, 0, nextNorm, out, error)))
@@ -828,7 +838,14 @@ bool GpuModel::enqueue(Kind kind, int n, std::string* error) {
     }
     // A prefill chunk needs the greedy token after its last position only.
     outs = kind == kPrefill ? 1 : n;
-    if (!enqueueGreedy(hidden_ + static_cast<size_t>(n - outs) * H, outs, dOut_, nullptr, error)) return false;
+    if (pickInHead(n)) {  // the final norm of x_ (into hidden_), the lm_head and the argmax in one launch
+      if (!gpu::streamPick(lmHead_, shape_.vocab, H, x_, finalNorm_, eps, hidden_, logits_, pickScratch_,
+                           pickScratchBytes_, dOut_, stream_))
+        return *error = "streamPick refused the lm_head's operands", false;
+      ++streamGemvLaunches_;
+    } else if (!enqueueGreedy(hidden_ + static_cast<size_t>(n - outs) * H, outs, dOut_, nullptr, error)) {
+      return false;
+    }
   }
   // The outputs in one copy: the tokens, after their probabilities when the drafts have them.
   const int words = mtp && draftProb_ ? 2 * outs : outs;

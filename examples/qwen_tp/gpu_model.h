@@ -397,6 +397,13 @@ class GpuModel : public DecoderEngine {
   unsigned* layerBarrier_ = nullptr;
   int* layerFailed_ = nullptr;
   int* dLayerFailed_ = nullptr;
+  // QWEN_PICK=fused (the default where the step streams): a one-token greedy call's final norm,
+  // lm_head and argmax in one launch (gpu::streamPick, pickInHead(n)); pickScratch_ its partials
+  // and ticket, zeroed once.
+  bool pickFused_ = false;
+  void* pickScratch_ = nullptr;
+  size_t pickScratchBytes_ = 0;
+  bool pickInHead(int n) const { return pickFused_ && n == 1 && fusedStep(1); }
   int tcSplits_ = 1;
   float* tcPart_ = nullptr;
   int* tcTickets_ = nullptr;

@@ -33,6 +33,7 @@
 // 16-byte aligned W and X (gemvStreamSupported). A launch reads W, X and writes Y only; nothing
 // waits on another block, so there is no cross-block protocol to bound.
 #include <algorithm>
+#include <cfloat>
 #include <cstdint>
 
 #include "kernels/common.cuh"
@@ -331,6 +332,96 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm) streamL
   streamRows<kNorm>(a.wqkv, a.qkvRows, a.hidden, a.qkv, first, warps, lane, w);
 }
 
+// ---- streamPick: the lm_head's one-token stream with the greedy pick in its last block ----
+//
+// Who writes what: every warp writes its rows' logits (fp32, lane 0, as gemvStream with yF32)
+// and keeps the best (value, row) of its rows, rows ascending: a strictly larger value takes it,
+// so the first of equal values stays and NaN (never larger) is never picked. Thread 0 merges its
+// block's warps (mergePick: larger value, else lower row; a total order, so any merge order gives
+// one answer), stores the block's pick in partials[block], fences it (__threadfence: visible at
+// gpu scope before the count moves) and counts the block in with atomicInc(ticket, blocks - 1),
+// which wraps to 0 on the last arrival: each launch starts from a zero ticket with no reset. The
+// last block fences (its acquire of every fenced partial), reads the partials through L2 and
+// writes the token: the row of the best value, or 0 when no value was above -FLT_MAX (all NaN or
+// -inf), argmaxPick's rules, so the same token from the same logits. No block waits for another:
+// there is nothing to bound. With normW the products take the RMSNorm of the row X
+// (stageNormedRow: addRmsNorm's bits) and block 0 also stores that normed row to normOut.
+struct Pick {
+  float value;
+  int row;
+};
+
+__device__ __forceinline__ Pick mergePick(Pick a, Pick b) {
+  return b.value > a.value || (b.value == a.value && b.row < a.row) ? b : a;
+}
+
+__device__ __forceinline__ Pick warpMergePick(Pick p) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    p = mergePick(p, Pick{__shfl_xor_sync(0xffffffffu, p.value, o), __shfl_xor_sync(0xffffffffu, p.row, o)});
+  return p;
+}
+
+// One pick from a block's 16 warps' (lane 0 holds each warp's): thread 0 returns it.
+__device__ __forceinline__ Pick blockMergePick(Pick mine) {
+  __shared__ Pick warpPick[kStreamWarps];
+  if ((threadIdx.x & 31) == 0) warpPick[threadIdx.x >> 5] = mine;
+  __syncthreads();
+  Pick p = warpPick[0];
+  if (threadIdx.x == 0)
+    for (int w = 1; w < kStreamWarps; ++w) p = mergePick(p, warpPick[w]);
+  return p;
+}
+
+constexpr Pick kNoPick{-FLT_MAX, 0x7fffffff};
+
+__global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm)
+    streamPickKernel(const __nv_bfloat16* __restrict__ W, int out, int in, const __nv_bfloat16* __restrict__ X,
+                     const __nv_bfloat16* __restrict__ normW, float eps, __nv_bfloat16* __restrict__ normOut,
+                     float* __restrict__ logits, Pick* __restrict__ partials, unsigned* __restrict__ ticket,
+                     int32_t* __restrict__ token) {
+  extern __shared__ uint4 xs[];
+  pdlLaunch();
+  const int lane = threadIdx.x & 31, vecs = in / 8;
+  const int warps = gridDim.x * kStreamWarps, first = blockIdx.x * kStreamWarps + (threadIdx.x >> 5);
+  uint4 w[kStreamLoads];
+  loadFirstChunk(W, out, in, first, lane, w);
+  pdlWait();
+  if (normW) {
+    stageNormedRow(X, normW, in, eps);
+    if (normOut && blockIdx.x == 0)
+      for (int v = threadIdx.x; v < vecs; v += blockDim.x) reinterpret_cast<uint4*>(normOut)[v] = xs[v];
+  } else {
+    for (int v = threadIdx.x; v < vecs; v += blockDim.x) xs[v] = reinterpret_cast<const uint4*>(X)[v];
+    __syncthreads();
+  }
+  Pick mine = kNoPick;
+  for (int r = first; r < out; r += warps) {
+    float acc[1];
+    dotRow<1, true>(reinterpret_cast<const uint4*>(W + static_cast<int64_t>(r) * in), vecs, lane, nullptr, 1,
+                    r == first, w, acc);
+    if (lane == 0) logits[r] = acc[0];
+    if (acc[0] > mine.value) mine = Pick{acc[0], r};
+  }
+  __shared__ bool last;
+  Pick p = blockMergePick(mine);
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = p;
+    __threadfence();
+    last = atomicInc(ticket, gridDim.x - 1) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  p = kNoPick;
+  for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
+    const int2 raw = __ldcg(reinterpret_cast<const int2*>(partials + b));
+    p = mergePick(p, Pick{__int_as_float(raw.x), raw.y});
+  }
+  p = blockMergePick(warpMergePick(p));
+  if (threadIdx.x == 0) *token = p.row == kNoPick.row ? 0 : p.row;
+}
+
 int gStreamSms = 0;      // prepareGemvStream
 bool gStreamPdl = false;  // setGemvStreamPdl
 
@@ -394,6 +485,8 @@ bool prepareGemvStream() {
          prepareForm<1, false, kResidual>() && prepareForm<4, false, kResidual>() &&
          prepareForm<kGemvStreamMaxTokens, false, kResidual>() && prepareForm<1, false, kNormSwiglu>() &&
          cudaFuncSetAttribute(streamLayerKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStreamSharedX) ==
+             cudaSuccess &&
+         cudaFuncSetAttribute(streamPickKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStreamSharedX) ==
              cudaSuccess;
 }
 
@@ -462,6 +555,33 @@ bool gemvStreamNormSwiglu(const __nv_bfloat16* W, int I, int in, const __nv_bflo
                           float eps, __nv_bfloat16* act, cudaStream_t s) {
   if (I <= 0 || !normedSupported(W, X, normW, in)) return false;
   launchStream<1, false, kNormSwiglu>(W, I, in, X, 1, act, streamBlocks(I, gStreamSms), s, normW, eps);
+  return cudaPeekAtLastError() == cudaSuccess;
+}
+
+size_t streamPickScratch() {
+  return gStreamSms > 0 ? static_cast<size_t>(gStreamSms) * kStreamBlocksPerSm * sizeof(Pick) + sizeof(unsigned) : 0;
+}
+
+bool streamPick(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW, float eps,
+                __nv_bfloat16* normOut, float* logits, void* scratch, size_t scratchBytes, int32_t* token,
+                cudaStream_t s) {
+  if (out <= 0 || !logits || !token || !scratch || (reinterpret_cast<uintptr_t>(scratch) & 7u) != 0 ||
+      scratchBytes < streamPickScratch())
+    return false;
+  if (normW ? !normedSupported(W, X, normW, in) : (gStreamSms <= 0 || !gemvStreamSupported(W, X, in) ||
+                                                   in * 2 > kStreamSharedX))
+    return false;
+  if (normOut && (reinterpret_cast<uintptr_t>(normOut) & 15u) != 0) return false;
+  const int blocks = streamBlocks(out, gStreamSms);
+  Pick* partials = static_cast<Pick*>(scratch);
+  unsigned* ticket = reinterpret_cast<unsigned*>(partials + gStreamSms * kStreamBlocksPerSm);
+  const size_t smem = static_cast<size_t>(in) * 2 * (normW ? 2 : 1);  // the row (then hn), the norm weights
+  if (gStreamPdl)
+    launchSmem(streamPickKernel, blocks, kStreamWarps * 32, smem, s, W, out, in, X, normW, eps, normOut, logits,
+               partials, ticket, token);
+  else
+    streamPickKernel<<<blocks, kStreamWarps * 32, smem, s>>>(W, out, in, X, normW, eps, normOut, logits, partials,
+                                                             ticket, token);
   return cudaPeekAtLastError() == cudaSuccess;
 }
 

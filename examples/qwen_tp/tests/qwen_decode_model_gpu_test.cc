@@ -236,7 +236,7 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
   unsetenv("QWEN_DECODE");
   struct Env {
     ~Env() {
-      for (const char* v : {"QWEN_GEMV", "QWEN_STREAM_PDL", "QWEN_STREAM_LAYER"}) unsetenv(v);
+      for (const char* v : {"QWEN_GEMV", "QWEN_STREAM_PDL", "QWEN_STREAM_LAYER", "QWEN_PICK"}) unsetenv(v);
     }
   } restore;
   setenv("QWEN_GEMV", "stream", 1);
@@ -264,7 +264,7 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
   }
   // The fused step's stream forms give the unfused step's bits: gemv against attn, fused against
   // attnrope, logits of twelve one-token steps after a 20-token prompt (the prefill kernels).
-  auto stepLogits = [&](Kernels k, std::vector<std::vector<float>>* all) {
+  auto stepLogits = [&](Kernels k, std::vector<std::vector<float>>* all, std::vector<int32_t>* tokens = nullptr) {
     GpuModel m(c, sh, 0, nullptr);
     GpuModelOptions o;
     o.ctxSize = 64;
@@ -283,6 +283,7 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
       ASSERT_TRUE(m.target(&tok, 1, t, &tok, &err)) << err;
       ASSERT_TRUE(m.lastLogits(1, &lg, &err)) << err;
       all->push_back(lg);
+      if (tokens) tokens->push_back(tok);
     }
     EXPECT_GT(m.streamGemvLaunches(), before) << kernelsName(k);
   };
@@ -308,6 +309,18 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
     unsetenv("QWEN_STREAM_LAYER");
     stepLogits(k, &separate);
     sameLogits(one, separate, std::string("QWEN_STREAM_LAYER=on against off, ") + kernelsName(k));
+  }
+  // QWEN_PICK=fused (the default: the final norm, the lm_head and the argmax in one launch,
+  // gpu::streamPick) against split (three kernels): the same logits and tokens at every step.
+  for (Kernels k : {Kernels::kFusedGemv, Kernels::kFused}) {
+    std::vector<std::vector<float>> one, three;
+    std::vector<int32_t> oneTok, threeTok;
+    setenv("QWEN_PICK", "split", 1);
+    stepLogits(k, &three, &threeTok);
+    unsetenv("QWEN_PICK");
+    stepLogits(k, &one, &oneTok);
+    sameLogits(one, three, std::string("QWEN_PICK=fused against split, ") + kernelsName(k));
+    EXPECT_EQ(oneTok, threeTok) << "QWEN_PICK=fused against split, " << kernelsName(k);
   }
   // QWEN_STREAM_PDL's early launches (a stream's blocks resident before the kernel it reads has
   // ended) leave the logits as they are: a read before its wait would change them.

@@ -332,6 +332,119 @@ TEST(QwenGemvGpu, StreamFusedFormsKeepTheBits) {
   EXPECT_FALSE(gpu::gemvStreamResidual(dW.bf(), 4, 16, dX.bf(), 0, dW.bf(), nullptr)) << "n = 0";
 }
 
+// gpu::streamPick (the lm_head's one-token stream with the greedy pick in its last block) against
+// the kernels it replaces: addRmsNorm + gemvStream (fp32) + argmaxPick, and gemvStream + argmaxPick
+// without the norm. The logits and the normed row bit for bit, nothing written past them, the
+// same token, over a full grid (151936 rows), a ragged one (9973) and one block (5 rows); with
+// the best row tied three ways (the lowest wins), a NaN logit (never picked) above them, an
+// +inf logit (picked), every logit NaN (token 0) and every logit +0 (token 0). Several launches
+// in a row on one scratch (the ticket back at zero after each); bad operands refused.
+TEST(QwenGemvGpu, StreamPickEqualsTheLmHeadAndArgmax) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_TRUE(gpu::prepareGemvStream());
+  const size_t scratchBytes = gpu::streamPickScratch();
+  ASSERT_GT(scratchBytes, sizeof(unsigned));
+  DevBuf<uint8_t> scratch(scratchBytes);
+  CK(cudaMemset(scratch.p, 0, scratchBytes));
+  const float eps = 1e-6f;
+  uint64_t seed = 4242;
+  struct Case {
+    int out, in;
+  };
+  for (Case c : {Case{151936, 1024}, Case{9973, 4096}, Case{5, 64}}) {
+    std::vector<uint16_t> W = randomBf16(static_cast<size_t>(c.out) * c.in, seed += 7919, 0.05f),
+                          X = randomBf16(c.in, seed += 7919, 4.f), nw = randomBf16(c.in, seed += 7919, 1.f);
+    DevBuf<uint16_t> dW(W.size()), dX(c.in), dNw(c.in), dHn(c.in + 64), dRef(c.in + 64);
+    DevBuf<float> dA(c.out + 64), dB(c.out + 64), table(gpu::kArgmaxEntry);
+    DevBuf<int32_t> tok(2);
+    CK(cudaMemcpy(dNw.p, nw.data(), nw.size() * 2, cudaMemcpyHostToDevice));
+    // One comparison, W and X as they are now: *agreed = the token both give (-1 if not).
+    auto compare = [&](bool withNorm, const std::string& what, int* agreed) {
+      CK(cudaMemcpy(dW.p, W.data(), W.size() * 2, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(dX.p, X.data(), X.size() * 2, cudaMemcpyHostToDevice));
+      for (auto* b : {dA.p, dB.p}) CK(cudaMemset(b, 0xFF, (c.out + 64) * sizeof(float)));
+      for (auto* b : {dHn.p, dRef.p}) CK(cudaMemset(b, 0xFF, (c.in + 64) * 2));
+      CK(cudaMemset(tok.p, 0xFF, 2 * sizeof(int32_t)));
+      const __nv_bfloat16* in = dX.bf();
+      if (withNorm) {
+        gpu::addRmsNorm(dX.bf(), nullptr, dNw.bf(), 1, c.in, eps, dRef.bf(), nullptr);
+        in = dRef.bf();
+      }
+      ASSERT_TRUE(gpu::gemvStream(dW.bf(), c.out, c.in, in, 1, dB.p, true, nullptr)) << what;
+      gpu::argmaxPick(dB.p, 1, c.out, table.p, tok.p + 1, nullptr, nullptr);
+      ASSERT_TRUE(gpu::streamPick(dW.bf(), c.out, c.in, dX.bf(), withNorm ? dNw.bf() : nullptr, eps,
+                                  withNorm ? dHn.bf() : nullptr, dA.p, scratch.p, scratchBytes, tok.p, nullptr))
+          << what << ": streamPick refused";
+      const std::vector<float> a = fetch(dA.p, c.out + 64), b = fetch(dB.p, c.out);
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), c.out * sizeof(float))) << what << ": logits";
+      int past = 0;
+      for (int i = c.out; i < c.out + 64; ++i) past += std::isnan(a[i]) ? 0 : 1;  // 0xFFFFFFFF is a NaN
+      EXPECT_EQ(past, 0) << what << ": written past the logits";
+      if (withNorm) {
+        const std::vector<uint16_t> h = fetch(dHn.p, c.in + 64), r = fetch(dRef.p, c.in);
+        EXPECT_EQ(0, std::memcmp(h.data(), r.data(), c.in * 2)) << what << ": the normed row";
+        int tail = 0;
+        for (int i = c.in; i < c.in + 64; ++i) tail += h[i] != 0xFFFF;
+        EXPECT_EQ(tail, 0) << what << ": written past the normed row";
+      }
+      const std::vector<int32_t> t = fetch(tok.p, 2);
+      EXPECT_EQ(t[0], t[1]) << what << ": streamPick's token against argmaxPick's";
+      const std::vector<uint8_t> sc = fetch(scratch.p, scratchBytes);
+      unsigned ticket = 0;
+      std::memcpy(&ticket, sc.data() + scratchBytes - sizeof(unsigned), sizeof(unsigned));
+      EXPECT_EQ(ticket, 0u) << what << ": the ticket left at zero";
+      *agreed = t[0] == t[1] ? t[0] : -1;
+    };
+    auto check = [&](bool withNorm, const std::string& what) {
+      int agreed = -1;
+      compare(withNorm, what, &agreed);
+      return agreed;
+    };
+    const std::string at = std::to_string(c.out) + " x " + std::to_string(c.in);
+    check(true, at + ", normed");
+    const int best = check(false, at + ", plain");
+    ASSERT_GE(best, 0) << at;
+    // The best row, larger still (the row times 4), copied to rows 0 and out - 1 (the first and
+    // the last block's): a tie the lowest row wins.
+    std::vector<uint16_t> top(W.begin() + static_cast<size_t>(best) * c.in,
+                              W.begin() + static_cast<size_t>(best + 1) * c.in);
+    for (auto& v : top) v = floatToBf16(4.f * bf16ToFloat(v));
+    for (int r : {0, best, c.out - 1}) std::copy(top.begin(), top.end(), W.begin() + static_cast<size_t>(r) * c.in);
+    EXPECT_EQ(check(false, at + ", three-way tie"), 0) << at;
+    const std::vector<uint16_t> tied = W;
+    if (c.out > 3) {
+      // A NaN logit at row 0 (never picked) and an +inf one at row 2 (picked over everything).
+      W[3] = 0x7FC0;  // a NaN weight in row 0
+      const float x0 = bf16ToFloat(X[0]);
+      W[static_cast<size_t>(2) * c.in] = x0 >= 0 ? 0x7F80 : 0xFF80;  // +-inf against x[0]
+      if (x0 == 0.f) X[0] = floatToBf16(1.f);
+      EXPECT_EQ(check(false, at + ", NaN and +inf logits"), 2) << at;
+      W = tied;
+    }
+    const std::vector<uint16_t> keep = X;
+    std::fill(X.begin(), X.end(), 0x7FC0);
+    EXPECT_EQ(check(false, at + ", every logit NaN"), 0) << at;
+    std::fill(X.begin(), X.end(), 0);
+    EXPECT_EQ(check(false, at + ", every logit +0"), 0) << at;
+    X = keep;
+  }
+  DevBuf<uint16_t> dW(64), dX(16);
+  DevBuf<float> lg(8);
+  DevBuf<int32_t> tok(1);
+  EXPECT_FALSE(gpu::streamPick(dW.bf(), 4, 16, dX.bf(), nullptr, eps, nullptr, lg.p, scratch.p, scratchBytes - 1,
+                               tok.p, nullptr))
+      << "scratch too small";
+  EXPECT_FALSE(gpu::streamPick(dW.bf(), 4, 16, dX.bf(), nullptr, eps, nullptr, nullptr, scratch.p, scratchBytes,
+                               tok.p, nullptr))
+      << "no logits";
+  EXPECT_FALSE(gpu::streamPick(dW.bf(), 4, 12, dX.bf(), nullptr, eps, nullptr, lg.p, scratch.p, scratchBytes, tok.p,
+                               nullptr))
+      << "in % 8 != 0";
+  EXPECT_FALSE(gpu::streamPick(dW.bf(), 4, 16, dX.bf(), dX.bf(), eps, dX.bf() + 1, lg.p, scratch.p, scratchBytes,
+                               tok.p, nullptr))
+      << "normOut not 16-byte aligned";
+}
+
 // gpu::streamLayer (one cooperative launch: o_proj + residual, norm + gate/up + SwiGLU, down +
 // residual, the next layer's norm + qkv, grid barriers between) at the qwen3-8b and qwen3-32b
 // shapes: x, act and qkv bit for bit the four separate stream launches', with and without the
