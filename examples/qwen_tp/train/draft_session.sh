@@ -24,7 +24,11 @@
 # replay.log trace_n3.txt trace_n5.txt summary.md. Usage, from the repository root:
 #   OUT=/path/to/out bash examples/qwen_tp/train/draft_session.sh
 # The checkpoint lands in CKPT (default ~/.cache/qwen_tp/draft, where the README's quick start looks);
-# SKIP_TRAIN=1 measures the checkpoint already there.
+# SKIP_TRAIN=1 measures the checkpoint already there. TRAIN_ONLY=1 trains and stops (the training
+# log also saved as $CKPT/session_train.log, the training part of the summary in summary.md), so a
+# run can train for up to one call (MINUTES=9 on a 600 s call) and a second call with
+# SKIP_TRAIN=1 (same CKPT, e.g. a git-ignored build-draft/ in the tree, which stays between warm
+# calls) measures it; that call's train.log then carries the saved training log.
 # Time on one H200, measured at ea883fc (STEPS=1800, a sequence-level step every 6th of the second
 # half): start-up 6 s; the trainer's corpus and tokenizer 27 s; a plain step ~141 ms (the
 # unlikelihood's passes over the logits included), a sequence-level step ~0.6 s more (a greedy
@@ -86,7 +90,11 @@ run train 30 $PY -c "import sys, torch, tokenizers; print(sys.version.split()[0]
 
 # 1. training (GPU, background) and the build (CPU, foreground).
 [ "${SKIP_TRAIN:-0}" = 1 ] || rm -rf "$CKPT"
-[ "${SKIP_TRAIN:-0}" = 1 ] && echo "## SKIP_TRAIN=1: using $CKPT" >> "$OUT/train.log" ||
+if [ "${SKIP_TRAIN:-0}" = 1 ]; then
+  echo "## SKIP_TRAIN=1: using $CKPT" >> "$OUT/train.log"
+  [ -f "$CKPT/session_train.log" ] && { echo "## the training call's log ($CKPT/session_train.log):"; cat "$CKPT/session_train.log"; } >> "$OUT/train.log"
+fi
+[ "${SKIP_TRAIN:-0}" = 1 ] ||
 run train $(( ${MINUTES%.*} * 60 + 150 )) $PY -u "$SRC/examples/qwen_tp/train/train_tiny_qwen.py" --device "$DEVICE" \
     --corpus "$CORPUS" --steps "$STEPS" --minutes "$MINUTES" --seed "$SEED" --out "$CKPT" $TRAIN_ARGS &
 TRAIN_PID=$!
@@ -106,6 +114,14 @@ grep -aE "held-out|trained [0-9]+ steps|deadline|keep-best" "$OUT/train.log" | t
 [ -f "$CKPT/train_metrics.json" ] && { echo "## train_metrics.json"; cat "$CKPT/train_metrics.json"; echo "## config.json"; cat "$CKPT/config.json"; } >> "$OUT/train.log"
 if [ $BUILD_RC -ne 0 ] || [ $TRAIN_RC -ne 0 ] || [ ! -f "$CKPT/model.safetensors" ]; then
   echo "build or training failed: see build.log and train.log"; tail -20 "$OUT/build.log" "$OUT/train.log"; exit 1
+fi
+if [ "${TRAIN_ONLY:-0}" = 1 ]; then  # the measurements come from a later SKIP_TRAIN=1 call
+  [ "${SKIP_TRAIN:-0}" = 1 ] || cp "$OUT/train.log" "$CKPT/session_train.log"
+  header "$OUT/summary.md" "examples/qwen_tp/train/draft_session.sh (summary, TRAIN_ONLY=1); $SETTINGS"
+  $PY "$SRC/examples/qwen_tp/train/draft_summary.py" --train "$OUT/train.log" --tf "$OUT/tf.log" --free "$OUT/free.log" \
+      --replay "$OUT/replay.log" --distinct-min "$DISTINCT_MIN" | tee -a "$OUT/summary.md"
+  echo "total $(( $(date +%s) - T0 )) s"
+  exit 0
 fi
 
 # 2. teacher-forced acceptance over held-out text.
