@@ -20,6 +20,7 @@
 # prefetch of o_proj; PART=fusedrope RoPE inside the attention against qkNormRopeStore;
 # PART=argmaxrope the argmax's old loop, the shipped step and RoPE inside the attention;
 # PART=pick the final norm, lm_head and argmax as three kernels against one (QWEN_PICK);
+# PART=rope the q/k norm, RoPE and KV store after the qkv stream against inside it (QWEN_ROPE);
 # TESTS=all|filter|none: the whole qwen_gpu_test, the decode filter (default) or no tests first.
 # Logs go to $OUT/logs.tgz (each log opens with commit, date, command; clocks.csv holds the GPU's
 # clocks and power every 250 ms, ab_common.sh), the table (memory at 32000, the clocks too) to
@@ -67,22 +68,25 @@ esac
 S8="--hidden 4096 --layers 36 --heads 32 --kv 8 --head-dim 128 --inter 12288 --vocab 151936"
 S32="--hidden 5120 --layers 64 --heads 64 --kv 8 --head-dim 128 --inter 25600 --vocab 151936"
 NCU_M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed
-ncu_step() {  # ncu_step <mode> <preset> <prompt> [extra]
+ncu_step() {  # ncu_step <mode> <preset> <prompt> [extra]; NCU_ENV: more VAR=value settings, named in the log's name
   local mode=$1 preset=$2 P=$3; shift 3
-  if ! command -v ncu > /dev/null; then echo "ncu not found: ncu_${mode}_${preset#qwen3-}_$P" >> "$L/skipped.log"; return; fi
-  run "ncu_${mode}_${preset#qwen3-}_$P" 90 env QWEN_DECODE=$mode QWEN_NCU_STEP=1 ncu --clock-control none --profile-from-start off \
+  local name="ncu_${mode}${NCU_ENV:+_${NCU_ENV//[^a-z0-9]/}}_${preset#qwen3-}_$P"
+  if ! command -v ncu > /dev/null; then echo "ncu not found: $name" >> "$L/skipped.log"; return; fi
+  # shellcheck disable=SC2086
+  run "$name" 90 env ${NCU_ENV:-} QWEN_DECODE=$mode QWEN_NCU_STEP=1 ncu --clock-control none --profile-from-start off \
     --graph-profiling node --metrics $NCU_M --csv --page raw --print-units base --kernel-name-base demangled \
     $Q --model-preset $preset --prompt-tokens $P --n-predict 2 --ubatch-size 2048 "$@"
 }
 
 qn() {  # qn <preset> <prompt> <tag> <norm> <decode> [extra]; GEMM=gemmex|lt (QWEN_GEMM), default gemmex;
         # PF=off|on|<MB> (QWEN_PREFETCH), default off; AP=off|on|<MB> (QWEN_ATTN_PREFETCH), default unset;
-        # ARGMAX=loop|vec (QWEN_ARGMAX), PICK=split|fused (QWEN_PICK), default unset
+        # ARGMAX=loop|vec (QWEN_ARGMAX), PICK=split|fused (QWEN_PICK), ROPE=kernel|qkv (QWEN_ROPE),
+        # default unset
   local preset=$1 P=$2 tag=$3 norm=$4 dec=$5; shift 5
   local short=${preset#qwen3-}; local N=64; [ "$short" = 32b ] && N=32
   run "q${short%b}_${P}_$tag" 120 env QWEN_NORM=$norm QWEN_DECODE=$dec QWEN_GEMM=${GEMM:-gemmex} QWEN_PREFETCH=${PF:-off} \
     QWEN_GEMV=${GEMV:-cublas} QWEN_STREAM_PDL=${QWEN_STREAM_PDL:-off} QWEN_STREAM_LAYER=${QWEN_STREAM_LAYER:-off} \
-    ${AP:+QWEN_ATTN_PREFETCH=$AP} ${ARGMAX:+QWEN_ARGMAX=$ARGMAX} ${PICK:+QWEN_PICK=$PICK} $Q \
+    ${AP:+QWEN_ATTN_PREFETCH=$AP} ${ARGMAX:+QWEN_ARGMAX=$ARGMAX} ${PICK:+QWEN_PICK=$PICK} ${ROPE:+QWEN_ROPE=$ROPE} $Q \
     --model-preset $preset --prompt-tokens $P --n-predict $N --ubatch-size 2048 "$@"
 }
 # over_shapes "<m1 m2 ..>" "<shape;shape;..>" <fn>: at each shape ("preset prompt [extra args]"),
@@ -206,6 +210,14 @@ elif [ "${PART:-all}" = pick ]; then
 pk_run() { GEMV=stream QWEN_STREAM_PDL=auto PICK=${3#*_} qn "$1" "$2" "$3" regs gemv "${@:4}"; }
 over_shapes "split fused" "$SHAPES3" pk_run
 if [ "${NCU:-1}" = 1 ]; then ncu_step gemv qwen3-8b 512; fi
+elif [ "${PART:-all}" = rope ]; then
+# PART=rope: the shipped step (the stream, gemv, PDL auto, the tail in one launch) with the q/k
+# norm, RoPE and KV store as qkNormRopeStore after the qkv stream (QWEN_ROPE=kernel) and inside it
+# (qkv, gpu::streamQkvRope: a cluster of blocks a head), A B B A at qwen3-8b and qwen3-32b 512 and
+# qwen3-8b 32000; then (NCU=1, the default) one 8b step at 512 under ncu with the rope inside.
+rp_run() { GEMV=stream QWEN_STREAM_PDL=auto ROPE=${3#*_} qn "$1" "$2" "$3" regs gemv "${@:4}"; }
+over_shapes "kernel qkv" "$SHAPES3" rp_run
+if [ "${NCU:-1}" = 1 ]; then NCU_ENV="QWEN_ROPE=qkv" ncu_step gemv qwen3-8b 512; fi
 elif [ "${PART:-all}" = streampdl ]; then
 # PART=streampdl: which streams of the fused step launch with PDL, PDL_MODES (QWEN_STREAM_PDL
 # values, default off attn chain all: none, o_proj after the attention, the streams after a

@@ -356,6 +356,15 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   // launch (gpu::streamPick: the same logits, hidden row and token) or in three kernels.
   if (!envChoice("QWEN_PICK", "fused", {"fused", "split"}, &v, error)) return false;
   pickFused_ = v == "fused" && opt_.streamGemv && fuseTp1() && fusedStep_;
+  // QWEN_ROPE=kernel|qkv: the q/k norm, RoPE and KV store of a one-token fused step after the qkv
+  // stream (qkNormRopeStore) or inside it (gpu::streamQkvRope, sm_90+; the same bits).
+  if (!envChoice("QWEN_ROPE", "kernel", {"kernel", "qkv"}, &v, error)) return false;
+  if (v == "qkv" && opt_.streamGemv && fusedStep_ && !ropeInAttn_ && !streamLayer_) {
+    gpu::QkvRope probe;
+    probe.hidden = static_cast<int>(H), probe.hq = static_cast<int>(hq), probe.hk = static_cast<int>(hk);
+    probe.headDim = static_cast<int>(D);
+    ropeInQkv_ = gpu::streamQkvRopeCluster(probe) > 0;
+  }
   if (pickFused_) {
     pickScratchBytes_ = gpu::streamPickScratch();
     if (!a(&pickScratch_, static_cast<int64_t>(pickScratchBytes_))) return false;
@@ -601,10 +610,18 @@ bool GpuModel::enqueueLayerFused(const Layer& L, int n, int ropeOffset, const __
   pdlFor(kPdlQkv);
   const bool qkvReady = stream && streamLayer_ && qkvReady_;  // the previous layer's launch made it
   qkvReady_ = false;
-  if (!qkvReady && !(stream ? gpu::gemvStreamNorm(L.wqkv, qkvRows_, H, x_, L.ln1, eps, qkv_, stream_)
-                            : gpu::gemvNormBf16(L.wqkv, qkvRows_, H, x_, n, L.ln1, eps, qkv_, stream_)))
+  if (stream && ropeInQkv_) {  // qkv, its q/k norm, RoPE and the KV store in one launch
+    gpu::QkvRope r;
+    r.wqkv = L.wqkv, r.x = x_, r.ln = L.ln1, r.qNorm = L.qn, r.kNorm = L.kn, r.pos = dPos_;
+    r.q = q_, r.kCache = L.kCache, r.vCache = L.vCache;
+    r.hidden = H, r.hq = hq, r.hk = hk, r.headDim = D, r.ropeOffset = ropeOffset;
+    r.eps = eps, r.theta = cfg_.ropeTheta;
+    if (!gpu::streamQkvRope(r, stream_)) return *error = "fused decode: streamQkvRope refused its operands", false;
+    if (!enqueueAttention(L, n, error)) return false;
+  } else if (!qkvReady && !(stream ? gpu::gemvStreamNorm(L.wqkv, qkvRows_, H, x_, L.ln1, eps, qkv_, stream_)
+                                   : gpu::gemvNormBf16(L.wqkv, qkvRows_, H, x_, n, L.ln1, eps, qkv_, stream_))) {
     return *error = "fused decode: qkv GEMV refused its operands", false;
-  if (ropeInAttn_) {
+  } else if (ropeInAttn_) {
     if (!enqueueAttentionRope(L, n, ropeOffset, error)) return false;
   } else {
     gpu::qkNormRopeStore(qkv_, n, hq, hk, D, L.qn, L.kn, eps, cfg_.ropeTheta, dPos_, ropeOffset, q_, L.kCache, L.vCache,

@@ -401,6 +401,10 @@ class GpuModel : public DecoderEngine {
   // lm_head and argmax in one launch (gpu::streamPick, pickInHead(n)); pickScratch_ its partials
   // and ticket, zeroed once.
   bool pickFused_ = false;
+  // QWEN_ROPE=qkv: a one-token fused step's qkv stream also norms, rotates and stores q and the
+  // KV rows (gpu::streamQkvRope, one launch where qkNormRopeStore took a second); kernel (the
+  // default): qkNormRopeStore after the stream.
+  bool ropeInQkv_ = false;
   void* pickScratch_ = nullptr;
   size_t pickScratchBytes_ = 0;
   bool pickInHead(int n) const { return pickFused_ && n == 1 && fusedStep(1); }

@@ -116,6 +116,24 @@ bool gemvStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X,
 /// streamPickScratch(), 0 before prepareGemvStream; 8-byte aligned) is zeroed once before the
 /// first launch and left zero by every launch; one launch at a time uses it. false (nothing
 /// launched) unless prepareGemvStream ran and the operands are 16-byte aligned rows of in % 8 == 0.
+/// A one-token step's qkv with its q/k norm, RoPE and KV store in one launch (gemv_stream.cu,
+/// streamQkvRope): the products of gemvStreamNorm(wqkv, x, ln) and then qkNormRopeStore's outputs
+/// at slot *pos (q [hq, D], the K and V cache rows), the same bits, without the qkv buffer. A
+/// cluster of blocks per head exchanges the head's products through distributed shared memory.
+/// false (nothing launched) unless streamQkvRopeSupported: sm_90+, prepareGemvStream ran,
+/// headDim % 64 == 0 and <= 256, hidden % 8 == 0 with hidden * 4 bytes <= 96 KB, 16-byte aligned
+/// wqkv, x and ln. eps: the layer norm's and the q/k norms' (the model's one rmsNormEps).
+struct QkvRope {
+  const __nv_bfloat16 *wqkv = nullptr, *x = nullptr, *ln = nullptr, *qNorm = nullptr, *kNorm = nullptr;
+  const int32_t* pos = nullptr;
+  __nv_bfloat16 *q = nullptr, *kCache = nullptr, *vCache = nullptr;
+  int hidden = 0, hq = 0, hk = 0, headDim = 0, ropeOffset = 0;
+  float eps = 0.f, theta = 0.f;
+};
+bool streamQkvRopeSupported(const QkvRope& a);
+bool streamQkvRope(const QkvRope& a, cudaStream_t s);
+/// The blocks a head streamQkvRope gives (its cluster size) on this device: 0 when unsupported.
+int streamQkvRopeCluster(const QkvRope& a);
 size_t streamPickScratch();
 bool streamPick(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW, float eps,
                 __nv_bfloat16* normOut, float* logits, void* scratch, size_t scratchBytes, int32_t* token,

@@ -36,6 +36,8 @@
 #include <cfloat>
 #include <cstdint>
 
+#include <cooperative_groups.h>
+
 #include "kernels/common.cuh"
 #include "kernels/gemv.cuh"
 #include "kernels/norm_rows.cuh"
@@ -422,8 +424,96 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm)
   if (threadIdx.x == 0) *token = p.row == kNoPick.row ? 0 : p.row;
 }
 
+// ---- streamQkvRope: a one-token step's norm + qkv stream with the q/k norm, RoPE and KV store ----
+//
+// A cluster of C blocks per head (hq q heads, then hk k heads, then hk v heads: the qkv rows' own
+// order): block r of head h streams rows h D + r D / C .. + D / C, warp w of it rpw = D / (16 C)
+// consecutive ones, with the normed row in shared memory as gemvStreamNorm (stageNormedRow), and
+// lane 0 keeps each row's bf16 product in the block's shared `head` slice. Who writes what: the v
+// heads' warps store their rows to the V cache at slot *pos themselves (no exchange). For a q or k
+// head, barrier.cluster (cg::cluster_group::sync: arrive with release, wait with acquire at
+// cluster scope) publishes every block's slice; warp 0 of the cluster's block 0 reads the head's D
+// values through distributed shared memory into registers, the cluster syncs again (no block
+// leaves while its slice may still be read), and that warp norms, rotates and stores the head to q
+// or the K cache: qkNormRopeStore's arithmetic in its order (each half-element pair a lane, the
+// sum of squares as its blockSum over D / 64 warps: (w0 + w2) + (w1 + w3)), so the same bits. The
+// blocks of a cluster are co-scheduled by the hardware, so the cluster barrier cannot wait on a
+// block that has not started; nothing waits on another cluster. sm_90+ (clusters).
+namespace cg = cooperative_groups;
+
+constexpr int kQkvRopeMaxKw = 4;  // D <= 256: at most 4 elements a lane of each half
+
+__global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm) streamQkvRopeKernel(QkvRope a, int C) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ __nv_bfloat16 head[256];  // this block's products of the head (D / C <= 256)
+  cg::cluster_group cluster = cg::this_cluster();
+  pdlLaunch();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, D = a.headDim, in = a.hidden, vecs = in / 8;
+  const int h = blockIdx.x / C, rank = static_cast<int>(cluster.block_rank());
+  const int perBlock = D / C, rpw = perBlock / kStreamWarps;
+  const int row0 = h * D + rank * perBlock + warp * rpw;  // the warp's first row of W
+  uint4 w[kStreamLoads];
+  loadFirstChunk(a.wqkv, (a.hq + 2 * a.hk) * D, in, row0, lane, w);
+  pdlWait();
+  stageNormedRow(a.x, a.ln, in, a.eps);
+  const int slot = *a.pos;
+  const bool isV = h >= a.hq + a.hk;
+  for (int k = 0; k < rpw; ++k) {
+    float acc[1];
+    dotRow<1, true>(reinterpret_cast<const uint4*>(a.wqkv + static_cast<int64_t>(row0 + k) * in), vecs, lane, nullptr,
+                    1, k == 0, w, acc);
+    if (lane != 0) continue;
+    const __nv_bfloat16 y = __float2bfloat16_rn(acc[0]);
+    const int e = rank * perBlock + warp * rpw + k;  // the element of the head
+    if (isV)
+      a.vCache[(static_cast<int64_t>(slot) * a.hk + (h - a.hq - a.hk)) * D + e] = y;
+    else
+      head[e - rank * perBlock] = y;
+  }
+  if (isV) return;  // the whole cluster: h is the cluster's
+  cluster.sync();
+  const int half = D / 2, kW = half / 32;
+  float x1[kQkvRopeMaxKw], x2[kQkvRopeMaxKw];
+  const bool picker = rank == 0 && warp == 0;
+  if (picker) {
+#pragma unroll
+    for (int k = 0; k < kQkvRopeMaxKw; ++k) {
+      x1[k] = x2[k] = 0.f;
+      if (k >= kW) continue;
+      const int i = lane + 32 * k, j = i + half;
+      const __nv_bfloat16* s1 = cluster.map_shared_rank(head, i / perBlock);
+      const __nv_bfloat16* s2 = cluster.map_shared_rank(head, j / perBlock);
+      x1[k] = __bfloat162float(s1[i % perBlock]);
+      x2[k] = __bfloat162float(s2[j % perBlock]);
+    }
+  }
+  cluster.sync();  // every slice read: the other blocks may leave
+  if (!picker) return;
+  float part[kQkvRopeMaxKw];
+#pragma unroll
+  for (int k = 0; k < kQkvRopeMaxKw; ++k) part[k] = k < kW ? warpSum(x1[k] * x1[k] + x2[k] * x2[k]) : 0.f;
+  const float inv = rsqrtf(((part[0] + part[2]) + (part[1] + part[3])) / D + a.eps);
+  const bool isQ = h < a.hq;
+  const __nv_bfloat16* nw = isQ ? a.qNorm : a.kNorm;
+  __nv_bfloat16* dst = isQ ? a.q + static_cast<int64_t>(h) * D : a.kCache + (static_cast<int64_t>(slot) * a.hk + (h - a.hq)) * D;
+#pragma unroll
+  for (int k = 0; k < kQkvRopeMaxKw; ++k) {
+    if (k >= kW) break;
+    const int i = lane + 32 * k;
+    const float v1 = __bfloat162float(__float2bfloat16_rn(__bfloat162float(nw[i]) * (x1[k] * inv)));
+    const float v2 = __bfloat162float(__float2bfloat16_rn(__bfloat162float(nw[i + half]) * (x2[k] * inv)));
+    const float invFreq = 1.0f / powf(a.theta, static_cast<float>(2 * i) / static_cast<float>(D));
+    float sn, cs;
+    sincosf(static_cast<float>(slot + a.ropeOffset) * invFreq, &sn, &cs);
+    dst[i] = __float2bfloat16_rn(v1 * cs - v2 * sn);
+    dst[i + half] = __float2bfloat16_rn(v2 * cs + v1 * sn);
+  }
+#endif
+}
+
 int gStreamSms = 0;      // prepareGemvStream
 bool gStreamPdl = false;  // setGemvStreamPdl
+bool gStreamClusters = false;  // prepareGemvStream: sm_90+ and streamQkvRopeKernel loaded
 
 template <int kTok, bool kF32, int kForm = kPlain>
 void launchStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, int blocks,
@@ -473,10 +563,14 @@ bool normedSupported(const void* W, const void* X, const void* normW, int in) {
 }  // namespace
 
 bool prepareGemvStream() {
-  int dev = 0;
+  int dev = 0, major = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&gStreamSms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      cudaDeviceGetAttribute(&gStreamSms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
     return false;
+  gStreamClusters = major >= 9 && cudaFuncSetAttribute(streamQkvRopeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       kStreamSharedX) == cudaSuccess;
+  if (!gStreamClusters) cudaGetLastError();  // an unsupported attribute is not the caller's error
   // X up to kStreamSharedX in shared memory: past the default 48 KB. Setting the attribute (or
   // reading the attributes) loads every form now, before any capture or collective.
   return prepareForm<1, false, kPlain>() && prepareForm<1, true, kPlain>() && prepareForm<4, false, kPlain>() &&
@@ -556,6 +650,38 @@ bool gemvStreamNormSwiglu(const __nv_bfloat16* W, int I, int in, const __nv_bflo
   if (I <= 0 || !normedSupported(W, X, normW, in)) return false;
   launchStream<1, false, kNormSwiglu>(W, I, in, X, 1, act, streamBlocks(I, gStreamSms), s, normW, eps);
   return cudaPeekAtLastError() == cudaSuccess;
+}
+
+int streamQkvRopeCluster(const QkvRope& a) {
+  if (!gStreamClusters || a.headDim <= 0 || a.headDim % 64 != 0 || a.headDim > 256 || a.hq <= 0 || a.hk <= 0)
+    return 0;
+  const int heads = a.hq + 2 * a.hk;
+  for (int c = 8; c >= 1; c /= 2)  // the most blocks a head whose grid fits the resident slots at once
+    if (a.headDim % (kStreamWarps * c) == 0 && heads * c <= gStreamSms * kStreamBlocksPerSm) return c;
+  return 0;
+}
+
+bool streamQkvRopeSupported(const QkvRope& a) {
+  return streamQkvRopeCluster(a) > 0 && normedSupported(a.wqkv, a.x, a.ln, a.hidden) && a.qNorm && a.kNorm && a.pos &&
+         a.q && a.kCache && a.vCache;
+}
+
+bool streamQkvRope(const QkvRope& a, cudaStream_t s) {
+  if (!streamQkvRopeSupported(a)) return false;
+  const int c = streamQkvRopeCluster(a);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((a.hq + 2 * a.hk) * c);
+  cfg.blockDim = dim3(kStreamWarps * 32);
+  cfg.dynamicSmemBytes = static_cast<size_t>(a.hidden) * 4;  // the row (then hn) and the norm weights
+  cfg.stream = s;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = c, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = gStreamPdl && pdlEnabled() ? 2 : 1;
+  return cudaLaunchKernelEx(&cfg, streamQkvRopeKernel, a, c) == cudaSuccess && cudaPeekAtLastError() == cudaSuccess;
 }
 
 size_t streamPickScratch() {

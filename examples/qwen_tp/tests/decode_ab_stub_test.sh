@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
   case $1 in --model-preset) preset=$2; shift ;; --prompt-tokens) prompt=$2; shift ;; esac
   shift
 done
-echo "$QWEN_DECODE ${QWEN_ARGMAX:-unset} $QWEN_GEMV $QWEN_STREAM_PDL ${QWEN_PICK:+$QWEN_PICK }$preset $prompt" >> "$STUB_CALLS"
+echo "$QWEN_DECODE ${QWEN_ARGMAX:-unset} $QWEN_GEMV $QWEN_STREAM_PDL ${QWEN_PICK:+$QWEN_PICK }${QWEN_ROPE:+rope=$QWEN_ROPE }$preset $prompt" >> "$STUB_CALLS"
 # A step time per mode, so the summary's means and ratios can be checked.
 case "$QWEN_DECODE ${QWEN_ARGMAX:-unset}" in
   "gemv loop") ms=4.000 ;; "fused vec") ms=3.950 ;; *) ms=3.900 ;;
@@ -85,6 +85,11 @@ runpart pick
 expect "gemv unset stream auto split" "gemv unset stream auto fused" > "$work/pick.want"
 diff "$work/pick.want" "$work/pick.calls" > "$work/pick.diff" ||
   bad "PART=pick ran another sequence (want < > got): $(head -8 "$work/pick.diff" | tr '\n' ' ')"
+
+runpart rope
+expect "gemv unset stream auto rope=kernel" "gemv unset stream auto rope=qkv" > "$work/rope.want"
+diff "$work/rope.want" "$work/rope.calls" > "$work/rope.diff" ||
+  bad "PART=rope ran another sequence (want < > got): $(head -8 "$work/rope.diff" | tr '\n' ' ')"
 
 # The logs record each run's command with its settings (what a results page cites).
 mkdir -p "$work/x" && tar xzf "$work/out_argmaxrope/logs.tgz" -C "$work/x" 2> /dev/null

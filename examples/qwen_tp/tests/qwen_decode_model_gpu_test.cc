@@ -236,7 +236,7 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
   unsetenv("QWEN_DECODE");
   struct Env {
     ~Env() {
-      for (const char* v : {"QWEN_GEMV", "QWEN_STREAM_PDL", "QWEN_STREAM_LAYER", "QWEN_PICK"}) unsetenv(v);
+      for (const char* v : {"QWEN_GEMV", "QWEN_STREAM_PDL", "QWEN_STREAM_LAYER", "QWEN_PICK", "QWEN_ROPE"}) unsetenv(v);
     }
   } restore;
   setenv("QWEN_GEMV", "stream", 1);
@@ -321,6 +321,39 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
     stepLogits(k, &one, &oneTok);
     sameLogits(one, three, std::string("QWEN_PICK=fused against split, ") + kernelsName(k));
     EXPECT_EQ(oneTok, threeTok) << "QWEN_PICK=fused against split, " << kernelsName(k);
+  }
+  // QWEN_ROPE=qkv (the q/k norm, RoPE and KV store inside the qkv stream, gpu::streamQkvRope)
+  // against kernel (qkNormRopeStore after it): the same logits and tokens, on gemv (fused keeps
+  // the RoPE in the attention and ignores it).
+  {
+    std::vector<std::vector<float>> inQkv, after;
+    std::vector<int32_t> inQkvTok, afterTok;
+    setenv("QWEN_ROPE", "qkv", 1);
+    stepLogits(Kernels::kFusedGemv, &inQkv, &inQkvTok);
+    unsetenv("QWEN_ROPE");
+    stepLogits(Kernels::kFusedGemv, &after, &afterTok);
+    sameLogits(inQkv, after, "QWEN_ROPE=qkv against kernel");
+    EXPECT_EQ(inQkvTok, afterTok) << "QWEN_ROPE=qkv against kernel";
+    // It ran: a layer's qkNormRopeStore launch is gone from the one-token step's graph (sm_90+).
+    auto kernelsOf = [&](const char* rope, int* kernels) {
+      setenv("QWEN_ROPE", rope, 1);
+      GpuModel m(c, sh, 0, nullptr);
+      GpuModelOptions o;
+      o.ctxSize = 64;
+      o.decode = Kernels::kFusedGemv;
+      ASSERT_TRUE(m.init(o, &err)) << err;
+      double ms = 0;
+      ASSERT_TRUE(m.timeTargetStep(1, 2, 1, &ms, &err)) << err;
+      GraphNodes g;
+      ASSERT_TRUE(m.graphNodes(GpuModel::StepGraph::kTarget, 1, &g, &err)) << err;
+      *kernels = g.kernels;
+      unsetenv("QWEN_ROPE");
+    };
+    int withRope = 0, without = 0, major = 0;
+    kernelsOf("kernel", &withRope);
+    kernelsOf("qkv", &without);
+    ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+    EXPECT_EQ(without, major >= 9 ? withRope - c.numLayers : withRope) << "QWEN_ROPE=qkv: one launch a layer fewer";
   }
   // QWEN_STREAM_PDL's early launches (a stream's blocks resident before the kernel it reads has
   // ended) leave the logits as they are: a read before its wait would change them.

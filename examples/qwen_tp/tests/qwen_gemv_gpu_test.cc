@@ -445,6 +445,87 @@ TEST(QwenGemvGpu, StreamPickEqualsTheLmHeadAndArgmax) {
       << "normOut not 16-byte aligned";
 }
 
+// gpu::streamQkvRope (qkv with the q/k norm, RoPE and KV store in one launch, a cluster of blocks a
+// head) against gemvStreamNorm + qkNormRopeStore: q and the K and V cache rows bit for bit, no
+// other cache row written, at the qwen3-8b and qwen3-32b shapes and a group of three at head_dim
+// 64 and 256, at slot 0, 37 and the cache's last (RoPE offsets 0 and 3), two launches in a row;
+// operands it cannot take refused.
+TEST(QwenGemvGpu, StreamQkvRopeEqualsTheTwoKernels) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_TRUE(gpu::prepareGemvStream());
+  int major = 0;
+  CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  struct Case {
+    const char* name;
+    int hidden, hq, hk, D;
+  };
+  std::vector<Case> cases;
+  for (const char* preset : {"qwen3-8b", "qwen3-32b"}) {
+    ModelConfig m;
+    std::string err;
+    ASSERT_TRUE(presetConfig(preset, &m, &err)) << err;
+    cases.push_back({preset, m.hiddenSize, m.numHeads, m.numKvHeads, m.headDim});
+  }
+  cases.push_back({"6/2 heads x 64", 512, 6, 2, 64});
+  cases.push_back({"4/2 heads x 256", 1024, 4, 2, 256});
+  const float eps = 1e-6f, theta = 1e6f;
+  uint64_t seed = 777;
+  for (const Case& c : cases) {
+    gpu::QkvRope r;
+    r.hidden = c.hidden, r.hq = c.hq, r.hk = c.hk, r.headDim = c.D;
+    if (major < 9) {
+      EXPECT_EQ(gpu::streamQkvRopeCluster(r), 0) << "clusters need sm_90";
+      continue;
+    }
+    const int cl = gpu::streamQkvRopeCluster(r);
+    ASSERT_GT(cl, 0) << c.name;
+    const int rows = (c.hq + 2 * c.hk) * c.D, slots = 64;
+    std::vector<uint16_t> W = randomBf16(static_cast<size_t>(rows) * c.hidden, seed += 7919, 0.05f),
+                          X = randomBf16(c.hidden, seed += 7919, 4.f), ln = randomBf16(c.hidden, seed += 7919, 1.f),
+                          qn = randomBf16(c.D, seed += 7919, 1.f), kn = randomBf16(c.D, seed += 7919, 1.f);
+    X[3] = 0x8000;  // -0
+    const size_t cache = static_cast<size_t>(slots) * c.hk * c.D;
+    DevBuf<uint16_t> dW(W.size()), dX(c.hidden), dLn(c.hidden), dQn(c.D), dKn(c.D), dQkv(rows), dQa(c.hq * c.D),
+        dQb(c.hq * c.D), dKa(cache), dVa(cache), dKb(cache), dVb(cache);
+    DevBuf<int32_t> dPos(1);
+    CK(cudaMemcpy(dW.p, W.data(), W.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dX.p, X.data(), X.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dLn.p, ln.data(), ln.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dQn.p, qn.data(), qn.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dKn.p, kn.data(), kn.size() * 2, cudaMemcpyHostToDevice));
+    for (auto* b : {dKa.p, dVa.p, dKb.p, dVb.p}) CK(cudaMemset(b, 0xFF, cache * 2));
+    r.wqkv = dW.bf(), r.x = dX.bf(), r.ln = dLn.bf(), r.qNorm = dQn.bf(), r.kNorm = dKn.bf(), r.pos = dPos.p;
+    r.eps = eps, r.theta = theta;
+    for (auto at : std::vector<std::pair<int, int>>{{0, 0}, {37, 3}, {slots - 1, 0}}) {
+      const std::string what = std::string(c.name) + ", slot " + std::to_string(at.first) + ", offset " +
+                               std::to_string(at.second) + ", " + std::to_string(cl) + " blocks a head";
+      CK(cudaMemcpy(dPos.p, &at.first, 4, cudaMemcpyHostToDevice));
+      for (auto* b : {dQa.p, dQb.p}) CK(cudaMemset(b, 0xFF, static_cast<size_t>(c.hq) * c.D * 2));
+      r.ropeOffset = at.second, r.q = dQa.bf(), r.kCache = dKa.bf(), r.vCache = dVa.bf();
+      ASSERT_TRUE(gpu::streamQkvRope(r, nullptr)) << what;
+      ASSERT_TRUE(gpu::streamQkvRope(r, nullptr)) << what << ", again";
+      ASSERT_TRUE(gpu::gemvStreamNorm(dW.bf(), rows, c.hidden, dX.bf(), dLn.bf(), eps, dQkv.bf(), nullptr)) << what;
+      gpu::qkNormRopeStore(dQkv.bf(), 1, c.hq, c.hk, c.D, dQn.bf(), dKn.bf(), eps, theta, dPos.p, at.second, dQb.bf(),
+                           dKb.bf(), dVb.bf(), nullptr);
+      const std::vector<uint16_t> qa = fetch(dQa.p, size_t(c.hq) * c.D), qb = fetch(dQb.p, size_t(c.hq) * c.D);
+      EXPECT_EQ(0, std::memcmp(qa.data(), qb.data(), qa.size() * 2)) << what << ": q";
+      const std::vector<uint16_t> ka = fetch(dKa.p, cache), kb = fetch(dKb.p, cache), va = fetch(dVa.p, cache),
+                                  vb = fetch(dVb.p, cache);
+      EXPECT_EQ(0, std::memcmp(ka.data(), kb.data(), cache * 2)) << what << ": the K cache";
+      EXPECT_EQ(0, std::memcmp(va.data(), vb.data(), cache * 2)) << what << ": the V cache";
+      const size_t row = static_cast<size_t>(at.first) * c.hk * c.D;
+      int written = 0;
+      for (size_t i = 0; i < cache; ++i) written += (ka[i] != 0xFFFF || va[i] != 0xFFFF) && (i < row || i >= row + size_t(c.hk) * c.D);
+      EXPECT_EQ(written, 0) << what << ": cache rows other than the slot's written (or left from an earlier slot)";
+      for (auto* b : {dKa.p, dVa.p, dKb.p, dVb.p}) CK(cudaMemset(b, 0xFF, cache * 2));
+    }
+  }
+  gpu::QkvRope bad;
+  bad.hidden = 512, bad.hq = 6, bad.hk = 2, bad.headDim = 96;
+  EXPECT_EQ(gpu::streamQkvRopeCluster(bad), 0) << "head_dim 96";
+  EXPECT_FALSE(gpu::streamQkvRope(bad, nullptr)) << "no operands";
+}
+
 // gpu::streamLayer (one cooperative launch: o_proj + residual, norm + gate/up + SwiGLU, down +
 // residual, the next layer's norm + qkv, grid barriers between) at the qwen3-8b and qwen3-32b
 // shapes: x, act and qkv bit for bit the four separate stream launches', with and without the
