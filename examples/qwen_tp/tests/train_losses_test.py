@@ -67,6 +67,58 @@ for rows in (7, 14, 4096):
     check("CrossEntropyUnlikelihood, %d rows a chunk: gradient" % rows,
           torch.allclose(got.float(), logits.grad.float(), atol=2e-5, rtol=1e-4))
 
+    # Weighted rows (--rep-weight): the same against the weighted loss written plainly.
+    wts = torch.where(torch.rand(B, T) < 0.4, torch.tensor(0.25), torch.tensor(1.0)).double()
+    logits.grad = None
+    ce, ul = tq.CrossEntropyUnlikelihood.apply(logits, tgt, inp, 0, wts)
+    (ce + 0.7 * ul).backward()
+    got = logits.grad.clone()
+    logits.grad = None
+    lp = torch.log_softmax(logits, -1)
+    ce2 = -(lp.gather(2, tgt[..., None])[..., 0] * wts).mean()
+    ul2 = -(torch.log((1 - lp.exp()).clamp_min(1e-5)) * mask).sum(-1).mean()
+    (ce2 + 0.7 * ul2).backward()
+    check("CrossEntropyUnlikelihood, weighted rows, %d rows a chunk: values and gradient" % rows,
+          abs(ce.item() - ce2.item()) < 1e-5 and abs(ul.item() - ul2.item()) < 1e-5 and
+          torch.allclose(got.float(), logits.grad.float(), atol=2e-5, rtol=1e-4))
+    logits.grad = None
+
+# repeat_targets against a loop: a target is marked when the 4-gram it ends ended earlier in the row.
+gx = torch.Generator().manual_seed(5)
+xs = torch.randint(0, 3, (4, 40), generator=gx)  # three ids: many repeats
+xs[3] = torch.arange(40)  # none
+ref = torch.zeros(4, 39, dtype=torch.bool)
+for b in range(4):
+    seen = set()
+    for s in range(40 - 3):
+        g = tuple(xs[b, s:s + 4].tolist())
+        ref[b, s + 2] = g in seen
+        seen.add(g)
+rt = tq.repeat_targets(xs, vocab=3)
+check("repeat_targets against a loop (%d of %d marked)" % (int(rt.sum()), rt.numel()),
+      torch.equal(rt, ref) and rt[3].sum() == 0 and rt.sum() > 0)
+row = torch.tensor([[5, 1, 2, 3, 4, 1, 2, 3, 4, 9]])  # targets x[1..9]: x[8] = 4 ends 1 2 3 4 again
+check("repeat_targets on a hand-made row", tq.repeat_targets(row, vocab=10)[0].tolist() ==
+      [False, False, False, False, False, False, False, True, False])
+# losses() with --rep-weight 1 is the unweighted loss; 0 drops the repeated targets' terms.
+cfg = TinyQwenConfig(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                     num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=64)
+torch.manual_seed(1)
+mdl = TinyQwen(cfg).double()
+xb = torch.tensor([[1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 5], [7, 8, 9, 10, 11, 12, 13, 14, 15, 1, 2, 3]])
+for ul_w in (0.0, 1.0):
+    l1 = tq.losses(mdl, xb, 0.0, unlikelihood=ul_w)[0]
+    l2 = tq.losses(mdl, xb, 0.0, unlikelihood=ul_w, rep_weight=1.0)[0]
+    l0 = tq.losses(mdl, xb, 0.0, unlikelihood=ul_w, rep_weight=0.0)[0]
+    logit = mdl(xb[:, :-2])[1]
+    ce_rows = torch.nn.functional.cross_entropy(logit.reshape(-1, 16), xb[:, 1:-1].reshape(-1), reduction="none")
+    keep = ~tq.repeat_targets(xb[:, :-1], vocab=16).reshape(-1)
+    ulv = tq.losses(mdl, xb, 0.0, unlikelihood=ul_w)[4]
+    check("losses with --rep-weight 0 / 1, unlikelihood %g" % ul_w,
+          torch.allclose(l1, l2) and
+          torch.allclose(l0.double(), (ce_rows * keep).sum() / ce_rows.numel() + ul_w * ulv.double(), atol=1e-5) and
+          int((~keep).sum()) == 4)
+
 row = torch.tensor([[5, 1, 2, 3, 4, 1, 2, 3, 4, 9, 1, 2, 3]])
 check("repeated_ngrams", tq.repeated_ngrams(row)[0].tolist() ==
       [False, False, False, False, False, True, True, True, True, False, False, False, False])

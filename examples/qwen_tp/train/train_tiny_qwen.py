@@ -267,36 +267,61 @@ class CrossEntropyUnlikelihood(torch.autograd.Function):
         return out
 
     @staticmethod
-    def forward(ctx, logits, targets, inputs, rows=0):
+    def forward(ctx, logits, targets, inputs, rows=0, weights=None):
         # rows: rows a chunk, 0 for ROWS. Under torch.compile the caller reads ROWS and passes it:
-        # dynamo cannot trace a read of this class's attribute in here (a graph break).
+        # dynamo cannot trace a read of this class's attribute in here (a graph break). weights
+        # [B, T] (or None: all 1): each row's cross-entropy weight (--rep-weight); the mean stays
+        # over all rows, so weights of 1 give the unweighted loss.
         ctx.rows = rows = rows or CrossEntropyUnlikelihood.ROWS
         ce = torch.zeros((), device=logits.device)
         ul = torch.zeros((), device=logits.device)
-        for _, z, tgt, first in CrossEntropyUnlikelihood._rows(logits, targets, inputs, rows):
+        for rs, z, tgt, first in CrossEntropyUnlikelihood._rows(logits, targets, inputs, rows):
             lpt, u = CrossEntropyUnlikelihood._chunk(z, tgt, first, backward=False)
-            ce = ce - lpt.sum()
+            ce = ce - (lpt.sum() if weights is None else (lpt * weights[rs].reshape(-1)).sum())
             ul = ul + u.sum()
-        ctx.save_for_backward(logits, targets, inputs)
+        ctx.weighted = weights is not None
+        ctx.save_for_backward(logits, targets, inputs, *(() if weights is None else (weights,)))
         n = targets.numel()
         return ce / n, ul / n
 
     @staticmethod
     def backward(ctx, g_ce, g_ul):
-        logits, targets, inputs = ctx.saved_tensors
+        logits, targets, inputs = ctx.saved_tensors[:3]
+        weights = ctx.saved_tensors[3] if ctx.weighted else None
         B, T, V = logits.shape
         grad = torch.empty_like(logits)
         n = targets.numel()
         for rows, z, tgt, first in CrossEntropyUnlikelihood._rows(logits, targets, inputs, ctx.rows):
             p, w = CrossEntropyUnlikelihood._chunk(z, tgt, first, backward=True)
-            # d CE / dz = p - onehot(target); d UL / dz_j = w_j - p_j * sum_c w_c.
-            gz = g_ce * p + g_ul * (w - p * w.sum(-1, keepdim=True))
-            gz.scatter_add_(1, tgt[:, None], (-g_ce).expand(tgt.shape[0], 1).to(gz.dtype))
+            # d CE / dz = p - onehot(target), times the row's weight; d UL / dz_j = w_j - p_j * sum_c w_c.
+            gce = g_ce if weights is None else g_ce * weights[rows].reshape(-1, 1).to(p.dtype)
+            gz = gce * p + g_ul * (w - p * w.sum(-1, keepdim=True))
+            gz.scatter_add_(1, tgt[:, None], (-gce).expand(tgt.shape[0], 1).to(gz.dtype))
             grad[rows] = (gz / n).reshape(-1, T, V).to(grad.dtype)
-        return grad, None, None, None
+        return grad, None, None, None, None
 
 
-def losses(model, x, mtp_weight, chain=1, distill=0.0, unlikelihood=0.0, ul_rows=0):
+def repeat_targets(x, n=4, vocab=1 << 15):
+    """x [B, L] token ids -> bool [B, L - 1]: whether the target x[:, t + 1] ends an n-gram (of x)
+    that already ended earlier in the same row (its first n - 1 targets never do). Vectorised: the
+    n-grams as integers (base `vocab`: n = 4 fits in 63 bits up to 2^15 ids), a stable sort per row,
+    and every occurrence after a group's first marked."""
+    B, L = x.shape
+    if vocab ** n >= 2 ** 63:
+        raise ValueError("repeat_targets: %d-grams of %d ids do not fit in 63 bits" % (n, vocab))
+    g = torch.zeros((B, L - n + 1), dtype=torch.int64, device=x.device)
+    for k in range(n):
+        g = g * vocab + x[:, k:L - n + 1 + k].long()
+    srt, idx = torch.sort(g, dim=1, stable=True)
+    later = torch.zeros_like(srt, dtype=torch.bool)
+    later[:, 1:] = srt[:, 1:] == srt[:, :-1]
+    rep = torch.zeros_like(later).scatter(1, idx, later)  # by n-gram start s: ends at s + n - 1
+    out = torch.zeros((B, L - 1), dtype=torch.bool, device=x.device)
+    out[:, n - 2:] = rep  # the n-gram starting at s ends at x[s + n - 1] = the target of row s + n - 2
+    return out
+
+
+def losses(model, x, mtp_weight, chain=1, distill=0.0, unlikelihood=0.0, ul_rows=0, rep_weight=1.0):
     """x [B, T+2]: next-token CE over positions 0..T-1 and the MTP CE, averaged over `chain` steps;
     unlikelihood > 0 adds that weight times the next-token head's token-level unlikelihood
     (CrossEntropyUnlikelihood) to the first loss (the MTP head learns the target as trained, its
@@ -307,16 +332,26 @@ def losses(model, x, mtp_weight, chain=1, distill=0.0, unlikelihood=0.0, ul_rows
     + distill * CE(the target's distribution at the predicted position, detached); step k's rows
     s = 0..T-k-1 predict the token the target predicts at position s+k. Returns (loss, mtp_loss,
     logits, [(mtp logits, targets) per step], the unlikelihood term before its weight). ul_rows:
-    CrossEntropyUnlikelihood's rows a chunk (0: its ROWS)."""
+    CrossEntropyUnlikelihood's rows a chunk (0: its ROWS). rep_weight < 1 (--rep-weight): the
+    next-token cross-entropy of each target that ends a 4-gram already ended earlier in its window
+    (repeat_targets) is weighted rep_weight (the mean still over all rows): less of the text's own
+    repetition learnt (Li et al. 2023, "Repetition In Repetition Out")."""
     T = x.shape[1] - 2
     inp, nxt, nxt2 = x[:, :-2], x[:, 1:-1], x[:, 2:]
     h, logits = model(inp)
     ul = torch.zeros((), device=x.device)
+    weights = None
+    if rep_weight != 1.0:
+        rep = repeat_targets(x[:, :-1], vocab=logits.shape[-1])
+        weights = torch.where(rep, torch.full((), rep_weight, device=x.device), torch.ones((), device=x.device))
     if unlikelihood > 0:
-        loss, ul = CrossEntropyUnlikelihood.apply(logits, nxt, inp, ul_rows)
+        loss, ul = CrossEntropyUnlikelihood.apply(logits, nxt, inp, ul_rows, weights)
         loss = loss + unlikelihood * ul
-    else:
+    elif weights is None:
         loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), nxt.reshape(-1))
+    else:
+        ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), nxt.reshape(-1), reduction="none")
+        loss = (ce * weights.reshape(-1)).sum() / ce.numel()
     mtp_loss = torch.zeros((), device=x.device)
     steps = []
     if mtp_weight > 0:
@@ -474,6 +509,9 @@ def main():
     ap.add_argument("--unlikelihood", type=float, default=0.0, metavar="ALPHA",
                     help="add ALPHA x the next-token head's token-level unlikelihood loss (the tokens of the window "
                          "so far that are not the next one; 0: off)")
+    ap.add_argument("--rep-weight", type=float, default=1.0, metavar="W",
+                    help="weight of the next-token loss on targets that end a 4-gram already seen in their "
+                         "window (1: off; 0: those targets not learnt)")
     ap.add_argument("--seq-unlikelihood", type=float, default=0.0, metavar="BETA",
                     help="from --seq-ul-from of the steps on, every --seq-ul-every steps: the model continues "
                          "--seq-ul-rows prefixes of --seq-ul-prefix tokens (the batch's windows cut into pieces of "
@@ -637,7 +675,7 @@ def main():
         # compiles. The batch sampling, --seq-unlikelihood (generation, other shapes), evaluation and
         # probes stay eager, so the compiled graph sees one shape and compiles once.
         loss, mtp_loss, _, _, ul = losses(model, x, args.mtp_weight, args.mtp_chain, args.mtp_distill,
-                                          args.unlikelihood, ul_rows)
+                                          args.unlikelihood, ul_rows, args.rep_weight)
         return loss + args.mtp_weight * mtp_loss, loss, mtp_loss, ul
 
     compiled = "off"
