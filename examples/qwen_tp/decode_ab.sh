@@ -21,6 +21,8 @@
 # PART=argmaxrope the argmax's old loop, the shipped step and RoPE inside the attention;
 # PART=pick the final norm, lm_head and argmax as three kernels against one (QWEN_PICK);
 # PART=rope the q/k norm, RoPE and KV store after the qkv stream against inside it (QWEN_ROPE);
+# PART=slots each stream on both resident slots of a multiprocessor against on one, with PDL on
+# every stream (QWEN_STREAM_SLOTS); PART=ropeslots both parts in one call;
 # TESTS=all|filter|none: the whole qwen_gpu_test, the decode filter (default) or no tests first.
 # Logs go to $OUT/logs.tgz (each log opens with commit, date, command; clocks.csv holds the GPU's
 # clocks and power every 250 ms, ab_common.sh), the table (memory at 32000, the clocks too) to
@@ -81,12 +83,12 @@ ncu_step() {  # ncu_step <mode> <preset> <prompt> [extra]; NCU_ENV: more VAR=val
 qn() {  # qn <preset> <prompt> <tag> <norm> <decode> [extra]; GEMM=gemmex|lt (QWEN_GEMM), default gemmex;
         # PF=off|on|<MB> (QWEN_PREFETCH), default off; AP=off|on|<MB> (QWEN_ATTN_PREFETCH), default unset;
         # ARGMAX=loop|vec (QWEN_ARGMAX), PICK=split|fused (QWEN_PICK), ROPE=kernel|qkv (QWEN_ROPE),
-        # default unset
+        # SLOTS=2|1 (QWEN_STREAM_SLOTS), default unset
   local preset=$1 P=$2 tag=$3 norm=$4 dec=$5; shift 5
   local short=${preset#qwen3-}; local N=64; [ "$short" = 32b ] && N=32
   run "q${short%b}_${P}_$tag" 120 env QWEN_NORM=$norm QWEN_DECODE=$dec QWEN_GEMM=${GEMM:-gemmex} QWEN_PREFETCH=${PF:-off} \
     QWEN_GEMV=${GEMV:-cublas} QWEN_STREAM_PDL=${QWEN_STREAM_PDL:-off} QWEN_STREAM_LAYER=${QWEN_STREAM_LAYER:-off} \
-    ${AP:+QWEN_ATTN_PREFETCH=$AP} ${ARGMAX:+QWEN_ARGMAX=$ARGMAX} ${PICK:+QWEN_PICK=$PICK} ${ROPE:+QWEN_ROPE=$ROPE} $Q \
+    ${AP:+QWEN_ATTN_PREFETCH=$AP} ${ARGMAX:+QWEN_ARGMAX=$ARGMAX} ${PICK:+QWEN_PICK=$PICK} ${ROPE:+QWEN_ROPE=$ROPE} ${SLOTS:+QWEN_STREAM_SLOTS=$SLOTS} $Q \
     --model-preset $preset --prompt-tokens $P --n-predict $N --ubatch-size 2048 "$@"
 }
 # over_shapes "<m1 m2 ..>" "<shape;shape;..>" <fn>: at each shape ("preset prompt [extra args]"),
@@ -210,14 +212,26 @@ elif [ "${PART:-all}" = pick ]; then
 pk_run() { GEMV=stream QWEN_STREAM_PDL=auto PICK=${3#*_} qn "$1" "$2" "$3" regs gemv "${@:4}"; }
 over_shapes "split fused" "$SHAPES3" pk_run
 if [ "${NCU:-1}" = 1 ]; then ncu_step gemv qwen3-8b 512; fi
-elif [ "${PART:-all}" = rope ]; then
+elif [ "${PART:-all}" = rope ] || [ "${PART:-all}" = slots ] || [ "${PART:-all}" = ropeslots ]; then
 # PART=rope: the shipped step (the stream, gemv, PDL auto, the tail in one launch) with the q/k
 # norm, RoPE and KV store as qkNormRopeStore after the qkv stream (QWEN_ROPE=kernel) and inside it
 # (qkv, gpu::streamQkvRope: a cluster of blocks a head), A B B A at qwen3-8b and qwen3-32b 512 and
 # qwen3-8b 32000; then (NCU=1, the default) one 8b step at 512 under ncu with the rope inside.
 rp_run() { GEMV=stream QWEN_STREAM_PDL=auto ROPE=${3#*_} qn "$1" "$2" "$3" regs gemv "${@:4}"; }
-over_shapes "kernel qkv" "$SHAPES3" rp_run
-if [ "${NCU:-1}" = 1 ]; then NCU_ENV="QWEN_ROPE=qkv" ncu_step gemv qwen3-8b 512; fi
+# PART=slots: the shipped step ("s2": two blocks a multiprocessor, PDL auto) against each stream on
+# one slot a multiprocessor with PDL on every stream ("s1all": the next stream's blocks resident on
+# the free slot, their first loads overlapping the stream before), A B B A at qwen3-8b and
+# qwen3-32b 512.
+sl_run() {
+  local m=${3#*_}
+  if [ "$m" = s1all ]; then GEMV=stream QWEN_STREAM_PDL=all SLOTS=1 qn "$1" "$2" "$3" regs gemv "${@:4}"
+  else GEMV=stream QWEN_STREAM_PDL=auto SLOTS=2 qn "$1" "$2" "$3" regs gemv "${@:4}"; fi
+}
+if [ "${PART:-all}" != slots ]; then
+  over_shapes "kernel qkv" "$SHAPES3" rp_run
+  if [ "${NCU:-1}" = 1 ]; then NCU_ENV="QWEN_ROPE=qkv" ncu_step gemv qwen3-8b 512; fi
+fi
+[ "${PART:-all}" != rope ] && over_shapes "s2 s1all" "qwen3-8b 512;qwen3-32b 512" sl_run
 elif [ "${PART:-all}" = streampdl ]; then
 # PART=streampdl: which streams of the fused step launch with PDL, PDL_MODES (QWEN_STREAM_PDL
 # values, default off attn chain all: none, o_proj after the attention, the streams after a

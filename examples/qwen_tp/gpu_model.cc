@@ -253,6 +253,11 @@ bool GpuModel::init(const GpuModelOptions& opt, std::string* error) {
   v = streamPdlEnv ? streamPdlEnv : "auto";
   if (!parseStreamPdl(v, autoPdl, &streamPdl_, error)) return false;
   gpu::setGemvStreamPdl(v == "on");
+  // QWEN_STREAM_SLOTS=2|1: each stream's grid takes both resident slots of a multiprocessor (the
+  // default) or one, leaving the other to the next stream's PDL-launched blocks (with
+  // QWEN_STREAM_PDL=all: each product's first loads overlap the one before it).
+  if (!envChoice("QWEN_STREAM_SLOTS", "2", {"1", "2"}, &v, error)) return false;
+  gpu::setGemvStreamSlots(v == "1" ? 1 : 2);
   if (!envChoice("QWEN_STREAM_LAYER", "off", {"on", "off"}, &v, error)) return false;
   streamLayer_ = v == "on";
   using K = GpuModelOptions::DecodeKernels;

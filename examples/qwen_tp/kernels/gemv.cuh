@@ -71,6 +71,11 @@ bool prepareGemvStream();
 /// time. GpuModel turns it on for the fused step's streams QWEN_STREAM_PDL names (by default the
 /// down stream where its grid fills the slots: stream_grid.h) and off after each.
 void setGemvStreamPdl(bool on);
+/// The blocks a multiprocessor each stream's grid takes: 2 (kStreamBlocksPerSm, the default: every
+/// resident slot) or 1, which leaves a slot free on every multiprocessor for the next stream's
+/// PDL-launched blocks (QWEN_STREAM_SLOTS). Process-wide; false (unchanged) outside 1..2. The
+/// products' bits do not depend on the grid.
+bool setGemvStreamSlots(int perSm);
 bool gemvStreamSupported(const void* W, const void* X, int in);
 /// The fused decode step's forms at one token (GpuModel under streamGemv and decode gemv|fused),
 /// each the bits of its unfused pair: X the bf16 residual row, normed with addRmsNorm's

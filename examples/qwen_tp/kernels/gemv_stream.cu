@@ -514,6 +514,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm) streamQ
 int gStreamSms = 0;      // prepareGemvStream
 bool gStreamPdl = false;  // setGemvStreamPdl
 bool gStreamClusters = false;  // prepareGemvStream: sm_90+ and streamQkvRopeKernel loaded
+int gStreamSlots = kStreamBlocksPerSm;  // setGemvStreamSlots: blocks a multiprocessor a stream's grid takes
 
 template <int kTok, bool kF32, int kForm = kPlain>
 void launchStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, int blocks,
@@ -586,6 +587,12 @@ bool prepareGemvStream() {
 
 void setGemvStreamPdl(bool on) { gStreamPdl = on; }
 
+bool setGemvStreamSlots(int perSm) {
+  if (perSm < 1 || perSm > kStreamBlocksPerSm) return false;
+  gStreamSlots = perSm;
+  return true;
+}
+
 bool gemvStreamSupported(const void* W, const void* X, int in) {
   return in > 0 && in % 8 == 0 && in <= kGemvStreamMaxIn && aligned16(W, X);
 }
@@ -593,7 +600,7 @@ bool gemvStreamSupported(const void* W, const void* X, int in) {
 bool gemvStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32,
                 cudaStream_t s) {
   if (gStreamSms <= 0 || out <= 0 || n < 1 || n > kGemvStreamMaxTokens || !gemvStreamSupported(W, X, in)) return false;
-  const int blocks = streamBlocks(out, gStreamSms);
+  const int blocks = streamBlocks(out, gStreamSms, gStreamSlots);
   yF32 ? launchForTokens<true, kPlain>(W, out, in, X, n, Y, blocks, s)
        : launchForTokens<false, kPlain>(W, out, in, X, n, Y, blocks, s);
   return cudaPeekAtLastError() == cudaSuccess;
@@ -634,21 +641,21 @@ bool streamLayer(const StreamLayer& a, cudaStream_t s) {
 bool gemvStreamNorm(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW,
                     float eps, __nv_bfloat16* Y, cudaStream_t s) {
   if (out <= 0 || !normedSupported(W, X, normW, in)) return false;
-  launchStream<1, false, kNorm>(W, out, in, X, 1, Y, streamBlocks(out, gStreamSms), s, normW, eps);
+  launchStream<1, false, kNorm>(W, out, in, X, 1, Y, streamBlocks(out, gStreamSms, gStreamSlots), s, normW, eps);
   return cudaPeekAtLastError() == cudaSuccess;
 }
 
 bool gemvStreamResidual(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, __nv_bfloat16* R,
                         cudaStream_t s) {
   if (gStreamSms <= 0 || out <= 0 || n < 1 || n > kGemvStreamMaxTokens || !gemvStreamSupported(W, X, in)) return false;
-  launchForTokens<false, kResidual>(W, out, in, X, n, R, streamBlocks(out, gStreamSms), s);
+  launchForTokens<false, kResidual>(W, out, in, X, n, R, streamBlocks(out, gStreamSms, gStreamSlots), s);
   return cudaPeekAtLastError() == cudaSuccess;
 }
 
 bool gemvStreamNormSwiglu(const __nv_bfloat16* W, int I, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW,
                           float eps, __nv_bfloat16* act, cudaStream_t s) {
   if (I <= 0 || !normedSupported(W, X, normW, in)) return false;
-  launchStream<1, false, kNormSwiglu>(W, I, in, X, 1, act, streamBlocks(I, gStreamSms), s, normW, eps);
+  launchStream<1, false, kNormSwiglu>(W, I, in, X, 1, act, streamBlocks(I, gStreamSms, gStreamSlots), s, normW, eps);
   return cudaPeekAtLastError() == cudaSuccess;
 }
 
@@ -657,7 +664,7 @@ int streamQkvRopeCluster(const QkvRope& a) {
     return 0;
   const int heads = a.hq + 2 * a.hk;
   for (int c = 8; c >= 1; c /= 2)  // the most blocks a head whose grid fits the resident slots at once
-    if (a.headDim % (kStreamWarps * c) == 0 && heads * c <= gStreamSms * kStreamBlocksPerSm) return c;
+    if (a.headDim % (kStreamWarps * c) == 0 && heads * c <= gStreamSms * gStreamSlots) return c;
   return 0;
 }
 
@@ -698,7 +705,7 @@ bool streamPick(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X,
                                                    in * 2 > kStreamSharedX))
     return false;
   if (normOut && (reinterpret_cast<uintptr_t>(normOut) & 15u) != 0) return false;
-  const int blocks = streamBlocks(out, gStreamSms);
+  const int blocks = streamBlocks(out, gStreamSms, gStreamSlots);
   Pick* partials = static_cast<Pick*>(scratch);
   unsigned* ticket = reinterpret_cast<unsigned*>(partials + gStreamSms * kStreamBlocksPerSm);
   const size_t smem = static_cast<size_t>(in) * 2 * (normW ? 2 : 1);  // the row (then hn), the norm weights

@@ -16,9 +16,10 @@ constexpr int balancedWarps(int out, int warps) {
   return (out + rowsPerWarp - 1) / rowsPerWarp;
 }
 
-/// The blocks a stream of `out` rows launches on `sms` multiprocessors.
-constexpr int streamBlocks(int out, int sms) {
-  return (balancedWarps(out, sms * kStreamBlocksPerSm * kStreamWarps) + kStreamWarps - 1) / kStreamWarps;
+/// The blocks a stream of `out` rows launches on `sms` multiprocessors, `perSm` blocks of them a
+/// multiprocessor at most (kStreamBlocksPerSm, or 1: setGemvStreamSlots).
+constexpr int streamBlocks(int out, int sms, int perSm = kStreamBlocksPerSm) {
+  return (balancedWarps(out, sms * perSm * kStreamWarps) + kStreamWarps - 1) / kStreamWarps;
 }
 
 /// Whether those blocks take at least 90% of the sms x kStreamBlocksPerSm resident slots. A
@@ -30,6 +31,7 @@ constexpr bool streamFillsSlots(int out, int sms) {
 
 static_assert(streamBlocks(4096, 132) == 256 && streamFillsSlots(4096, 132), "qwen3-8b's down on an H200");
 static_assert(streamBlocks(5120, 132) == 160 && !streamFillsSlots(5120, 132), "qwen3-32b's down on an H200");
+static_assert(streamBlocks(4096, 132, 1) == 128 && streamBlocks(151936, 132, 1) == 132, "one block a multiprocessor");
 
 }  // namespace gpu
 }  // namespace qwen

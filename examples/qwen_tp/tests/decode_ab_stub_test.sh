@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
   case $1 in --model-preset) preset=$2; shift ;; --prompt-tokens) prompt=$2; shift ;; esac
   shift
 done
-echo "$QWEN_DECODE ${QWEN_ARGMAX:-unset} $QWEN_GEMV $QWEN_STREAM_PDL ${QWEN_PICK:+$QWEN_PICK }${QWEN_ROPE:+rope=$QWEN_ROPE }$preset $prompt" >> "$STUB_CALLS"
+echo "$QWEN_DECODE ${QWEN_ARGMAX:-unset} $QWEN_GEMV $QWEN_STREAM_PDL ${QWEN_PICK:+$QWEN_PICK }${QWEN_ROPE:+rope=$QWEN_ROPE }${QWEN_STREAM_SLOTS:+slots=$QWEN_STREAM_SLOTS }$preset $prompt" >> "$STUB_CALLS"
 # A step time per mode, so the summary's means and ratios can be checked.
 case "$QWEN_DECODE ${QWEN_ARGMAX:-unset}" in
   "gemv loop") ms=4.000 ;; "fused vec") ms=3.950 ;; *) ms=3.900 ;;
@@ -90,6 +90,18 @@ runpart rope
 expect "gemv unset stream auto rope=kernel" "gemv unset stream auto rope=qkv" > "$work/rope.want"
 diff "$work/rope.want" "$work/rope.calls" > "$work/rope.diff" ||
   bad "PART=rope ran another sequence (want < > got): $(head -8 "$work/rope.diff" | tr '\n' ' ')"
+
+runpart slots
+for m in "gemv unset stream auto slots=2" "gemv unset stream all slots=1" "gemv unset stream all slots=1" \
+         "gemv unset stream auto slots=2"; do echo "$m qwen3-8b 512"; done > "$work/slots.want"
+for m in "gemv unset stream auto slots=2" "gemv unset stream all slots=1" "gemv unset stream all slots=1" \
+         "gemv unset stream auto slots=2"; do echo "$m qwen3-32b 512"; done >> "$work/slots.want"
+diff "$work/slots.want" "$work/slots.calls" > "$work/slots.diff" ||
+  bad "PART=slots ran another sequence (want < > got): $(head -8 "$work/slots.diff" | tr '\n' ' ')"
+runpart ropeslots
+cat "$work/rope.want" "$work/slots.want" > "$work/ropeslots.want"
+diff "$work/ropeslots.want" "$work/ropeslots.calls" > "$work/ropeslots.diff" ||
+  bad "PART=ropeslots ran another sequence (want < > got): $(head -8 "$work/ropeslots.diff" | tr '\n' ' ')"
 
 # The logs record each run's command with its settings (what a results page cites).
 mkdir -p "$work/x" && tar xzf "$work/out_argmaxrope/logs.tgz" -C "$work/x" 2> /dev/null

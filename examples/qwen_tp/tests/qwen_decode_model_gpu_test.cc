@@ -236,7 +236,9 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
   unsetenv("QWEN_DECODE");
   struct Env {
     ~Env() {
-      for (const char* v : {"QWEN_GEMV", "QWEN_STREAM_PDL", "QWEN_STREAM_LAYER", "QWEN_PICK", "QWEN_ROPE"}) unsetenv(v);
+      for (const char* v : {"QWEN_GEMV", "QWEN_STREAM_PDL", "QWEN_STREAM_LAYER", "QWEN_PICK", "QWEN_ROPE",
+                            "QWEN_STREAM_SLOTS"})
+        unsetenv(v);
     }
   } restore;
   setenv("QWEN_GEMV", "stream", 1);
@@ -368,6 +370,15 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
       unsetenv("QWEN_STREAM_PDL");
       sameLogits(early, off, std::string("QWEN_STREAM_PDL=") + mode + " against off");
     }
+    // QWEN_STREAM_SLOTS=1 (a stream's grid on one slot a multiprocessor, the next stream's early
+    // blocks on the other) with PDL on every stream: the same logits.
+    std::vector<std::vector<float>> oneSlot;
+    setenv("QWEN_STREAM_SLOTS", "1", 1);
+    setenv("QWEN_STREAM_PDL", "all", 1);
+    stepLogits(Kernels::kFusedGemv, &oneSlot);
+    unsetenv("QWEN_STREAM_SLOTS");  // the next model's init sets the process-wide default back
+    unsetenv("QWEN_STREAM_PDL");
+    sameLogits(oneSlot, off, "QWEN_STREAM_SLOTS=1 with PDL on every stream against 2 without");
   }
   GpuModelOptions o;
   o.ctxSize = 64;
