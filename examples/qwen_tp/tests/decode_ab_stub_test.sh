@@ -59,49 +59,38 @@ runpart() {  # runpart <PART>: decode_ab.sh with the stubs; the calls in $work/<
   [ -s "$work/out_$1/logs.tgz" ] || bad "PART=$1 left no logs.tgz"
 }
 
-# The A B .. B A order of over_shapes at the three shapes, as "<settings> <preset> <prompt>".
-expect() {  # expect <settings per mode...>: the modes' settings in A B .. order
-  local shape m
-  local -a modes=("$@") order=()
+# The A B .. B A order of over_shapes at the given shapes ("preset prompt;..."; default the three).
+expect() {  # expect [-s shapes] <settings per mode...>: the modes' settings in A B .. order
+  local shapes="qwen3-8b 512;qwen3-32b 512;qwen3-8b 32000" shape m
+  [ "$1" = -s ] && { shapes=$2; shift 2; }
+  local -a modes=("$@") order=() list
   for m in "${modes[@]}"; do order+=("$m"); done
   for ((m = ${#modes[@]} - 1; m >= 0; m--)); do order+=("${modes[m]}"); done
-  for shape in "qwen3-8b 512" "qwen3-32b 512" "qwen3-8b 32000"; do
+  IFS=';' read -r -a list <<< "$shapes"
+  for shape in "${list[@]}"; do
     for m in "${order[@]}"; do echo "$m $shape"; done
   done
 }
+checkpart() {  # checkpart <PART>: runs it and compares its calls with $work/<PART>.want
+  runpart "$1"
+  diff "$work/$1.want" "$work/$1.calls" > "$work/$1.diff" ||
+    bad "PART=$1 ran another sequence (want < > got): $(head -8 "$work/$1.diff" | tr '\n' ' ')"
+}
 
-runpart argmaxrope
 { expect "gemv loop stream auto" "gemv vec stream auto" "fused vec stream auto"
   echo "gemv_bench --preset qwen3-8b --argmax-only"; } > "$work/argmaxrope.want"
-diff "$work/argmaxrope.want" "$work/argmaxrope.calls" > "$work/argmaxrope.diff" ||
-  bad "PART=argmaxrope ran another sequence (want < > got): $(head -8 "$work/argmaxrope.diff" | tr '\n' ' ')"
-
-runpart fusedrope
+checkpart argmaxrope
 expect "gemv vec stream auto" "fused vec stream auto" > "$work/fusedrope.want"
-diff "$work/fusedrope.want" "$work/fusedrope.calls" > "$work/fusedrope.diff" ||
-  bad "PART=fusedrope ran another sequence (want < > got): $(head -8 "$work/fusedrope.diff" | tr '\n' ' ')"
-
-runpart pick
+checkpart fusedrope
 expect "gemv unset stream auto split" "gemv unset stream auto fused" > "$work/pick.want"
-diff "$work/pick.want" "$work/pick.calls" > "$work/pick.diff" ||
-  bad "PART=pick ran another sequence (want < > got): $(head -8 "$work/pick.diff" | tr '\n' ' ')"
-
-runpart rope
+checkpart pick
 expect "gemv unset stream auto rope=kernel" "gemv unset stream auto rope=qkv" > "$work/rope.want"
-diff "$work/rope.want" "$work/rope.calls" > "$work/rope.diff" ||
-  bad "PART=rope ran another sequence (want < > got): $(head -8 "$work/rope.diff" | tr '\n' ' ')"
-
-runpart slots
-for m in "gemv unset stream auto slots=2" "gemv unset stream all slots=1" "gemv unset stream all slots=1" \
-         "gemv unset stream auto slots=2"; do echo "$m qwen3-8b 512"; done > "$work/slots.want"
-for m in "gemv unset stream auto slots=2" "gemv unset stream all slots=1" "gemv unset stream all slots=1" \
-         "gemv unset stream auto slots=2"; do echo "$m qwen3-32b 512"; done >> "$work/slots.want"
-diff "$work/slots.want" "$work/slots.calls" > "$work/slots.diff" ||
-  bad "PART=slots ran another sequence (want < > got): $(head -8 "$work/slots.diff" | tr '\n' ' ')"
-runpart ropeslots
+checkpart rope
+expect -s "qwen3-8b 512;qwen3-32b 512" "gemv unset stream auto slots=2" "gemv unset stream all slots=1" \
+  > "$work/slots.want"
+checkpart slots
 cat "$work/rope.want" "$work/slots.want" > "$work/ropeslots.want"
-diff "$work/ropeslots.want" "$work/ropeslots.calls" > "$work/ropeslots.diff" ||
-  bad "PART=ropeslots ran another sequence (want < > got): $(head -8 "$work/ropeslots.diff" | tr '\n' ' ')"
+checkpart ropeslots
 
 # The logs record each run's command with its settings (what a results page cites).
 mkdir -p "$work/x" && tar xzf "$work/out_argmaxrope/logs.tgz" -C "$work/x" 2> /dev/null
