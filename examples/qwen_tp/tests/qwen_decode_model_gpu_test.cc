@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cpu_model.h"
+#include "gpu_kernels.h"
 #include "gpu_model.h"
 #include "speculative.h"
 
@@ -376,8 +377,9 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
     setenv("QWEN_STREAM_SLOTS", "1", 1);
     setenv("QWEN_STREAM_PDL", "all", 1);
     stepLogits(Kernels::kFusedGemv, &oneSlot);
-    unsetenv("QWEN_STREAM_SLOTS");  // the next model's init sets the process-wide default back
+    unsetenv("QWEN_STREAM_SLOTS");
     unsetenv("QWEN_STREAM_PDL");
+    gpu::setGemvStreamSlots(2);  // process-wide: the default again for the tests that follow
     sameLogits(oneSlot, off, "QWEN_STREAM_SLOTS=1 with PDL on every stream against 2 without");
   }
   GpuModelOptions o;
@@ -404,6 +406,21 @@ TEST(QwenDecodeGpu, StreamGemvMatchesTheCpuReference) {
     EXPECT_NE(err.find("QWEN_STREAM_PDL=qkv,,down: expected"), std::string::npos) << err;
   }
   unsetenv("QWEN_STREAM_PDL");
+  setenv("QWEN_STREAM_SLOTS", "3", 1);
+  {
+    GpuModel m(c, sh, 0, nullptr);
+    EXPECT_FALSE(m.init(o, &err));
+    EXPECT_NE(err.find("QWEN_STREAM_SLOTS=3: expected 1 or 2"), std::string::npos) << err;
+  }
+  unsetenv("QWEN_STREAM_SLOTS");
+  for (auto bad : {std::make_pair("QWEN_PICK", "QWEN_PICK=one: expected fused or split"),
+                   std::make_pair("QWEN_ROPE", "QWEN_ROPE=one: expected kernel or qkv")}) {
+    setenv(bad.first, "one", 1);
+    GpuModel m(c, sh, 0, nullptr);
+    EXPECT_FALSE(m.init(o, &err));
+    EXPECT_NE(err.find(bad.second), std::string::npos) << err;
+    unsetenv(bad.first);
+  }
   setenv("QWEN_STREAM_LAYER", "1", 1);
   {
     GpuModel m(c, sh, 0, nullptr);
