@@ -458,6 +458,21 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm) streamQ
   stageNormedRow(a.x, a.ln, in, a.eps);
   const int slot = *a.pos;
   const bool isV = h >= a.hq + a.hk;
+  const int half = D / 2, kW = half / 32;
+  const bool picker = !isV && rank == 0 && warp == 0;
+  // The picker's norm weights and rotary angles, made before its rows stream (they depend on the
+  // head and the slot only) and kept in shared memory (not registers: the stream's loop is at the
+  // launch bounds' 64), so the head's tail after the exchange is the sums and the stores.
+  __shared__ float ropeOf[4][128];  // [norm weight of i, of i + half, cos, sin][i < half <= 128]
+  if (picker) {
+    const __nv_bfloat16* nw = h < a.hq ? a.qNorm : a.kNorm;
+    for (int i = lane; i < half; i += 32) {
+      ropeOf[0][i] = __bfloat162float(nw[i]);
+      ropeOf[1][i] = __bfloat162float(nw[i + half]);
+      const float invFreq = 1.0f / powf(a.theta, static_cast<float>(2 * i) / static_cast<float>(D));
+      sincosf(static_cast<float>(slot + a.ropeOffset) * invFreq, &ropeOf[3][i], &ropeOf[2][i]);
+    }
+  }
   for (int k = 0; k < rpw; ++k) {
     float acc[1];
     dotRow<1, true>(reinterpret_cast<const uint4*>(a.wqkv + static_cast<int64_t>(row0 + k) * in), vecs, lane, nullptr,
@@ -472,9 +487,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm) streamQ
   }
   if (isV) return;  // the whole cluster: h is the cluster's
   cluster.sync();
-  const int half = D / 2, kW = half / 32;
   float x1[kQkvRopeMaxKw], x2[kQkvRopeMaxKw];
-  const bool picker = rank == 0 && warp == 0;
   if (picker) {
 #pragma unroll
     for (int k = 0; k < kQkvRopeMaxKw; ++k) {
@@ -493,18 +506,15 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm) streamQ
 #pragma unroll
   for (int k = 0; k < kQkvRopeMaxKw; ++k) part[k] = k < kW ? warpSum(x1[k] * x1[k] + x2[k] * x2[k]) : 0.f;
   const float inv = rsqrtf(((part[0] + part[2]) + (part[1] + part[3])) / D + a.eps);
-  const bool isQ = h < a.hq;
-  const __nv_bfloat16* nw = isQ ? a.qNorm : a.kNorm;
-  __nv_bfloat16* dst = isQ ? a.q + static_cast<int64_t>(h) * D : a.kCache + (static_cast<int64_t>(slot) * a.hk + (h - a.hq)) * D;
+  __nv_bfloat16* dst = h < a.hq ? a.q + static_cast<int64_t>(h) * D
+                                 : a.kCache + (static_cast<int64_t>(slot) * a.hk + (h - a.hq)) * D;
 #pragma unroll
   for (int k = 0; k < kQkvRopeMaxKw; ++k) {
     if (k >= kW) break;
     const int i = lane + 32 * k;
-    const float v1 = __bfloat162float(__float2bfloat16_rn(__bfloat162float(nw[i]) * (x1[k] * inv)));
-    const float v2 = __bfloat162float(__float2bfloat16_rn(__bfloat162float(nw[i + half]) * (x2[k] * inv)));
-    const float invFreq = 1.0f / powf(a.theta, static_cast<float>(2 * i) / static_cast<float>(D));
-    float sn, cs;
-    sincosf(static_cast<float>(slot + a.ropeOffset) * invFreq, &sn, &cs);
+    const float v1 = __bfloat162float(__float2bfloat16_rn(ropeOf[0][i] * (x1[k] * inv)));
+    const float v2 = __bfloat162float(__float2bfloat16_rn(ropeOf[1][i] * (x2[k] * inv)));
+    const float cs = ropeOf[2][i], sn = ropeOf[3][i];  // its own lane's: no barrier needed
     dst[i] = __float2bfloat16_rn(v1 * cs - v2 * sn);
     dst[i + half] = __float2bfloat16_rn(v2 * cs + v1 * sn);
   }
