@@ -231,7 +231,11 @@ if [ "${PART:-all}" != slots ]; then
   over_shapes "kernel qkv" "$SHAPES3" rp_run
   if [ "${NCU:-1}" = 1 ]; then NCU_ENV="QWEN_ROPE=qkv" ncu_step gemv qwen3-8b 512; fi
 fi
-[ "${PART:-all}" != rope ] && over_shapes "s2 s1all" "qwen3-8b 512;qwen3-32b 512" sl_run
+if [ "${PART:-all}" != rope ]; then
+  over_shapes "s2 s1all" "qwen3-8b 512;qwen3-32b 512" sl_run
+  # each product's rate on one block a multiprocessor (the stream's rows of the table)
+  run gemv_bench 90 "$B/examples/qwen_tp/gemv_bench" --preset qwen3-8b --tokens 1 --stream-slots 1
+fi
 elif [ "${PART:-all}" = streampdl ]; then
 # PART=streampdl: which streams of the fused step launch with PDL, PDL_MODES (QWEN_STREAM_PDL
 # values, default off attn chain all: none, o_proj after the attention, the streams after a

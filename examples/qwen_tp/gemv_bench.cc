@@ -13,7 +13,9 @@
 // same way against cublasGemmEx's choice: whether picking by measurement beats the heuristic
 // (split-K and its reduction kernel, tile shapes), before GpuModel::gemm is made to do it.
 //   gemv_bench [--preset qwen3-8b,qwen3-32b] [--tp 1] [--tokens 1,4,8] [--iters 20] [--no-pdl] [--stream-pdl]
-//              [--lt-tokens 1,2048] [--ring-mb 2048] [--argmax-only]
+//              [--lt-tokens 1,2048] [--ring-mb 2048] [--argmax-only] [--stream-slots 1|2]
+// --stream-slots 1: the stream's grids on one block a multiprocessor (QWEN_STREAM_SLOTS=1), each
+// product's rate with half the resident warps.
 // --ring-mb MB: the ring of weight copies of the first two tables (default 2048); under the L2's
 // size a matrix that fits it is read from L2 after the first launch (the products' time with
 // their weights in L2, against HBM). Last, the greedy argmax over the vocabulary's logits: its
@@ -273,6 +275,7 @@ int main(int argc, char** argv) {
   int tp = 1, iters = 20;
   size_t ring = size_t(2) << 30;  // bytes of weight copies the launches cycle through
   bool pdl = true, streamPdl = false, argmaxOnly = false;
+  int streamSlots = 2;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--preset" && i + 1 < argc) {
@@ -289,6 +292,10 @@ int main(int argc, char** argv) {
       streamPdl = true;
     } else if (a == "--argmax-only") {
       argmaxOnly = true;
+    } else if (a == "--stream-slots" && i + 1 < argc) {
+      streamSlots = std::atoi(argv[++i]);
+      if (streamSlots != 1 && streamSlots != 2)
+        return std::fprintf(stderr, "gemv_bench: --stream-slots %s: expected 1 or 2\n", argv[i]), 2;
     } else if (a == "--lt-tokens" && i + 1 < argc) {
       ltTokenList = argv[++i];
     } else if (a == "--ring-mb" && i + 1 < argc) {
@@ -298,7 +305,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: gemv_bench [--preset NAME[,NAME]] [--tp N] [--tokens 1,4,8] [--iters N] [--no-pdl] [--stream-pdl] "
-                   "[--lt-tokens 1,2048] [--ring-mb MB] [--argmax-only] (unknown argument '%s')\n",
+                   "[--lt-tokens 1,2048] [--ring-mb MB] [--argmax-only] [--stream-slots 1|2] (unknown argument '%s')\n",
                    a.c_str());
       return 2;
     }
@@ -322,6 +329,7 @@ int main(int argc, char** argv) {
   if (cudaGetDevice(&dev) != cudaSuccess) return std::fprintf(stderr, "gemv_bench: no CUDA device\n"), 77;
   qwen::gpu::setPdl(pdl);
   qwen::gpu::setGemvStreamPdl(streamPdl);
+  qwen::gpu::setGemvStreamSlots(streamSlots);
   if (!qwen::gpu::prepareGemv()) return std::fprintf(stderr, "gemv_bench: prepareGemv failed\n"), 1;
   if (!qwen::gpu::prepareGemvStream()) return std::fprintf(stderr, "gemv_bench: prepareGemvStream failed\n"), 1;
   cudaStream_t s;
