@@ -113,14 +113,6 @@ bool streamLayerSupported(const StreamLayer& a);
 bool streamLayer(const StreamLayer& a, cudaStream_t s);
 bool gemvStream(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, int n, void* Y, bool yF32,
                 cudaStream_t s);
-/// The lm_head's one-token product with the greedy pick (gemv_stream.cu, streamPick): logits
-/// [out] fp32 = X' W^T, where X' is the row X or, with normW, its RMSNorm (gemvStreamNorm's
-/// arithmetic: addRmsNorm's bits; then also stored to normOut when not null, 16-byte aligned);
-/// token[0] = argmaxPick's token of those logits (the lowest row of the largest value, NaN never,
-/// 0 when nothing is above -FLT_MAX). The last block to finish picks: scratch (scratchBytes >=
-/// streamPickScratch(), 0 before prepareGemvStream; 8-byte aligned) is zeroed once before the
-/// first launch and left zero by every launch; one launch at a time uses it. false (nothing
-/// launched) unless prepareGemvStream ran and the operands are 16-byte aligned rows of in % 8 == 0.
 /// A one-token step's qkv with its q/k norm, RoPE and KV store in one launch (gemv_stream.cu,
 /// streamQkvRope): the products of gemvStreamNorm(wqkv, x, ln) and then qkNormRopeStore's outputs
 /// at slot *pos (q [hq, D], the K and V cache rows), the same bits, without the qkv buffer. A
@@ -139,6 +131,14 @@ bool streamQkvRopeSupported(const QkvRope& a);
 bool streamQkvRope(const QkvRope& a, cudaStream_t s);
 /// The blocks a head streamQkvRope gives (its cluster size) on this device: 0 when unsupported.
 int streamQkvRopeCluster(const QkvRope& a);
+/// The lm_head's one-token product with the greedy pick (gemv_stream.cu, streamPick): logits
+/// [out] fp32 = X' W^T, where X' is the row X or, with normW, its RMSNorm (gemvStreamNorm's
+/// arithmetic: addRmsNorm's bits; then also stored to normOut when not null, 16-byte aligned);
+/// token[0] = argmaxPick's token of those logits (the lowest row of the largest value, NaN never,
+/// 0 when nothing is above -FLT_MAX). The last block to finish picks: scratch (scratchBytes >=
+/// streamPickScratch(), 0 before prepareGemvStream; 8-byte aligned) is zeroed once before the
+/// first launch and left zero by every launch; one launch at a time uses it. false (nothing
+/// launched) unless prepareGemvStream ran and the operands are 16-byte aligned rows of in % 8 == 0.
 size_t streamPickScratch();
 bool streamPick(const __nv_bfloat16* W, int out, int in, const __nv_bfloat16* X, const __nv_bfloat16* normW, float eps,
                 __nv_bfloat16* normOut, float* logits, void* scratch, size_t scratchBytes, int32_t* token,
