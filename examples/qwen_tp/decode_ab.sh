@@ -220,19 +220,22 @@ elif [ "${PART:-all}" = rope ] || [ "${PART:-all}" = slots ] || [ "${PART:-all}"
 rp_run() { GEMV=stream QWEN_STREAM_PDL=auto ROPE=${3#*_} qn "$1" "$2" "$3" regs gemv "${@:4}"; }
 # PART=slots: the shipped step ("s2": two blocks a multiprocessor, PDL auto) against each stream on
 # one slot a multiprocessor with PDL on every stream ("s1all": the next stream's blocks resident on
-# the free slot, their first loads overlapping the stream before), A B B A at qwen3-8b and
-# qwen3-32b 512.
+# the free slot, their first loads overlapping the stream before) and on the streams after a
+# stream only ("s1chain": qkv, gate/up, down; o_proj after the attention without), A B C C B A at
+# qwen3-8b and qwen3-32b 512.
 sl_run() {
-  local m=${3#*_}
-  if [ "$m" = s1all ]; then GEMV=stream QWEN_STREAM_PDL=all SLOTS=1 qn "$1" "$2" "$3" regs gemv "${@:4}"
-  else GEMV=stream QWEN_STREAM_PDL=auto SLOTS=2 qn "$1" "$2" "$3" regs gemv "${@:4}"; fi
+  case ${3#*_} in
+    s1all) GEMV=stream QWEN_STREAM_PDL=all SLOTS=1 qn "$1" "$2" "$3" regs gemv "${@:4}" ;;
+    s1chain) GEMV=stream QWEN_STREAM_PDL=chain SLOTS=1 qn "$1" "$2" "$3" regs gemv "${@:4}" ;;
+    *) GEMV=stream QWEN_STREAM_PDL=auto SLOTS=2 qn "$1" "$2" "$3" regs gemv "${@:4}" ;;
+  esac
 }
 if [ "${PART:-all}" != slots ]; then
   over_shapes "kernel qkv" "$SHAPES3" rp_run
   if [ "${NCU:-1}" = 1 ]; then NCU_ENV="QWEN_ROPE=qkv" ncu_step gemv qwen3-8b 512; fi
 fi
 if [ "${PART:-all}" != rope ]; then
-  over_shapes "s2 s1all" "qwen3-8b 512;qwen3-32b 512" sl_run
+  over_shapes "s2 s1all s1chain" "qwen3-8b 512;qwen3-32b 512" sl_run
   # each product's rate on one block a multiprocessor (the stream's rows of the table)
   run gemv_bench 90 "$B/examples/qwen_tp/gemv_bench" --preset qwen3-8b --tokens 1 --stream-slots 1
 fi
