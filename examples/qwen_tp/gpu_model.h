@@ -407,7 +407,7 @@ class GpuModel : public DecoderEngine {
   bool ropeInQkv_ = false;
   void* pickScratch_ = nullptr;
   size_t pickScratchBytes_ = 0;
-  bool pickInHead(int n) const { return pickFused_ && n == 1 && fusedStep(1); }
+  bool pickInHead(int n) const { return pickFused_ && n == 1; }  // pickFused_ implies the fused step
   int tcSplits_ = 1;
   float* tcPart_ = nullptr;
   int* tcTickets_ = nullptr;

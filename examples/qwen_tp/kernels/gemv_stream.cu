@@ -394,8 +394,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32, kStreamBlocksPerSm)
     if (normOut && blockIdx.x == 0)
       for (int v = threadIdx.x; v < vecs; v += blockDim.x) reinterpret_cast<uint4*>(normOut)[v] = xs[v];
   } else {
-    for (int v = threadIdx.x; v < vecs; v += blockDim.x) xs[v] = reinterpret_cast<const uint4*>(X)[v];
-    __syncthreads();
+    stageRow(X, in);
   }
   Pick mine = kNoPick;
   for (int r = first; r < out; r += warps) {

@@ -119,6 +119,17 @@ for ul_w in (0.0, 1.0):
           torch.allclose(l0.double(), (ce_rows * keep).sum() / ce_rows.numel() + ul_w * ulv.double(), atol=1e-5) and
           int((~keep).sum()) == 4)
 
+ref = torch.zeros(4, 40, dtype=torch.bool)  # repeated_ngrams against a loop over the same rows
+for b in range(4):
+    seen = set()
+    for s in range(40 - 3):
+        g = tuple(xs[b, s:s + 4].tolist())
+        if g in seen:
+            ref[b, s:s + 4] = True
+        seen.add(g)
+check("repeated_ngrams against a loop", torch.equal(tq.repeated_ngrams(xs, vocab=3), ref))
+check("repeated_ngrams of a row shorter than an n-gram", tq.repeated_ngrams(torch.tensor([[1, 1, 1]])).sum() == 0)
+
 row = torch.tensor([[5, 1, 2, 3, 4, 1, 2, 3, 4, 9, 1, 2, 3]])
 check("repeated_ngrams", tq.repeated_ngrams(row)[0].tolist() ==
       [False, False, False, False, False, True, True, True, True, False, False, False, False])

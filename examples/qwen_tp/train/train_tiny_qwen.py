@@ -301,23 +301,30 @@ class CrossEntropyUnlikelihood(torch.autograd.Function):
         return grad, None, None, None, None
 
 
-def repeat_targets(x, n=4, vocab=1 << 15):
-    """x [B, L] token ids -> bool [B, L - 1]: whether the target x[:, t + 1] ends an n-gram (of x)
-    that already ended earlier in the same row (its first n - 1 targets never do). Vectorised: the
-    n-grams as integers (base `vocab`: n = 4 fits in 63 bits up to 2^15 ids), a stable sort per row,
-    and every occurrence after a group's first marked."""
-    B, L = x.shape
+def later_ngrams(rows, n=4, vocab=1 << 15):
+    """rows [B, L] of token ids -> bool [B, L - n + 1]: whether the n-gram starting at s occurred
+    earlier in its row (every occurrence after the first). Vectorised, on the rows' device: the
+    n-grams as integers (base `vocab`: n = 4 fits in 63 bits up to 2^15 ids), a stable sort per
+    row, and each equal run's members after its first marked."""
+    B, L = rows.shape
     if vocab ** n >= 2 ** 63:
-        raise ValueError("repeat_targets: %d-grams of %d ids do not fit in 63 bits" % (n, vocab))
-    g = torch.zeros((B, L - n + 1), dtype=torch.int64, device=x.device)
+        raise ValueError("later_ngrams: %d-grams of %d ids do not fit in 63 bits" % (n, vocab))
+    if L < n:
+        return torch.zeros((B, 0), dtype=torch.bool, device=rows.device)
+    g = torch.zeros((B, L - n + 1), dtype=torch.int64, device=rows.device)
     for k in range(n):
-        g = g * vocab + x[:, k:L - n + 1 + k].long()
+        g = g * vocab + rows[:, k:L - n + 1 + k].long()
     srt, idx = torch.sort(g, dim=1, stable=True)
     later = torch.zeros_like(srt, dtype=torch.bool)
     later[:, 1:] = srt[:, 1:] == srt[:, :-1]
-    rep = torch.zeros_like(later).scatter(1, idx, later)  # by n-gram start s: ends at s + n - 1
-    out = torch.zeros((B, L - 1), dtype=torch.bool, device=x.device)
-    out[:, n - 2:] = rep  # the n-gram starting at s ends at x[s + n - 1] = the target of row s + n - 2
+    return torch.zeros_like(later).scatter(1, idx, later)
+
+
+def repeat_targets(x, n=4, vocab=1 << 15):
+    """x [B, L] token ids -> bool [B, L - 1]: whether the target x[:, t + 1] ends an n-gram (of x)
+    that already ended earlier in the same row (its first n - 1 targets never do)."""
+    out = torch.zeros((x.shape[0], x.shape[1] - 1), dtype=torch.bool, device=x.device)
+    out[:, n - 2:] = later_ngrams(x, n, vocab)  # the n-gram at s ends at x[s + n - 1], row s + n - 2's target
     return out
 
 
@@ -369,18 +376,14 @@ def losses(model, x, mtp_weight, chain=1, distill=0.0, unlikelihood=0.0, ul_rows
     return loss, mtp_loss, logits, steps, ul
 
 
-def repeated_ngrams(rows, n=4):
+def repeated_ngrams(rows, n=4, vocab=1 << 15):
     """rows [R, N] of token ids -> bool [R, N]: the tokens inside an n-gram that occurred earlier in
     the same row (Welleck et al.'s sequence-level candidates)."""
-    out = torch.zeros(rows.shape, dtype=torch.bool)
-    for r, ids in enumerate(rows.tolist()):
-        seen = set()
-        for i in range(len(ids) - n + 1):
-            g = tuple(ids[i:i + n])
-            if g in seen:
-                out[r, i:i + n] = True
-            seen.add(g)
-    return out.to(rows.device)
+    later = later_ngrams(rows, n, vocab)
+    out = torch.zeros(rows.shape, dtype=torch.bool, device=rows.device)
+    for k in range(n):  # an n-gram starting at s covers s .. s + n - 1
+        out[:, k:k + later.shape[1]] |= later
+    return out
 
 
 def sequence_unlikelihood(model, prefix, n, graph=False):
@@ -395,7 +398,7 @@ def sequence_unlikelihood(model, prefix, n, graph=False):
     # grad-enabled forward below (torch builds without pytorch#165068 reuse them, and the loss then
     # reaches no Linear weight): cast afresh.
     torch.clear_autocast_cache()
-    mask = repeated_ngrams(cont)
+    mask = repeated_ngrams(cont, vocab=model.c.vocab_size)
     _, logits = model(torch.cat([prefix, cont], dim=1)[:, :-1])
     logp = F.log_softmax(logits[:, P - 1:].float(), dim=-1).gather(-1, cont[..., None])[..., 0]
     q = (1.0 - logp.exp()).clamp_min(1e-5)
