@@ -22,7 +22,7 @@
 # PART=pick the final norm, lm_head and argmax as three kernels against one (QWEN_PICK);
 # PART=rope the q/k norm, RoPE and KV store after the qkv stream against inside it (QWEN_ROPE);
 # PART=slots each stream on both resident slots of a multiprocessor against on one, with PDL on
-# every stream (QWEN_STREAM_SLOTS); PART=ropeslots both parts in one call;
+# every stream (QWEN_STREAM_SLOTS), alone and with QWEN_ROPE=qkv; PART=ropeslots both parts in one call;
 # TESTS=all|filter|none: the whole qwen_gpu_test, the decode filter (default) or no tests first.
 # Logs go to $OUT/logs.tgz (each log opens with commit, date, command; clocks.csv holds the GPU's
 # clocks and power every 250 ms, ab_common.sh), the table (memory at 32000, the clocks too) to
@@ -221,11 +221,13 @@ rp_run() { GEMV=stream QWEN_STREAM_PDL=auto ROPE=${3#*_} qn "$1" "$2" "$3" regs 
 # PART=slots: the shipped step ("s2": two blocks a multiprocessor, PDL auto) against each stream on
 # one slot a multiprocessor with PDL on every stream ("s1all": the next stream's blocks resident on
 # the free slot, their first loads overlapping the stream before) and on the streams after a
-# stream only ("s1chain": qkv, gate/up, down; o_proj after the attention without), A B C C B A at
-# qwen3-8b and qwen3-32b 512.
+# stream only ("s1chain": qkv, gate/up, down; o_proj after the attention without), and s1all with
+# the q/k norm, RoPE and KV store inside the qkv stream ("s1allqkv": both levers at once), A B C D
+# D C B A at qwen3-8b and qwen3-32b 512.
 sl_run() {
   case ${3#*_} in
     s1all) GEMV=stream QWEN_STREAM_PDL=all SLOTS=1 qn "$1" "$2" "$3" regs gemv "${@:4}" ;;
+    s1allqkv) GEMV=stream QWEN_STREAM_PDL=all SLOTS=1 ROPE=qkv qn "$1" "$2" "$3" regs gemv "${@:4}" ;;
     s1chain) GEMV=stream QWEN_STREAM_PDL=chain SLOTS=1 qn "$1" "$2" "$3" regs gemv "${@:4}" ;;
     *) GEMV=stream QWEN_STREAM_PDL=auto SLOTS=2 qn "$1" "$2" "$3" regs gemv "${@:4}" ;;
   esac
@@ -235,7 +237,7 @@ if [ "${PART:-all}" != slots ]; then
   if [ "${NCU:-1}" = 1 ]; then NCU_ENV="QWEN_ROPE=qkv" ncu_step gemv qwen3-8b 512; fi
 fi
 if [ "${PART:-all}" != rope ]; then
-  over_shapes "s2 s1all s1chain" "qwen3-8b 512;qwen3-32b 512" sl_run
+  over_shapes "s2 s1all s1chain s1allqkv" "qwen3-8b 512;qwen3-32b 512" sl_run
   # each product's rate on one block a multiprocessor (the stream's rows of the table)
   run gemv_bench 90 "$B/examples/qwen_tp/gemv_bench" --preset qwen3-8b --tokens 1 --stream-slots 1
 fi

@@ -87,7 +87,7 @@ checkpart pick
 expect "gemv unset stream auto rope=kernel" "gemv unset stream auto rope=qkv" > "$work/rope.want"
 checkpart rope
 { expect -s "qwen3-8b 512;qwen3-32b 512" "gemv unset stream auto slots=2" "gemv unset stream all slots=1" \
-    "gemv unset stream chain slots=1"
+    "gemv unset stream chain slots=1" "gemv unset stream all rope=qkv slots=1"
   echo "gemv_bench --preset qwen3-8b --tokens 1 --stream-slots 1"; } > "$work/slots.want"
 checkpart slots
 cat "$work/rope.want" "$work/slots.want" > "$work/ropeslots.want"
