@@ -1,11 +1,13 @@
 #!/bin/bash
-# draft_session.sh: the trained draft, measured, in one device call on one H200 (about 7.5 minutes):
-#   1. train_tiny_qwen.py on the carried corpus (make_corpus.py's folder, CORPUS) for exactly STEPS
-#      steps from SEED (cut at MINUTES, with a warning, if the GPU is slower than planned), on the
-#      GPU in the background, while qwen_tp builds (sm_90) in the foreground. The default recipe:
-#      the 40.1M-parameter base preset with a 3-step MTP chain distilled from the target, token-level
+# draft_session.sh: the trained draft, measured, in one device call on one H200 (about 6 minutes):
+#   1. train_tiny_qwen.py on the carried corpus (CORPUS, default .scratch/corpus-big: the 270 MB
+#      corpus train/make_corpus_big.sh builds; any make_corpus.py folder) for exactly STEPS steps
+#      from SEED (cut at MINUTES, with a warning, if the GPU is slower than planned), on the GPU in
+#      the background, while qwen_tp builds (sm_90) in the foreground. The default recipe: the
+#      40.1M-parameter base preset with a 3-step MTP chain distilled from the target, token-level
 #      unlikelihood on the next-token head, and sequence-level unlikelihood on its own greedy
-#      continuations in the second half (README, "Greedy loops"); at each validation, the loops
+#      continuations in the second half (README, "Greedy loops"), the step compiled and the
+#      greedy continuations replayed as a CUDA graph (--compile --fast-generate); at each validation, the loops
 #      among the greedy continuations of 16 validation-split prompts counted (--probe-during);
 #   2. teacher-forced acceptance (qwen_tp --teacher-forced) over TF_CHARS characters of held-out
 #      files: accepted/drafted, per-token acceptance and mean accepted length at n-max 1..NMAX_TF;
@@ -29,19 +31,13 @@
 # run can train for up to one call (MINUTES=9 on a 600 s call) and a second call with
 # SKIP_TRAIN=1 (same CKPT, e.g. a git-ignored build-draft/ in the tree, which stays between warm
 # calls) measures it; that call's train.log then carries the saved training log.
-# Time on one H200, measured at ea883fc (STEPS=1800, a sequence-level step every 6th of the second
-# half): start-up 6 s; the trainer's corpus and tokenizer 27 s; a plain step ~141 ms (the
-# unlikelihood's passes over the logits included), a sequence-level step ~0.6 s more (a greedy
-# token is ~780 small kernels, 64 of them, then one forward and backward of 128 x 191 tokens):
-# MINUTES=6 stopped that run at step 1681, so it was not the deterministic run of its seed. At
-# ee2034c, 1400 steps with a sequence-level step every 6th from 40% of them trained in 268 s
-# (434 s in all), and its greedy outputs looped on 5 of 8 held-out prompts, where the 1681-step
-# run looped on 2 of the same first 6 (per prompt: the shorter run added loops on two prompts
-# the longer one did not loop on). The default below is therefore that longer run's recipe
-# carried to its end: 1800 steps, every 6th from half of them (150 sequence-level steps), with
-# MINUTES=7: 27 + 900 x 0.141 + 900 x (0.141 + 0.6 / 6) + ~20 s = ~390 s, inside the 420 s cap;
-# then teacher-forced ~28 s, free-running ~37 s, the replays ~62 s: ~530 s of DEADLINE_S=580.
-# A smoke test without a GPU (numbers meaningless): DEVICE=cpu STEPS=20 TRAIN_ARGS="--tiny --mtp-chain 2
+# Time on one H200 at the defaults, measured at ae1f1b4 (h200x1.md, "The draft on the 270 MB
+# corpus"): corpus and tokenizer 30 s, compile 50 s, 2800 steps in 167 s (a plain step 41.9 ms, one
+# with a sequence-level pass 255.8 ms, every 6th of the second half); the teacher-forced part, the
+# Hugging Face parity check, 16 free-running prompts and the replays end the call at ~350 s of
+# DEADLINE_S=555 (qwen_tp built beforehand: SKIP_BUILD=1). The step count is the deterministic run's: train/calibrate.sh prints the count
+# that fills a training budget for another preset or corpus.
+# A smoke test without a GPU (numbers meaningless): DEVICE=cpu CORPUS=<make_corpus.py folder> STEPS=20 TRAIN_ARGS="--tiny --mtp-chain 2
 # --mtp-distill 0.5 --unlikelihood 1 --seq-unlikelihood 1 --seq-ul-rows 8 --seq-ul-prefix 64 --seq-ul-tokens 16
 # --probe 2" SKIP_BUILD=1 BUILD=build-cpu TF_CHARS=3000 TF_WINDOW=256 PREFIXES=2 PREFIX_PREDICT=16 FREE_NMAX="3 5"
 # REPLAY_SHAPES=tiny REPLAY_PREDICT=32 PY=<python with torch>.
@@ -52,17 +48,18 @@ OUT=${OUT:?set OUT}
 B=${BUILD:-$SRC/build-h200}
 PY=${PY:-python3}
 DEVICE=${DEVICE:-cuda}
-CORPUS=${CORPUS:-$SRC/.scratch/corpus}
-STEPS=${STEPS:-1800}
+CORPUS=${CORPUS:-$SRC/.scratch/corpus-big}
+STEPS=${STEPS:-2800}
 MINUTES=${MINUTES:-7}
 SEED=${SEED:-1234}
 TRAIN_ARGS=${TRAIN_ARGS-"--preset base --mtp-chain 3 --mtp-distill 0.5 --keep-best --unlikelihood 1.0 \
---seq-unlikelihood 1.0 --seq-ul-from 0.5 --seq-ul-every 6 --seq-ul-rows 128 --probe 16 --probe-during"}
+--seq-unlikelihood 1.0 --seq-ul-from 0.5 --seq-ul-every 6 --seq-ul-rows 128 --probe 16 --probe-during --compile \
+--fast-generate"}
 CKPT=${CKPT:-${XDG_CACHE_HOME:-$HOME/.cache}/qwen_tp/draft}
 NMAX_TF=${NMAX_TF:-6}
 TF_CHARS=${TF_CHARS:-150000}
 TF_WINDOW=${TF_WINDOW:-1024}
-PREFIXES=${PREFIXES:-8}
+PREFIXES=${PREFIXES:-16}
 PREFIX_CHARS=${PREFIX_CHARS:-800}
 PREFIX_PREDICT=${PREFIX_PREDICT:-64}
 FREE_NMAX=${FREE_NMAX:-"1 2 3 4 5 6"}
@@ -72,8 +69,10 @@ REPLAY_SHAPES=${REPLAY_SHAPES:-"qwen3-32b qwen3-8b"}
 REPLAY_PREDICT=${REPLAY_PREDICT:-256}
 # A part that would start past DEADLINE_S seconds (or, for a free-running run, past DEADLINE_S minus
 # REPLAY_RESERVE_S, kept for the replays) is skipped, and the log says so: the call ends in time.
-DEADLINE_S=${DEADLINE_S:-580}
+DEADLINE_S=${DEADLINE_S:-555}
 REPLAY_RESERVE_S=${REPLAY_RESERVE_S:-100}
+[ -f "$CORPUS/corpus.jsonl.xz" ] || { echo "draft_session.sh: no corpus at CORPUS=$CORPUS: build the measured draft's" \
+  "with examples/qwen_tp/train/make_corpus_big.sh, or another with make_corpus.py --out DIR" >&2; exit 2; }
 W=${WORK:-/tmp/qwen_draft/work}
 mkdir -p "$OUT" "$W" "$(dirname "$CKPT")"
 REV=${COMMIT:-$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)}

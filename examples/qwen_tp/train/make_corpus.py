@@ -25,7 +25,7 @@ checkpoint: evaluation, teacher-forced acceptance, prompts), 1% validation (trai
                         training split (tests/tokenizer/make_reference.py's build_tokenizer),
                         --vocab-size ids in all
   DIR/MANIFEST.json     sources, licences, bytes and files per split, what was left out and why,
-                        sha256 of corpus.jsonl.xz
+                        sha256 of corpus.jsonl.xz and of its uncompressed lines
 
 Deterministic for a given set of installed files. Needs `tokenizers`.
 """
@@ -208,10 +208,14 @@ def main():
 
     t2 = time.time()
     path = os.path.join(args.out, "corpus.jsonl.xz")
+    text_sha = hashlib.sha256()  # of the uncompressed lines: the same whatever liblzma compressed them
     with lzma.open(path, "wt", encoding="utf-8", preset=6) as f:
         for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            line = json.dumps(r, ensure_ascii=False) + "\n"
+            f.write(line)
+            text_sha.update(line.encode("utf-8"))
     manifest["corpus_sha256"] = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    manifest["corpus_text_sha256"] = text_sha.hexdigest()
     manifest["corpus_xz_bytes"] = os.path.getsize(path)
     manifest["text_bytes"] = total
     manifest["made_with"] = {"pythons": pys, "docs": args.docs, "max_mb": args.max_mb,
