@@ -35,14 +35,9 @@ if importlib.util.find_spec("tokenizers") is None:
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAKE_CORPUS = os.path.join(HERE, "..", "train", "make_corpus.py")
-failed, checks = [], [0]
+from checklist import Checklist  # noqa: E402
 
-
-def check(what, ok):
-    checks[0] += 1
-    print("%s %s" % ("ok  " if ok else "FAIL", what))
-    if not ok:
-        failed.append(what)
+check = Checklist()
 
 
 def write(path, text):
@@ -153,8 +148,9 @@ def main():
         tok2 = open(os.path.join(root, "out2", "tokenizer.json"), "rb").read()
         check("and the same tokenizer.json", tok1 == tok2)
 
-    print("[qwen_make_corpus] %d checks, %d failed%s" % (checks[0], len(failed), (": " + "; ".join(failed)) if failed else ""))
-    return 1 if failed else 0
+    print("[qwen_make_corpus] %d checks, %d failed%s" % (check.count, len(check.failed),
+                                                        (": " + "; ".join(check.failed)) if check.failed else ""))
+    return 1 if check.failed else 0
 
 
 if __name__ == "__main__":

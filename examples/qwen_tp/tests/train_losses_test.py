@@ -30,15 +30,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "train"))
 import train_tiny_qwen as tq  # noqa: E402
 from qwen_tiny_model import TinyQwen, TinyQwenConfig  # noqa: E402
+from checklist import Checklist  # noqa: E402
 
-failed, checks = [], [0]
-
-
-def check(what, ok):
-    checks[0] += 1
-    print("%s %s" % ("ok  " if ok else "FAIL", what))
-    if not ok:
-        failed.append(what)
+check = Checklist()
 
 
 torch.manual_seed(0)
@@ -245,5 +239,5 @@ else:
         if r.returncode != 0 or len(kinds) != 2:
             print(r.stdout[-2000:], r.stderr[-2000:])
 
-print("%d passed, %d failed" % (checks[0] - len(failed), len(failed)))
-sys.exit(1 if failed else 0)
+print("%d passed, %d failed" % (check.count - len(check.failed), len(check.failed)))
+sys.exit(1 if check.failed else 0)
