@@ -6,7 +6,8 @@
 # lib/libtpcomm.so (the library this build made). With `torch` the environment gets torch too:
 # from TPCOMM_TORCH_INDEX_URL when set (e.g. https://download.pytorch.org/whl/cpu, ~200 MB), else
 # PyPI's wheel, which pulls the CUDA libraries (torch 2.15.0: 29 wheels, 2.8 GB, 5.3 GB
-# installed; about 45 s to download and 60 s to install on the CI VM), and tokenizers from PyPI.
+# installed; about 45 s to download and 60 s to install on the CI VM), and tokenizers, transformers
+# and safetensors from PyPI.
 set -euo pipefail
 venv="$1" stage="$2" lib="$3" src="$4" extra="${5:-}"
 py="${TPCOMM_PYTHON:-python3}"
@@ -35,10 +36,11 @@ if ! "$venv/bin/python" -c "$want" 2>/dev/null; then
       ${TPCOMM_TORCH_INDEX_URL:+--index-url "$TPCOMM_TORCH_INDEX_URL"} torch </dev/null
   fi
 fi
-# The decoder's trainer (qwen_train_losses_torch runs it) builds its BPE with tokenizers, from PyPI
-# (a kept environment gets it too, without reinstalling torch).
-if [ "$extra" = torch ] && ! "$venv/bin/python" -c "import tokenizers" 2>/dev/null; then
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check tokenizers </dev/null
+# The decoder's trainer (qwen_train_losses_torch runs it) builds its BPE with tokenizers, and its
+# Hugging Face parity test (qwen_hf_parity_torch) runs transformers (safetensors with it), from PyPI
+# (a kept environment gets them too, without reinstalling torch).
+if [ "$extra" = torch ] && ! "$venv/bin/python" -c "import tokenizers, transformers, safetensors" 2>/dev/null; then
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check tokenizers transformers safetensors </dev/null
 fi
 rm -rf "$stage/tpcomm"
 mkdir -p "$stage/tpcomm/lib"

@@ -3,7 +3,8 @@
 # transformers, tokenizers and safetensors ($QWEN_HF_PYTHON, else PYTHON), trains the --tiny
 # model for 30 steps on the CPU (train/train_tiny_qwen.py) into WORKDIR/ckpt and runs
 # tests/hf_parity.py --device cpu --tp 2 against `QWEN_TP --device cpu`. Exit 77 (skipped) when
-# those packages are missing, as in CI: nothing is installed here (torch is large).
+# those packages are missing (ctest qwen_hf_parity_torch runs it in the torch label's venv, which
+# has them: there a skip fails).
 set -euo pipefail
 py="${QWEN_HF_PYTHON:-$1}" bin="$2" work="$3"
 here="$(cd "$(dirname "$0")" && pwd)"
