@@ -223,7 +223,7 @@ rp_run() { GEMV=stream QWEN_STREAM_PDL=auto ROPE=${3#*_} qn "$1" "$2" "$3" regs 
 # the free slot, their first loads overlapping the stream before) and on the streams after a
 # stream only ("s1chain": qkv, gate/up, down; o_proj after the attention without), and s1all with
 # the q/k norm, RoPE and KV store inside the qkv stream ("s1allqkv": both levers at once), A B C D
-# D C B A at qwen3-8b and qwen3-32b 512.
+# D C B A at qwen3-8b and qwen3-32b 512 (SLOT_MODES: another list of these modes).
 sl_run() {
   case ${3#*_} in
     s1all) GEMV=stream QWEN_STREAM_PDL=all SLOTS=1 qn "$1" "$2" "$3" regs gemv "${@:4}" ;;
@@ -237,7 +237,7 @@ if [ "${PART:-all}" != slots ]; then
   if [ "${NCU:-1}" = 1 ]; then NCU_ENV="QWEN_ROPE=qkv" ncu_step gemv qwen3-8b 512; fi
 fi
 if [ "${PART:-all}" != rope ]; then
-  over_shapes "s2 s1all s1chain s1allqkv" "qwen3-8b 512;qwen3-32b 512" sl_run
+  over_shapes "${SLOT_MODES:-s2 s1all s1chain s1allqkv}" "qwen3-8b 512;qwen3-32b 512" sl_run
   # each product's rate on one block a multiprocessor (the stream's rows of the table)
   run gemv_bench 90 "$B/examples/qwen_tp/gemv_bench" --preset qwen3-8b --tokens 1 --stream-slots 1
 fi
