@@ -13,7 +13,10 @@ in its metadata and a single-module MIT package. Checked:
   in the manifest are the records';
 - corpus_sha256 is the compressed file's, corpus_text_sha256 its decompressed lines';
 - a second run gives the same corpus, text hash and tokenizer (deterministic for the same files);
-- --package-cap-mb stops a package's files past the cap.
+- --package-cap-mb stops a package's files past the cap;
+- bad arguments (an interpreter that cannot run or answers wrongly, a vocabulary below the byte
+  alphabet, a cap of 0 or below) exit 2 naming the argument, with no traceback and nothing written;
+  a --docs that is not a folder is said in the log.
 """
 import hashlib
 import json
@@ -140,6 +143,25 @@ def main():
         check("corpus_sha256 is the compressed file's", m["corpus_sha256"] == hashlib.sha256(raw).hexdigest())
         check("corpus_text_sha256 is the decompressed lines'", m["corpus_text_sha256"] == hashlib.sha256(lines).hexdigest())
         check("text_bytes sums the records' texts", m["text_bytes"] == sum(len(r["text"].encode()) for r in records))
+
+        # Bad arguments: refused with exit 2 and the argument named, nothing written.
+        wrong = os.path.join(root, "wrongpython")
+        write(wrong, "#!/bin/sh\necho '{\"stdlib\": 3}'\n")
+        os.chmod(wrong, os.stat(wrong).st_mode | stat.S_IEXEC)
+        for what, args, named in (("an interpreter that is not there", ["--python", os.path.join(root, "missing")], "--python"),
+                                  ("an interpreter answering without a site list", ["--python", wrong], "--python"),
+                                  ("--vocab-size 10", ["--python", fake, "--vocab-size", "10"], "--vocab-size"),
+                                  ("--package-cap-mb 0", ["--python", fake, "--package-cap-mb", "0"], "--package-cap-mb"),
+                                  ("--max-mb -1", ["--python", fake, "--max-mb", "-1"], "--max-mb")):
+            out = os.path.join(root, "refused")
+            r = subprocess.run([sys.executable, MAKE_CORPUS, "--out", out, "--docs", docs] + args,
+                               capture_output=True, text=True)
+            check("%s: exit 2, '%s' named, no traceback, nothing written" % (what, named),
+                  r.returncode == 2 and named in r.stderr and "Traceback" not in r.stderr and not os.path.exists(out))
+        r = subprocess.run([sys.executable, MAKE_CORPUS, "--out", os.path.join(root, "nodocs"), "--python", fake,
+                            "--docs", os.path.join(root, "missing-docs"), "--vocab-size", "300"], capture_output=True, text=True)
+        check("a --docs that is not a folder is said in the log, and the rest made",
+              r.returncode == 0 and "is not a folder" in r.stdout and os.path.exists(os.path.join(root, "nodocs", "MANIFEST.json")))
 
         m2, raw2, _, _ = run(fake, docs, os.path.join(root, "out2"), 0.02)
         check("a second run gives the same corpus (sha256 of the file and of the text)",

@@ -59,7 +59,11 @@ def interp_paths(py):
                           "print(json.dumps({'stdlib': p['stdlib'], 'site': sorted(set([p['purelib'], p['platlib']] + "
                           "(site.getsitepackages() if hasattr(site, 'getsitepackages') else []))), "
                           "'version': sys.version.split()[0]}))"], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
+    d = json.loads(out.stdout)
+    if not (isinstance(d, dict) and isinstance(d.get("stdlib"), str) and isinstance(d.get("version"), str) and
+            isinstance(d.get("site"), list) and all(isinstance(x, str) for x in d["site"])):
+        raise ValueError("not {stdlib, site, version}")
+    return d
 
 
 def py_files(root, skip_dirs=()):
@@ -136,9 +140,31 @@ def main():
     ap.add_argument("--package-cap-mb", type=float, default=24)
     ap.add_argument("--vocab-size", type=int, default=4096)
     args = ap.parse_args()
+    try:
+        from make_reference import SPECIALS, build_tokenizer  # Qwen2's pre-tokenizer settings, as qwen_tp is tested against
+    except ImportError as e:
+        sys.exit("make_corpus.py: needs the tokenizers package (pip install tokenizers): %s" % e)
+    min_vocab = 256 + len(SPECIALS) + 2  # the byte alphabet, the special tokens, <think> and </think>
+    if args.vocab_size < min_vocab:
+        ap.error("--vocab-size %d: a byte-level BPE needs at least %d ids" % (args.vocab_size, min_vocab))
+    if not args.max_mb > 0 or not args.package_cap_mb > 0:
+        ap.error("--max-mb %g, --package-cap-mb %g: each must be above 0" % (args.max_mb, args.package_cap_mb))
     t0 = time.time()
-    os.makedirs(args.out, exist_ok=True)
     pys = args.python or [sys.executable]
+    paths = {}
+    for py in pys:  # every interpreter answers before anything is written
+        try:
+            paths[py] = interp_paths(py)
+        except subprocess.CalledProcessError as e:
+            ap.error("--python %s: asked for its paths, it exited with status %d" % (py, e.returncode))
+        except OSError as e:
+            ap.error("--python %s: cannot run it (%s)" % (py, e.strerror or e))
+        except ValueError:
+            ap.error("--python %s: its answer to the paths query is not the JSON expected" % py)
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as e:
+        ap.error("--out %s: %s" % (args.out, e.strerror or e))
     seen, records, manifest = set(), [], {"sources": [], "left_out": [], "splits": {}}
 
     def add(source, rel, text):
@@ -152,7 +178,7 @@ def main():
         return len(text.encode())
 
     for py in pys:
-        p = interp_paths(py)
+        p = paths[py]
         n = sum(add("python%s-stdlib" % p["version"], os.path.relpath(f, p["stdlib"]), read_text(f))
                 for f in py_files(p["stdlib"], ("site-packages", "dist-packages")))
         manifest["sources"].append({"source": "python%s-stdlib" % p["version"], "root": p["stdlib"],
@@ -169,10 +195,12 @@ def main():
         manifest["sources"].append({"source": "python-docs", "root": args.docs,
                                     "licence": "PSF-2.0 (documentation; code examples 0BSD)", "bytes": n})
         log("Python documentation sources: %.1f MB" % (n / 1e6))
+    else:
+        log("Python documentation sources: %s is not a folder, none taken (--docs)" % args.docs)
     total = sum(len(r["text"].encode()) for r in records)
     per_package = {}  # bytes taken per distribution name, over every site and version
     for py in pys:
-        for site in interp_paths(py)["site"]:
+        for site in paths[py]["site"]:
             if not os.path.isdir(site):
                 continue
             for name, lic, ok, tops in packages_of(site):
@@ -199,12 +227,14 @@ def main():
         manifest["splits"][s] = {"files": len(sel), "bytes": sum(len(r["text"].encode()) for r in sel)}
     log("splits: %s" % manifest["splits"])
 
-    from make_reference import build_tokenizer  # Qwen2's pre-tokenizer settings, as qwen_tp is tested against
     t1 = time.time()
     train_texts = [r["text"] for r in records if r["split"] == "train"]
     tok = build_tokenizer(train_texts, args.vocab_size - 2)  # it adds <think> and </think> after training
     tok.save(os.path.join(args.out, "tokenizer.json"))
-    log("tokenizer: %d ids (%.0f s)" % (tok.get_vocab_size(), time.time() - t1))
+    log("tokenizer: %d ids (%.0f s)%s" % (tok.get_vocab_size(), time.time() - t1,
+                                         "; fewer than --vocab-size %d: the text has no more pairs seen twice"
+                                         % args.vocab_size if tok.get_vocab_size() < args.vocab_size else ""))
+    manifest["tokenizer_ids"] = tok.get_vocab_size()
 
     t2 = time.time()
     path = os.path.join(args.out, "corpus.jsonl.xz")
