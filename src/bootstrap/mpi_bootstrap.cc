@@ -173,8 +173,13 @@ class MpiBootstrap : public Bootstrap {
     }
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
+      // MPI_Testall nulls the receives only when all completed, and otherwise leaves every one
+      // as it was, done or not: each is tested alone here (MPI_Test nulls a completed one), so
+      // only the peers whose notes did not come are named.
+      int got = 0;
+      if (recvs[p] != MPI_REQUEST_NULL) MPI_Test(&recvs[p], &got, MPI_STATUS_IGNORE);
       if (recvs[p] != MPI_REQUEST_NULL)
-        missing.push_back(p);  // MPI_Testall nulls every completed receive
+        missing.push_back(p);
       else if (op->notesIn[p] != op->noteOut)
         elsewhere += (elsewhere.empty() ? "" : "; ") + std::string("rank ") + std::to_string(p) + " called " +
                      describeNote(op->notesIn[p]) + " instead";
@@ -222,10 +227,12 @@ class MpiBootstrap : public Bootstrap {
         return TPCOMM_ERROR(kSystemError, "MPI bootstrap on rank %d: %s", rank_, buf);
       }
       // Every note came, so every rank arrived; one of them gave up on this exchange (its own
-      // bound ran out before the last note reached it) and never started the collective.
+      // bound ran out before the last note reached it) and never started the collective, or the
+      // transfer itself outlasts the bound.
       std::snprintf(buf, sizeof(buf),
                     "%s: every rank arrived but the collective did not complete within %lld ms (%s; rank %d "
-                    "waited): a rank gave up on it first (its own timeout ran out) and is named in its message",
+                    "waited): a rank gave up on it first (its own timeout ran out; its message names it), or "
+                    "the transfer takes longer than the bound",
                     describeNote(op->noteOut).c_str(), static_cast<long long>(timeoutMs), bootstrapTimeoutSource(),
                     rank_);
       failed_ = buf;
