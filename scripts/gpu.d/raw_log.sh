@@ -45,8 +45,8 @@ emit() {  # emit <file> <shown name>
       emit "$p" "$(basename "$p")"
     fi
   done
-} > "$work/bundle.txt"  # not a pipe: emit's list of files left out stays in this shell
-gzip -9c "$work/bundle.txt" > "$out"
+} > "$work/${name}_$full.txt"  # not a pipe: emit's list stays in this shell; gzip keeps the name
+gzip -9c "$work/${name}_$full.txt" > "$out"
 size=$(stat -c %s "$out")
 total=$(du -sb "$root/bench/results" | cut -f1)
 echo "raw_log.sh: wrote ${out#"$root"/} ($size bytes); bench/results holds $total of 2097152 bytes"
